@@ -1,0 +1,205 @@
+"""The Python API for one-shot microaggregation: :func:`microaggregate`.
+
+>>> import numpy as np
+>>> from streamanon import microaggregate
+>>> X = np.array([[1.0, 10.0], [2.0, 11.0], [9.0, 50.0], [10.0, 52.0]])
+>>> result = microaggregate(X, k=2)
+>>> result.data.tolist()
+[[1.5, 10.5], [1.5, 10.5], [9.5, 51.0], [9.5, 51.0]]
+>>> round(result.information_loss, 3)
+0.845
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from streamanon.engines import get_engine, run_engine, validate_input
+from streamanon.errors import InputError, ParameterError
+from streamanon.metrics import aggregate, distortion, fit_standardisation
+from streamanon.progress import Progress
+
+try:  # pandas is a dependency, but keep the numerical API importable without it
+    import pandas as pd
+except ImportError:  # pragma: no cover
+    pd = None
+
+
+@dataclass
+class Microaggregation:
+    """A k-anonymous release and how it was made.
+
+    ``data`` has the input's type and row order: quasi-identifiers replaced by the mean of their
+    cell in original units, dropped columns removed, every other column unchanged. Shuffle the
+    rows (:func:`shuffle_rows`) before publishing so that row order reveals nothing.
+    """
+
+    data: Any
+    labels: np.ndarray
+    k: int
+    engine: str
+    params: dict[str, Any]
+    qi: list[str]
+    distortion: float
+    seconds: float
+    dropped: list[str] = field(default_factory=list)
+
+    @property
+    def information_loss(self) -> float:
+        return 100.0 * self.distortion
+
+    @property
+    def n(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def m(self) -> int:
+        return len(self.qi)
+
+    def report(self) -> dict[str, Any]:
+        """The JSON-ready report: sizes, engine, distortion and timing. No data values."""
+        sizes = np.bincount(self.labels)
+        return {
+            "n": self.n,
+            "m": self.m,
+            "k": self.k,
+            "engine": self.engine,
+            "params": {key: _jsonable(value) for key, value in self.params.items()},
+            "quasi_identifiers": list(self.qi),
+            "dropped": list(self.dropped),
+            "cells": int(sizes.size),
+            "smallest_cell": int(sizes.min()),
+            "largest_cell": int(sizes.max()),
+            "distortion": self.distortion,
+            "information_loss": self.information_loss,
+            "seconds": self.seconds,
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (np.integer, np.floating, np.bool_)):
+        return value.item()
+    return value
+
+
+def microaggregate(
+    data: Any,
+    k: int,
+    engine: str = "mdav",
+    *,
+    qi: Sequence[str] | None = None,
+    drop: Sequence[str] = (),
+    progress: Progress | None = None,
+    **params: Any,
+) -> Microaggregation:
+    """k-anonymous microaggregation of a numpy matrix or a pandas DataFrame.
+
+    Parameters
+    ----------
+    data
+        A numeric matrix (every column a quasi-identifier) or a DataFrame.
+    k
+        Minimum number of records per cell.
+    engine
+        Registered engine name (``streamanon engines`` lists them).
+    qi
+        DataFrame columns that are quasi-identifiers; default every column not in ``drop``.
+    drop
+        DataFrame columns to remove from the release (identifiers).
+    progress
+        Optional progress counter the engine advances.
+    **params
+        Engine parameters.
+
+    Raises
+    ------
+    InputError, ParameterError
+        With a message naming the problem (unknown column, non-numeric or non-finite
+        quasi-identifier, fewer than ``k`` rows, bad ``k`` or engine).
+    """
+    get_engine(engine)
+    if pd is not None and isinstance(data, pd.DataFrame):
+        qi_cols = _resolve_columns(data, qi, drop)
+        values = _numeric_matrix(data, qi_cols)
+    else:
+        if qi is not None or drop:
+            raise ParameterError("qi= and drop= name DataFrame columns; pass a DataFrame")
+        values = np.asarray(data)
+        qi_cols = [f"x{j}" for j in range(values.shape[1] if values.ndim == 2 else 0)]
+    X = validate_input(values, k)
+
+    scaling = fit_standardisation(X)
+    Z = scaling.apply(X)
+    started = time.perf_counter()
+    labels = run_engine(engine, Z, k, progress=progress, **params)
+    seconds = time.perf_counter() - started
+    released = aggregate(X, labels)
+
+    if pd is not None and isinstance(data, pd.DataFrame):
+        out = data.drop(columns=list(drop)).copy()
+        out[qi_cols] = released
+    else:
+        out = released
+    return Microaggregation(
+        data=out,
+        labels=labels,
+        k=int(k),
+        engine=engine,
+        params=dict(params),
+        qi=list(qi_cols),
+        distortion=distortion(Z, labels),
+        seconds=seconds,
+        dropped=list(drop),
+    )
+
+
+def shuffle_rows(data: Any, seed: int | None = None) -> Any:
+    """Rows in a random order (numpy array or DataFrame, index reset), so that row order tells
+    nothing about arrival order or cells."""
+    rng = np.random.default_rng(seed)
+    if pd is not None and isinstance(data, pd.DataFrame):
+        order = rng.permutation(len(data))
+        return data.iloc[order].reset_index(drop=True)
+    return np.asarray(data)[rng.permutation(len(data))]
+
+
+def _resolve_columns(frame: Any, qi: Sequence[str] | None, drop: Sequence[str]) -> list[str]:
+    columns = [str(c) for c in frame.columns]
+    named = list(qi or []) + list(drop)
+    missing = [c for c in named if c not in columns]
+    if missing:
+        raise InputError(
+            f"unknown column(s): {', '.join(missing)}; the data has: {', '.join(columns)}"
+        )
+    if qi is None:
+        qi = [c for c in columns if c not in set(drop)]
+    clash = sorted(set(qi) & set(drop))
+    if clash:
+        raise InputError(f"column(s) {', '.join(clash)} cannot be both quasi-identifier and dropped")
+    if not qi:
+        raise InputError("no quasi-identifier columns given")
+    return list(qi)
+
+
+def _numeric_matrix(frame: Any, columns: list[str]) -> np.ndarray:
+    bad = [c for c in columns if not pd.api.types.is_numeric_dtype(frame[c])]
+    if bad:
+        raise InputError(f"quasi-identifier column(s) are not numeric: {', '.join(bad)}")
+    bool_cols = [c for c in columns if pd.api.types.is_bool_dtype(frame[c])]
+    if bool_cols:
+        raise InputError(f"quasi-identifier column(s) are boolean, not numeric: {', '.join(bool_cols)}")
+    values = frame[columns].to_numpy(dtype=np.float64, na_value=np.nan)
+    finite = np.isfinite(values)
+    if not finite.all():
+        rows, cols = np.nonzero(~finite)
+        names = sorted({columns[j] for j in cols})
+        raise InputError(
+            f"{len(rows)} missing, NaN or infinite quasi-identifier value(s) in column(s) "
+            f"{', '.join(names)} (first at row {int(rows[0]) + 1}); clean or impute them first"
+        )
+    return values

@@ -1,0 +1,298 @@
+"""The ``streamanon`` command line.
+
+Every subcommand has ``--help``. Errors print one line, ``streamanon: error: ...``, and exit
+with status 2 (bad input or parameters) or 1 (a check failed); ``--debug`` shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from streamanon import __version__
+from streamanon.errors import InputError, StreamanonError
+
+T = TypeVar("T")
+
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _columns(text: str) -> list[str]:
+    cols = [c.strip() for c in text.split(",") if c.strip()]
+    if not cols:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of column names")
+    return cols
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _param(text: str) -> tuple[str, Any]:
+    name, sep, raw = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name.strip(), _parse_value(raw.strip())
+
+
+def _parse_value(raw: str) -> Any:
+    lowered = raw.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for convert in (int, float):
+        try:
+            return convert(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamanon",
+        description="Streaming, incremental k-anonymous microaggregation for large e-surveys.",
+    )
+    parser.add_argument("--version", action="version", version=f"streamanon {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    an = sub.add_parser(
+        "anonymize",
+        help="microaggregate a CSV or Parquet file into a k-anonymous release",
+        description=(
+            "Replace the quasi-identifiers of every record by the mean of a cell of at least k "
+            "similar records (original units), keep confidential columns unchanged, drop "
+            "identifiers, shuffle the rows, and write the release atomically together with a "
+            "JSON report OUTPUT_STEM.report.json. Every column of the input must be named in "
+            "--qi, --confidential or --drop, so that no identifier slips through by accident."
+        ),
+    )
+    an.add_argument("input", metavar="INPUT", help="input file (.csv or .parquet)")
+    an.add_argument("--k", type=_positive_int, required=True, help="minimum cell size")
+    an.add_argument("--qi", type=_columns, required=True, metavar="COLS",
+                    help="comma-separated numeric quasi-identifier columns")
+    an.add_argument("--confidential", type=_columns, default=[], metavar="COLS",
+                    help="comma-separated columns published unchanged")
+    an.add_argument("--drop", type=_columns, default=[], metavar="COLS",
+                    help="comma-separated columns removed from the release (identifiers)")
+    an.add_argument("--engine", default="mdav",
+                    help="microaggregation engine (default mdav; see 'streamanon engines')")
+    an.add_argument("--param", type=_param, action="append", default=[], metavar="NAME=VALUE",
+                    help="engine parameter, repeatable")
+    an.add_argument("--out", required=True, metavar="OUTPUT",
+                    help="release file (.csv or .parquet); the report goes next to it")
+    an.add_argument("--seed", type=int, default=None,
+                    help="seed of the row shuffle (default: fresh randomness)")
+    an.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+    an.set_defaults(handler=cmd_anonymize)
+
+    ve = sub.add_parser(
+        "verify",
+        help="check that a released file is k-anonymous",
+        description=(
+            "Group the rows of FILE by their quasi-identifier tuple; the file is k-anonymous "
+            "when every distinct tuple occurs at least k times. Exit status 0 if it is, 1 if not."
+        ),
+    )
+    ve.add_argument("file", metavar="FILE", help="released file (.csv or .parquet)")
+    ve.add_argument("--k", type=_positive_int, required=True, help="required minimum group size")
+    ve.add_argument("--qi", type=_columns, required=True, metavar="COLS",
+                    help="comma-separated quasi-identifier columns")
+    ve.set_defaults(handler=cmd_verify)
+
+    en = sub.add_parser("engines", help="list the microaggregation engines",
+                        description="List every registered engine with its source and parameters.")
+    en.set_defaults(handler=cmd_engines)
+
+    de = sub.add_parser(
+        "demo",
+        help="run the bundled example end to end",
+        description=(
+            "Anonymize the bundled synthetic survey (2,000 respondents) with k = 5, verify the "
+            "release, and print the report. Writes into DIR."
+        ),
+    )
+    de.add_argument("--dir", default="demo-output", metavar="DIR",
+                    help="output directory (default ./demo-output)")
+    de.set_defaults(handler=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args) or 0)
+    except StreamanonError as exc:
+        if args.debug:
+            raise
+        print(f"streamanon: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("streamanon: interrupted", file=sys.stderr)
+        return 130
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _with_progress(label: str, run: Callable[[Any], T], enabled: bool) -> T:
+    """Run ``run(progress)`` in a worker thread and show a bar on stderr while it works."""
+    from streamanon.progress import Progress
+
+    progress = Progress()
+    if not enabled:
+        return run(progress)
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
+
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["value"] = run(progress)
+        except BaseException as exc:  # re-raised in the calling thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=work, daemon=True)
+    with Bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+             TimeElapsedColumn(), transient=True) as bar:
+        task = bar.add_task(label, total=None)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.1)
+            if progress.total:
+                bar.update(task, total=progress.total, completed=progress.done)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def cmd_anonymize(args: argparse.Namespace) -> int:
+    from streamanon.api import microaggregate, shuffle_rows
+    from streamanon.io import read_table, report_path, table_format, write_json, write_table
+
+    table_format(args.out)
+    frame = read_table(args.input)
+    columns = [str(c) for c in frame.columns]
+    roles: dict[str, str] = {}
+    for role, cols in (("qi", args.qi), ("confidential", args.confidential), ("drop", args.drop)):
+        for c in cols:
+            if c in roles:
+                raise InputError(f"column {c!r} is given two roles: --{roles[c]} and --{role}")
+            roles[c] = role
+    unknown = [c for c in roles if c not in columns]
+    if unknown:
+        raise InputError(f"unknown column(s): {', '.join(unknown)}; the file has: {', '.join(columns)}")
+    unassigned = [c for c in columns if c not in roles]
+    if unassigned:
+        raise InputError(
+            f"column(s) {', '.join(unassigned)} have no role; name each in --qi, --confidential "
+            "or --drop (identifiers must be dropped explicitly)"
+        )
+    params = dict(args.param)
+    show = not args.no_progress and sys.stderr.isatty()
+    started = time.perf_counter()
+    result = _with_progress(
+        f"{args.engine} k={args.k}",
+        lambda progress: microaggregate(frame, args.k, args.engine, qi=args.qi, drop=args.drop,
+                                        progress=progress, **params),
+        show,
+    )
+    release = shuffle_rows(result.data, args.seed)
+    report = result.report()
+    report["confidential"] = list(args.confidential)
+    report["input"] = str(args.input)
+    report["output"] = str(args.out)
+    report["total_seconds"] = time.perf_counter() - started
+    write_table(release, args.out)
+    rpath = report_path(args.out)
+    write_json(report, rpath)
+    print(
+        f"wrote {args.out}: {result.n} records, {report['cells']} cells of {args.k}+ "
+        f"({args.engine}), IL = {result.information_loss:.2f}%, {result.seconds:.2f} s; "
+        f"report {rpath}"
+    )
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from streamanon.io import read_table
+    from streamanon.metrics import check_k_anonymity
+
+    frame = read_table(args.file)
+    missing = [c for c in args.qi if c not in frame.columns]
+    if missing:
+        raise InputError(
+            f"unknown column(s): {', '.join(missing)}; the file has: "
+            f"{', '.join(map(str, frame.columns))}"
+        )
+    report = check_k_anonymity(frame[args.qi].to_numpy(), args.k)
+    if report.ok:
+        print(
+            f"{args.file}: {args.k}-anonymous ({report.n_records} records, {report.n_groups} "
+            f"quasi-identifier groups, smallest {report.smallest_group})"
+        )
+        return 0
+    reason = (
+        f"only {report.n_records} records"
+        if report.n_records < args.k
+        else f"{report.groups_below_k} of {report.n_groups} quasi-identifier groups "
+        f"({report.records_below_k} records) occur fewer than {args.k} times, smallest "
+        f"{report.smallest_group}"
+    )
+    print(f"{args.file}: NOT {args.k}-anonymous: {reason}", file=sys.stderr)
+    return EXIT_CHECK_FAILED
+
+
+def cmd_engines(args: argparse.Namespace) -> int:
+    from streamanon.engines import available_engines
+
+    for info in available_engines():
+        print(f"{info.name:<20} {info.summary}")
+        print(f"{'':<20} source: {info.source}")
+        for name, text in info.parameters.items():
+            print(f"{'':<20} --param {name}=...: {text}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from importlib import resources
+
+    out_dir = Path(args.dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    example = resources.files("streamanon") / "data" / "example_survey.csv"
+    with resources.as_file(example) as path:
+        release = out_dir / "release.csv"
+        print(f"anonymizing the bundled example survey {path.name} with k = 5 ...")
+        code = main([
+            "anonymize", str(path), "--k", "5",
+            "--qi", "age,household_size,income,commute_km,years_at_address",
+            "--confidential", "satisfaction,health_score,votes_next_election",
+            "--drop", "respondent_id,email",
+            "--out", str(release), "--seed", "1",
+        ])
+        if code:
+            return code
+    print("verifying the release ...")
+    return main(["verify", str(release), "--k", "5",
+                 "--qi", "age,household_size,income,commute_km,years_at_address"])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The engine registry (SPEC section 5).
+
+An engine maps a standardised matrix ``X`` (n x m), the anonymity parameter ``k`` and its own
+keyword parameters to an integer label array of length n in which every label occurs at least
+``k`` times. Engines are registered by name; the CLI, the service and the planner select them by
+name through :func:`get_engine` and call them through :func:`run_engine`, which validates the
+input and checks the partition it gets back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamanon.errors import InputError, ParameterError
+from streamanon.metrics import check_partition
+
+EngineFunction = Callable[..., np.ndarray]
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """A registered engine: its name, function, one-line summary and source."""
+
+    name: str
+    function: EngineFunction
+    summary: str
+    source: str
+    parameters: dict[str, str] = field(default_factory=dict)
+
+
+_REGISTRY: dict[str, EngineInfo] = {}
+
+
+def register(
+    name: str, *, summary: str, source: str, parameters: dict[str, str] | None = None
+) -> Callable[[EngineFunction], EngineFunction]:
+    """Decorator that adds an engine function to the registry under ``name``."""
+
+    def decorate(function: EngineFunction) -> EngineFunction:
+        if name in _REGISTRY:
+            raise ValueError(f"engine {name!r} is registered twice")
+        _REGISTRY[name] = EngineInfo(name, function, summary, source, dict(parameters or {}))
+        return function
+
+    return decorate
+
+
+def available_engines() -> list[EngineInfo]:
+    """Every registered engine, sorted by name."""
+    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
+
+
+def get_engine(name: str) -> EngineInfo:
+    """The engine registered as ``name``; a :class:`ParameterError` lists the known names."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY))
+        raise ParameterError(f"unknown engine {name!r}; available engines: {known}") from None
+
+
+def validate_input(X: np.ndarray, k: int) -> np.ndarray:
+    """``X`` as a C-contiguous float64 matrix, after the checks every engine relies on."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise ParameterError(f"k must be an integer, got {k!r}")
+    if k < 1:
+        raise ParameterError(f"k must be at least 1, got {k}")
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise InputError(f"expected a 2-D matrix of records, got {X.ndim} dimension(s)")
+    if not (np.issubdtype(X.dtype, np.floating) or np.issubdtype(X.dtype, np.integer)):
+        raise InputError(f"quasi-identifiers must be numeric, got dtype {X.dtype}")
+    n, m = X.shape
+    if m == 0:
+        raise InputError("at least one quasi-identifier column is needed")
+    if n < k:
+        raise InputError(
+            f"{n} records cannot form a cell of k = {k}: no {k}-anonymous release exists"
+        )
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    if not np.isfinite(X).all():
+        raise InputError("quasi-identifiers contain NaN or infinite values")
+    return X
+
+
+def run_engine(name: str, X: np.ndarray, k: int, **params: object) -> np.ndarray:
+    """Validate ``X`` and ``k``, run engine ``name`` and check its partition.
+
+    Raises
+    ------
+    ParameterError
+        Unknown engine, bad ``k`` or an unknown engine parameter.
+    InputError
+        ``X`` is not a finite numeric matrix with at least ``k`` rows.
+    """
+    info = get_engine(name)
+    unknown = sorted(set(params) - set(info.parameters) - {"progress"})
+    if unknown:
+        accepted = ", ".join(sorted(info.parameters)) or "none"
+        raise ParameterError(
+            f"engine {name!r} has no parameter {', '.join(unknown)}; accepted: {accepted}"
+        )
+    X = validate_input(X, k)
+    labels = np.asarray(info.function(X, k, **params))
+    check_partition(labels, X.shape[0], k)
+    return labels
+
+
+# Engines register themselves on import.
+from streamanon.engines import mdav as _mdav  # noqa: E402,F401

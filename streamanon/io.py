@@ -1,0 +1,100 @@
+"""Reading and writing tables and reports (CSV or Parquet), always atomically.
+
+A write goes to a temporary file in the target directory and is renamed over the target only
+when complete, so a failed run never leaves a partial file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from streamanon.errors import InputError
+
+TABLE_FORMATS = (".csv", ".parquet")
+
+
+def table_format(path: str | os.PathLike[str]) -> str:
+    """``.csv`` or ``.parquet`` from the file name, or an :class:`InputError`."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in TABLE_FORMATS:
+        raise InputError(f"{path}: unsupported file type {suffix or '(none)'!r}; use .csv or .parquet")
+    return suffix
+
+
+def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Load a CSV or Parquet file into a DataFrame."""
+    fmt = table_format(path)
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{path}: no such file")
+    if p.is_dir():
+        raise InputError(f"{path}: is a directory, not a file")
+    try:
+        if fmt == ".csv":
+            return pd.read_csv(p)
+        return pd.read_parquet(p)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
+        raise InputError(f"{path}: cannot read {fmt[1:]} file: {_one_line(exc)}") from None
+    except Exception as exc:  # pyarrow raises its own error classes for corrupt files
+        raise InputError(f"{path}: cannot read {fmt[1:]} file: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[str], None]) -> None:
+    """Call ``write(tmp_path)`` and move the result onto ``path`` only if it succeeded."""
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    if not directory.is_dir():
+        raise InputError(f"{path}: directory {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_table(frame: pd.DataFrame, path: str | os.PathLike[str]) -> None:
+    """Write ``frame`` as CSV (floats round-trip exactly) or Parquet, atomically."""
+    fmt = table_format(path)
+    if fmt == ".csv":
+        atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
+    else:
+        atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+def write_json(data: Any, path: str | os.PathLike[str]) -> None:
+    """Write ``data`` as indented JSON, atomically."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=False)
+            fh.write("\n")
+
+    atomic_write(path, write)
+
+
+def report_path(output: str | os.PathLike[str]) -> Path:
+    """``release.csv`` -> ``release.report.json``, next to the release."""
+    p = Path(output)
+    return p.with_name(p.stem + ".report.json")
