@@ -180,7 +180,9 @@ def _resolve_columns(frame: Any, qi: Sequence[str] | None, drop: Sequence[str]) 
         qi = [c for c in columns if c not in set(drop)]
     clash = sorted(set(qi) & set(drop))
     if clash:
-        raise InputError(f"column(s) {', '.join(clash)} cannot be both quasi-identifier and dropped")
+        raise InputError(
+            f"column(s) {', '.join(clash)} cannot be both quasi-identifier and dropped"
+        )
     if not qi:
         raise InputError("no quasi-identifier columns given")
     return list(qi)
@@ -192,7 +194,9 @@ def _numeric_matrix(frame: Any, columns: list[str]) -> np.ndarray:
         raise InputError(f"quasi-identifier column(s) are not numeric: {', '.join(bad)}")
     bool_cols = [c for c in columns if pd.api.types.is_bool_dtype(frame[c])]
     if bool_cols:
-        raise InputError(f"quasi-identifier column(s) are boolean, not numeric: {', '.join(bool_cols)}")
+        raise InputError(
+            f"quasi-identifier column(s) are boolean, not numeric: {', '.join(bool_cols)}"
+        )
     values = frame[columns].to_numpy(dtype=np.float64, na_value=np.nan)
     finite = np.isfinite(values)
     if not finite.all():

@@ -143,6 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"streamanon: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:  # disk full, permission denied, ...: nothing partial was written
+        if args.debug:
+            raise
+        print(f"streamanon: error: {exc}", file=sys.stderr)
+        return EXIT_CHECK_FAILED
     except KeyboardInterrupt:
         print("streamanon: interrupted", file=sys.stderr)
         return 130
@@ -198,7 +203,9 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
             roles[c] = role
     unknown = [c for c in roles if c not in columns]
     if unknown:
-        raise InputError(f"unknown column(s): {', '.join(unknown)}; the file has: {', '.join(columns)}")
+        raise InputError(
+            f"unknown column(s): {', '.join(unknown)}; the file has: {', '.join(columns)}"
+        )
     unassigned = [c for c in columns if c not in roles]
     if unassigned:
         raise InputError(

@@ -24,7 +24,8 @@ def table_format(path: str | os.PathLike[str]) -> str:
     """``.csv`` or ``.parquet`` from the file name, or an :class:`InputError`."""
     suffix = Path(path).suffix.lower()
     if suffix not in TABLE_FORMATS:
-        raise InputError(f"{path}: unsupported file type {suffix or '(none)'!r}; use .csv or .parquet")
+        shown = suffix or "(none)"
+        raise InputError(f"{path}: unsupported file type {shown!r}; use .csv or .parquet")
     return suffix
 
 

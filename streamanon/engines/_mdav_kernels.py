@@ -45,6 +45,9 @@ _BLOCK = 256
 _EXPANSION_CAP = 96  # non-overlapping float64 partials never exceed ~40
 _REL_SLACK = 1e-9  # covers rounding in the float64 bounds (errors are ~1e-15 relative)
 _NO_THRESHOLD = np.int64(1) << 62
+# Rebuild the far list once a walk needs this many exact distances: a rebuild costs a full scan,
+# a walk step one distance, so long walks are cheaper than frequent rebuilds.
+_STALE_WALK = 256
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,7 +308,6 @@ def _screen_py(Q, n_pos, pos_idx, removed, qv, heaps, heap_sizes, near_pos, near
     """One pass over positions ``[0, n_pos)``: grid distances to ``qv``; per thread, keep the
     k smallest (heap), every record that may be among the true nearest, and (``want_far``) every
     record that may be the true farthest. Overflowing candidate buffers set ``overflow``."""
-    m = Q.shape[0]
     n_threads = heaps.shape[0]
     cap = near_pos.shape[1]
     chunk = (n_pos + n_threads - 1) // n_threads
@@ -415,7 +417,8 @@ def _quantise(X):
             err = X[i, j] - (lo[j] + h * v)
             e2 += err * err
         e_max2 = max(e_max2, e2)
-    margin = 2.0 * math.sqrt(e_max2) / h * (1.0 + _REL_SLACK) + _REL_SLACK
+    # grid and true distances differ by <= 2 e_max / h; comparing two records doubles it
+    margin = 4.0 * math.sqrt(e_max2) / h * (1.0 + _REL_SLACK) + _REL_SLACK
     return Q, lo, h, margin
 
 
@@ -498,7 +501,9 @@ def _walk_far_list(X, c, c_ref, top_idx, top_d, head, floor_d, removed):
         if d > best or (d == best and i < best_i):
             best = d
             best_i = i
-    if best_i >= 0 and (floor_d == -np.inf or (floor_d + delta) * (1.0 + _REL_SLACK) < math.sqrt(best)):
+    if best_i < 0:
+        return -1, examined, head
+    if floor_d == -np.inf or (floor_d + delta) * (1.0 + _REL_SLACK) < math.sqrt(best):
         return best_i, examined, head
     return -1, examined, head
 
@@ -524,13 +529,14 @@ def _compact(Q, pos_idx, n_pos, removed, screen):
 
 @nb.njit(cache=True)
 def _nearest_screened(X, Q, pos_idx, n_pos, removed, lo, h, margin, q_i, k, want_far, bufs,
-                      parallel, cell):
-    """Cell of ``q_i`` (it and its k-1 nearest) by screening; optionally also the candidates for
-    the farthest record. Returns (ok, n_far_candidates, far_max_over_threads)."""
+                      cell):
+    """Cell of ``q_i`` (it and its k-1 nearest) by screening, into ``cell``; with ``want_far``
+    the same pass leaves the candidates for the farthest record in ``bufs``. Returns False when
+    a candidate buffer overflowed (the caller then scans exactly)."""
     (qv, heaps, heap_sizes, near_pos, near_s, n_near, far_pos, far_s, n_far, far_max,
      overflow) = bufs
     _grid_query(X, q_i, lo, h, qv)
-    if parallel:
+    if heaps.shape[0] > 1:
         _screen_parallel(Q, n_pos, pos_idx, removed, qv, heaps, heap_sizes, near_pos, near_s,
                          n_near, far_pos, far_s, n_far, far_max, want_far, margin, overflow)
     else:
@@ -606,6 +612,29 @@ def _screen_buffers(m, k, n_threads, cap):
             np.zeros(n_threads, np.bool_))
 
 
+@nb.njit(cache=True)
+def _cell_of(X, Q, pos_idx, n_pos, removed, lo, h, margin, screen, q_i, k, want_far, bufs, cell,
+             stats):
+    """Fill ``cell`` with ``q_i`` and its k-1 nearest remaining records. Returns whether the
+    screening pass ran (and so whether ``bufs`` holds farthest candidates)."""
+    ok = screen and _nearest_screened(X, Q, pos_idx, n_pos, removed, lo, h, margin, q_i, k,
+                                      want_far, bufs, cell)
+    if not ok:
+        stats[2] += 1
+        alive = _alive_indices(pos_idx, n_pos, removed)
+        cell[0] = q_i
+        _select_nearest(X, alive, alive.shape[0], X[q_i].copy(), q_i, k - 1, cell[1:])
+    return ok
+
+
+@nb.njit(cache=True)
+def _assign(X, cell, label, labels, removed, partials, counts):
+    for i in cell:
+        labels[i] = label
+        removed[i] = True
+        _exact_sums_remove(partials, counts, X[i])
+
+
 @nb.njit(cache=True, nogil=True)
 def mdav_labels(X, k, screen, n_threads, far_list_len, min_parallel, stats, progress):
     """MDAV-generic labels for the standardised float64 matrix ``X`` (see ``mdav.py``).
@@ -631,8 +660,8 @@ def mdav_labels(X, k, screen, n_threads, far_list_len, min_parallel, stats, prog
     else:
         Q, lo, h, margin = np.empty((m, 0), np.uint8), np.zeros(m), 1.0, 0.0
     cap = max(4096, 8 * k)
-    bufs = _screen_buffers(m, k, n_threads, cap)
-    bufs1 = _screen_buffers(m, k, 1, cap)
+    bufs_parallel = _screen_buffers(m, k, n_threads, cap)
+    bufs_serial = _screen_buffers(m, k, 1, cap)
 
     c_ref = np.full(m, np.nan)
     top_idx = np.empty(0, np.int64)
@@ -642,11 +671,12 @@ def mdav_labels(X, k, screen, n_threads, far_list_len, min_parallel, stats, prog
     stale = True
 
     while n_alive >= 2 * k:
+        # r: the record farthest from the centroid
         _exact_mean(partials, counts, n_alive, c)
         r = -1
         if not stale:
             r, examined, head = _walk_far_list(X, c, c_ref, top_idx, top_d, head, floor_d, removed)
-            stale = examined > 32
+            stale = examined > _STALE_WALK
             stats[1] += examined
         if r < 0:
             stats[0] += 1
@@ -657,43 +687,24 @@ def mdav_labels(X, k, screen, n_threads, far_list_len, min_parallel, stats, prog
             r, examined, head = _walk_far_list(X, c, c_ref, top_idx, top_d, head, floor_d, removed)
             stale = False
         two_cells = n_alive >= 3 * k
-        par = n_threads > 1 and n_alive >= min_parallel
-        use = bufs if par else bufs1
-        ok = screen and _nearest_screened(X, Q, pos_idx, n_pos, removed, lo, h, margin, r, k,
-                                          two_cells, use, par, cell)
-        if not ok:
-            stats[2] += 1
-            alive = _alive_indices(pos_idx, n_pos, removed)
-            cell[0] = r
-            _select_nearest(X, alive, alive.shape[0], X[r].copy(), r, k - 1, cell[1:])
-        for t in range(k):
-            i = cell[t]
-            labels[i] = label
-            removed[i] = True
-            _exact_sums_remove(partials, counts, X[i])
+        bufs = bufs_parallel if n_threads > 1 and n_alive >= min_parallel else bufs_serial
+        ok = _cell_of(X, Q, pos_idx, n_pos, removed, lo, h, margin, screen, r, k, two_cells,
+                      bufs, cell, stats)
+        _assign(X, cell, label, labels, removed, partials, counts)
         n_alive -= k
         label += 1
         if not two_cells:
             break
-        s = _far_from_screen(X, pos_idx, removed, use, margin, r) if ok else -1
+        # s: the record farthest from r, among those left
+        s = _far_from_screen(X, pos_idx, removed, bufs, margin, r) if ok else -1
         if s < 0:
             stats[3] += 1
             alive = _alive_indices(pos_idx, n_pos, removed)
             s = _select_farthest(X, alive, alive.shape[0], X[r].copy(), removed)
-        par = n_threads > 1 and n_alive >= min_parallel
-        use = bufs if par else bufs1
-        ok = screen and _nearest_screened(X, Q, pos_idx, n_pos, removed, lo, h, margin, s, k,
-                                          False, use, par, cell)
-        if not ok:
-            stats[2] += 1
-            alive = _alive_indices(pos_idx, n_pos, removed)
-            cell[0] = s
-            _select_nearest(X, alive, alive.shape[0], X[s].copy(), s, k - 1, cell[1:])
-        for t in range(k):
-            i = cell[t]
-            labels[i] = label
-            removed[i] = True
-            _exact_sums_remove(partials, counts, X[i])
+        bufs = bufs_parallel if n_threads > 1 and n_alive >= min_parallel else bufs_serial
+        _cell_of(X, Q, pos_idx, n_pos, removed, lo, h, margin, screen, s, k, False, bufs, cell,
+                 stats)
+        _assign(X, cell, label, labels, removed, partials, counts)
         n_alive -= k
         label += 1
         progress[0] = n - n_alive

@@ -22,7 +22,7 @@ from streamanon.engines._mdav_kernels import mdav_labels
 from streamanon.progress import Progress
 
 # Below this many remaining records a scan is too short to amortise waking a second thread.
-_MIN_PARALLEL = 150_000
+_MIN_PARALLEL = 50_000
 _FAR_LIST_LEN = 2048
 # Squared grid distances must fit in int32: 255**2 * m < 2**31.
 _MAX_SCREENED_COLUMNS = 33_000

@@ -1,0 +1,1 @@
+"""Benchmarks, arrival profiles, the simulation driver and paper reproductions."""

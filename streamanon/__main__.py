@@ -1,0 +1,5 @@
+import sys
+
+from streamanon.cli import main
+
+sys.exit(main())

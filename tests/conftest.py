@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATASETS = REPO.parent / "shared" / "datasets"
+
+
+@pytest.fixture(scope="session")
+def datasets_dir() -> Path:
+    if not (DATASETS / "census.csv").exists():
+        pytest.fail(f"benchmark datasets not found at {DATASETS} (CI provides ../shared)")
+    return DATASETS
+
+
+@pytest.fixture(scope="session")
+def benchmark_data(datasets_dir: Path) -> dict[str, np.ndarray]:
+    return {
+        name: pd.read_csv(datasets_dir / f"{name}.csv").to_numpy(dtype=np.float64)
+        for name in ("census", "tarragona", "eia")
+    }

@@ -1,0 +1,146 @@
+"""The command line: anonymize, verify, engines; one-line errors; atomic output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from streamanon.cli import main
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "streamanon", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture
+def survey(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    n = 200
+    frame = pd.DataFrame({
+        "respondent_id": [f"R{i}" for i in range(n)],
+        "age": rng.integers(18, 90, n),
+        "income": rng.lognormal(10, 0.5, n).round(2),
+        "answer": rng.integers(1, 6, n),
+    })
+    path = tmp_path / "survey.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+ARGS = ["--k", "5", "--qi", "age,income", "--confidential", "answer", "--drop", "respondent_id"]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_anonymize_writes_a_verified_release_and_report(survey, tmp_path, suffix, capsys):
+    out = tmp_path / f"release{suffix}"
+    assert main(["anonymize", str(survey), *ARGS, "--out", str(out), "--seed", "1"]) == 0
+    release = pd.read_csv(out) if suffix == ".csv" else pd.read_parquet(out)
+    original = pd.read_csv(survey)
+    assert list(release.columns) == ["age", "income", "answer"]
+    assert len(release) == len(original)
+    assert sorted(release["answer"]) == sorted(original["answer"])  # unchanged, shuffled
+    report = json.loads((tmp_path / "release.report.json").read_text())
+    assert {"n", "m", "k", "engine", "distortion", "information_loss", "seconds"} <= set(report)
+    assert (report["n"], report["m"], report["k"], report["engine"]) == (200, 2, 5, "mdav")
+    assert report["information_loss"] == pytest.approx(100 * report["distortion"])
+    assert main(["verify", str(out), "--k", "5", "--qi", "age,income"]) == 0
+    assert "5-anonymous" in capsys.readouterr().out
+
+
+def test_release_rows_are_shuffled(survey, tmp_path):
+    out = tmp_path / "release.csv"
+    main(["anonymize", str(survey), *ARGS, "--out", str(out), "--seed", "4"])
+    release = pd.read_csv(out)
+    from streamanon import microaggregate
+
+    ordered = microaggregate(pd.read_csv(survey), 5, qi=["age", "income"], drop=["respondent_id"])
+    assert not np.array_equal(release["income"].to_numpy(), ordered.data["income"].to_numpy())
+
+
+def test_verify_fails_on_a_table_that_is_not_k_anonymous(survey, capsys):
+    assert main(["verify", str(survey), "--k", "2", "--qi", "age,income"]) == 1
+    assert "NOT 2-anonymous" in capsys.readouterr().err
+
+
+def test_engines_lists_mdav(capsys):
+    assert main(["engines"]) == 0
+    assert "mdav" in capsys.readouterr().out
+
+
+def _bad_inputs(survey: Path, tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+    frame = pd.read_csv(survey)
+    with_nan = tmp_path / "nan.csv"
+    frame.assign(income=frame["income"].where(frame.index != 3)).to_csv(with_nan, index=False)
+    with_inf = tmp_path / "inf.csv"
+    with_inf_frame = frame.assign(income=frame["income"].where(frame.index != 3, np.inf))
+    with_inf_frame.to_csv(with_inf, index=False)
+    tiny = tmp_path / "tiny.csv"
+    frame.head(3).to_csv(tiny, index=False)
+    out = str(tmp_path / "out.csv")
+    return {
+        "missing file": ([str(tmp_path / "nope.csv"), *ARGS, "--out", out], "no such file"),
+        "unknown column": ([str(survey), "--k", "5", "--qi", "age,salary", "--confidential",
+                            "answer", "--drop", "respondent_id,income", "--out", out],
+                           "unknown column(s): salary"),
+        "non-numeric qi": ([str(survey), "--k", "5", "--qi", "age,respondent_id",
+                            "--confidential", "answer,income", "--out", out], "not numeric"),
+        "nan": ([str(with_nan), *ARGS, "--out", out], "NaN or infinite"),
+        "inf": ([str(with_inf), *ARGS, "--out", out], "NaN or infinite"),
+        "fewer than k": ([str(tiny), *ARGS, "--out", out], "3 records cannot form a cell of k = 5"),
+        "column without role": ([str(survey), "--k", "5", "--qi", "age,income", "--drop",
+                                 "respondent_id", "--out", out], "answer have no role"),
+        "bad output type": ([str(survey), *ARGS, "--out", str(tmp_path / "o.xlsx")],
+                            "unsupported file type"),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing file", "unknown column", "non-numeric qi", "nan", "inf",
+                                  "fewer than k", "column without role", "bad output type"])
+def test_bad_input_gives_one_line_error_and_no_output(survey, tmp_path, case, capsys):
+    args, message = _bad_inputs(survey, tmp_path)[case]
+    assert main(["anonymize", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("streamanon: error:") and message in err
+    assert "\n" not in err and "Traceback" not in err
+    assert not (tmp_path / "out.csv").exists()
+    assert not list(tmp_path.glob(".out.csv.*"))  # no temporary file left behind
+
+
+def test_k_below_one_is_a_usage_error(survey, tmp_path):
+    result = run_cli("anonymize", str(survey), "--k", "0", "--qi", "age", "--out",
+                     str(tmp_path / "o.csv"))
+    assert result.returncode == 2
+    assert "must be at least 1" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_errors_from_the_installed_command_have_no_traceback(tmp_path):
+    result = run_cli("verify", str(tmp_path / "missing.csv"), "--k", "3", "--qi", "a")
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"streamanon: error: {tmp_path / 'missing.csv'}: no such file"
+
+
+def test_failed_write_keeps_the_previous_release(survey, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "release.csv"
+    out.write_text("previous release\n")
+
+    def broken(self, *args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", broken)
+    assert main(["anonymize", str(survey), *ARGS, "--out", str(out)]) == 1
+    assert capsys.readouterr().err.strip() == "streamanon: error: disk full"
+    assert out.read_text() == "previous release\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".release")] == []
+
+
+def test_demo_runs(tmp_path, capsys):
+    assert main(["demo", "--dir", str(tmp_path / "demo")]) == 0
+    assert "5-anonymous" in capsys.readouterr().out

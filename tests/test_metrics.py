@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamanon.errors import KAnonymityError
+from streamanon.metrics import (
+    aggregate,
+    check_k_anonymity,
+    check_partition,
+    distortion,
+    fit_standardisation,
+    information_loss,
+    relative_distortion_increase,
+    require_k_anonymous,
+    sse,
+    sst,
+    standardise,
+)
+
+
+def test_standardise_gives_mean_zero_and_population_std_one():
+    X = np.random.default_rng(0).normal(5, 3, (1000, 4))
+    Z = standardise(X)
+    assert np.allclose(Z.mean(axis=0), 0, atol=1e-12)
+    assert np.allclose(Z.std(axis=0, ddof=0), 1, atol=1e-12)
+
+
+def test_standardise_uses_population_not_sample_std():
+    Z = standardise(np.array([[0.0], [2.0]]))
+    assert Z.ravel().tolist() == [-1.0, 1.0]  # population std 1; the sample std would give 0.707
+
+
+def test_constant_column_becomes_zero():
+    X = np.column_stack([np.arange(5.0), np.full(5, 0.1)])
+    Z = standardise(X)
+    assert (Z[:, 1] == 0).all()
+    assert np.isfinite(Z).all()
+
+
+def test_standardisation_inverts():
+    X = np.random.default_rng(1).normal(size=(50, 3)) * [1, 10, 100]
+    s = fit_standardisation(X)
+    assert np.allclose(s.invert(s.apply(X)), X)
+
+
+def test_sst_of_standardised_data_is_n_times_m():
+    Z = standardise(np.random.default_rng(2).normal(size=(300, 5)))
+    assert sst(Z) == pytest.approx(300 * 5)
+
+
+def test_sse_and_distortion_on_a_hand_example():
+    Z = np.array([[0.0], [2.0], [10.0], [12.0]])
+    labels = np.array([0, 0, 1, 1])
+    assert sse(Z, labels) == pytest.approx(4.0)  # each record 1 from its cell mean
+    assert sst(Z) == pytest.approx(104.0)  # mean 6: 36 + 16 + 16 + 36
+    assert distortion(Z, labels) == pytest.approx(4 / 104)
+    assert information_loss(Z, labels) == pytest.approx(400 / 104)
+
+
+def test_one_cell_has_distortion_one_and_singletons_zero():
+    Z = standardise(np.random.default_rng(3).normal(size=(20, 2)))
+    assert distortion(Z, np.zeros(20, dtype=int)) == pytest.approx(1.0)
+    assert distortion(Z, np.arange(20)) == 0.0
+
+
+def test_aggregate_replaces_each_record_with_its_cell_mean():
+    X = np.array([[1.0, 10.0], [3.0, 20.0], [5.0, 0.0]])
+    out = aggregate(X, np.array([0, 0, 1]))
+    assert out.tolist() == [[2.0, 15.0], [2.0, 15.0], [5.0, 0.0]]
+
+
+def test_delta():
+    assert relative_distortion_increase(0.11, 0.10) == pytest.approx(0.1)
+    assert relative_distortion_increase(0.0, 0.0) == 0.0
+
+
+def test_check_partition_rejects_small_cells_and_bad_labels():
+    check_partition(np.array([0, 0, 1, 1, 1]), 5, 2)
+    with pytest.raises(KAnonymityError, match="fewer than k = 3"):
+        check_partition(np.array([0, 0, 1, 1, 1]), 5, 3)
+    with pytest.raises(KAnonymityError):
+        check_partition(np.array([0, 0, 2, 2]), 4, 2)  # label 1 unused
+    with pytest.raises(KAnonymityError):
+        check_partition(np.array([0, 0, 0]), 4, 1)  # a record without a cell
+
+
+def test_k_anonymity_check_counts_groups():
+    released = np.array([[1.0, 2.0]] * 3 + [[5.0, 5.0]] * 2 + [[7.0, 7.0]] * 3)
+    report = check_k_anonymity(released, 3)
+    assert not report.ok
+    assert (report.n_groups, report.smallest_group, report.groups_below_k) == (3, 2, 1)
+    assert report.records_below_k == 2
+    assert check_k_anonymity(released, 2).ok
+
+
+def test_k_anonymity_gate_raises():
+    with pytest.raises(KAnonymityError, match="not 4-anonymous"):
+        require_k_anonymous(np.array([[1.0]] * 3 + [[2.0]] * 4), 4)
+
+
+def test_fewer_records_than_k_is_not_k_anonymous():
+    assert not check_k_anonymity(np.array([[1.0], [1.0]]), 3).ok
