@@ -23,3 +23,9 @@ def benchmark_data(datasets_dir: Path) -> dict[str, np.ndarray]:
         name: pd.read_csv(datasets_dir / f"{name}.csv").to_numpy(dtype=np.float64)
         for name in ("census", "tarragona", "eia")
     }
+
+
+@pytest.fixture(autouse=True)
+def _private_data_dir(tmp_path_factory, monkeypatch):
+    """Cost models and other state go to a temporary directory, never the user's home."""
+    monkeypatch.setenv("STREAMANON_DATA_DIR", str(tmp_path_factory.mktemp("data")))

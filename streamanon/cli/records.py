@@ -1,8 +1,4 @@
-"""The ``streamanon`` command line.
-
-Every subcommand has ``--help``. Errors print one line, ``streamanon: error: ...``, and exit
-with status 2 (bad input or parameters) or 1 (a check failed); ``--debug`` shows tracebacks.
-"""
+"""One-shot microaggregation of files: ``anonymize``, ``verify``, ``engines``, ``demo``."""
 
 from __future__ import annotations
 
@@ -10,64 +6,20 @@ import argparse
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from streamanon import __version__
-from streamanon.errors import InputError, StreamanonError
+from streamanon.cli._args import columns, param, positive_int
+from streamanon.errors import InputError
 
 T = TypeVar("T")
 
 EXIT_CHECK_FAILED = 1
-EXIT_USAGE = 2
 
 
-def _columns(text: str) -> list[str]:
-    cols = [c.strip() for c in text.split(",") if c.strip()]
-    if not cols:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of column names")
-    return cols
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _param(text: str) -> tuple[str, Any]:
-    name, sep, raw = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    return name.strip(), _parse_value(raw.strip())
-
-
-def _parse_value(raw: str) -> Any:
-    lowered = raw.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for convert in (int, float):
-        try:
-            return convert(raw)
-        except ValueError:
-            pass
-    return raw
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="streamanon",
-        description="Streaming, incremental k-anonymous microaggregation for large e-surveys.",
-    )
-    parser.add_argument("--version", action="version", version=f"streamanon {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``anonymize``, ``verify``, ``engines`` and ``demo``."""
     an = sub.add_parser(
         "anonymize",
         help="microaggregate a CSV or Parquet file into a k-anonymous release",
@@ -80,16 +32,16 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     an.add_argument("input", metavar="INPUT", help="input file (.csv or .parquet)")
-    an.add_argument("--k", type=_positive_int, required=True, help="minimum cell size")
-    an.add_argument("--qi", type=_columns, required=True, metavar="COLS",
+    an.add_argument("--k", type=positive_int, required=True, help="minimum cell size")
+    an.add_argument("--qi", type=columns, required=True, metavar="COLS",
                     help="comma-separated numeric quasi-identifier columns")
-    an.add_argument("--confidential", type=_columns, default=[], metavar="COLS",
+    an.add_argument("--confidential", type=columns, default=[], metavar="COLS",
                     help="comma-separated columns published unchanged")
-    an.add_argument("--drop", type=_columns, default=[], metavar="COLS",
+    an.add_argument("--drop", type=columns, default=[], metavar="COLS",
                     help="comma-separated columns removed from the release (identifiers)")
     an.add_argument("--engine", default="mdav",
                     help="microaggregation engine (default mdav; see 'streamanon engines')")
-    an.add_argument("--param", type=_param, action="append", default=[], metavar="NAME=VALUE",
+    an.add_argument("--param", type=param, action="append", default=[], metavar="NAME=VALUE",
                     help="engine parameter, repeatable")
     an.add_argument("--out", required=True, metavar="OUTPUT",
                     help="release file (.csv or .parquet); the report goes next to it")
@@ -107,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     ve.add_argument("file", metavar="FILE", help="released file (.csv or .parquet)")
-    ve.add_argument("--k", type=_positive_int, required=True, help="required minimum group size")
-    ve.add_argument("--qi", type=_columns, required=True, metavar="COLS",
+    ve.add_argument("--k", type=positive_int, required=True, help="required minimum group size")
+    ve.add_argument("--qi", type=columns, required=True, metavar="COLS",
                     help="comma-separated quasi-identifier columns")
     ve.set_defaults(handler=cmd_verify)
 
@@ -127,33 +79,6 @@ def build_parser() -> argparse.ArgumentParser:
     de.add_argument("--dir", default="demo-output", metavar="DIR",
                     help="output directory (default ./demo-output)")
     de.set_defaults(handler=cmd_demo)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "handler", None):
-        parser.print_help()
-        return EXIT_USAGE
-    try:
-        return int(args.handler(args) or 0)
-    except StreamanonError as exc:
-        if args.debug:
-            raise
-        print(f"streamanon: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:  # disk full, permission denied, ...: nothing partial was written
-        if args.debug:
-            raise
-        print(f"streamanon: error: {exc}", file=sys.stderr)
-        return EXIT_CHECK_FAILED
-    except KeyboardInterrupt:
-        print("streamanon: interrupted", file=sys.stderr)
-        return 130
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 def _with_progress(label: str, run: Callable[[Any], T], enabled: bool) -> T:
@@ -287,7 +212,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with resources.as_file(example) as path:
         release = out_dir / "release.csv"
         print(f"anonymizing the bundled example survey {path.name} with k = 5 ...")
-        code = main([
+        code = run_cli([
             "anonymize", str(path), "--k", "5",
             "--qi", "age,household_size,income,commute_km,years_at_address",
             "--confidential", "satisfaction,health_score,votes_next_election",
@@ -297,9 +222,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if code:
             return code
     print("verifying the release ...")
-    return main(["verify", str(release), "--k", "5",
+    return run_cli(["verify", str(release), "--k", "5",
                  "--qi", "age,household_size,income,commute_km,years_at_address"])
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+def run_cli(argv: list[str]) -> int:
+    from streamanon.cli import main
+
+    return main(argv)

@@ -1,0 +1,208 @@
+"""Cost models for the planner, their calibration, and their persistence.
+
+The base engine's time is modelled as a power law ``t = a n^b`` at the survey's m and k. MDAV is
+quadratic in theory (b = 2), but measured exponents differ (streamanon's MDAV fits about 1.5
+over 20k..1M records), so ``b`` is fitted. The incremental stages have their own models:
+nearest-neighbour adjoining costs ``c n_0 n_+ / k`` and a two-stage run costs the engine's power
+law on the increment alone.
+
+:func:`calibrate` times an engine on synthetic data at a few sizes within a small time budget;
+:class:`CostModelStore` keeps the samples in a JSON file and refits whenever a real run adds
+one. Nothing here imports the service or the engines: the engine is passed in as a function.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PowerLaw:
+    """``seconds(n) = a * n**b``; ``residual`` is the RMS error of the fit in log space
+    (0.1 means the fitted points are typically within about 10 %)."""
+
+    a: float
+    b: float
+    residual: float = 0.0
+
+    def __call__(self, n: float) -> float:
+        return self.a * float(n) ** self.b if n > 0 else 0.0
+
+    @classmethod
+    def fit(cls, ns: Sequence[float], seconds: Sequence[float]) -> PowerLaw:
+        """Least squares on ``log t = log a + b log n``."""
+        x = np.log(np.asarray(ns, dtype=float))
+        y = np.log(np.asarray(seconds, dtype=float))
+        if x.size < 2 or np.ptp(x) == 0:
+            raise ValueError("need timings at two or more distinct sizes to fit a power law")
+        b, log_a = np.polyfit(x, y, 1)
+        residual = float(np.sqrt(np.mean((y - (log_a + b * x)) ** 2)))
+        return cls(a=float(math.exp(log_a)), b=float(b), residual=residual)
+
+    @classmethod
+    def quadratic(cls, t_ref: float, n: float) -> PowerLaw:
+        """The textbook MDAV model through one point: ``t_ref`` seconds for ``n`` records."""
+        return cls(a=t_ref / float(n) ** 2, b=2.0)
+
+
+@dataclass(frozen=True)
+class TwoStageCost:
+    """Incremental stage that runs an engine on the increment alone (2MDAV): ``engine(n_+)``."""
+
+    engine: PowerLaw
+
+    def __call__(self, n_base: float, n_increment: float) -> float:
+        return self.engine(n_increment)
+
+
+@dataclass(frozen=True)
+class NearestNeighbourCost:
+    """Incremental stage that adjoins each new record to a base cell: ``c n_0 n_+ / k``
+    (paper 001, sec. IV-D: proportional to the number of centroids times new records)."""
+
+    c: float
+    k: int
+
+    def __call__(self, n_base: float, n_increment: float) -> float:
+        return self.c * n_base * n_increment / self.k
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fitted model and the (n, seconds) samples behind it."""
+
+    model: PowerLaw
+    samples: list[tuple[int, float]] = field(default_factory=list)
+
+
+def calibrate(
+    engine: Callable[[np.ndarray, int], Any],
+    m: int,
+    k: int,
+    *,
+    budget_seconds: float = 5.0,
+    first_n: int | None = None,
+    max_n: int = 2_000_000,
+    seed: int = 0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Calibration:
+    """Time ``engine(X, k)`` on standard Gaussian data with ``m`` columns at doubling sizes.
+
+    Starts at ``first_n`` (default ``max(2000, 50 k)``) and doubles while the next run is
+    predicted to fit in what is left of ``budget_seconds``; at least three sizes are timed. A
+    tiny warm-up run first keeps compilation out of the timings.
+    """
+    rng = np.random.default_rng(seed)
+    engine(rng.standard_normal((max(3 * k, 8), m)), k)  # warm-up: compile, load caches
+    n = first_n or max(2000, 50 * k)
+    samples: list[tuple[int, float]] = []
+    spent = 0.0
+    while True:
+        X = rng.standard_normal((n, m))
+        started = clock()
+        engine(X, k)
+        seconds = max(clock() - started, 1e-9)
+        samples.append((n, seconds))
+        spent += seconds
+        growth = 2.0 ** (PowerLaw.fit(*zip(*samples, strict=True)).b if len(samples) > 1 else 2.0)
+        next_n = 2 * n
+        if next_n > max_n or (len(samples) >= 3 and spent + seconds * growth > budget_seconds):
+            break
+        n = next_n
+    ns, ts = zip(*samples, strict=True)
+    return Calibration(model=PowerLaw.fit(ns, ts), samples=samples)
+
+
+def default_store_path() -> Path:
+    """``$STREAMANON_DATA_DIR/cost_models.json``, default ``~/.local/share/streamanon/``."""
+    base = os.environ.get("STREAMANON_DATA_DIR") or os.path.join(
+        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "streamanon"
+    )
+    return Path(base) / "cost_models.json"
+
+
+class CostModelStore:
+    """Fitted cost models by (engine, m, k), kept in a JSON file.
+
+    Each entry keeps its calibration samples and up to ``max_runs`` timings of real runs;
+    :meth:`observe` adds a real run and refits, so the model follows the machine it runs on.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, max_runs: int = 64) -> None:
+        self.path = Path(path) if path is not None else default_store_path()
+        self.max_runs = max_runs
+
+    @staticmethod
+    def key(engine: str, m: int, k: int) -> str:
+        return f"{engine}|m={m}|k={k}"
+
+    def _load(self) -> dict[str, Any]:
+        if not self.path.exists():
+            return {}
+        try:
+            return json.loads(self.path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, OSError) as exc:
+            raise ValueError(f"{self.path}: unreadable cost-model file ({exc})") from None
+
+    def _save(self, data: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".cost_models.", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, indent=2, sort_keys=True)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def get(self, engine: str, m: int, k: int) -> PowerLaw | None:
+        entry = self._load().get(self.key(engine, m, k))
+        if not entry or "a" not in entry:  # no entry, or samples at one size only
+            return None
+        return PowerLaw(a=entry["a"], b=entry["b"], residual=entry.get("residual", 0.0))
+
+    def samples(self, engine: str, m: int, k: int) -> list[tuple[int, float, str]]:
+        entry = self._load().get(self.key(engine, m, k)) or {}
+        return [(int(n), float(t), str(src)) for n, t, src in entry.get("samples", [])]
+
+    def put(self, engine: str, m: int, k: int, calibration: Calibration) -> PowerLaw:
+        """Replace the calibration samples of (engine, m, k), keep its real runs, refit."""
+        runs = [s for s in self.samples(engine, m, k) if s[2] == "run"]
+        fresh = [(n, t, "calibration") for n, t in calibration.samples]
+        return self._refit(engine, m, k, fresh + runs)
+
+    def observe(self, engine: str, m: int, k: int, n: int, seconds: float) -> PowerLaw | None:
+        """Record a real run of ``seconds`` on ``n`` records and refit (when two sizes exist)."""
+        samples = self.samples(engine, m, k)
+        runs = [s for s in samples if s[2] == "run"] + [(int(n), float(seconds), "run")]
+        runs = runs[-self.max_runs:]
+        calibration = [s for s in samples if s[2] == "calibration"]
+        return self._refit(engine, m, k, calibration + runs)
+
+    def _refit(self, engine: str, m: int, k: int,
+               samples: list[tuple[int, float, str]]) -> PowerLaw | None:
+        data = self._load()
+        entry: dict[str, Any] = {"engine": engine, "m": m, "k": k,
+                                 "samples": [list(s) for s in samples],
+                                 "updated": time.time()}
+        model = None
+        if len({n for n, _, _ in samples}) >= 2:
+            model = PowerLaw.fit([s[0] for s in samples], [s[1] for s in samples])
+            entry.update(a=model.a, b=model.b, residual=model.residual)
+        else:
+            previous = data.get(self.key(engine, m, k)) or {}
+            entry.update({name: previous[name] for name in ("a", "b", "residual")
+                          if name in previous})
+        data[self.key(engine, m, k)] = entry
+        self._save(data)
+        return model if model is not None else self.get(engine, m, k)

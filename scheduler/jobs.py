@@ -1,0 +1,171 @@
+"""APScheduler jobs that act on the plan: re-plan every few seconds, start the base run once,
+close the survey once (SPEC section 6, step 4).
+
+:class:`Planner` owns three jobs on an APScheduler scheduler: ``<survey>:replan`` (interval),
+``<survey>:base`` (date, moved by every re-plan) and ``<survey>:close`` (date). What to do is
+injected: ``plan(now)`` returns a :class:`~scheduler.planner.Plan`, ``on_base_start(plan)``
+takes the snapshot and starts the base run, ``on_close()`` closes the survey. The clock is
+injected too, so tests drive it with a fake clock and a fake scheduler and no service.
+
+Guarantees: the base trigger fires at most once however often the plan moves it; a trigger
+whose time has already passed fires at once; the close trigger fires at most once, and after
+it the base trigger never fires (a survey that closes before its base run starts is run
+one-shot by the close handler).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from scheduler.planner import Plan
+
+log = logging.getLogger(__name__)
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Planner:
+    """Keeps one survey's base and close triggers where the latest plan says.
+
+    Parameters
+    ----------
+    scheduler
+        An APScheduler 3 scheduler (or anything with ``add_job``, ``remove_job``, ``get_job``).
+    survey_id
+        Used in job ids and log lines.
+    close_at
+        The scheduled close (timezone-aware), or None to close on command (:meth:`close_now`).
+    plan
+        ``plan(now) -> Plan``: the current plan, re-estimated from the arrivals so far.
+    on_base_start, on_close
+        Callbacks; each runs at most once.
+    clock
+        ``clock() -> datetime`` (aware). Default: UTC wall clock.
+    interval_seconds
+        How often to re-plan.
+    """
+
+    def __init__(
+        self,
+        scheduler: Any,
+        *,
+        survey_id: str,
+        close_at: datetime | None,
+        plan: Callable[[datetime], Plan],
+        on_base_start: Callable[[Plan], None],
+        on_close: Callable[[], None],
+        clock: Callable[[], datetime] = utc_now,
+        interval_seconds: float = 5.0,
+    ) -> None:
+        if close_at is not None and close_at.tzinfo is None:
+            raise ValueError("close_at must be timezone-aware")
+        self.scheduler = scheduler
+        self.survey_id = survey_id
+        self.close_at = close_at
+        self._plan = plan
+        self._on_base_start = on_base_start
+        self._on_close = on_close
+        self.clock = clock
+        self.interval_seconds = interval_seconds
+        self.last_plan: Plan | None = None
+        self.base_at: datetime | None = None
+        self.base_started = False
+        self.closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def _base_id(self) -> str:
+        return f"{self.survey_id}:base"
+
+    @property
+    def _close_id(self) -> str:
+        return f"{self.survey_id}:close"
+
+    @property
+    def _replan_id(self) -> str:
+        return f"{self.survey_id}:replan"
+
+    def start(self) -> None:
+        """Register the jobs and plan once right away."""
+        if self.close_at is not None:
+            self._schedule(self._close_id, self._fire_close, self.close_at)
+        self.scheduler.add_job(
+            self.replan, "interval", seconds=self.interval_seconds, id=self._replan_id,
+            replace_existing=True, max_instances=1, coalesce=True,
+        )
+        self.replan()
+
+    def stop(self) -> None:
+        for job_id in (self._replan_id, self._base_id, self._close_id):
+            self._remove(job_id)
+
+    def replan(self) -> Plan | None:
+        """Re-estimate and move the base trigger; fire it now if its moment has passed."""
+        with self._lock:
+            if self.base_started or self.closed:
+                return self.last_plan
+            now = self.clock()
+            plan = self._plan(now)
+            self.last_plan = plan
+            fire_at = self._base_moment(plan, now)
+            self.base_at = fire_at
+        if fire_at is None:
+            self._remove(self._base_id)
+            return plan
+        if fire_at <= now:
+            self._fire_base()
+        else:
+            self._schedule(self._base_id, self._fire_base, fire_at)
+        return plan
+
+    def _base_moment(self, plan: Plan, now: datetime) -> datetime | None:
+        """When to take the base snapshot, or None when the plan is one-shot at close."""
+        if plan.mode == "one-shot" or self.close_at is None:
+            return None
+        if math.isinf(plan.head_start):
+            return now
+        if plan.nu <= 0 and plan.head_start <= 0:
+            return None
+        return self.close_at - timedelta(seconds=plan.head_start)
+
+    def close_now(self) -> None:
+        """Close on command (control message, CLI or HTTP)."""
+        self._fire_close()
+
+    def _fire_base(self) -> None:
+        with self._lock:
+            if self.base_started or self.closed:
+                return
+            self.base_started = True
+            plan = self.last_plan
+        self._remove(self._base_id)
+        log.info("survey %s: base run triggered (nu = %.4f)", self.survey_id,
+                 plan.nu if plan else float("nan"))
+        self._on_base_start(plan)
+
+    def _fire_close(self) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        for job_id in (self._base_id, self._replan_id, self._close_id):
+            self._remove(job_id)
+        log.info("survey %s: close triggered", self.survey_id)
+        self._on_close()
+
+    def _schedule(self, job_id: str, func: Callable[[], None], when: datetime) -> None:
+        self.scheduler.add_job(func, "date", run_date=when, id=job_id, replace_existing=True,
+                               misfire_grace_time=None)
+
+    def _remove(self, job_id: str) -> None:
+        if self.scheduler.get_job(job_id) is not None:
+            with contextlib.suppress(LookupError):  # fired and removed in between
+                self.scheduler.remove_job(job_id)

@@ -1,0 +1,404 @@
+"""When to start the base run: the data ratio nu (paper 001, sections III-B and IV; SPEC 4).
+
+Times are relative to ``t_ref``, the one-shot ("traditional") run time on all n records.
+``nu = n_+ / n`` is the fraction left to the incremental stage, ``tau_0`` and ``tau_+`` are the
+relative run times of the base and incremental stages, and ``tau_-`` is the head start: the
+time between the base snapshot and the close. The relative time gain over the one-shot run is
+
+    dtau = min(tau_- + 1 - tau_0, 1) - tau_+
+
+because the release is out ``max(tau_0 - tau_-, 0) + tau_+`` after close instead of ``1``.
+
+Two layers live here. The *closed forms* hold for quadratic base and incremental costs
+(``tau_0 = (1 - nu)^2``, ``tau_+ = nu^2``) and uniform arrivals (``tau_- = s nu`` with ``s`` the
+arrival coefficient); they reproduce the paper's numbers. The *general planner*
+(:func:`plan_optimal`, :func:`plan_deadline`) solves the same problems numerically for any cost
+models and any arrival forecast, and agrees with the closed forms in their special case.
+All functions are pure.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import brentq, minimize_scalar
+
+#: The transition arrival coefficient s_- = 2 (2/sqrt(3) - 1) ~ 0.3094 (paper 001, sec. IV-B).
+ARRIVAL_THRESHOLD = 2.0 * (2.0 / math.sqrt(3.0) - 1.0)
+
+
+class InfeasibleDeadlineWarning(UserWarning):
+    """The deadline cannot be met even at the optimal ratio nu*; nu* is used instead."""
+
+
+def _check_coefficient(arrival_coefficient: float) -> float:
+    s = float(arrival_coefficient)
+    if not s >= 0:
+        raise ValueError(f"arrival_coefficient must be >= 0, got {arrival_coefficient!r}")
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# Closed forms: quadratic costs, uniform arrivals.
+# ---------------------------------------------------------------------------------------------
+
+
+def critical_ratio(arrival_coefficient: float) -> float:
+    """nu_-: the ratio at which the base run exactly fills the head start (tau_0 = tau_-).
+
+    ``(2 + s - sqrt(s (4 + s))) / 2`` (paper 001, sec. IV-B).
+    """
+    s = _check_coefficient(arrival_coefficient)
+    if math.isinf(s):
+        return 0.0
+    # 2 / (2 + s + sqrt(s (4 + s))) is the same number without cancellation for large s
+    return 2.0 / (2.0 + s + math.sqrt(s * (4.0 + s)))
+
+
+def critical_ratio_approx(arrival_coefficient: float) -> float:
+    """Strong approximation of nu_- for slow arrivals: ``1 / (2 + s)``."""
+    return 1.0 / (2.0 + _check_coefficient(arrival_coefficient))
+
+
+def optimal_ratio(arrival_coefficient: float) -> float:
+    """nu*: the ratio that maximises the time gain. ``(2 + s) / 4`` up to s_-, then nu_-."""
+    s = _check_coefficient(arrival_coefficient)
+    if s <= ARRIVAL_THRESHOLD:
+        return (2.0 + s) / 4.0
+    return critical_ratio(s)
+
+
+def optimal_gain(arrival_coefficient: float) -> float:
+    """dtau*: the largest relative time gain. ``(2 + s)^2 / 8`` up to s_-, then
+    ``sqrt(s (4 + s)) (2 + s - sqrt(s (4 + s))) / 2`` (= 1 - nu_-^2; paper 001, Fig. 11)."""
+    s = _check_coefficient(arrival_coefficient)
+    if s <= ARRIVAL_THRESHOLD:
+        return (2.0 + s) ** 2 / 8.0
+    return 1.0 - critical_ratio(s) ** 2
+
+
+def relative_gain(nu: float, arrival_coefficient: float) -> float:
+    """dtau(nu) for quadratic costs and uniform arrivals."""
+    s = _check_coefficient(arrival_coefficient)
+    return min(s * nu + 1.0 - (1.0 - nu) ** 2, 1.0) - nu**2
+
+
+def min_relative_deadline(arrival_coefficient: float) -> float:
+    """tau_end_min = 1 - dtau*: the earliest relative finish after close."""
+    return 1.0 - optimal_gain(arrival_coefficient)
+
+
+def deadline_ratio(arrival_coefficient: float, relative_deadline: float) -> float:
+    """nu_end: the smallest ratio that finishes ``relative_deadline`` (tau_end) after close.
+
+    ``(2 + s - sqrt((2 + s)^2 - 8 (1 - tau_end))) / 4`` for tau_end_min <= tau_end < 1. With
+    tau_end >= 1 the one-shot run fits and the result is 0. Below tau_end_min the deadline
+    cannot be met: an :class:`InfeasibleDeadlineWarning` is issued and nu* returned.
+    """
+    s = _check_coefficient(arrival_coefficient)
+    tau_end = float(relative_deadline)
+    if tau_end >= 1.0:
+        return 0.0
+    if tau_end < min_relative_deadline(s) - 1e-12:
+        warnings.warn(
+            f"a deadline of {tau_end:.4g} t_ref after close cannot be met (the earliest finish "
+            f"is {min_relative_deadline(s):.4g} t_ref at nu* = {optimal_ratio(s):.4g}); "
+            "using nu*",
+            InfeasibleDeadlineWarning,
+            stacklevel=2,
+        )
+        return optimal_ratio(s)
+    discriminant = max((2.0 + s) ** 2 - 8.0 * (1.0 - tau_end), 0.0)
+    # the smaller root, written without cancellation
+    return 2.0 * (1.0 - tau_end) / (2.0 + s + math.sqrt(discriminant))
+
+
+def deadline_ratio_approx(arrival_coefficient: float, relative_deadline: float) -> float:
+    """Strong approximation of nu_end for slow arrivals: ``(1 - tau_end) / (2 + s)``."""
+    return (1.0 - relative_deadline) / (2.0 + _check_coefficient(arrival_coefficient))
+
+
+def head_start(arrival_coefficient: float, nu: float, t_ref: float) -> float:
+    """Seconds between the base snapshot and close under uniform arrivals: ``s nu t_ref``."""
+    return _check_coefficient(arrival_coefficient) * nu * t_ref
+
+
+# ---------------------------------------------------------------------------------------------
+# General planner: any cost models, any arrival forecast.
+# ---------------------------------------------------------------------------------------------
+
+BaseCost = Callable[[float], float]
+"""Seconds to run the base engine on n records."""
+IncrementalCost = Callable[[float, float], float]
+"""Seconds to run the incremental stage given n_0 base records and n_+ new records."""
+HeadStart = Callable[[float], float]
+"""Seconds before close at which all but a fraction nu of the final records have arrived."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A schedule: how much to leave to the incremental stage and when to start the base run.
+
+    Seconds are absolute; ``head_start`` is how long before close the base snapshot is taken.
+    ``finish_after_close`` is the predicted time from close to release.
+    """
+
+    mode: str  # "optimal", "deadline" or "one-shot"
+    nu: float
+    n_total: float
+    t_ref: float
+    head_start: float
+    base_seconds: float
+    incremental_seconds: float
+    critical_ratio: float | None = None
+    arrival_coefficient: float | None = None
+    deadline: float | None = None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def n_base(self) -> int:
+        return round((1.0 - self.nu) * self.n_total)
+
+    @property
+    def n_increment(self) -> int:
+        return round(self.n_total) - self.n_base
+
+    @property
+    def finish_after_close(self) -> float:
+        return max(self.base_seconds - self.head_start, 0.0) + self.incremental_seconds
+
+    @property
+    def relative_gain(self) -> float:
+        """dtau: the fraction of the one-shot time saved after close."""
+        return 1.0 - self.finish_after_close / self.t_ref if self.t_ref > 0 else 0.0
+
+    @property
+    def meets_deadline(self) -> bool | None:
+        if self.deadline is None:
+            return None
+        return self.finish_after_close <= self.deadline * (1 + 1e-9)
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """dtau and its parts as functions of nu, relative to t_ref."""
+
+    n: float
+    t_ref: float
+    base_cost: BaseCost
+    incremental_cost: IncrementalCost
+    head_start: HeadStart
+    nu_max: float
+    max_head_start: float | None
+
+    def tau_0(self, nu: float) -> float:
+        return self.base_cost((1.0 - nu) * self.n) / self.t_ref
+
+    def tau_plus(self, nu: float) -> float:
+        if nu <= 0:
+            return 0.0
+        return self.incremental_cost((1.0 - nu) * self.n, nu * self.n) / self.t_ref
+
+    def tau_minus(self, nu: float) -> float:
+        seconds = self.head_start(nu)
+        if self.max_head_start is not None:
+            seconds = min(seconds, self.max_head_start)  # the snapshot cannot be in the past
+        return seconds / self.t_ref
+
+    def finish(self, nu: float) -> float:
+        return max(self.tau_0(nu) - self.tau_minus(nu), 0.0) + self.tau_plus(nu)
+
+    def gain(self, nu: float) -> float:
+        return 1.0 - self.finish(nu)
+
+    def grid(self) -> np.ndarray:
+        # linear for the bulk, geometric near 0 where slow arrivals put nu*
+        hi = self.nu_max
+        if hi <= 0:
+            return np.zeros(1)
+        lin = np.linspace(0.0, hi, 2049)
+        geo = hi * np.geomspace(1e-7, 1.0, 600)
+        return np.unique(np.concatenate([lin, geo]))
+
+    def critical(self) -> float | None:
+        """nu_- numerically: tau_- = tau_0."""
+
+        def g(nu: float) -> float:
+            return self.tau_minus(nu) - self.tau_0(nu)
+
+        xs = self.grid()
+        values = np.array([g(x) for x in xs])
+        crossing = np.flatnonzero((values[:-1] < 0) & (values[1:] >= 0))
+        if crossing.size == 0:
+            return None
+        i = crossing[0]
+        return float(brentq(g, xs[i], xs[i + 1], xtol=1e-14, rtol=1e-13))
+
+
+def _maximise(f: Callable[[float], float], xs: np.ndarray) -> float:
+    """Argmax of ``f`` over [xs[0], xs[-1]]: best grid point, then Brent on its bracket."""
+    values = np.array([f(x) for x in xs])
+    i = int(np.argmax(values))
+    lo, hi = xs[max(i - 1, 0)], xs[min(i + 1, len(xs) - 1)]
+    best, best_value = float(xs[i]), float(values[i])
+    if hi > lo:
+        res = minimize_scalar(lambda x: -f(x), bounds=(lo, hi), method="bounded",
+                              options={"xatol": 1e-13})
+        if -res.fun >= best_value:
+            best = float(res.x)
+    return best
+
+
+def _problem(
+    n_total: float,
+    base_cost: BaseCost,
+    incremental_cost: IncrementalCost,
+    head_start: HeadStart,
+    k: int,
+    max_head_start: float | None,
+) -> tuple[_Problem | None, list[str]]:
+    notes: list[str] = []
+    n = float(n_total)
+    if n < 3 * k:
+        notes.append(f"{n:.0f} records is fewer than 3k = {3 * k}: run one-shot at close")
+        return None, notes
+    t_ref = float(base_cost(n))
+    if not t_ref > 0:
+        raise ValueError("the base cost model must give a positive time for n records")
+    nu_max = 1.0 - 2.0 * k / n  # keep at least 2k records in the base snapshot
+    if max_head_start is not None:
+        if max_head_start <= 0:
+            notes.append("the close time has passed: run one-shot now")
+            return None, notes
+        if head_start(0.0) >= max_head_start:
+            nu_max = 0.0
+            notes.append("no more arrivals expected: the base run can start now on everything")
+        elif head_start(nu_max) > max_head_start:
+            limit = brentq(lambda nu: head_start(nu) - max_head_start, 0.0, nu_max, xtol=1e-14)
+            nu_max = float(limit)
+            notes.append(
+                "the base snapshot cannot be taken in the past: nu is limited to "
+                f"{nu_max:.4g} (snapshot now)"
+            )
+    problem = _Problem(n, t_ref, base_cost, incremental_cost, head_start, nu_max,
+                       max_head_start)
+    return problem, notes
+
+
+def _one_shot(n_total: float, base_cost: BaseCost, notes: list[str], mode: str = "one-shot",
+              deadline: float | None = None) -> Plan:
+    t_ref = float(base_cost(float(n_total))) if n_total > 0 else 0.0
+    return Plan(mode=mode, nu=0.0, n_total=float(n_total), t_ref=t_ref, head_start=0.0,
+                base_seconds=t_ref, incremental_seconds=0.0, deadline=deadline,
+                warnings=tuple(notes))
+
+
+def _make_plan(p: _Problem, nu: float, mode: str, notes: list[str],
+               deadline: float | None = None, s: float | None = None) -> Plan:
+    return Plan(
+        mode=mode,
+        nu=nu,
+        n_total=p.n,
+        t_ref=p.t_ref,
+        head_start=p.tau_minus(nu) * p.t_ref,
+        base_seconds=p.tau_0(nu) * p.t_ref,
+        incremental_seconds=p.tau_plus(nu) * p.t_ref,
+        critical_ratio=p.critical(),
+        arrival_coefficient=s,
+        deadline=deadline,
+        warnings=tuple(notes),
+    )
+
+
+def plan_optimal(
+    n_total: float,
+    base_cost: BaseCost,
+    incremental_cost: IncrementalCost,
+    head_start: HeadStart,
+    *,
+    k: int,
+    max_head_start: float | None = None,
+    arrival_coefficient: float | None = None,
+) -> Plan:
+    """nu* for any cost models and arrival forecast: the ratio with the earliest release.
+
+    Parameters
+    ----------
+    n_total
+        Expected number of records at close.
+    base_cost
+        ``t_0(n)``, seconds of the base engine on n records; ``t_ref = t_0(n_total)``.
+    incremental_cost
+        ``t_+(n_0, n_+)``, seconds of the incremental stage.
+    head_start
+        Seconds before close at which all but a fraction ``nu`` of the records have arrived.
+    k
+        Anonymity parameter; fewer than 3k records means one-shot, and the base snapshot keeps
+        at least 2k records.
+    max_head_start
+        Seconds left until close, if the snapshot cannot be taken earlier than now.
+    arrival_coefficient
+        Recorded in the plan for reporting; not used in the solve.
+    """
+    problem, notes = _problem(n_total, base_cost, incremental_cost, head_start, k,
+                              max_head_start)
+    if problem is None:
+        return _one_shot(n_total, base_cost, notes)
+    nu = _maximise(problem.gain, problem.grid())
+    kink = problem.critical()  # the optimum often sits exactly on nu_-: solve it there too
+    if kink is not None and problem.gain(kink) >= problem.gain(nu):
+        nu = kink
+    return _make_plan(problem, nu, "optimal", notes, s=arrival_coefficient)
+
+
+def plan_deadline(
+    n_total: float,
+    base_cost: BaseCost,
+    incremental_cost: IncrementalCost,
+    head_start: HeadStart,
+    deadline: float,
+    *,
+    k: int,
+    max_head_start: float | None = None,
+    arrival_coefficient: float | None = None,
+) -> Plan:
+    """nu_end: the smallest ratio whose release is out ``deadline`` seconds after close.
+
+    The smallest ratio keeps the distortion closest to the one-shot release. If the one-shot
+    run itself fits (``t_ref <= deadline``) the plan is one-shot; if even nu* misses the
+    deadline, an :class:`InfeasibleDeadlineWarning` is issued and the plan uses nu*.
+    """
+    problem, notes = _problem(n_total, base_cost, incremental_cost, head_start, k,
+                              max_head_start)
+    if problem is None:
+        return _one_shot(n_total, base_cost, notes, deadline=deadline)
+    tau_end = deadline / problem.t_ref
+    if tau_end >= 1.0:
+        notes.append("the one-shot run meets the deadline: no distortion cost")
+        return _one_shot(n_total, base_cost, notes, deadline=deadline)
+
+    def excess(nu: float) -> float:
+        return problem.finish(nu) - tau_end
+
+    xs = problem.grid()
+    values = np.array([excess(x) for x in xs])
+    ok = np.flatnonzero(values <= 0)
+    if ok.size == 0:
+        best = plan_optimal(n_total, base_cost, incremental_cost, head_start, k=k,
+                            max_head_start=max_head_start,
+                            arrival_coefficient=arrival_coefficient)
+        message = (
+            f"the deadline of {deadline:.0f} s after close cannot be met: the earliest release "
+            f"is {best.finish_after_close:.0f} s after close, at nu* = {best.nu:.4g}; using nu*"
+        )
+        warnings.warn(message, InfeasibleDeadlineWarning, stacklevel=2)
+        return _make_plan(problem, best.nu, "optimal", [*notes, message], deadline=deadline,
+                          s=arrival_coefficient)
+    i = int(ok[0])
+    nu = float(xs[0]) if i == 0 else float(brentq(excess, xs[i - 1], xs[i], xtol=1e-14,
+                                                  rtol=1e-13))
+    return _make_plan(problem, nu, "deadline", notes, deadline=deadline, s=arrival_coefficient)

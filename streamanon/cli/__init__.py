@@ -1,0 +1,55 @@
+"""The ``streamanon`` command line.
+
+Every subcommand has ``--help``. Errors print one line, ``streamanon: error: ...``, and exit
+with status 2 (bad input or parameters) or 1 (a check failed, or a write failed); ``--debug``
+shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from streamanon import __version__
+from streamanon.cli import planning, records
+from streamanon.errors import StreamanonError
+
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamanon",
+        description="Streaming, incremental k-anonymous microaggregation for large e-surveys.",
+    )
+    parser.add_argument("--version", action="version", version=f"streamanon {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    records.register(sub)
+    planning.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args) or 0)
+    except StreamanonError as exc:
+        if args.debug:
+            raise
+        print(f"streamanon: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:  # disk full, permission denied, ...: nothing partial was written
+        if args.debug:
+            raise
+        print(f"streamanon: error: {exc}", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    except KeyboardInterrupt:
+        print("streamanon: interrupted", file=sys.stderr)
+        return 130

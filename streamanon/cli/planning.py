@@ -1,0 +1,292 @@
+"""Scheduling from the command line: ``plan`` and ``calibrate``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+from typing import Any
+
+from scheduler.arrivals import UniformForecast
+from scheduler.cost_model import CostModelStore, PowerLaw, TwoStageCost, calibrate
+from scheduler.durations import format_duration, parse_duration
+from scheduler.planner import (
+    ARRIVAL_THRESHOLD,
+    InfeasibleDeadlineWarning,
+    Plan,
+    critical_ratio,
+    deadline_ratio,
+    min_relative_deadline,
+    optimal_gain,
+    optimal_ratio,
+    plan_deadline,
+    plan_optimal,
+)
+from streamanon.cli._args import positive_int
+from streamanon.errors import ParameterError
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``plan`` and ``calibrate``."""
+    pl = sub.add_parser(
+        "plan",
+        help="when to start the base run: nu*, head start, and nu_end for a deadline",
+        description=(
+            "Compute the schedule of paper 001: the optimal data ratio nu* (earliest release), "
+            "the head start before close at which the base snapshot is taken, the predicted "
+            "release time after close, and with --deadline the smallest ratio nu_end that still "
+            "meets it. Arrivals are taken as uniform. Give the arrival coefficient directly, or "
+            "the survey length and the one-shot time t_ref (--t-ref, or --n/--m/--k to take it "
+            "from the calibrated cost model of --engine)."
+        ),
+    )
+    pl.add_argument("--arrival-coefficient", type=float, metavar="S",
+                    help="time for all data to arrive, relative to t_ref")
+    pl.add_argument("--survey-hours", type=float, metavar="H",
+                    help="survey length in hours (uniform arrivals): s = H / t_ref")
+    pl.add_argument("--t-ref", type=_duration, metavar="DURATION",
+                    help="one-shot run time on all records, e.g. 2h or 45min")
+    pl.add_argument("--deadline", type=_duration, metavar="DURATION",
+                    help="time allowed from close to release, e.g. 1h")
+    pl.add_argument("--n", type=positive_int, help="expected number of records")
+    pl.add_argument("--m", type=positive_int, help="number of quasi-identifiers")
+    pl.add_argument("--k", type=positive_int, help="anonymity parameter")
+    pl.add_argument("--engine", default="mdav", help="base engine of the cost model (mdav)")
+    pl.add_argument("--cost-models", metavar="FILE",
+                    help="cost-model file (default $STREAMANON_DATA_DIR/cost_models.json)")
+    pl.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    pl.set_defaults(handler=cmd_plan)
+
+    ca = sub.add_parser(
+        "calibrate",
+        help="fit the cost model t = a n^b of an engine on this machine",
+        description=(
+            "Time ENGINE on synthetic Gaussian data with m columns at doubling sizes within a "
+            "small budget, fit t = a n^b, print the fit and its residual, and save it to the "
+            "cost-model file that 'plan' and the service read. Real runs refine it later."
+        ),
+    )
+    ca.add_argument("--engine", default="mdav", help="engine to time (default mdav)")
+    ca.add_argument("--m", type=positive_int, required=True, help="number of quasi-identifiers")
+    ca.add_argument("--k", type=positive_int, required=True, help="anonymity parameter")
+    ca.add_argument("--budget", type=_duration, default=5.0, metavar="DURATION",
+                    help="time to spend timing (default 5s)")
+    ca.add_argument("--cost-models", metavar="FILE",
+                    help="cost-model file (default $STREAMANON_DATA_DIR/cost_models.json)")
+    ca.set_defaults(handler=cmd_calibrate)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _engine_function(name: str) -> Any:
+    from streamanon.engines import get_engine
+
+    return get_engine(name).function
+
+
+def _calibrate(store: CostModelStore, engine: str, m: int, k: int, budget: float) -> PowerLaw:
+    result = calibrate(_engine_function(engine), m, k, budget_seconds=budget)
+    return store.put(engine, m, k, result)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    store = CostModelStore(args.cost_models)
+    result = calibrate(_engine_function(args.engine), args.m, args.k,
+                       budget_seconds=args.budget)
+    model = store.put(args.engine, args.m, args.k, result)
+    print(f"{args.engine}, m = {args.m}, k = {args.k}: t = {model.a:.4g} * n^{model.b:.3f} s")
+    print(f"residual (RMS of log error): {model.residual:.3f}")
+    print(f"{'n':>10} {'measured s':>12} {'fitted s':>12}")
+    for n, seconds in result.samples:
+        print(f"{n:>10,} {seconds:>12.4f} {model(n):>12.4f}")
+    print("predicted: " + ", ".join(f"n = {n:,}: {format_duration(model(n))}"
+                                    for n in (100_000, 1_000_000)))
+    print(f"saved to {store.path}")
+    return 0
+
+
+def _arrival_coefficient(args: argparse.Namespace, t_ref: float | None) -> float:
+    if (args.arrival_coefficient is None) == (args.survey_hours is None):
+        raise ParameterError("give exactly one of --arrival-coefficient and --survey-hours")
+    if args.arrival_coefficient is not None:
+        if args.arrival_coefficient < 0:
+            raise ParameterError("--arrival-coefficient must be >= 0")
+        return args.arrival_coefficient
+    if t_ref is None:
+        raise ParameterError("--survey-hours needs --t-ref, or --n/--m/--k for the cost model")
+    if args.survey_hours <= 0:
+        raise ParameterError("--survey-hours must be > 0")
+    return args.survey_hours * 3600.0 / t_ref
+
+
+def _closed_form(s: float, t_ref: float | None, deadline: float | None) -> dict[str, Any]:
+    nu = optimal_ratio(s)
+    out: dict[str, Any] = {
+        "model": "closed form: quadratic base and incremental cost, uniform arrivals",
+        "arrival_coefficient": s,
+        "critical_ratio": critical_ratio(s),
+        "optimal_ratio": nu,
+        "optimal_gain": optimal_gain(s),
+        "regime": "nu* = nu_-" if s > ARRIVAL_THRESHOLD else "nu* = (2 + s)/4 < nu_-",
+        "head_start_relative": s * nu,
+        "base_relative": (1 - nu) ** 2,
+        "incremental_relative": nu**2,
+        "finish_after_close_relative": 1 - optimal_gain(s),
+    }
+    if deadline is not None and t_ref is not None:
+        tau_end = deadline / t_ref
+        out["relative_deadline"] = tau_end
+        out["min_relative_deadline"] = min_relative_deadline(s)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", InfeasibleDeadlineWarning)
+            nu_end = deadline_ratio(s, tau_end)
+        out["deadline_ratio"] = nu_end
+        out["deadline_feasible"] = not caught
+        out["deadline_head_start_relative"] = s * nu_end
+        out["deadline_finish_after_close_relative"] = (
+            max((1 - nu_end) ** 2 - s * nu_end, 0.0) + nu_end**2
+        )
+    return out
+
+
+def _plan_dict(plan: Plan) -> dict[str, Any]:
+    return {
+        "mode": plan.mode,
+        "nu": plan.nu,
+        "n_total": plan.n_total,
+        "n_base": plan.n_base,
+        "n_increment": plan.n_increment,
+        "t_ref_seconds": plan.t_ref,
+        "head_start_seconds": plan.head_start,
+        "base_seconds": plan.base_seconds,
+        "incremental_seconds": plan.incremental_seconds,
+        "finish_after_close_seconds": plan.finish_after_close,
+        "relative_gain": plan.relative_gain,
+        "critical_ratio": plan.critical_ratio,
+        "deadline_seconds": plan.deadline,
+        "meets_deadline": plan.meets_deadline,
+        "warnings": list(plan.warnings),
+    }
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    model: PowerLaw | None = None
+    if args.n is not None or args.m is not None or args.k is not None:
+        if None in (args.n, args.m, args.k):
+            raise ParameterError("--n, --m and --k go together (t_ref from the cost model)")
+        if args.t_ref is not None:
+            raise ParameterError("give either --t-ref or --n/--m/--k, not both")
+        store = CostModelStore(args.cost_models)
+        model = store.get(args.engine, args.m, args.k)
+        if model is None:
+            if not args.json:
+                print(f"no cost model for {args.engine} at m = {args.m}, k = {args.k}: "
+                      "calibrating (a few seconds) ...")
+            model = _calibrate(store, args.engine, args.m, args.k, 5.0)
+        t_ref: float | None = model(args.n)
+    else:
+        t_ref = args.t_ref
+    if t_ref is not None and not t_ref > 0:
+        raise ParameterError("t_ref must be positive")
+    if args.deadline is not None and t_ref is None:
+        raise ParameterError("--deadline needs --t-ref, or --n/--m/--k for the cost model")
+    s = _arrival_coefficient(args, t_ref)
+
+    report: dict[str, Any] = {"t_ref_seconds": t_ref, "closed_form": _closed_form(s, t_ref,
+                                                                                   args.deadline)}
+    if model is not None:
+        forecast = UniformForecast.from_arrival_coefficient(args.n, s, t_ref)
+        incremental = TwoStageCost(model)
+        report["cost_model"] = {"engine": args.engine, "a": model.a, "b": model.b,
+                                "residual": model.residual}
+        report["optimal"] = _plan_dict(plan_optimal(
+            args.n, model, incremental, forecast.head_start, k=args.k, arrival_coefficient=s))
+        if args.deadline is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", InfeasibleDeadlineWarning)
+                report["deadline"] = _plan_dict(plan_deadline(
+                    args.n, model, incremental, forecast.head_start, args.deadline, k=args.k,
+                    arrival_coefficient=s))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_report(report, args)
+    return 0
+
+
+def _when(relative: float, t_ref: float | None) -> str:
+    if t_ref is None:
+        return f"{relative:.4f} t_ref"
+    return f"{format_duration(relative * t_ref)} ({relative:.4f} t_ref)"
+
+
+def _print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
+    cf = report["closed_form"]
+    t_ref = report["t_ref_seconds"]
+    rows = [
+        ("arrival coefficient s", f"{cf['arrival_coefficient']:.4g}"),
+        ("one-shot time t_ref", format_duration(t_ref) if t_ref else "(relative units)"),
+        ("critical ratio nu_-", f"{cf['critical_ratio']:.4f}"),
+        ("optimal ratio nu*", f"{cf['optimal_ratio']:.4f}  ({cf['regime']}; s_- = "
+                              f"{ARRIVAL_THRESHOLD:.4f})"),
+        ("optimal gain dtau*", f"{cf['optimal_gain']:.4f}"),
+        ("head start", _when(cf["head_start_relative"], t_ref) + " before close"),
+        ("base run", _when(cf["base_relative"], t_ref)
+         + f" on {100 * (1 - cf['optimal_ratio']):.2f} % of the records"),
+        ("incremental run", _when(cf["incremental_relative"], t_ref)
+         + f" on {100 * cf['optimal_ratio']:.2f} %"),
+        ("release after close", _when(cf["finish_after_close_relative"], t_ref)
+         + ("" if t_ref is None else f", instead of {format_duration(t_ref)}")),
+    ]
+    print("Optimal schedule (paper 001 closed forms: quadratic costs, uniform arrivals)")
+    _rows(rows)
+    if "relative_deadline" in cf:
+        print(f"\nDeadline {format_duration(args.deadline)} after close "
+              f"(tau_end = {cf['relative_deadline']:.4f}; the earliest possible release is "
+              f"{cf['min_relative_deadline']:.4f} t_ref after close)")
+        if cf["relative_deadline"] >= 1:
+            _rows([("deadline ratio nu_end", "0: the one-shot run at close meets the deadline")])
+        elif not cf["deadline_feasible"]:
+            _rows([("deadline ratio nu_end", "the deadline cannot be met; using nu* = "
+                    f"{cf['deadline_ratio']:.4f}")])
+        else:
+            _rows([
+                ("deadline ratio nu_end", f"{cf['deadline_ratio']:.4f}"),
+                ("head start", _when(cf["deadline_head_start_relative"], t_ref)
+                 + " before close"),
+                ("base run", _when((1 - cf["deadline_ratio"]) ** 2, t_ref)),
+                ("incremental run", _when(cf["deadline_ratio"] ** 2, t_ref)),
+                ("release after close", _when(cf["deadline_finish_after_close_relative"],
+                                              t_ref)),
+            ])
+    if "cost_model" in report:
+        cm = report["cost_model"]
+        print(f"\nWith the calibrated cost model of {cm['engine']} (t = {cm['a']:.4g} n^"
+              f"{cm['b']:.3f}, residual {cm['residual']:.3f}) and a 2-stage incremental run:")
+        for key, title in (("optimal", "optimal"), ("deadline", "deadline")):
+            if key not in report:
+                continue
+            p = report[key]
+            _rows([
+                (f"{title}: nu", f"{p['nu']:.4f} ({p['mode']})"),
+                ("  head start", format_duration(p["head_start_seconds"]) + " before close"),
+                ("  base / incremental run",
+                 f"{format_duration(p['base_seconds'])} / "
+                 f"{format_duration(p['incremental_seconds'])}"),
+                ("  release after close", format_duration(p["finish_after_close_seconds"])),
+            ] + [("  note", w) for w in p["warnings"]])
+
+
+def _rows(rows: list[tuple[str, str]]) -> None:
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        print(f"  {label:<{width}}  {value}")
+

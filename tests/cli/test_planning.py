@@ -1,0 +1,92 @@
+"""``streamanon plan`` and ``streamanon calibrate``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streamanon.cli import main
+
+
+def plan_json(capsys, *args: str) -> dict:
+    assert main(["plan", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_plan_with_arrival_coefficient_prints_the_paper_numbers(capsys):
+    assert main(["plan", "--arrival-coefficient", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "optimal ratio nu*      0.1459" in out
+    assert "0.7295 t_ref before close" in out
+
+
+def test_plan_worked_example_with_deadline(capsys):
+    assert main(["plan", "--survey-hours", "10", "--t-ref", "2h", "--deadline", "1h"]) == 0
+    out = capsys.readouterr().out
+    assert "1 h 27.5 min (0.7295 t_ref) before close" in out
+    assert "153 s" in out
+    assert "deadline ratio nu_end  0.0729" in out
+
+
+def test_plan_json_matches_the_closed_forms(capsys):
+    report = plan_json(capsys, "--survey-hours", "10", "--t-ref", "2h", "--deadline", "1h")
+    cf = report["closed_form"]
+    assert cf["arrival_coefficient"] == pytest.approx(5)
+    assert cf["optimal_ratio"] == pytest.approx(0.145898, abs=1e-6)
+    assert cf["deadline_ratio"] == pytest.approx(0.072949, abs=1e-6)
+    assert cf["deadline_feasible"] is True
+
+
+def test_plan_reports_an_infeasible_deadline(capsys):
+    assert main(["plan", "--survey-hours", "10", "--t-ref", "2h", "--deadline", "10s"]) == 0
+    assert "the deadline cannot be met; using nu* = 0.1459" in capsys.readouterr().out
+
+
+def test_plan_without_deadline_pressure(capsys):
+    assert main(["plan", "--survey-hours", "10", "--t-ref", "2h", "--deadline", "3h"]) == 0
+    assert "the one-shot run at close meets the deadline" in capsys.readouterr().out
+
+
+def test_plan_from_the_cost_model_uses_the_general_planner(capsys, tmp_path):
+    store = tmp_path / "models.json"
+    assert main(["calibrate", "--m", "3", "--k", "5", "--budget", "1s",
+                 "--cost-models", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "t = " in out and "residual" in out and "saved to" in out
+    report = plan_json(capsys, "--n", "200000", "--m", "3", "--k", "5", "--survey-hours", "1",
+                       "--deadline", "1s", "--cost-models", str(store))
+    assert report["cost_model"]["engine"] == "mdav"
+    assert 0 < report["optimal"]["nu"] < 1
+    assert report["optimal"]["finish_after_close_seconds"] < report["t_ref_seconds"]
+
+
+def test_plan_calibrates_when_no_model_is_stored(capsys, tmp_path):
+    store = tmp_path / "models.json"
+    assert main(["plan", "--n", "50000", "--m", "2", "--k", "3", "--arrival-coefficient", "5",
+                 "--cost-models", str(store)]) == 0
+    assert "calibrating" in capsys.readouterr().out
+    assert store.exists()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ([], "exactly one of --arrival-coefficient and --survey-hours"),
+        (["--survey-hours", "10"], "--survey-hours needs --t-ref"),
+        (["--arrival-coefficient", "5", "--deadline", "1h"], "--deadline needs --t-ref"),
+        (["--arrival-coefficient", "-1"], "must be >= 0"),
+        (["--arrival-coefficient", "5", "--n", "1000"], "--n, --m and --k go together"),
+    ],
+)
+def test_plan_usage_errors(capsys, args, message):
+    assert main(["plan", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_bad_duration_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", "--arrival-coefficient", "5", "--t-ref", "2 fortnights"])
+    assert exc.value.code == 2
+    assert "unknown unit" in capsys.readouterr().err

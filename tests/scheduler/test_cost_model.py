@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import itertools
+import json
+import time
+
+import numpy as np
+import pytest
+
+from scheduler.cost_model import CostModelStore, PowerLaw, calibrate
+
+
+def test_power_law_fit_recovers_exponent():
+    ns = np.array([1e3, 2e3, 4e3, 8e3, 16e3])
+    model = PowerLaw.fit(ns, 3e-9 * ns**1.7)
+    assert model.b == pytest.approx(1.7, abs=1e-9)
+    assert model.a == pytest.approx(3e-9, rel=1e-6)
+    assert model.residual == pytest.approx(0, abs=1e-9)
+    assert model(1e6) == pytest.approx(3e-9 * 1e6**1.7, rel=1e-6)
+
+
+def test_power_law_fit_needs_two_sizes():
+    with pytest.raises(ValueError, match="two or more distinct sizes"):
+        PowerLaw.fit([1000, 1000], [1.0, 1.1])
+
+
+def test_quadratic_model_through_a_point():
+    model = PowerLaw.quadratic(7200, 1e6)
+    assert model(1e6) == pytest.approx(7200)
+    assert model(5e5) == pytest.approx(1800)
+
+
+class FakeClock:
+    """Each engine call 'takes' 1e-8 n^2 seconds on this clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_calibrate_times_doubling_sizes_within_the_budget():
+    clock = FakeClock()
+    calls = []
+
+    def engine(X, k):
+        calls.append(len(X))
+        clock.now += 1e-8 * len(X) ** 2
+
+    result = calibrate(engine, m=5, k=10, budget_seconds=3.0, clock=clock)
+    ns = [n for n, _ in result.samples]
+    assert ns == sorted(ns) and all(b == 2 * a for a, b in itertools.pairwise(ns))
+    assert len(ns) >= 3
+    assert sum(t for _, t in result.samples) <= 3.0 + 1e-9
+    assert result.model.b == pytest.approx(2.0, abs=1e-6)
+    assert calls[0] < ns[0]  # warm-up call first, not timed
+
+
+def test_calibrate_a_real_engine():
+    from streamanon.engines.mdav import mdav
+
+    result = calibrate(mdav, m=4, k=5, budget_seconds=1.0)
+    assert len(result.samples) >= 3
+    assert 0.5 < result.model.b < 2.5
+    assert result.model(10**6) > result.model(10**5) > 0
+
+
+def test_store_persists_and_refines_with_real_runs(tmp_path):
+    store = CostModelStore(tmp_path / "models.json")
+    assert store.get("mdav", 15, 10) is None
+    ns = [1000, 2000, 4000]
+    fitted = store.put("mdav", 15, 10, calibrate_result(ns, b=2.0))
+    assert fitted.b == pytest.approx(2.0)
+    reloaded = CostModelStore(tmp_path / "models.json").get("mdav", 15, 10)
+    assert reloaded == fitted
+    # real runs on large n are slower than the calibration predicts: the fit moves
+    before = reloaded(1e6)
+    store.observe("mdav", 15, 10, 1_000_000, before * 3)
+    after = store.get("mdav", 15, 10)
+    assert after(1e6) > before
+    kinds = [src for _, _, src in store.samples("mdav", 15, 10)]
+    assert kinds.count("calibration") == 3 and kinds.count("run") == 1
+    # a new calibration keeps the real runs
+    store.put("mdav", 15, 10, calibrate_result(ns, b=2.0))
+    assert [src for _, _, src in store.samples("mdav", 15, 10)].count("run") == 1
+    assert json.loads((tmp_path / "models.json").read_text())  # valid JSON on disk
+
+
+def test_store_keeps_only_recent_runs(tmp_path):
+    store = CostModelStore(tmp_path / "m.json", max_runs=3)
+    for n in (1000, 2000, 3000, 4000, 5000):
+        store.observe("mdav", 3, 2, n, n * 1e-6)
+    runs = [n for n, _, src in store.samples("mdav", 3, 2) if src == "run"]
+    assert runs == [3000, 4000, 5000]
+
+
+def test_store_reports_a_corrupt_file(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="unreadable cost-model file"):
+        CostModelStore(path).get("mdav", 1, 1)
+
+
+def calibrate_result(ns, b):
+    from scheduler.cost_model import Calibration
+
+    samples = [(n, 1e-9 * n**b) for n in ns]
+    return Calibration(model=PowerLaw.fit(*zip(*samples, strict=True)), samples=samples)
+
+
+def test_store_timestamps_updates(tmp_path):
+    store = CostModelStore(tmp_path / "m.json")
+    store.observe("mdav", 3, 2, 100, 0.1)
+    entry = json.loads((tmp_path / "m.json").read_text())["mdav|m=3|k=2"]
+    assert abs(entry["updated"] - time.time()) < 60

@@ -1,0 +1,175 @@
+"""The Planner's triggers, driven by a fake clock and a fake scheduler, then by APScheduler."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from scheduler.jobs import Planner
+from scheduler.planner import Plan
+
+T0 = datetime(2026, 11, 25, 8, 0, tzinfo=timezone.utc)
+CLOSE = T0 + timedelta(hours=10)
+
+
+class FakeClock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class FakeScheduler:
+    """The three APScheduler calls the Planner uses; ``advance`` runs what is due."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.jobs: dict[str, dict] = {}
+
+    def add_job(self, func, trigger, id, replace_existing=False, **kw):
+        assert replace_existing
+        self.jobs[id] = {"func": func, "trigger": trigger, **kw,
+                         "next": kw.get("run_date", self.clock.now)}
+
+    def get_job(self, job_id):
+        return self.jobs.get(job_id)
+
+    def remove_job(self, job_id):
+        del self.jobs[job_id]
+
+    def advance(self, to: datetime, step: timedelta = timedelta(seconds=5)) -> None:
+        while self.clock.now < to:
+            self.clock.now = min(self.clock.now + step, to)
+            for job_id, job in sorted(self.jobs.items()):
+                if job_id in self.jobs and job["next"] <= self.clock.now:
+                    if job["trigger"] == "interval":
+                        job["next"] = self.clock.now + timedelta(seconds=job["seconds"])
+                    else:
+                        del self.jobs[job_id]
+                    job["func"]()
+
+
+def make_plan(head_start_seconds: float, nu: float = 0.1, mode: str = "optimal") -> Plan:
+    return Plan(mode=mode, nu=nu, n_total=1000, t_ref=3600, head_start=head_start_seconds,
+                base_seconds=1000, incremental_seconds=10)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.base: list[datetime] = []
+        self.close: list[datetime] = []
+
+
+@pytest.fixture
+def setup():
+    clock = FakeClock(T0)
+    sched = FakeScheduler(clock)
+    rec = Recorder()
+    heads = {"value": 3600.0}
+
+    planner = Planner(
+        sched, survey_id="s1", close_at=CLOSE, clock=clock, interval_seconds=5,
+        plan=lambda now: make_plan(heads["value"]),
+        on_base_start=lambda plan: rec.base.append(clock.now),
+        on_close=lambda: rec.close.append(clock.now),
+    )
+    return clock, sched, rec, heads, planner
+
+
+def test_base_fires_once_at_close_minus_head_start(setup):
+    _clock, sched, rec, _heads, planner = setup
+    planner.start()
+    assert sched.jobs["s1:base"]["run_date"] == CLOSE - timedelta(hours=1)
+    sched.advance(CLOSE + timedelta(minutes=1))
+    assert rec.base == [CLOSE - timedelta(hours=1)]
+    assert rec.close == [CLOSE]
+
+
+def test_replanning_moves_the_trigger_and_never_fires_twice(setup):
+    _clock, sched, rec, heads, planner = setup
+    planner.start()
+    sched.advance(T0 + timedelta(hours=2))
+    heads["value"] = 2 * 3600.0  # arrivals slowed: start earlier
+    sched.advance(T0 + timedelta(hours=2, seconds=10))
+    assert sched.jobs["s1:base"]["run_date"] == CLOSE - timedelta(hours=2)
+    sched.advance(CLOSE - timedelta(hours=2) + timedelta(seconds=1))
+    assert len(rec.base) == 1
+    heads["value"] = 1800.0  # a later plan after the base run started changes nothing
+    sched.advance(CLOSE + timedelta(minutes=5))
+    assert len(rec.base) == 1 and len(rec.close) == 1
+
+
+def test_a_trigger_whose_time_has_passed_fires_at_once(setup):
+    _clock, sched, rec, heads, planner = setup
+    heads["value"] = 11 * 3600.0  # head start longer than the time left: start now
+    planner.start()
+    assert rec.base == [T0]
+    assert "s1:base" not in sched.jobs
+
+
+def test_replan_after_fire_is_a_no_op(setup):
+    _clock, _sched, rec, heads, planner = setup
+    heads["value"] = 11 * 3600.0
+    planner.start()
+    for _ in range(3):
+        planner.replan()
+    assert len(rec.base) == 1
+
+
+def test_one_shot_plan_schedules_no_base_run(setup):
+    _clock, sched, rec, _heads, planner = setup
+    planner._plan = lambda now: make_plan(0.0, nu=0.0, mode="one-shot")
+    planner.start()
+    assert "s1:base" not in sched.jobs
+    sched.advance(CLOSE)
+    assert rec.base == [] and rec.close == [CLOSE]
+
+
+def test_close_on_command_fires_once_and_cancels_the_base_trigger(setup):
+    _clock, sched, rec, _heads, planner = setup
+    planner.start()
+    planner.close_now()
+    planner.close_now()
+    assert rec.close == [T0]
+    assert sched.jobs == {}
+    sched.advance(CLOSE + timedelta(hours=1))
+    assert rec.base == []
+
+
+def test_close_time_must_be_timezone_aware():
+    with pytest.raises(ValueError, match="timezone-aware"):
+        Planner(None, survey_id="x", close_at=datetime(2026, 1, 1), plan=lambda now: None,
+                on_base_start=lambda p: None, on_close=lambda: None)
+
+
+def test_with_real_apscheduler():
+    """Real BackgroundScheduler, real clock: base after ~0.5 s, close after ~1.5 s, once each."""
+    scheduler = BackgroundScheduler(timezone=timezone.utc)
+    scheduler.start()
+    fired = {"base": [], "close": []}
+    done = threading.Event()
+    close_at = datetime.now(timezone.utc) + timedelta(seconds=1.5)
+
+    def on_close():
+        fired["close"].append(datetime.now(timezone.utc))
+        done.set()
+
+    planner = Planner(
+        scheduler, survey_id="live", close_at=close_at, interval_seconds=0.2,
+        plan=lambda now: make_plan(1.0),
+        on_base_start=lambda plan: fired["base"].append(datetime.now(timezone.utc)),
+        on_close=on_close,
+    )
+    try:
+        planner.start()
+        assert done.wait(timeout=30)
+    finally:
+        scheduler.shutdown(wait=True)
+    assert len(fired["base"]) == 1 and len(fired["close"]) == 1
+    assert fired["base"][0] >= close_at - timedelta(seconds=1.05)
+    assert fired["base"][0] < fired["close"][0]
+    assert fired["close"][0] >= close_at - timedelta(milliseconds=50)
