@@ -155,12 +155,25 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
     write_table(release, args.out)
     rpath = report_path(args.out)
     write_json(report, rpath)
+    _record_timing(result)
     print(
         f"wrote {args.out}: {result.n} records, {report['cells']} cells of {args.k}+ "
         f"({args.engine}), IL = {result.information_loss:.2f}%, {result.seconds:.2f} s; "
         f"report {rpath}"
     )
     return 0
+
+
+def _record_timing(result: Any) -> None:
+    """Add this run to the engine's cost model (what `plan` and the scheduler read)."""
+    from scheduler.cost_model import CostModelStore
+
+    store = CostModelStore()
+    try:
+        store.observe(result.engine, result.m, result.k, result.n, result.seconds)
+    except (OSError, ValueError) as exc:
+        print(f"streamanon: warning: timing not recorded in {store.path}: {exc}",
+              file=sys.stderr)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

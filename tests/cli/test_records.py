@@ -144,3 +144,11 @@ def test_failed_write_keeps_the_previous_release(survey, tmp_path, monkeypatch, 
 def test_demo_runs(tmp_path, capsys):
     assert main(["demo", "--dir", str(tmp_path / "demo")]) == 0
     assert "5-anonymous" in capsys.readouterr().out
+
+
+def test_anonymize_records_its_timing_in_the_cost_model(survey, tmp_path):
+    from scheduler.cost_model import CostModelStore
+
+    main(["anonymize", str(survey), *ARGS, "--out", str(tmp_path / "r.csv")])
+    samples = CostModelStore().samples("mdav", 2, 5)
+    assert [(n, src) for n, _, src in samples] == [(200, "run")]
