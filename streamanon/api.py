@@ -48,6 +48,8 @@ class Microaggregation:
     distortion: float
     seconds: float
     dropped: list[str] = field(default_factory=list)
+    incremental: str | None = None
+    two_stage: dict[str, Any] | None = None
 
     @property
     def information_loss(self) -> float:
@@ -78,7 +80,7 @@ class Microaggregation:
             "distortion": self.distortion,
             "information_loss": self.information_loss,
             "seconds": self.seconds,
-        }
+        } | ({"incremental": self.incremental, **self.two_stage} if self.two_stage else {})
 
 
 def _jsonable(value: Any) -> Any:
@@ -95,6 +97,10 @@ def microaggregate(
     qi: Sequence[str] | None = None,
     drop: Sequence[str] = (),
     progress: Progress | None = None,
+    incremental: str | None = None,
+    nu: float = 0.0,
+    incremental_params: dict[str, Any] | None = None,
+    compare_one_shot: bool = False,
     **params: Any,
 ) -> Microaggregation:
     """k-anonymous microaggregation of a numpy matrix or a pandas DataFrame.
@@ -113,6 +119,12 @@ def microaggregate(
         DataFrame columns to remove from the release (identifiers).
     progress
         Optional progress counter the engine advances.
+    incremental, nu, incremental_params, compare_one_shot
+        Two-stage release (paper 001): row order is arrival order, the first ``1 - nu`` of the
+        rows are the base snapshot microaggregated by ``engine``, the rest join through the
+        incremental stage ``incremental`` (``streamanon.incremental``). ``distortion`` is then
+        D_T over the whole release; ``compare_one_shot`` also runs the one-shot reference for
+        delta and the relative times.
     **params
         Engine parameters.
 
@@ -135,8 +147,17 @@ def microaggregate(
 
     scaling = fit_standardisation(X)
     Z = scaling.apply(X)
+    two_stage = None
     started = time.perf_counter()
-    labels = run_engine(engine, Z, k, progress=progress, **params)
+    if incremental is None:
+        labels = run_engine(engine, Z, k, progress=progress, **params)
+    else:
+        from streamanon.incremental.run import TwoStageRun, split_by_ratio
+
+        run = TwoStageRun(k, engine, incremental, engine_params=params,
+                          incremental_params=incremental_params)
+        result = run.run(Z, split_by_ratio(len(Z), nu), compare_one_shot=compare_one_shot)
+        labels, two_stage = result.labels, result.report()
     seconds = time.perf_counter() - started
     released = aggregate(X, labels)
 
@@ -155,6 +176,8 @@ def microaggregate(
         distortion=distortion(Z, labels),
         seconds=seconds,
         dropped=list(drop),
+        incremental=incremental,
+        two_stage=two_stage,
     )
 
 

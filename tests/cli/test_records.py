@@ -152,3 +152,29 @@ def test_anonymize_records_its_timing_in_the_cost_model(survey, tmp_path):
     main(["anonymize", str(survey), *ARGS, "--out", str(tmp_path / "r.csv")])
     samples = CostModelStore().samples("mdav", 2, 5)
     assert [(n, src) for n, _, src in samples] == [(200, "run")]
+
+
+def test_two_stage_release_from_the_command_line(survey, tmp_path, capsys):
+    out = tmp_path / "two.csv"
+    assert main(["anonymize", str(survey), *ARGS, "--incremental", "nn_split_end", "--nu",
+                 "0.2", "--compare-one-shot", "--out", str(out)]) == 0
+    assert "delta =" in capsys.readouterr().out
+    report = json.loads((tmp_path / "two.report.json").read_text())
+    assert (report["incremental"], report["n_0"], report["n_plus"]) == ("nn_split_end", 160, 40)
+    assert report["nu"] == pytest.approx(0.2)
+    for key in ("tau_0", "tau_plus", "delta", "distortion_two_stage", "one_shot_distortion"):
+        assert report[key] is not None
+    assert report["distortion"] == report["distortion_two_stage"]
+    assert main(["verify", str(out), "--k", "5", "--qi", "age,income"]) == 0
+
+
+def test_incremental_needs_nu(survey, tmp_path, capsys):
+    assert main(["anonymize", str(survey), *ARGS, "--incremental", "nn", "--out",
+                 str(tmp_path / "x.csv")]) == 2
+    assert "--incremental and --nu go together" in capsys.readouterr().err
+
+
+def test_unknown_incremental_stage(survey, tmp_path, capsys):
+    assert main(["anonymize", str(survey), *ARGS, "--incremental", "magic", "--nu", "0.1",
+                 "--out", str(tmp_path / "x.csv")]) == 2
+    assert "unknown incremental stage 'magic'" in capsys.readouterr().err

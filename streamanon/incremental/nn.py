@@ -1,0 +1,128 @@
+"""Nearest-neighbour incremental stages: adjoin, optionally weight, optionally split.
+
+Each new record, in arrival order, joins the cell whose current centroid is nearest, and that
+centroid moves to ``(n x + y) / (n + 1)`` (paper 001, sec. III-B.6). Adjoining alone lets cells
+grow, so the distortion grows with nu (paper 001, Fig. 17); splitting cells of 2k or more with
+MDAV keeps cells small: as soon as they reach 2k (``nn_split_mid``, so the new centroids attract
+later records) or once at the end (``nn_split_end``, which the paper finds slightly better).
+``nn_inertial`` picks ``argmin n_q/(n_q+1) |y - x_q|^2``, the cell whose SSE grows least.
+
+Nearest-centroid search: a k-d tree (:class:`scipy.spatial.cKDTree`) proposes the few indexed
+centroids nearest each record; the kernel checks them at their current positions and proves
+that no other cell can be nearer (see ``_nn_kernels``), scanning every cell when it cannot. In
+high dimension a tree prunes little and a compiled linear scan is faster, so ``index="auto"``
+uses the tree up to ``TREE_MAX_DIMENSION`` quasi-identifiers and the scan above. Either way no
+n_0 x n_+ matrix is formed and the assignment is the one of a plain sequential loop.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from scipy.spatial import cKDTree
+
+from streamanon.errors import ParameterError
+from streamanon.incremental import register_stage, union_one_shot
+from streamanon.incremental._nn_kernels import adjoin, split_large_cells
+from streamanon.metrics import cell_means
+
+#: Above this many columns the linear scan beats the tree (measured, see README).
+TREE_MAX_DIMENSION = 8
+_CANDIDATES = 8
+_CHUNK = 4096
+_EXTRAS_LIMIT = 256
+
+_INDEX_DOC = "nearest-centroid search: auto (default), kdtree or scan; result unchanged"
+
+
+@nb.njit(cache=True)
+def _member_lists(labels, n_total, capacity):
+    """Linked lists of the members of each cell: ``head[cell]``, then ``nxt[record]``."""
+    head = np.full(capacity, -1, np.int64)
+    nxt = np.full(n_total, -1, np.int64)
+    for i in range(labels.shape[0]):
+        c = labels[i]
+        nxt[i] = head[c]
+        head[c] = i
+    return head, nxt
+
+
+def _use_tree(index: str, m: int) -> bool:
+    if index == "auto":
+        return m <= TREE_MAX_DIMENSION
+    if index in ("kdtree", "scan"):
+        return index == "kdtree"
+    raise ParameterError(f"index must be auto, kdtree or scan, got {index!r}")
+
+
+def adjoin_increment(base: np.ndarray, base_labels: np.ndarray, increment: np.ndarray, k: int,
+                     *, inertial: bool = False, split: str | None = None,
+                     index: str = "auto") -> np.ndarray:
+    """Labels of the union after adjoining ``increment`` to the base cells (and splitting)."""
+    n0, m = base.shape
+    n_plus = increment.shape[0]
+    use_tree = _use_tree(index, m)
+    if n_plus == 0:
+        return base_labels.copy()
+    if n0 < 2 * k:
+        return union_one_shot(base, increment, k)
+    X = np.ascontiguousarray(np.concatenate([base, increment]))
+    n = n0 + n_plus
+    n_cells = int(base_labels.max()) + 1
+    capacity = n // k + 1
+    centT = np.zeros((m, capacity))  # column-major: the scan vectorises across cells
+    sizes = np.zeros(capacity, dtype=np.int64)
+    means, counts = cell_means(base, base_labels)
+    centT[:, :n_cells] = means.T
+    sizes[:n_cells] = counts
+    head, nxt = _member_lists(base_labels.astype(np.int64), n, capacity)
+    cell_of = np.concatenate([base_labels.astype(np.int64), np.full(n_plus, -1, np.int64)])
+    stats = np.zeros(2, dtype=np.int64)
+    pos = n0
+    no_cand = np.empty((0, 0), dtype=np.int64)
+    while pos < n:
+        stop = min(n, pos + _CHUNK) if use_tree else n
+        if use_tree:
+            c = min(_CANDIDATES, n_cells)
+            dist, ids = cKDTree(centT[:, :n_cells].T).query(X[pos:stop], k=c, workers=-1)
+            cand = np.ascontiguousarray(np.asarray(ids, dtype=np.int64).reshape(stop - pos, c))
+            cand_d = np.ascontiguousarray(np.asarray(dist, dtype=np.float64)
+                                          .reshape(stop - pos, c))
+        else:
+            cand, cand_d = no_cand, np.empty((0, 0))
+        pos, n_cells = adjoin(X, pos, stop, k, centT, sizes, head, nxt, cell_of, n_cells, cand,
+                              cand_d, inertial, split == "mid", _EXTRAS_LIMIT, stats)
+    if split == "end":
+        split_large_cells(X, k, centT, sizes, head, nxt, cell_of, n_cells, stats)
+    return cell_of
+
+
+_PARAMS = {"index": _INDEX_DOC}
+_SOURCE = "papers/001_614e2e2317b23170.txt sec. III-B.6, IV-D, Table 1"
+
+
+@register_stage("nn", summary="adjoin each new record to the nearest (moving) centroid",
+                source=_SOURCE, parameters=_PARAMS)
+def nn(base, base_labels, increment, k, *, index="auto"):
+    return adjoin_increment(base, base_labels, increment, k, index=index)
+
+
+@register_stage("nn_inertial",
+                summary="adjoin to argmin n_q/(n_q+1)|y - x_q|^2 (least SSE increase)",
+                source=_SOURCE, parameters=_PARAMS)
+def nn_inertial(base, base_labels, increment, k, *, index="auto"):
+    return adjoin_increment(base, base_labels, increment, k, inertial=True, index=index)
+
+
+@register_stage("nn_split_mid",
+                summary="adjoin; split a cell with MDAV as soon as it reaches 2k",
+                source=_SOURCE, parameters=_PARAMS)
+def nn_split_mid(base, base_labels, increment, k, *, index="auto"):
+    return adjoin_increment(base, base_labels, increment, k, split="mid", index=index)
+
+
+@register_stage("nn_split_end",
+                summary="adjoin; then split every cell of 2k or more with MDAV",
+                source=_SOURCE, parameters=_PARAMS)
+def nn_split_end(base, base_labels, increment, k, *, index="auto"):
+    return adjoin_increment(base, base_labels, increment, k, split="end", index=index)

@@ -1,0 +1,39 @@
+"""Two-stage: microaggregate the increment on its own and unite the cells (paper 001, IV-A).
+
+With the ``mdav`` engine this is 2MDAV. It costs the engine's time on the increment alone
+(``tau_+ = nu^2`` for a quadratic engine) and never touches the base cells; the price is that
+a new record cannot share a cell with a nearby base record, so the distortion grows with nu
+(paper 001, Fig. 16; less so as m grows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamanon.engines import run_engine
+from streamanon.incremental import register_stage, union_one_shot
+from streamanon.incremental.nn import adjoin_increment
+
+
+@register_stage(
+    "two_stage",
+    summary="engine on the increment alone, united with the base cells (2MDAV with mdav)",
+    source="papers/001_614e2e2317b23170.txt sec. IV-A",
+    parameters={"engine": "engine run on the increment (default mdav)"},
+)
+def two_stage(base: np.ndarray, base_labels: np.ndarray, increment: np.ndarray, k: int, *,
+              engine: str = "mdav") -> np.ndarray:
+    """Labels of the union: base cells unchanged, the increment's own cells after them.
+
+    An increment of fewer than k records cannot form a cell: it is adjoined to the nearest
+    base cells instead (``nn``). A base of fewer than 2k records: one-shot on the union.
+    """
+    n0, n_plus = base.shape[0], increment.shape[0]
+    if n_plus == 0:
+        return base_labels.copy()
+    if n0 < 2 * k:
+        return union_one_shot(base, increment, k, engine)
+    if n_plus < k:
+        return adjoin_increment(base, base_labels, increment, k)
+    own = run_engine(engine, increment, k)
+    return np.concatenate([base_labels, own + int(base_labels.max()) + 1])

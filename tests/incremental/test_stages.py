@@ -1,0 +1,158 @@
+"""Incremental stages: invariants, exactness against a plain loop, edge cases, D_T."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamanon.engines.mdav import mdav
+from streamanon.errors import ParameterError
+from streamanon.incremental import available_stages, run_stage
+from streamanon.incremental.run import TwoStageRun, split_by_ratio
+from streamanon.metrics import distortion, sse, sst, standardise
+from tests.incremental.reference_nn import reference_adjoin
+
+STAGES = [s.name for s in available_stages()]
+NN_STAGES = {"nn": {}, "nn_inertial": {"inertial": True}, "nn_split_mid": {"split": "mid"},
+             "nn_split_end": {"split": "end"}}
+
+
+def split_data(n=600, m=3, nu=0.3, seed=0, k=5, ties=False):
+    rng = np.random.default_rng(seed)
+    Z = rng.standard_normal((n, m))
+    if ties:
+        Z = np.round(Z * 2) / 2
+    n0 = split_by_ratio(n, nu)
+    base, inc = Z[:n0], Z[n0:]
+    return base, mdav(base, k), inc
+
+
+def test_all_paper_stages_are_registered():
+    assert set(STAGES) == {"two_stage", "nn", "nn_inertial", "nn_split_mid", "nn_split_end"}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("nu", [0.01, 0.1, 0.5, 0.9])
+@pytest.mark.parametrize("k", [2, 5, 10])
+def test_every_cell_has_k_and_every_record_one_cell(stage, nu, k):
+    base, labels0, inc = split_data(n=500, nu=nu, k=k, seed=k)
+    labels = run_stage(stage, base, labels0, inc, k)
+    assert labels.shape == (len(base) + len(inc),)
+    sizes = np.bincount(labels)
+    assert (sizes > 0).all() and sizes.min() >= k
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_deterministic(stage):
+    base, labels0, inc = split_data(seed=3)
+    first = run_stage(stage, base, labels0, inc, 5)
+    assert all(np.array_equal(run_stage(stage, base, labels0, inc, 5), first) for _ in range(3))
+
+
+@pytest.mark.parametrize("stage", sorted(NN_STAGES))
+@pytest.mark.parametrize("index", ["kdtree", "scan"])
+@pytest.mark.parametrize("seed,ties", [(0, False), (1, False), (2, True), (3, True)])
+def test_nn_stages_equal_a_plain_sequential_loop(stage, index, seed, ties):
+    base, labels0, inc = split_data(n=400, m=3, nu=0.4, seed=seed, ties=ties)
+    expected = reference_adjoin(base, labels0, inc, 5, **NN_STAGES[stage])
+    got = run_stage(stage, base, labels0, inc, 5, index=index)
+    assert np.array_equal(got, expected)
+
+
+def test_split_mid_rebuilds_its_index_and_stays_exact(monkeypatch):
+    """Force index rebuilds after every split: many new centroids, moved ones, exact still."""
+    import streamanon.incremental.nn as nn_module
+
+    monkeypatch.setattr(nn_module, "_EXTRAS_LIMIT", 1)
+    monkeypatch.setattr(nn_module, "_CHUNK", 7)
+    base, labels0, inc = split_data(n=500, m=2, nu=0.7, seed=9)
+    expected = reference_adjoin(base, labels0, inc, 4, split="mid")
+    assert np.array_equal(run_stage("nn_split_mid", base, labels0, inc, 4, index="kdtree"),
+                          expected)
+
+
+@pytest.mark.parametrize("nu", [0.2, 0.6, 0.9])
+def test_split_end_leaves_no_cell_of_2k_or_more(nu):
+    base, labels0, inc = split_data(n=800, nu=nu, seed=4)
+    sizes = np.bincount(run_stage("nn_split_end", base, labels0, inc, 5))
+    assert sizes.max() < 10
+    plain = np.bincount(run_stage("nn", base, labels0, inc, 5))
+    assert plain.max() >= 10  # without splitting, cells do grow past 2k
+
+
+def test_two_stage_keeps_base_cells_and_runs_mdav_on_the_increment():
+    base, labels0, inc = split_data(nu=0.3)
+    labels = run_stage("two_stage", base, labels0, inc, 5)
+    assert np.array_equal(labels[: len(base)], labels0)
+    assert np.array_equal(labels[len(base):] - labels0.max() - 1, mdav(inc, 5))
+
+
+def test_empty_increment_returns_the_base():
+    base, labels0, _ = split_data()
+    for stage in STAGES:
+        assert np.array_equal(run_stage(stage, base, labels0, np.empty((0, 3)), 5), labels0)
+
+
+def test_increment_smaller_than_k_under_two_stage_is_adjoined():
+    base, labels0, inc = split_data()
+    small = inc[:3]
+    labels = run_stage("two_stage", base, labels0, small, 5)
+    assert labels.max() == labels0.max()  # no new cell
+    assert np.array_equal(labels, run_stage("nn", base, labels0, small, 5))
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_base_smaller_than_2k_runs_one_shot_on_the_union(stage):
+    rng = np.random.default_rng(5)
+    Z = rng.standard_normal((60, 2))
+    base, inc = Z[:7], Z[7:]
+    labels = run_stage(stage, base, np.zeros(7, dtype=np.int64), inc, 5)
+    assert np.array_equal(labels, mdav(Z, 5))
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_duplicates(stage):
+    Z = np.repeat(np.random.default_rng(6).standard_normal((20, 2)), 15, axis=0)
+    base, inc = Z[:200], Z[200:]
+    labels = run_stage(stage, base, mdav(base, 5), inc, 5)
+    assert np.bincount(labels).min() >= 5
+
+
+def test_unknown_stage_and_parameter():
+    base, labels0, inc = split_data()
+    with pytest.raises(ParameterError, match="available stages"):
+        run_stage("nope", base, labels0, inc, 5)
+    with pytest.raises(ParameterError, match="no parameter"):
+        run_stage("nn", base, labels0, inc, 5, colour=1)
+    with pytest.raises(ParameterError, match="index must be"):
+        run_stage("nn", base, labels0, inc, 5, index="octree")
+
+
+def test_two_stage_distortion_is_one_sse_over_the_release():
+    Z = standardise(np.random.default_rng(8).standard_normal((300, 4)))
+    result = TwoStageRun(k=5, incremental="nn_split_end").run(Z, n_base=240,
+                                                              compare_one_shot=True)
+    means = np.array([Z[result.labels == c].mean(axis=0) for c in range(result.labels.max() + 1)])
+    from_scratch = float(((Z - means[result.labels]) ** 2).sum()) / float(
+        ((Z - Z.mean(axis=0)) ** 2).sum())
+    assert result.distortion == pytest.approx(from_scratch, rel=1e-12)
+    assert result.distortion == pytest.approx(sse(Z, result.labels) / sst(Z), rel=1e-12)
+    assert result.one_shot_distortion == pytest.approx(distortion(Z, mdav(Z, 5)))
+    assert result.delta == pytest.approx(result.distortion / result.one_shot_distortion - 1)
+    assert (result.n_base, result.n_increment, result.nu) == (240, 60, 0.2)
+    report = result.report()
+    assert report["tau_0"] == pytest.approx(result.base_seconds / result.one_shot_seconds)
+    assert set(report) >= {"nu", "n_0", "n_plus", "tau_0", "tau_plus", "delta"}
+
+
+def test_two_stage_run_with_a_tiny_base():
+    Z = np.random.default_rng(9).standard_normal((40, 2))
+    result = TwoStageRun(k=5).run(Z, n_base=3)
+    assert np.array_equal(result.labels, mdav(Z, 5))
+
+
+def test_split_by_ratio():
+    assert split_by_ratio(1000, 0.1) == 900
+    assert split_by_ratio(1000, 0.0) == 1000
+    with pytest.raises(ParameterError):
+        split_by_ratio(1000, 1.0)
