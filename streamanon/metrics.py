@@ -61,8 +61,9 @@ def cell_means(X: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarra
     labels = np.asarray(labels)
     n_cells = int(labels.max()) + 1 if labels.size else 0
     sizes = np.bincount(labels, minlength=n_cells)
-    sums = np.zeros((n_cells, X.shape[1]))
-    np.add.at(sums, labels, X)
+    sums = np.column_stack(
+        [np.bincount(labels, weights=X[:, j], minlength=n_cells) for j in range(X.shape[1])]
+    ) if X.shape[1] else np.zeros((n_cells, 0))
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums / sizes[:, None]
     return means, sizes

@@ -114,15 +114,20 @@ def nn_inertial(base, base_labels, increment, k, *, index="auto"):
     return adjoin_increment(base, base_labels, increment, k, inertial=True, index=index)
 
 
+_SPLIT_PARAMS = {**_PARAMS, "inertial": "choose cells by n_q/(n_q+1)|y - x_q|^2 (Fig. 19)"}
+
+
 @register_stage("nn_split_mid",
                 summary="adjoin; split a cell with MDAV as soon as it reaches 2k",
-                source=_SOURCE, parameters=_PARAMS)
-def nn_split_mid(base, base_labels, increment, k, *, index="auto"):
-    return adjoin_increment(base, base_labels, increment, k, split="mid", index=index)
+                source=_SOURCE, parameters=_SPLIT_PARAMS)
+def nn_split_mid(base, base_labels, increment, k, *, index="auto", inertial=False):
+    return adjoin_increment(base, base_labels, increment, k, split="mid", index=index,
+                            inertial=bool(inertial))
 
 
 @register_stage("nn_split_end",
                 summary="adjoin; then split every cell of 2k or more with MDAV",
-                source=_SOURCE, parameters=_PARAMS)
-def nn_split_end(base, base_labels, increment, k, *, index="auto"):
-    return adjoin_increment(base, base_labels, increment, k, split="end", index=index)
+                source=_SOURCE, parameters=_SPLIT_PARAMS)
+def nn_split_end(base, base_labels, increment, k, *, index="auto", inertial=False):
+    return adjoin_increment(base, base_labels, increment, k, split="end", index=index,
+                            inertial=bool(inertial))
