@@ -1,0 +1,138 @@
+"""The service from the command line: ``serve``, ``close``, ``broker``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import urllib.error
+import urllib.request
+
+from streamanon.errors import StreamanonError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    se = sub.add_parser(
+        "serve",
+        help="run the streaming service (collector, planner, base run, release)",
+        description=(
+            "Consume survey responses from Kafka, store them, start each survey's base run at "
+            "the planned moment, and at close publish one k-anonymous release. Secrets come "
+            "from STREAMANON_HMAC_KEY[_FILE] and STREAMANON_HTTP_TOKEN[_FILE]; any "
+            "STREAMANON_<SECTION>_<KEY> overrides the file. Stop with Ctrl-C or SIGTERM."
+        ),
+    )
+    se.add_argument("--config", required=True, metavar="FILE", help="streamanon.toml")
+    se.add_argument("--embedded-broker", action="store_true",
+                    help="start the embedded Kafka-compatible broker (Tansu) on a free "
+                         "loopback port and use it instead of kafka.bootstrap_servers")
+    se.add_argument("--log-level", default="info",
+                    choices=["debug", "info", "warning", "error"])
+    se.set_defaults(handler=cmd_serve)
+
+    cl = sub.add_parser(
+        "close",
+        help="close a survey now (asks the running service over HTTP)",
+        description=(
+            "POST /api/surveys/SURVEY/close to the running service, with the bearer token "
+            "from STREAMANON_HTTP_TOKEN[_FILE]. The service stops accepting records, finishes "
+            "the base run if one is running, and publishes the release."
+        ),
+    )
+    cl.add_argument("survey", metavar="SURVEY")
+    group = cl.add_mutually_exclusive_group(required=True)
+    group.add_argument("--config", metavar="FILE", help="take the service address from here")
+    group.add_argument("--url", help="service address, e.g. http://127.0.0.1:8080")
+    cl.set_defaults(handler=cmd_close)
+
+    br = sub.add_parser(
+        "broker",
+        help="run the embedded Kafka-compatible broker for local use",
+        description="Start Tansu (in-memory) on a loopback port and print the bootstrap "
+                    "address; stop with Ctrl-C.",
+    )
+    br.add_argument("--port", type=int, default=None, help="port (default: a free one)")
+    br.set_defaults(handler=cmd_broker)
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s", stream=sys.stderr)
+    for noisy in ("aiokafka", "kafka", "apscheduler"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from streamanon.broker import EmbeddedBroker
+    from streamanon.config import load_config
+    from streamanon.service import serve
+
+    config = load_config(args.config)
+    _logging(args.log_level)
+    broker = None
+    if args.embedded_broker:
+        broker = EmbeddedBroker()
+        bootstrap = broker.start()
+        config = config.model_copy(update={"kafka": config.kafka.model_copy(
+            update={"bootstrap_servers": bootstrap})})
+        print(f"embedded broker at {bootstrap}", flush=True)
+    try:
+        asyncio.run(serve(config, on_ready=lambda service: print(
+            f"serving {len(config.surveys)} survey(s); HTTP on http://{config.http.bind}",
+            flush=True)))
+    finally:
+        if broker is not None:
+            broker.stop()
+    return 0
+
+
+def _token() -> str:
+    token = os.environ.get("STREAMANON_HTTP_TOKEN", "")
+    path = os.environ.get("STREAMANON_HTTP_TOKEN_FILE")
+    if path and not token:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    if not token:
+        raise StreamanonError("set STREAMANON_HTTP_TOKEN or STREAMANON_HTTP_TOKEN_FILE")
+    return token
+
+
+def cmd_close(args: argparse.Namespace) -> int:
+    if args.config:
+        from streamanon.config import load_config
+
+        config = load_config(args.config, require_secrets=False)
+        base = f"http://{config.http.bind}"
+    else:
+        base = args.url.rstrip("/")
+    request = urllib.request.Request(f"{base}/api/surveys/{args.survey}/close", method="POST",
+                                     headers={"Authorization": f"Bearer {_token()}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace").strip()
+        raise StreamanonError(f"the service refused: HTTP {exc.code} {detail}") from None
+    except urllib.error.URLError as exc:
+        raise StreamanonError(f"cannot reach the service at {base}: {exc.reason}") from None
+    print(f"survey {body.get('survey', args.survey)}: closing; the release follows")
+    return 0
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    import time
+
+    from streamanon.broker import EmbeddedBroker
+
+    with EmbeddedBroker(port=args.port) as broker:
+        print(f"embedded broker (Tansu, in-memory) at {broker.bootstrap}; Ctrl-C stops it",
+              flush=True)
+        try:
+            while broker.process is not None and broker.process.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+    return 0

@@ -1,0 +1,313 @@
+"""Service configuration: one TOML file, ``STREAMANON_*`` environment overrides, secrets apart.
+
+See the README's "Configuration reference" for every key. Errors are collected and reported
+all at once, each with the key it concerns. Secrets (the HMAC key that pseudonymises respondent
+ids for de-duplication, the bearer token of the control endpoints) are read from the
+environment or from files named there, never from the TOML file:
+
+- ``STREAMANON_HMAC_KEY`` or ``STREAMANON_HMAC_KEY_FILE``
+- ``STREAMANON_HTTP_TOKEN`` or ``STREAMANON_HTTP_TOKEN_FILE``
+
+Any other key of the sections ``kafka``, ``store``, ``output``, ``http`` and ``planner`` can be
+overridden with ``STREAMANON_<SECTION>_<KEY>``, e.g. ``STREAMANON_KAFKA_BOOTSTRAP_SERVERS``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from scheduler.durations import parse_duration
+from streamanon.errors import StreamanonError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROLES = ("identifier", "quasi_identifier", "confidential", "label", "ignore")
+SECRET_KEYS = {"hmac_key", "http_token", "token", "secret", "hmac_key_file", "http_token_file"}
+_SECTIONS = ("kafka", "store", "output", "http", "planner")
+
+
+class ConfigError(StreamanonError):
+    """The configuration is invalid; the message lists every problem with its key."""
+
+    def __init__(self, problems: list[str], source: str = "configuration") -> None:
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"invalid {source} ({len(problems)} problem(s)):\n{lines}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class FieldSpec(_Strict):
+    """One JSON field of a survey response."""
+
+    role: Literal["identifier", "quasi_identifier", "confidential", "label", "ignore"]
+    type: Literal["int", "float", "str", "bool"] | None = None
+    min: float | None = None
+    max: float | None = None
+    required: bool = True
+
+
+class SurveyConfig(_Strict):
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    close: datetime | Literal["on-command"] = "on-command"
+    deadline: float | None = None  # seconds after close (a duration string in TOML)
+    k: int = Field(ge=1)
+    engine: str = "mdav"
+    engine_params: dict[str, Any] = Field(default_factory=dict)
+    incremental: str = "nn_split_end"
+    incremental_params: dict[str, Any] = Field(default_factory=dict)
+    duplicates: Literal["reject", "allow"] = "reject"
+    expected_records: int | None = Field(default=None, ge=1)
+    fields: dict[str, FieldSpec] = Field(alias="schema")
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_duration(value)
+        return value
+
+    @field_validator("close")
+    @classmethod
+    def _aware(cls, value: Any) -> Any:
+        if isinstance(value, datetime) and value.tzinfo is None:
+            raise ValueError("close time needs a time zone, e.g. 2026-12-01T18:00:00Z")
+        return value
+
+    @property
+    def close_at(self) -> datetime | None:
+        return self.close if isinstance(self.close, datetime) else None
+
+    def names(self, role: str) -> list[str]:
+        return [name for name, spec in self.fields.items() if spec.role == role]
+
+    @property
+    def identifier(self) -> str:
+        return self.names("identifier")[0]
+
+    @property
+    def quasi_identifiers(self) -> list[str]:
+        return self.names("quasi_identifier")
+
+
+class KafkaConfig(_Strict):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic_prefix: str = Field(default="streamanon", pattern=r"^[A-Za-z0-9_.-]+$")
+    group_id: str = "streamanon-collector"
+    partitions: int = Field(default=4, ge=1)
+    batch_max_records: int = Field(default=20_000, ge=1)
+
+
+class StoreConfig(_Strict):
+    url: str = "sqlite:///streamanon.db"
+
+
+class OutputConfig(_Strict):
+    directory: Path = Path("releases")
+
+
+class HttpConfig(_Strict):
+    bind: str = "127.0.0.1:8080"
+
+    @field_validator("bind")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ValueError(f"expected HOST:PORT, got {value!r}")
+        return value
+
+    @property
+    def host(self) -> str:
+        return self.bind.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.bind.rpartition(":")[2])
+
+
+class PlannerConfig(_Strict):
+    interval_seconds: float = Field(default=5.0, gt=0)
+    arrival_bin_seconds: float = Field(default=60.0, gt=0)
+    arrival_bins: int = Field(default=15, ge=1)
+    cost_models: Path | None = None  # default $STREAMANON_DATA_DIR/cost_models.json
+    calibration_seconds: float = Field(default=3.0, gt=0)
+
+
+class Config(_Strict):
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    planner: PlannerConfig = Field(default_factory=PlannerConfig)
+    surveys: list[SurveyConfig] = Field(min_length=1)
+    hmac_key: bytes = Field(default=b"", exclude=True, repr=False)
+    http_token: str = Field(default="", exclude=True, repr=False)
+
+    def survey(self, survey_id: str) -> SurveyConfig:
+        for s in self.surveys:
+            if s.id == survey_id:
+                return s
+        raise KeyError(survey_id)
+
+    def topic(self, survey_id: str, kind: str) -> str:
+        """``<prefix>.<survey>.<kind>``, kind in responses, deadletter, release."""
+        return f"{self.kafka.topic_prefix}.{survey_id}.{kind}"
+
+    @property
+    def control_topic(self) -> str:
+        return f"{self.kafka.topic_prefix}.control"
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _location(loc: tuple[Any, ...], raw: Mapping[str, Any]) -> str:
+    parts: list[str] = []
+    node: Any = raw
+    for item in loc:
+        if isinstance(item, int):
+            ident = None
+            if isinstance(node, list) and 0 <= item < len(node) and isinstance(node[item], dict):
+                ident = node[item].get("id")
+            parts[-1] = f"{parts[-1]}[{item}]" + (f"({ident})" if ident else "")
+            node = node[item] if isinstance(node, list) and 0 <= item < len(node) else None
+        else:
+            parts.append(str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return ".".join(parts) or "(top level)"
+
+
+def _secret_keys(raw: Any, path: str = "") -> list[str]:
+    found = []
+    if isinstance(raw, dict):
+        for key, value in raw.items():
+            where = f"{path}.{key}" if path else str(key)
+            if str(key).lower() in SECRET_KEYS:
+                found.append(where)
+            found.extend(_secret_keys(value, where))
+    elif isinstance(raw, list):
+        for i, value in enumerate(raw):
+            found.extend(_secret_keys(value, f"{path}[{i}]"))
+    return found
+
+
+def _read_secret(env: Mapping[str, str], name: str, problems: list[str]) -> str:
+    value = env.get(f"STREAMANON_{name}")
+    file = env.get(f"STREAMANON_{name}_FILE")
+    if value and file:
+        problems.append(f"STREAMANON_{name} and STREAMANON_{name}_FILE: set one, not both")
+        return ""
+    if file:
+        try:
+            return Path(file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            problems.append(f"STREAMANON_{name}_FILE: cannot read {file}: {exc.strerror}")
+            return ""
+    return value or ""
+
+
+def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
+    models = {"kafka": KafkaConfig, "store": StoreConfig, "output": OutputConfig,
+              "http": HttpConfig, "planner": PlannerConfig}
+    for section in _SECTIONS:
+        for key in models[section].model_fields:
+            value = env.get(f"STREAMANON_{section.upper()}_{key.upper()}")
+            if value is not None:
+                raw.setdefault(section, {})[key] = value
+
+
+def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
+                 source: str = "configuration", require_secrets: bool = True) -> Config:
+    """Validate a parsed TOML document with environment overrides and secrets."""
+    from streamanon.engines import available_engines
+    from streamanon.incremental import available_stages
+
+    env = os.environ if env is None else env
+    raw = {key: (dict(value) if isinstance(value, dict) else value) for key, value in raw.items()}
+    problems = [f"{where}: secrets must not be in the configuration file; use the environment "
+                "(STREAMANON_HMAC_KEY[_FILE], STREAMANON_HTTP_TOKEN[_FILE])"
+                for where in _secret_keys(raw)]
+    _apply_env(raw, env)
+    hmac_key = _read_secret(env, "HMAC_KEY", problems)
+    http_token = _read_secret(env, "HTTP_TOKEN", problems)
+    if require_secrets and not hmac_key:
+        problems.append("STREAMANON_HMAC_KEY: not set (needed to pseudonymise respondent ids)")
+    elif hmac_key and len(hmac_key) < 16:
+        problems.append("STREAMANON_HMAC_KEY: too short, use at least 16 characters")
+    if require_secrets and not http_token:
+        problems.append("STREAMANON_HTTP_TOKEN: not set (needed by the control endpoints)")
+    config = None
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        for err in exc.errors():
+            problems.append(f"{_location(err['loc'], raw)}: {err['msg']}")
+    if config is not None:
+        engines = {e.name for e in available_engines()}
+        stages = {s.name for s in available_stages()}
+        seen: set[str] = set()
+        for i, survey in enumerate(config.surveys):
+            where = f"surveys[{i}]({survey.id})"
+            if survey.id in seen:
+                problems.append(f"{where}.id: survey id used twice")
+            seen.add(survey.id)
+            if survey.engine not in engines:
+                problems.append(f"{where}.engine: unknown engine {survey.engine!r}; available: "
+                                f"{', '.join(sorted(engines))}")
+            if survey.incremental not in stages:
+                problems.append(f"{where}.incremental: unknown stage {survey.incremental!r}; "
+                                f"available: {', '.join(sorted(stages))}")
+            if len(survey.names("identifier")) != 1:
+                problems.append(f"{where}.schema: exactly one field must have role "
+                                "'identifier' (the respondent id)")
+            if not survey.quasi_identifiers:
+                problems.append(f"{where}.schema: no field has role 'quasi_identifier'")
+            for name, spec in survey.fields.items():
+                key = f"{where}.schema.{name}"
+                if spec.role == "quasi_identifier":
+                    if spec.type not in (None, "int", "float"):
+                        problems.append(f"{key}.type: a quasi-identifier must be int or float")
+                    if not spec.required:
+                        problems.append(f"{key}.required: quasi-identifiers are required")
+                if (spec.min is not None and spec.max is not None and spec.min > spec.max):
+                    problems.append(f"{key}: min is larger than max")
+                if (spec.min is not None or spec.max is not None) and spec.type in ("str", "bool"):
+                    problems.append(f"{key}: bounds need a numeric type")
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name):
+                    problems.append(f"{key}: field names must be identifiers")
+    if problems:
+        raise ConfigError(problems, source)
+    assert config is not None
+    return config.model_copy(update={"hmac_key": hmac_key.encode(), "http_token": http_token})
+
+
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None, *,
+                require_secrets: bool = True) -> Config:
+    """Read and validate ``path`` (TOML)."""
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such file"], str(path)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{path}: not valid TOML: {exc}"], str(path)) from None
+    return parse_config(raw, env, source=f"configuration {path}",
+                        require_secrets=require_secrets)
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)

@@ -1,0 +1,102 @@
+"""Building and publishing the release: files, report, topic messages (SPEC section 6, step 7).
+
+The release table holds, per record, the cell means of the quasi-identifiers (original units),
+the confidential values and the label, in a random order: no identifiers, no arrival order, no
+timestamps, no stage or cell ids. It goes to
+
+- ``<output>/<survey>/release.parquet`` and ``release.csv`` (written atomically),
+- ``<output>/<survey>/report.json``,
+- topic ``<prefix>.<survey>.release`` (one partition, so order holds): one JSON message per
+  record, then one manifest message
+  (``{"type": "manifest", "count", "sha256", ...}``). Every message carries the headers
+  ``streamanon-type`` (``record`` or ``manifest``) and ``streamanon-release`` (the release id),
+  so a consumer can tell a complete release from a repeated one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from streamanon.config import SurveyConfig
+from streamanon.io import write_json, write_table
+from streamanon.metrics import aggregate, require_k_anonymous
+from streamanon.store import Records
+
+
+def build_release(records: Records, labels: np.ndarray, survey: SurveyConfig,
+                  seed: int) -> pd.DataFrame:
+    """The shuffled release table; raises :class:`KAnonymityError` if it is not k-anonymous."""
+    released = aggregate(records.qi, labels)
+    columns: dict[str, Any] = {}
+    for j, name in enumerate(survey.quasi_identifiers):
+        columns[name] = released[:, j]
+    for name in survey.names("confidential"):
+        columns[name] = [row.get(name) for row in records.confidential]
+    for name in survey.names("label"):
+        columns[name] = records.labels
+    frame = pd.DataFrame(columns)
+    require_k_anonymous(frame[survey.quasi_identifiers].to_numpy(), survey.k)
+    order = np.random.default_rng(seed).permutation(len(frame))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def release_dir(output: Path, survey_id: str) -> Path:
+    return Path(output) / survey_id
+
+
+def write_release_files(frame: pd.DataFrame, report: dict[str, Any], output: Path,
+                        survey_id: str) -> dict[str, Any]:
+    """Write Parquet, CSV and the report; return their paths and checksums."""
+    directory = release_dir(output, survey_id)
+    directory.mkdir(parents=True, exist_ok=True)
+    parquet, csv = directory / "release.parquet", directory / "release.csv"
+    write_table(frame, parquet)
+    write_table(frame, csv)
+    files = {"parquet": str(parquet), "csv": str(csv), "report": str(directory / "report.json"),
+             "sha256": sha256_file(parquet), "sha256_csv": sha256_file(csv)}
+    write_json({**report, "files": files}, directory / "report.json")
+    return files
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, np.generic):
+        return _jsonable(value.item())
+    return value
+
+
+def record_messages(frame: pd.DataFrame) -> list[bytes]:
+    cols = list(frame.columns)
+    out = []
+    for row in frame.itertuples(index=False, name=None):
+        out.append(json.dumps({c: _jsonable(v) for c, v in zip(cols, row, strict=True)})
+                   .encode())
+    return out
+
+
+def publish_to_topic(producer: Any, topic: str, frame: pd.DataFrame,
+                     manifest: dict[str, Any]) -> None:
+    """One message per record, then the manifest; flushed before returning."""
+    release_id = str(manifest["release_id"]).encode()
+    record_headers = [("streamanon-type", b"record"), ("streamanon-release", release_id)]
+    for value in record_messages(frame):
+        producer.send(topic, value=value, headers=record_headers, partition=0)
+    producer.send(topic, value=json.dumps(manifest).encode(), partition=0,
+                  headers=[("streamanon-type", b"manifest"), ("streamanon-release", release_id)])
+    producer.flush()

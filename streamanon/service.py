@@ -1,0 +1,570 @@
+"""The long-running service: collector, store, planner, base run, close, release (SPEC 6).
+
+One asyncio event loop runs the collector, the HTTP server and the close sequence; the planner
+jobs run on an APScheduler background scheduler; the base engine and the incremental stage run
+in a separate process (``ProcessPoolExecutor``), so ingest keeps flowing during a base run; all
+store calls go through one worker thread.
+
+Per survey::
+
+    OPEN --(planner trigger, or POST /base)--> BASE_RUNNING --> BASE_DONE
+      |                                                          |
+      +--------------(close: time, CLI/HTTP, control msg)-------+--> CLOSING --> RELEASED
+
+Close: stop accepting (later messages are dead-lettered ``closed``), drain what was sent
+before, wait for a running base run, then run the incremental stage on the records after the
+base snapshot (or one engine run on everything when there is no usable base, or when the
+deadline leaves time for it), apply the k-anonymity gate, shuffle, publish.
+
+Restart after a crash resumes from the stored state: a finished checkpoint is reused, an
+interrupted base run is re-planned (it fires at once when its moment has passed), a release
+that was written but not fully published is re-published from the same files, and a released
+survey is never released again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import math
+import multiprocessing
+import secrets
+import threading
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from scheduler.arrivals import ArrivalEstimator, UniformForecast
+from scheduler.cost_model import (
+    CostModelStore,
+    NearestNeighbourCost,
+    PowerLaw,
+    TwoStageCost,
+    calibrate,
+)
+from scheduler.jobs import Planner
+from scheduler.planner import Plan, plan_deadline, plan_optimal
+from streamanon.collector import KafkaCollector, KafkaDeadLetters, SurveyIngest, Validator
+from streamanon.config import Config, SurveyConfig
+from streamanon.metrics import distortion, fit_standardisation
+from streamanon.publisher import build_release, publish_to_topic, write_release_files
+from streamanon.store import (
+    BASE_DONE,
+    BASE_RUNNING,
+    CLOSING,
+    OPEN,
+    RELEASED,
+    Checkpoint,
+    ReleaseRow,
+    Store,
+    StoreError,
+    open_store,
+)
+
+log = logging.getLogger(__name__)
+
+
+# -- work done in the compute process (module level, so it pickles) -----------------------------
+
+
+def compute_base(engine: str, Z: np.ndarray, k: int, params: dict[str, Any]) -> tuple[Any, float]:
+    from streamanon.engines import run_engine
+
+    started = time.perf_counter()
+    labels = run_engine(engine, Z, k, **params)
+    return labels, time.perf_counter() - started
+
+
+def compute_increment(stage: str, base: np.ndarray, base_labels: np.ndarray,
+                      increment: np.ndarray, k: int,
+                      params: dict[str, Any]) -> tuple[Any, float]:
+    from streamanon.incremental import run_stage
+
+    started = time.perf_counter()
+    labels = run_stage(stage, base, base_labels, increment, k, **params)
+    return labels, time.perf_counter() - started
+
+
+def warm_up_compute() -> bool:
+    """Load the compiled kernels in the compute process before they are needed."""
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((60, 2))
+    labels, _ = compute_base("mdav", Z[:40], 5, {})
+    compute_increment("nn_split_end", Z[:40], labels, Z[40:], 5, {})
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SurveyRuntime:
+    config: SurveyConfig
+    ingest: SurveyIngest
+    estimator: ArrivalEstimator
+    planner: Planner | None = None
+    last_plan: Plan | None = None
+    base_task: asyncio.Task | None = None
+    close_task: asyncio.Task | None = None
+    closed_event: asyncio.Event = field(default_factory=asyncio.Event)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class Service:
+    """Everything one deployment runs. ``await start()``, then ``await closed(survey)``."""
+
+    def __init__(self, config: Config, *, store: Store | None = None,
+                 compute_workers: int = 1) -> None:
+        self.config = config
+        self.store = store or open_store(config.store.url)
+        self.cost_models = CostModelStore(config.planner.cost_models)
+        self._lock = threading.Lock()
+        self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="store")
+        self._pool = ProcessPoolExecutor(compute_workers,
+                                         mp_context=multiprocessing.get_context("spawn"))
+        self.surveys: dict[str, SurveyRuntime] = {}
+        self.producer: Any = None
+        self.collector: KafkaCollector | None = None
+        self.scheduler: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._models: dict[str, tuple[PowerLaw, Any]] = {}
+        self._tasks: set[asyncio.Future] = set()
+        self.started_at = time.time()
+
+    # -- start and stop ------------------------------------------------------------------------
+    async def start(self) -> None:
+        from apscheduler.schedulers.background import BackgroundScheduler
+        from kafka import KafkaProducer
+
+        from streamanon.broker import ensure_topics
+
+        self.loop = asyncio.get_running_loop()
+        cfg = self.config
+        await self._in_store(ensure_topics, cfg.kafka.bootstrap_servers, self._topics())
+        self.producer = KafkaProducer(bootstrap_servers=cfg.kafka.bootstrap_servers,
+                                      linger_ms=20, batch_size=512 * 1024, acks="all")
+        warm = self.loop.run_in_executor(self._pool, warm_up_compute)
+        for sc in cfg.surveys:
+            await self._in_store(self.store.ensure_survey, sc.id)
+            ingest = SurveyIngest(sc, Validator(sc, cfg.hmac_key))
+            estimator = ArrivalEstimator(cfg.planner.arrival_bin_seconds,
+                                         cfg.planner.arrival_bins)
+            self.surveys[sc.id] = SurveyRuntime(sc, ingest, estimator)
+            await self._in_loop_thread(self._load_models, sc)
+        await self._recover()
+        self.collector = KafkaCollector(
+            cfg, self.store, {sid: rt.ingest for sid, rt in self.surveys.items()},
+            KafkaDeadLetters(self.producer), on_stored=self._on_stored,
+            executor=self._store_thread, on_control=self._on_control)
+        await self.collector.start()
+        await warm
+        self.scheduler = BackgroundScheduler(timezone=timezone.utc)
+        self.scheduler.start()
+        for sid, rt in self.surveys.items():
+            state = (await self._in_store(self.store.survey_state, sid)).state
+            if state == RELEASED or rt.ingest.closed_at is not None:
+                continue
+            rt.planner = Planner(
+                self.scheduler, survey_id=sid, close_at=rt.config.close_at,
+                plan=lambda now, sid=sid: self._plan(sid, now),
+                on_base_start=lambda plan, sid=sid: self._threadsafe(self.start_base(sid, plan)),
+                on_close=lambda sid=sid: self._threadsafe(self.close(sid)),
+                interval_seconds=cfg.planner.interval_seconds)
+            rt.planner.base_started = state != OPEN
+            rt.planner.start()
+        log.info("service started: %d survey(s)", len(self.surveys))
+
+    async def stop(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=False)
+        for rt in self.surveys.values():
+            for task in (rt.base_task, rt.close_task):
+                if task is not None and not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+        if self.collector is not None:
+            await self.collector.stop()
+        if self.producer is not None:
+            self.producer.flush()
+            self.producer.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._store_thread.shutdown(wait=True)
+        self.store.close()
+
+    def _topics(self) -> dict[str, int]:
+        """Every topic with its partitions; a release is one partition, so it stays in order
+        and its manifest comes last."""
+        parts = self.config.kafka.partitions
+        names = {self.config.control_topic: 1}
+        for sc in self.config.surveys:
+            names[self.config.topic(sc.id, "responses")] = parts
+            names[self.config.topic(sc.id, "deadletter")] = parts
+            names[self.config.topic(sc.id, "release")] = 1
+        return names
+
+    async def _in_store(self, fn: Any, *args: Any) -> Any:
+        assert self.loop is not None
+        return await self.loop.run_in_executor(self._store_thread, fn, *args)
+
+    async def _in_loop_thread(self, fn: Any, *args: Any) -> Any:
+        assert self.loop is not None
+        return await self.loop.run_in_executor(None, fn, *args)
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _threadsafe(self, coro: Any) -> None:
+        assert self.loop is not None
+        asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    # -- recovery ------------------------------------------------------------------------------
+    async def _recover(self) -> None:
+        for sid, rt in self.surveys.items():
+            st = await self._in_store(self.store.survey_state, sid)
+            times = await self._in_store(self.store.arrival_times, sid)
+            rt.estimator.observe(times)
+            rt.ingest.stored = len(times)
+            rt.ingest.closed_at = st.close_requested_at
+            if st.state == BASE_RUNNING:
+                cp = await self._in_store(self.store.load_checkpoint, sid)
+                if cp is not None:
+                    await self._in_store(self.store.transition, sid, BASE_DONE,
+                                         "checkpoint found after restart")
+                else:
+                    await self._in_store(self.store.transition, sid, OPEN,
+                                         "base run interrupted; re-planning")
+                    log.warning("survey %s: base run was interrupted; it will be re-planned", sid)
+            st = await self._in_store(self.store.survey_state, sid)
+            if st.state == CLOSING or (st.close_requested_at is not None
+                                       and st.state in (OPEN, BASE_DONE)):
+                rt.close_task = asyncio.create_task(self._close(sid), name=f"close-{sid}")
+            if st.state == RELEASED:
+                rt.closed_event.set()
+
+    # -- planning ------------------------------------------------------------------------------
+    def _load_models(self, sc: SurveyConfig) -> None:
+        """The base cost model (stored, or calibrated now) and the incremental one."""
+        from streamanon.engines import get_engine
+        from streamanon.incremental import run_stage
+
+        m = len(sc.quasi_identifiers)
+        base = self.cost_models.get(sc.engine, m, sc.k)
+        if base is None:
+            log.info("calibrating %s at m = %d, k = %d", sc.engine, m, sc.k)
+            result = calibrate(get_engine(sc.engine).function, m, sc.k,
+                               budget_seconds=self.config.planner.calibration_seconds)
+            base = self.cost_models.put(sc.engine, m, sc.k, result)
+        if sc.incremental == "two_stage":
+            incremental: Any = TwoStageCost(base)
+        else:
+            rng = np.random.default_rng(1)
+            n0, n_plus = max(20 * sc.k, 10_000), max(sc.k, 1_000)
+            Z = rng.standard_normal((n0 + n_plus, m))
+            from streamanon.engines import run_engine
+
+            labels = run_engine("mdav", Z[:n0], sc.k)
+            started = time.perf_counter()
+            run_stage(sc.incremental, Z[:n0], labels, Z[n0:], sc.k, **sc.incremental_params)
+            seconds = time.perf_counter() - started
+            incremental = NearestNeighbourCost(c=seconds * sc.k / (n0 * n_plus), k=sc.k)
+        self._models[sc.id] = (base, incremental)
+
+    def _plan(self, sid: str, now: datetime) -> Plan:
+        rt = self.surveys[sid]
+        sc = rt.config
+        base, incremental = self._models[sid]
+        t = now.timestamp()
+        close = sc.close_at.timestamp() if sc.close_at else t
+        with self._lock:
+            pace = rt.estimator.pace(t)
+            received = rt.ingest.stored
+        forecast = UniformForecast.from_current(received, pace, close - t)
+        total = max(forecast.total, float(sc.expected_records or 0), 1.0)
+        if total != forecast.total and pace > 0:
+            forecast = UniformForecast(total=total, pace=pace)
+        s = forecast.arrival_coefficient(base(total)) if total > 0 else None
+        kwargs = dict(k=sc.k, max_head_start=max(close - t, 0.0), arrival_coefficient=s)
+        if sc.deadline is not None:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                plan = plan_deadline(total, base, incremental, forecast.head_start, sc.deadline,
+                                     **kwargs)
+        else:
+            plan = plan_optimal(total, base, incremental, forecast.head_start, **kwargs)
+        rt.last_plan = plan
+        return plan
+
+    def _on_stored(self, sid: str, arrival_times: list[float]) -> None:
+        with self._lock:
+            self.surveys[sid].estimator.observe(arrival_times)
+
+    def _on_control(self, raw: bytes | None) -> None:
+        """``{"command": "close" | "start_base", "survey": ID, "token": TOKEN}``."""
+        try:
+            msg = json.loads(raw or b"")
+            command, sid, token = msg["command"], msg["survey"], str(msg.get("token", ""))
+        except (ValueError, KeyError, TypeError):
+            log.warning("control message ignored: not {command, survey, token} JSON")
+            return
+        if not hmac.compare_digest(token.encode(), self.config.http_token.encode()):
+            log.warning("control message ignored: bad token")
+            return
+        if sid not in self.surveys:
+            log.warning("control message ignored: unknown survey")
+            return
+        if command == "close":
+            self._background(self.close(sid))
+        elif command == "start_base":
+            self._background(self.start_base(sid, None))
+        else:
+            log.warning("control message ignored: unknown command")
+
+    # -- base run ------------------------------------------------------------------------------
+    async def start_base(self, sid: str, plan: Plan | None) -> bool:
+        """Take the base snapshot now and run the base engine on it, in the compute process."""
+        rt = self.surveys[sid]
+        if rt.base_task is not None:
+            return False
+        st = await self._in_store(self.store.survey_state, sid)
+        if st.state != OPEN or st.close_requested_at is not None:
+            return False
+        snapshot_seq = await self._in_store(self.store.max_seq, sid)
+        n_base = await self._in_store(self.store.count, sid)
+        if n_base < 2 * rt.config.k:
+            log.info("survey %s: base snapshot of %d records is under 2k; one-shot at close",
+                     sid, n_base)
+            return False
+        started = time.time()
+        await self._in_store(lambda: self.store.transition(
+            sid, BASE_RUNNING, f"snapshot of {n_base} records", expect=[OPEN],
+            base_started_at=started))
+        if rt.planner is not None:
+            rt.planner.base_started = True
+        rt.last_plan = plan or rt.last_plan
+        rt.base_task = asyncio.create_task(self._base(sid, snapshot_seq, started),
+                                           name=f"base-{sid}")
+        return True
+
+    async def _base(self, sid: str, snapshot_seq: int, started: float) -> None:
+        rt = self.surveys[sid]
+        sc = rt.config
+        m = len(sc.quasi_identifiers)
+        try:
+            records = await self._in_store(
+                lambda: self.store.load_records(sid, m, upto_seq=snapshot_seq))
+            scaling = fit_standardisation(records.qi)
+            Z = scaling.apply(records.qi)
+            labels, seconds = await self.loop.run_in_executor(
+                self._pool, compute_base, sc.engine, Z, sc.k, sc.engine_params)
+            cp = Checkpoint(snapshot_seq=snapshot_seq, n_base=len(records), labels=labels,
+                            mean=scaling.mean, scale=scaling.scale, engine=sc.engine,
+                            seconds=seconds, started_at=started)
+            await self._in_store(self.store.save_checkpoint, sid, cp)
+            await self._in_store(self.store.transition, sid, BASE_DONE,
+                                 f"base run took {seconds:.2f} s")
+            rt.timings["base_seconds"] = seconds
+            await self._in_store(self.cost_models.observe, sc.engine, m, sc.k, len(records),
+                                 seconds)
+            log.info("survey %s: base run on %d records done in %.2f s", sid, len(records),
+                     seconds)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("survey %s: base run failed; one-shot at close", sid)
+            await self._in_store(self.store.set_error, sid, f"base run failed: {exc}")
+            with contextlib.suppress(StoreError):
+                await self._in_store(self.store.transition, sid, OPEN, "base run failed")
+        finally:
+            rt.base_task = None
+
+    # -- close and release ---------------------------------------------------------------------
+    async def close(self, sid: str) -> None:
+        """Close the survey (idempotent); returns once the close sequence has been started."""
+        rt = self.surveys[sid]
+        if rt.close_task is None:
+            rt.close_task = asyncio.create_task(self._close(sid), name=f"close-{sid}")
+
+    async def closed(self, sid: str, timeout: float | None = None) -> None:
+        """Wait until the survey's release is published."""
+        await asyncio.wait_for(self.surveys[sid].closed_event.wait(), timeout)
+
+    async def _close(self, sid: str) -> None:
+        rt = self.surveys[sid]
+        try:
+            st = await self._in_store(self.store.survey_state, sid)
+            if st.state == RELEASED:
+                rt.closed_event.set()
+                return
+            if st.close_requested_at is None:
+                st = await self._in_store(self.store.request_close, sid, time.time())
+            rt.ingest.closed_at = st.close_requested_at
+            rt.timings["closed_at"] = st.close_requested_at
+            if rt.planner is not None:
+                rt.planner.closed = True
+                rt.planner.stop()
+            if self.collector is not None:
+                await self.collector.drain(sid)
+            if rt.base_task is not None:
+                await asyncio.shield(rt.base_task)
+            st = await self._in_store(self.store.survey_state, sid)
+            if st.state in (OPEN, BASE_DONE):
+                await self._in_store(self.store.transition, sid, CLOSING, "closing")
+            await self._release(sid)
+        except Exception as exc:
+            log.exception("survey %s: close failed", sid)
+            await self._in_store(self.store.set_error, sid, f"close failed: {exc}")
+        finally:
+            rt.close_task = None if not rt.closed_event.is_set() else rt.close_task
+
+    async def _release(self, sid: str) -> None:
+        rt = self.surveys[sid]
+        sc = rt.config
+        m = len(sc.quasi_identifiers)
+        prior = await self._in_store(self.store.load_release, sid)
+        if prior is not None and prior.status == "published":
+            await self._in_store(self.store.transition, sid, RELEASED, "already published")
+            rt.closed_event.set()
+            return
+        records = await self._in_store(lambda: self.store.load_records(sid, m))
+        n = len(records)
+        if n < sc.k:
+            raise StoreError(f"{n} valid records: no {sc.k}-anonymous release exists")
+        cp = await self._in_store(self.store.load_checkpoint, sid)
+        base_model, _ = self._models[sid]
+        fits_deadline = sc.deadline is not None and base_model(n) <= 0.8 * sc.deadline
+        stage_started = time.time()
+        if cp is None or cp.n_base < 2 * sc.k or cp.n_base > n or fits_deadline:
+            scaling = fit_standardisation(records.qi)
+            labels, seconds = await self.loop.run_in_executor(
+                self._pool, compute_base, sc.engine, scaling.apply(records.qi), sc.k,
+                sc.engine_params)
+            mode, n_base, inc_seconds, base_seconds = "one-shot", n, 0.0, seconds
+        else:
+            base = (records.qi[: cp.n_base] - cp.mean) / cp.scale
+            increment = (records.qi[cp.n_base:] - cp.mean) / cp.scale
+            labels, inc_seconds = await self.loop.run_in_executor(
+                self._pool, compute_increment, sc.incremental, base, cp.labels, increment,
+                sc.k, sc.incremental_params)
+            mode, n_base, base_seconds = "two-stage", cp.n_base, cp.seconds
+        compute_done = time.time()
+        seed = prior.seed if prior else secrets.randbits(62)
+        release_id = prior.release_id if prior else uuid.uuid4().hex
+        frame = build_release(records, np.asarray(labels), sc, seed)  # the k-anonymity gate
+        d = distortion(fit_standardisation(records.qi).apply(records.qi), np.asarray(labels))
+        closed_at = (await self._in_store(self.store.survey_state, sid)).close_requested_at
+        plan = rt.last_plan
+        report = {
+            "survey": sid, "release_id": release_id, "n": n, "m": m, "k": sc.k,
+            "engine": sc.engine, "incremental": sc.incremental if mode == "two-stage" else None,
+            "mode": mode, "nu": (n - n_base) / n, "n_base": n_base, "n_increment": n - n_base,
+            "arrival_coefficient": plan.arrival_coefficient if plan else None,
+            "planned_nu": plan.nu if plan else None,
+            "predicted_seconds_after_close": plan.finish_after_close if plan else None,
+            "one_shot_estimate_seconds": base_model(n),
+            "base_started_at": cp.started_at if cp is not None and mode == "two-stage" else None,
+            "closed_at": closed_at,
+            "base_seconds": base_seconds, "incremental_seconds": inc_seconds,
+            "compute_seconds_after_close": compute_done - max(closed_at or stage_started,
+                                                              stage_started),
+            "distortion": d, "information_loss": 100 * d,
+            "rejected": dict(rt.ingest.rejected),
+        }
+        files = await self._in_loop_thread(write_release_files, frame, report,
+                                           self.config.output.directory, sid)
+        report["files"] = files
+        await self._in_store(self.store.save_release, sid,
+                             ReleaseRow(release_id, "written", seed, report))
+        manifest = {"type": "manifest", "survey": sid, "release_id": release_id, "count": n,
+                    "sha256": files["sha256"], "k": sc.k, "engine": sc.engine,
+                    "incremental": report["incremental"], "distortion": d}
+        await self._in_loop_thread(publish_to_topic, self.producer,
+                                   self.config.topic(sid, "release"), frame, manifest)
+        released_at = time.time()
+        report["released_at"] = released_at
+        report["close_to_release_seconds"] = released_at - (closed_at or stage_started)
+        await self._in_loop_thread(write_release_files, frame, report,
+                                   self.config.output.directory, sid)
+        await self._in_store(self.store.save_release, sid,
+                             ReleaseRow(release_id, "published", seed, report))
+        await self._in_store(self.store.transition, sid, RELEASED, f"{n} records published")
+        rt.timings["released_at"] = released_at
+        log.info("survey %s: released %d records (%s), %.2f s after close", sid, n, mode,
+                 report["close_to_release_seconds"])
+        rt.closed_event.set()
+
+    # -- status --------------------------------------------------------------------------------
+    async def status(self) -> dict[str, Any]:
+        """What the dashboard and ``/api/status`` show: states, counts, plans. No data."""
+        out = []
+        for sid, rt in self.surveys.items():
+            st = await self._in_store(self.store.survey_state, sid)
+            release = await self._in_store(self.store.load_release, sid)
+            plan = rt.last_plan
+            out.append({
+                "id": sid, "state": st.state, "stored": rt.ingest.stored,
+                "dead_lettered": dict(rt.ingest.rejected), "error": st.error,
+                "close_at": rt.config.close_at.isoformat() if rt.config.close_at else None,
+                "close_requested_at": st.close_requested_at,
+                "base_started_at": st.base_started_at,
+                "plan": None if plan is None else {
+                    "mode": plan.mode, "nu": plan.nu, "n_total": plan.n_total,
+                    "head_start_seconds": _finite(plan.head_start),
+                    "finish_after_close_seconds": plan.finish_after_close,
+                    "arrival_coefficient": _finite(plan.arrival_coefficient),
+                    "base_at": rt.planner.base_at.isoformat()
+                    if rt.planner and rt.planner.base_at else None,
+                },
+                "release": None if release is None else {
+                    "status": release.status, **{key: release.report.get(key) for key in (
+                        "n", "k", "mode", "nu", "distortion", "information_loss",
+                        "close_to_release_seconds", "one_shot_estimate_seconds")}},
+            })
+        return {"surveys": out, "started_at": self.started_at}
+
+    def check_token(self, presented: str) -> bool:
+        return bool(self.config.http_token) and hmac.compare_digest(
+            presented.encode(), self.config.http_token.encode())
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
+
+
+async def serve(config: Config, *, stop: asyncio.Event | None = None,
+                on_ready: Any = None) -> None:
+    """Run the service and its HTTP server until ``stop`` is set (or SIGINT / SIGTERM)."""
+    import signal
+
+    from streamanon.web import start_http
+
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    service = Service(config)
+    runner = None
+    try:
+        await service.start()
+        runner = await start_http(service, config.http.host, config.http.port)
+        log.info("HTTP on http://%s", config.http.bind)
+        if on_ready is not None:
+            on_ready(service)
+        await stop.wait()
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await service.stop()

@@ -1,0 +1,466 @@
+"""Durable store of a deployment: records, survey states, base checkpoints, releases.
+
+SQLite in WAL mode by default (one file, created with mode 0600), PostgreSQL through the same
+interface for deployments with several collectors; :func:`open_store` picks by URL
+(``sqlite:///path`` or ``postgresql://...``).
+
+What is kept per record: arrival sequence (global, increasing) and time, the Kafka source
+(``partition:offset``, unique per survey so a redelivered message stores nothing twice), an
+HMAC of the respondent id (never the id), the quasi-identifiers as float64 bytes, the
+confidential values as JSON and the optional label. No identifier, no raw message.
+
+Survey states and their transitions (each one persisted, with a log)::
+
+    OPEN -> BASE_RUNNING -> BASE_DONE -> CLOSING -> RELEASED
+    OPEN -> CLOSING                    (closed before any base run)
+    BASE_RUNNING -> OPEN               (a base run interrupted by a crash, to be re-planned)
+
+``close_requested_at`` marks the moment a survey stopped accepting records; it can be set in
+any state before RELEASED (a close during the base run waits for it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+
+from streamanon.errors import StreamanonError
+
+OPEN, BASE_RUNNING, BASE_DONE, CLOSING, RELEASED = (
+    "OPEN", "BASE_RUNNING", "BASE_DONE", "CLOSING", "RELEASED")
+TRANSITIONS = {
+    OPEN: {BASE_RUNNING, CLOSING},
+    BASE_RUNNING: {BASE_DONE, OPEN},
+    BASE_DONE: {CLOSING},
+    CLOSING: {RELEASED},
+    RELEASED: set(),
+}
+
+
+class StoreError(StreamanonError):
+    """The store cannot do what was asked (bad URL, illegal state transition, ...)."""
+
+
+@dataclass(frozen=True)
+class SurveyState:
+    survey: str
+    state: str
+    close_requested_at: float | None
+    base_started_at: float | None
+    updated_at: float
+    error: str | None
+
+
+@dataclass(frozen=True)
+class RecordRow:
+    """One validated record as the collector hands it to the store."""
+
+    arrived_at: float
+    source: str
+    rid_hash: bytes
+    qi: bytes
+    confidential: str
+    label: str | None
+
+
+@dataclass(frozen=True)
+class Records:
+    seq: np.ndarray
+    arrived_at: np.ndarray
+    qi: np.ndarray  # n x m float64
+    confidential: list[dict[str, Any]]
+    labels: list[str | None]
+
+    def __len__(self) -> int:
+        return int(self.seq.shape[0])
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The finished base run: records with seq <= snapshot_seq, their cells, their scaling."""
+
+    snapshot_seq: int
+    n_base: int
+    labels: np.ndarray
+    mean: np.ndarray
+    scale: np.ndarray
+    engine: str
+    seconds: float
+    started_at: float
+
+
+@dataclass(frozen=True)
+class ReleaseRow:
+    release_id: str
+    status: str  # "written" (files and report on disk) or "published" (topic done)
+    seed: int
+    report: dict[str, Any]
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS surveys (
+    id TEXT PRIMARY KEY, state TEXT NOT NULL, close_requested_at DOUBLE PRECISION,
+    base_started_at DOUBLE PRECISION, updated_at DOUBLE PRECISION NOT NULL, error TEXT);
+CREATE TABLE IF NOT EXISTS transitions (
+    survey TEXT NOT NULL, from_state TEXT NOT NULL, to_state TEXT NOT NULL,
+    at DOUBLE PRECISION NOT NULL, note TEXT);
+CREATE TABLE IF NOT EXISTS records (
+    seq {autoinc}, survey TEXT NOT NULL, arrived_at DOUBLE PRECISION NOT NULL,
+    source TEXT NOT NULL, rid_hash {blob} NOT NULL, qi {blob} NOT NULL,
+    confidential TEXT NOT NULL, label TEXT, UNIQUE (survey, source));
+CREATE INDEX IF NOT EXISTS records_pseudonym ON records (survey, rid_hash);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    survey TEXT PRIMARY KEY, snapshot_seq BIGINT NOT NULL, n_base BIGINT NOT NULL,
+    labels {blob} NOT NULL, mean {blob} NOT NULL, scale {blob} NOT NULL, engine TEXT NOT NULL,
+    seconds DOUBLE PRECISION NOT NULL, started_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS releases (
+    survey TEXT PRIMARY KEY, release_id TEXT NOT NULL, status TEXT NOT NULL,
+    seed BIGINT NOT NULL, report TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
+"""
+
+
+class Store(ABC):
+    """The store interface. One connection, guarded by a lock: call from any thread."""
+
+    placeholder = "?"
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    # -- backend hooks -------------------------------------------------------------------------
+    @abstractmethod
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    @abstractmethod
+    def _executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
+        """Run ``sql`` for every row; return the number of rows changed."""
+
+    @abstractmethod
+    def _transaction(self) -> Any: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", self.placeholder)
+
+    def _q(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._execute(self._sql(sql), params)
+
+    # -- surveys -------------------------------------------------------------------------------
+    def ensure_survey(self, survey: str) -> SurveyState:
+        with self._lock, self._transaction():
+            if not self._q("SELECT 1 FROM surveys WHERE id = ?", (survey,)):
+                self._q("INSERT INTO surveys (id, state, updated_at) VALUES (?, ?, ?)",
+                        (survey, OPEN, time.time()))
+        return self.survey_state(survey)
+
+    def survey_state(self, survey: str) -> SurveyState:
+        rows = self._q("SELECT id, state, close_requested_at, base_started_at, updated_at, error "
+                       "FROM surveys WHERE id = ?", (survey,))
+        if not rows:
+            raise StoreError(f"unknown survey {survey!r}")
+        return SurveyState(*rows[0])
+
+    def transition(self, survey: str, to_state: str, note: str = "", *,
+                   expect: Iterable[str] | None = None, **fields: Any) -> SurveyState:
+        """Move ``survey`` to ``to_state`` if the move is legal (and the current state is in
+        ``expect`` when given); also set ``fields`` (columns of ``surveys``). Atomic."""
+        allowed_fields = {"close_requested_at", "base_started_at", "error"}
+        if set(fields) - allowed_fields:
+            raise StoreError(f"cannot set {sorted(set(fields) - allowed_fields)}")
+        with self._lock, self._transaction():
+            current = self.survey_state(survey).state
+            if to_state not in TRANSITIONS[current] or (expect and current not in set(expect)):
+                raise StoreError(f"survey {survey}: illegal transition {current} -> {to_state}")
+            now = time.time()
+            sets = ", ".join(f"{name} = ?" for name in fields)
+            self._q(f"UPDATE surveys SET state = ?, updated_at = ?{', ' if sets else ''}{sets} "
+                    "WHERE id = ?", (to_state, now, *fields.values(), survey))
+            self._q("INSERT INTO transitions (survey, from_state, to_state, at, note) "
+                    "VALUES (?, ?, ?, ?, ?)", (survey, current, to_state, now, note))
+        return self.survey_state(survey)
+
+    def request_close(self, survey: str, at: float | None = None) -> SurveyState:
+        """Stop accepting records for ``survey`` (idempotent: keeps the first moment)."""
+        with self._lock, self._transaction():
+            self._q("UPDATE surveys SET close_requested_at = ?, updated_at = ? "
+                    "WHERE id = ? AND close_requested_at IS NULL",
+                    (at or time.time(), time.time(), survey))
+        return self.survey_state(survey)
+
+    def set_error(self, survey: str, error: str | None) -> None:
+        with self._lock, self._transaction():
+            self._q("UPDATE surveys SET error = ?, updated_at = ? WHERE id = ?",
+                    (error, time.time(), survey))
+
+    def transitions(self, survey: str) -> list[tuple[str, str, float, str]]:
+        return [tuple(r) for r in self._q(
+            "SELECT from_state, to_state, at, note FROM transitions WHERE survey = ? "
+            "ORDER BY at", (survey,))]
+
+    # -- records -------------------------------------------------------------------------------
+    def insert_records(self, survey: str, rows: Sequence[RecordRow]) -> int:
+        """Store ``rows`` in one transaction; rows whose source is already stored are skipped.
+        Returns how many were new."""
+        if not rows:
+            return 0
+        with self._lock, self._transaction():
+            return self._executemany(
+                self._insert_ignore_sql(),
+                [(survey, r.arrived_at, r.source, r.rid_hash, r.qi, r.confidential, r.label)
+                 for r in rows])
+
+    @abstractmethod
+    def _insert_ignore_sql(self) -> str: ...
+
+    def respondents(self, survey: str, hashes: Sequence[bytes]) -> dict[bytes, str]:
+        """Stored respondent hashes among ``hashes``, with the source that stored them."""
+        found: dict[bytes, str] = {}
+        unique = list(dict.fromkeys(hashes))
+        for start in range(0, len(unique), 500):
+            chunk = unique[start:start + 500]
+            marks = ", ".join("?" * len(chunk))
+            for rid, source in self._q(
+                    f"SELECT rid_hash, source FROM records WHERE survey = ? AND rid_hash IN "
+                    f"({marks})", (survey, *chunk)):
+                found.setdefault(bytes(rid), source)
+        return found
+
+    def sources(self, survey: str, sources: Sequence[str]) -> set[str]:
+        """Which of ``sources`` (``partition:offset``) are already stored."""
+        found: set[str] = set()
+        for start in range(0, len(sources), 500):
+            chunk = list(sources[start:start + 500])
+            marks = ", ".join("?" * len(chunk))
+            found.update(r[0] for r in self._q(
+                f"SELECT source FROM records WHERE survey = ? AND source IN ({marks})",
+                (survey, *chunk)))
+        return found
+
+    def count(self, survey: str) -> int:
+        return int(self._q("SELECT COUNT(*) FROM records WHERE survey = ?", (survey,))[0][0])
+
+    def max_seq(self, survey: str) -> int:
+        value = self._q("SELECT MAX(seq) FROM records WHERE survey = ?", (survey,))[0][0]
+        return int(value) if value is not None else 0
+
+    def arrival_times(self, survey: str) -> np.ndarray:
+        rows = self._q("SELECT arrived_at FROM records WHERE survey = ? ORDER BY seq", (survey,))
+        return np.array([r[0] for r in rows], dtype=np.float64)
+
+    def load_records(self, survey: str, m: int, *, after_seq: int = 0,
+                     upto_seq: int | None = None) -> Records:
+        """Records with ``after_seq < seq <= upto_seq``, in arrival order."""
+        sql = ("SELECT seq, arrived_at, qi, confidential, label FROM records "
+               "WHERE survey = ? AND seq > ?")
+        params: list[Any] = [survey, after_seq]
+        if upto_seq is not None:
+            sql += " AND seq <= ?"
+            params.append(upto_seq)
+        rows = self._q(sql + " ORDER BY seq", params)
+        qi = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype=np.float64)
+        return Records(
+            seq=np.array([r[0] for r in rows], dtype=np.int64),
+            arrived_at=np.array([r[1] for r in rows], dtype=np.float64),
+            qi=qi.reshape(len(rows), m).copy(),
+            confidential=[json.loads(r[3]) for r in rows],
+            labels=[r[4] for r in rows],
+        )
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def save_checkpoint(self, survey: str, cp: Checkpoint) -> None:
+        with self._lock, self._transaction():
+            self._q("DELETE FROM checkpoints WHERE survey = ?", (survey,))
+            self._q("INSERT INTO checkpoints (survey, snapshot_seq, n_base, labels, mean, scale, "
+                    "engine, seconds, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (survey, cp.snapshot_seq, cp.n_base,
+                     np.asarray(cp.labels, dtype=np.int64).tobytes(),
+                     np.asarray(cp.mean, dtype=np.float64).tobytes(),
+                     np.asarray(cp.scale, dtype=np.float64).tobytes(), cp.engine, cp.seconds,
+                     cp.started_at))
+
+    def load_checkpoint(self, survey: str) -> Checkpoint | None:
+        rows = self._q("SELECT snapshot_seq, n_base, labels, mean, scale, engine, seconds, "
+                       "started_at FROM checkpoints WHERE survey = ?", (survey,))
+        if not rows:
+            return None
+        seq, n_base, labels, mean, scale, engine, seconds, started = rows[0]
+        return Checkpoint(int(seq), int(n_base),
+                          np.frombuffer(bytes(labels), dtype=np.int64).copy(),
+                          np.frombuffer(bytes(mean), dtype=np.float64).copy(),
+                          np.frombuffer(bytes(scale), dtype=np.float64).copy(),
+                          engine, float(seconds), float(started))
+
+    # -- releases ------------------------------------------------------------------------------
+    def save_release(self, survey: str, row: ReleaseRow) -> None:
+        with self._lock, self._transaction():
+            self._q("DELETE FROM releases WHERE survey = ?", (survey,))
+            self._q("INSERT INTO releases (survey, release_id, status, seed, report, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (survey, row.release_id, row.status, row.seed, json.dumps(row.report),
+                     time.time()))
+
+    def load_release(self, survey: str) -> ReleaseRow | None:
+        rows = self._q("SELECT release_id, status, seed, report FROM releases WHERE survey = ?",
+                       (survey,))
+        if not rows:
+            return None
+        rid, status, seed, report = rows[0]
+        return ReleaseRow(rid, status, int(seed), json.loads(report))
+
+
+class SQLiteStore(Store):
+    """SQLite in WAL mode; the database file and its WAL companions are private (0600)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__()
+        self.path = Path(path)
+        if str(self.path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.exists():
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+            os.chmod(self.path, 0o600)
+        old = os.umask(0o077)  # the -wal and -shm files SQLite creates are private too
+        try:
+            self._conn = sqlite3.connect(str(self.path), check_same_thread=False,
+                                         isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")  # committed means on disk
+            self._conn.execute("PRAGMA busy_timeout=10000")
+        finally:
+            os.umask(old)
+        self._depth = 0
+        with self._lock:
+            self._conn.executescript(_SCHEMA.format(
+                autoinc="INTEGER PRIMARY KEY AUTOINCREMENT", blob="BLOB"))
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._conn.execute(sql, tuple(params)).fetchall()
+
+    def _executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
+        with self._lock:
+            return self._conn.executemany(sql, rows).rowcount
+
+    def _insert_ignore_sql(self) -> str:
+        return ("INSERT OR IGNORE INTO records (survey, arrived_at, source, rid_hash, qi, "
+                "confidential, label) VALUES (?, ?, ?, ?, ?, ?, ?)")
+
+    class _Tx:
+        def __init__(self, store: SQLiteStore) -> None:
+            self.store = store
+
+        def __enter__(self) -> None:
+            self.store._lock.acquire()
+            if self.store._depth == 0:
+                self.store._conn.execute("BEGIN IMMEDIATE")
+            self.store._depth += 1
+
+        def __exit__(self, exc_type: Any, *_: Any) -> None:
+            try:
+                self.store._depth -= 1
+                if self.store._depth == 0:
+                    self.store._conn.execute("ROLLBACK" if exc_type else "COMMIT")
+            finally:
+                self.store._lock.release()
+
+    def _transaction(self) -> Any:
+        return SQLiteStore._Tx(self)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class PostgresStore(Store):
+    """PostgreSQL through psycopg 3, same tables and semantics."""
+
+    placeholder = "%s"
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        try:
+            import psycopg
+        except ImportError as exc:  # pragma: no cover
+            raise StoreError("PostgreSQL needs psycopg: pip install 'psycopg[binary]'") from exc
+        try:
+            self._conn = psycopg.connect(url, autocommit=True)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to PostgreSQL: {str(exc).strip()}") from None
+        self._depth = 0
+        self._tx: Any = None
+        with self._lock:
+            self._conn.execute("SELECT pg_advisory_lock(727272)")  # schema creation, once
+            try:
+                for statement in _SCHEMA.format(autoinc="BIGSERIAL PRIMARY KEY",
+                                                blob="BYTEA").split(";"):
+                    if statement.strip():
+                        self._conn.execute(statement)
+            finally:
+                self._conn.execute("SELECT pg_advisory_unlock(727272)")
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            cur = self._conn.execute(sql, tuple(params))
+            return cur.fetchall() if cur.description else []
+
+    def _executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
+        with self._lock, self._conn.cursor() as cur:
+            cur.executemany(sql, list(rows))
+            return cur.rowcount
+
+    def _insert_ignore_sql(self) -> str:
+        return ("INSERT INTO records (survey, arrived_at, source, rid_hash, qi, confidential, "
+                "label) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING")
+
+    class _Tx:
+        def __init__(self, store: PostgresStore) -> None:
+            self.store = store
+
+        def __enter__(self) -> None:
+            self.store._lock.acquire()
+            if self.store._depth == 0:
+                self.store._tx = self.store._conn.transaction()
+                self.store._tx.__enter__()
+            self.store._depth += 1
+
+        def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+            try:
+                self.store._depth -= 1
+                if self.store._depth == 0:
+                    tx, self.store._tx = self.store._tx, None
+                    tx.__exit__(exc_type, exc, tb)
+            finally:
+                self.store._lock.release()
+
+    def _transaction(self) -> Any:
+        return PostgresStore._Tx(self)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def open_store(url: str) -> Store:
+    """``sqlite:///relative/or/absolute.db``, ``sqlite:///:memory:`` or ``postgresql://...``."""
+    parsed = urlparse(url)
+    if parsed.scheme == "sqlite":
+        path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else parsed.path
+        if not path:
+            raise StoreError(f"store URL {url!r}: give a file, e.g. sqlite:///streamanon.db")
+        return SQLiteStore(path)
+    if parsed.scheme in ("postgresql", "postgres"):
+        return PostgresStore(url)
+    raise StoreError(f"store URL {url!r}: use sqlite:///FILE or postgresql://...")

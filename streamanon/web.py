@@ -1,0 +1,72 @@
+"""HTTP interface of the service: status for people and tools, control with a bearer token.
+
+- ``GET /healthz``: ``ok``.
+- ``GET /api/status``: JSON of every survey's state, counts, plan and release summary.
+- ``POST /api/surveys/{id}/close``: close now (``Authorization: Bearer TOKEN``).
+- ``POST /api/surveys/{id}/base``: take the base snapshot and start the base run now (token).
+
+Binds to loopback by default (``http.bind``). Responses never contain survey data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from streamanon.store import OPEN
+
+
+def _authorised(service: Any, request: web.Request) -> bool:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    return scheme.lower() == "bearer" and service.check_token(token.strip())
+
+
+def make_app(service: Any) -> web.Application:
+    app = web.Application()
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def status(request: web.Request) -> web.Response:
+        return web.json_response(await service.status())
+
+    def _survey(request: web.Request) -> str:
+        sid = request.match_info["survey"]
+        if sid not in service.surveys:
+            raise web.HTTPNotFound(text=f"unknown survey {sid!r}\n")
+        if not _authorised(service, request):
+            raise web.HTTPUnauthorized(text="missing or wrong bearer token\n",
+                                       headers={"WWW-Authenticate": "Bearer"})
+        return sid
+
+    async def close(request: web.Request) -> web.Response:
+        sid = _survey(request)
+        await service.close(sid)
+        return web.json_response({"survey": sid, "closing": True}, status=202)
+
+    async def base(request: web.Request) -> web.Response:
+        sid = _survey(request)
+        started = await service.start_base(sid, None)
+        if not started:
+            state = (await service.status())["surveys"]
+            current = next(s["state"] for s in state if s["id"] == sid)
+            return web.json_response(
+                {"survey": sid, "started": False,
+                 "reason": "a base run needs an open survey with at least 2k records"
+                 if current == OPEN else f"survey is {current}"}, status=409)
+        return web.json_response({"survey": sid, "started": True}, status=202)
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/api/status", status)
+    app.router.add_post("/api/surveys/{survey}/close", close)
+    app.router.add_post("/api/surveys/{survey}/base", base)
+    return app
+
+
+async def start_http(service: Any, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(make_app(service), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

@@ -1,0 +1,165 @@
+"""Fixtures that start real components: the embedded broker and the service process."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streamanon.broker import EmbeddedBroker, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker() as b:
+        yield b
+
+
+SCHEMA = """
+[surveys.schema]
+respondent_id = { role = "identifier" }
+age = { role = "quasi_identifier", type = "int", min = 16, max = 110 }
+income = { role = "quasi_identifier", type = "float", min = 0 }
+height = { role = "quasi_identifier", type = "float" }
+satisfaction = { role = "confidential", type = "int", min = 1, max = 5 }
+comment = { role = "ignore", type = "str", required = false }
+"""
+
+
+def write_config(tmp: Path, bootstrap: str, *, survey: str = "wellbeing", k: int = 5,
+                 close: str = "on-command", incremental: str = "nn_split_end",
+                 extra: str = "") -> tuple[Path, dict[str, str]]:
+    prefix = f"t{secrets.token_hex(4)}"
+    port = free_port()
+    text = f"""
+[kafka]
+bootstrap_servers = "{bootstrap}"
+topic_prefix = "{prefix}"
+group_id = "{prefix}-collector"
+partitions = 2
+
+[store]
+url = "sqlite:///{tmp / 'store' / 'streamanon.db'}"
+
+[output]
+directory = "{tmp / 'releases'}"
+
+[http]
+bind = "127.0.0.1:{port}"
+
+[planner]
+interval_seconds = 0.5
+calibration_seconds = 0.5
+{extra}
+
+[[surveys]]
+id = "{survey}"
+close = "{close}"
+k = {k}
+incremental = "{incremental}"
+""" + SCHEMA
+    path = tmp / "streamanon.toml"
+    path.write_text(text)
+    env = {**os.environ, "STREAMANON_HMAC_KEY": secrets.token_hex(16),
+           "STREAMANON_HTTP_TOKEN": secrets.token_hex(16),
+           "STREAMANON_DATA_DIR": str(tmp / "data")}
+    return path, env
+
+
+class ServiceProcess:
+    """``streamanon serve`` as a child process, with helpers to talk to it."""
+
+    def __init__(self, config: Path, env: dict[str, str], log: Path) -> None:
+        self.config, self.env, self.log = config, env, log
+        self.proc: subprocess.Popen | None = None
+        text = config.read_text()
+        self.http = "http://" + text.split('bind = "')[1].split('"')[0]
+        self.prefix = text.split('topic_prefix = "')[1].split('"')[0]
+        self.token = env["STREAMANON_HTTP_TOKEN"]
+
+    def start(self, timeout: float = 180) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "streamanon", "serve", "--config", str(self.config)],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"service exited: {self.log.read_text()[-3000:]}")
+            try:
+                self.status()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise TimeoutError(f"service did not start: {self.log.read_text()[-3000:]}")
+
+    def status(self) -> dict:
+        with urllib.request.urlopen(f"{self.http}/api/status", timeout=5) as r:
+            return json.loads(r.read())
+
+    def survey(self, sid: str) -> dict:
+        return next(s for s in self.status()["surveys"] if s["id"] == sid)
+
+    def post(self, path: str, token: str | None = None) -> tuple[int, dict]:
+        req = urllib.request.Request(f"{self.http}{path}", method="POST", headers={
+            "Authorization": f"Bearer {token if token is not None else self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, {}
+
+    def wait_for(self, sid: str, predicate, timeout: float = 120, what: str = "") -> dict:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"service exited: {self.log.read_text()[-3000:]}")
+            try:
+                last = self.survey(sid)
+                if predicate(last):
+                    return last
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"waiting for {what}: last status {last}\n"
+                           f"{self.log.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def service_factory(tmp_path: Path, broker: EmbeddedBroker):
+    started: list[ServiceProcess] = []
+
+    def make(**kwargs) -> ServiceProcess:
+        config, env = write_config(tmp_path, broker.bootstrap, **kwargs)
+        svc = ServiceProcess(config, env, tmp_path / "service.log")
+        started.append(svc)
+        return svc
+
+    yield make
+    for svc in started:
+        svc.stop()

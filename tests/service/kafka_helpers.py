@@ -1,0 +1,59 @@
+"""Producing survey responses and reading result topics in tests (kafka-python, assign mode)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+
+def produce(bootstrap: str, topic: str, messages: list[tuple[bytes | None, bytes]]) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    for key, value in messages:
+        producer.send(topic, key=key, value=value)
+    producer.flush()
+    producer.close()
+
+
+def read_topic(bootstrap: str, topic: str, *, until: Any = None, expected: int | None = None,
+               timeout: float = 60) -> list[Any]:
+    """Every message of ``topic`` from the beginning, until ``until(messages)`` is true or
+    ``expected`` messages were read."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             consumer_timeout_ms=1000)
+    deadline = time.monotonic() + timeout
+    parts: set[int] = set()
+    while not parts and time.monotonic() < deadline:
+        parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:
+            time.sleep(0.2)
+    tps = [TopicPartition(topic, p) for p in sorted(parts)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    out: list[Any] = []
+    while time.monotonic() < deadline:
+        batch = consumer.poll(timeout_ms=500)
+        for records in batch.values():
+            out.extend(records)
+        if (until is not None and until(out)) or (expected is not None and len(out) >= expected):
+            break
+    consumer.close()
+    return out
+
+
+def headers(record: Any) -> dict[str, str]:
+    return {k: v.decode() for k, v in (record.headers or [])}
+
+
+def response(i: int, **override: Any) -> bytes:
+    body = {"respondent_id": f"R{i:06d}", "age": 18 + (i * 7) % 70,
+            "income": 20000.0 + (i * 7919) % 50000, "height": 150.0 + (i * 31) % 45,
+            "satisfaction": 1 + i % 5}
+    body.update(override)
+    return json.dumps({k: v for k, v in body.items() if v is not _DROP}).encode()
+
+
+_DROP = object()
+DROP = _DROP

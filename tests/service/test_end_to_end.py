@@ -1,0 +1,110 @@
+"""The service against the real embedded broker: responses in, one k-anonymous release out."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from streamanon.metrics import check_k_anonymity
+from tests.service.kafka_helpers import DROP, headers, produce, read_topic, response
+
+QI = ["age", "income", "height"]
+
+
+def invalid_messages(start: int) -> list[tuple[bytes, str]]:
+    """One message per reason, with the reason the dead-letter topic must give."""
+    return [
+        (b"{not json", "invalid_json"),
+        (b"[1, 2, 3]", "not_an_object"),
+        (response(start, age=DROP), "missing_field"),
+        (response(start + 1, shoe_size=44), "unexpected_field"),
+        (response(start + 2, age="old"), "wrong_type"),
+        (response(start + 3).replace(b'"height": 1', b'"height": NaN, "x": 1')[:0]
+         + json.dumps({"respondent_id": f"R{start + 3}", "age": 40, "income": 1.0,
+                       "height": 170.0, "satisfaction": 2}).encode()
+         .replace(b"170.0", b"Infinity"), "not_finite"),
+        (response(start + 4, age=200), "out_of_bounds"),
+        (response(7), "duplicate_respondent"),  # respondent R000007 already answered
+    ]
+
+
+def test_end_to_end_release_and_dead_letters(service_factory, broker, tmp_path):
+    svc = service_factory(k=5)
+    svc.start()
+    n_valid = 600
+    valid = [(f"R{i:06d}".encode(), response(i)) for i in range(n_valid)]
+    invalid = invalid_messages(10_000)
+    topic = f"{svc.prefix}.wellbeing.responses"
+    produce(broker.bootstrap, topic, valid[:300] + [(None, m) for m, _ in invalid] + valid[300:])
+
+    svc.wait_for("wellbeing", lambda s: s["stored"] == n_valid
+                 and sum(s["dead_lettered"].values()) == len(invalid), what="ingest")
+    assert svc.post("/api/surveys/wellbeing/close", token="wrong")[0] == 401
+    code, _ = svc.post("/api/surveys/wellbeing/close")
+    assert code == 202
+    status = svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", what="release")
+    assert status["release"]["n"] == n_valid
+
+    records = read_topic(broker.bootstrap, f"{svc.prefix}.wellbeing.release",
+                         until=lambda out: any(headers(r).get("streamanon-type") == "manifest"
+                                               for r in out))
+    rows = [json.loads(r.value) for r in records if headers(r)["streamanon-type"] == "record"]
+    manifest = json.loads(next(r.value for r in records
+                               if headers(r)["streamanon-type"] == "manifest"))
+    # exactly the valid records' confidential values, as a multiset
+    expected = collections.Counter(json.loads(v)["satisfaction"] for _, v in valid)
+    assert collections.Counter(r["satisfaction"] for r in rows) == expected
+    # nothing that identifies or orders a record
+    assert set(rows[0]) == {"age", "income", "height", "satisfaction"}
+    frame = pd.DataFrame(rows)
+    assert check_k_anonymity(frame[QI].to_numpy(), 5).ok
+    # the manifest matches the files and the messages
+    release_dir = Path(tmp_path / "releases" / "wellbeing")
+    assert manifest["count"] == len(rows) == n_valid
+    assert manifest["sha256"] == hashlib.sha256(
+        (release_dir / "release.parquet").read_bytes()).hexdigest()
+    assert manifest["k"] == 5
+    parquet = pd.read_parquet(release_dir / "release.parquet")
+    assert len(parquet) == n_valid and check_k_anonymity(parquet[QI].to_numpy(), 5).ok
+    # centroids are in original units: the mean of each QI over the release is preserved
+    originals = np.array([[json.loads(v)[c] for c in QI] for _, v in valid])
+    assert np.allclose(parquet[QI].mean().to_numpy(), originals.mean(axis=0))
+    report = json.loads((release_dir / "report.json").read_text())
+    assert report["n"] == n_valid and report["k"] == 5
+    for key in ("engine", "nu", "arrival_coefficient", "n_base", "base_seconds",
+                "incremental_seconds", "close_to_release_seconds", "distortion",
+                "information_loss"):
+        assert key in report
+
+    dead = read_topic(broker.bootstrap, f"{svc.prefix}.wellbeing.deadletter",
+                      expected=len(invalid))
+    assert sorted(headers(r)["streamanon-reason"] for r in dead) == sorted(
+        reason for _, reason in invalid)
+    assert sorted(r.value for r in dead) == sorted(m for m, _ in invalid)  # original bytes
+    assert all(headers(r)["streamanon-source"].startswith(topic) for r in dead)
+
+    # after close, a late response is dead-lettered as closed and nothing is released twice
+    produce(broker.bootstrap, topic, [(b"late", response(99_999))])
+    svc.wait_for("wellbeing", lambda s: s["dead_lettered"].get("closed") == 1, what="late")
+    assert svc.post("/api/surveys/wellbeing/close")[0] == 202
+    again = read_topic(broker.bootstrap, f"{svc.prefix}.wellbeing.release",
+                       expected=n_valid + 2, timeout=5)
+    assert len(again) == n_valid + 1
+
+
+def test_store_file_is_private_and_holds_no_identifiers(service_factory, broker, tmp_path):
+    svc = service_factory(k=3)
+    svc.start()
+    produce(broker.bootstrap, f"{svc.prefix}.wellbeing.responses",
+            [(None, response(i)) for i in range(40)])
+    svc.wait_for("wellbeing", lambda s: s["stored"] == 40, what="ingest")
+    db = tmp_path / "store" / "streamanon.db"
+    assert db.stat().st_mode & 0o777 == 0o600
+    svc.stop()
+    blob = b"".join(p.read_bytes() for p in db.parent.iterdir())
+    assert b"R000001" not in blob and b"respondent_id" not in blob
