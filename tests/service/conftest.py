@@ -33,6 +33,7 @@ age = { role = "quasi_identifier", type = "int", min = 16, max = 110 }
 income = { role = "quasi_identifier", type = "float", min = 0 }
 height = { role = "quasi_identifier", type = "float" }
 satisfaction = { role = "confidential", type = "int", min = 1, max = 5 }
+ticket = { role = "confidential", type = "int" }
 comment = { role = "ignore", type = "str", required = false }
 """
 

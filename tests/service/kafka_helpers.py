@@ -50,7 +50,7 @@ def headers(record: Any) -> dict[str, str]:
 def response(i: int, **override: Any) -> bytes:
     body = {"respondent_id": f"R{i:06d}", "age": 18 + (i * 7) % 70,
             "income": 20000.0 + (i * 7919) % 50000, "height": 150.0 + (i * 31) % 45,
-            "satisfaction": 1 + i % 5}
+            "satisfaction": 1 + i % 5, "ticket": i}
     body.update(override)
     return json.dumps({k: v for k, v in body.items() if v is not _DROP}).encode()
 

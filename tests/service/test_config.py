@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import pytest
+
+from streamanon.config import ConfigError, load_config, parse_config
+
+ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
+
+
+def survey(**over):
+    base = {"id": "s1", "k": 5, "close": "on-command", "schema": {
+        "rid": {"role": "identifier"},
+        "age": {"role": "quasi_identifier", "type": "int", "min": 0, "max": 120},
+        "answer": {"role": "confidential"}}}
+    base.update(over)
+    return base
+
+
+def test_minimal_config_with_defaults():
+    cfg = parse_config({"surveys": [survey()]}, ENV)
+    assert cfg.kafka.bootstrap_servers == "127.0.0.1:9092"
+    assert cfg.http.bind == "127.0.0.1:8080"  # loopback by default
+    assert cfg.store.url.startswith("sqlite:///")
+    sc = cfg.surveys[0]
+    assert (sc.engine, sc.incremental, sc.duplicates) == ("mdav", "nn_split_end", "reject")
+    assert sc.quasi_identifiers == ["age"] and sc.identifier == "rid"
+    assert cfg.topic("s1", "responses") == "streamanon.s1.responses"
+    assert cfg.hmac_key == b"k" * 32
+
+
+def test_deadline_and_close_time():
+    cfg = parse_config({"surveys": [survey(deadline="1h30m", close="2026-12-01T18:00:00Z")]},
+                       ENV)
+    assert cfg.surveys[0].deadline == 5400
+    assert cfg.surveys[0].close_at.isoformat() == "2026-12-01T18:00:00+00:00"
+
+
+def test_all_problems_reported_at_once_with_their_keys():
+    bad = survey(k=0, engine="nope", incremental="magic", close="2026-12-01T18:00:00")
+    bad["schema"]["rid2"] = {"role": "identifier"}
+    bad["schema"]["age"]["type"] = "str"
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"kafka": {"partitions": 0}, "http": {"bind": "nowhere"},
+                      "surveys": [bad]}, ENV)
+    text = str(exc.value)
+    for fragment in ("kafka.partitions", "http.bind", "surveys[0](s1).k",
+                     "surveys[0](s1).close"):
+        assert fragment in text, fragment
+    assert len(exc.value.problems) >= 4
+
+
+def test_semantic_problems_are_listed_together():
+    bad = survey(engine="nope", incremental="magic")
+    bad["schema"]["rid2"] = {"role": "identifier"}
+    bad["schema"]["age"]["type"] = "str"
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"surveys": [bad, survey()]}, ENV)
+    text = str(exc.value)
+    for fragment in ("unknown engine 'nope'", "unknown stage 'magic'",
+                     "exactly one field must have role 'identifier'",
+                     "a quasi-identifier must be int or float", "survey id used twice"):
+        assert fragment in text, fragment
+
+
+def test_secrets_are_refused_in_the_file_and_required_from_the_environment():
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"http": {"token": "abc"}, "surveys": [survey()]}, {})
+    text = str(exc.value)
+    assert "http.token: secrets must not be in the configuration file" in text
+    assert "STREAMANON_HMAC_KEY: not set" in text and "STREAMANON_HTTP_TOKEN: not set" in text
+
+
+def test_secrets_from_files(tmp_path):
+    (tmp_path / "hmac").write_text("h" * 40 + "\n")
+    (tmp_path / "token").write_text("secret-token\n")
+    cfg = parse_config({"surveys": [survey()]}, {
+        "STREAMANON_HMAC_KEY_FILE": str(tmp_path / "hmac"),
+        "STREAMANON_HTTP_TOKEN_FILE": str(tmp_path / "token")})
+    assert cfg.hmac_key == b"h" * 40 and cfg.http_token == "secret-token"
+
+
+def test_environment_overrides_the_file():
+    cfg = parse_config({"kafka": {"bootstrap_servers": "a:1"}, "surveys": [survey()]},
+                       {**ENV, "STREAMANON_KAFKA_BOOTSTRAP_SERVERS": "b:2",
+                        "STREAMANON_HTTP_BIND": "0.0.0.0:9000"})
+    assert cfg.kafka.bootstrap_servers == "b:2"
+    assert cfg.http.port == 9000
+
+
+def test_secrets_never_appear_in_a_dump():
+    cfg = parse_config({"surveys": [survey()]}, ENV)
+    dumped = cfg.model_dump_json()
+    assert "kkkk" not in dumped and "tttt" not in dumped
+    assert "kkkk" not in repr(cfg)
+
+
+def test_load_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config(tmp_path / "missing.toml", ENV)
+    (tmp_path / "bad.toml").write_text("[kafka\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(tmp_path / "bad.toml", ENV)
+
+
+def test_serve_reports_config_errors_without_traceback(tmp_path, capsys):
+    from streamanon.cli import main
+
+    (tmp_path / "c.toml").write_text('[[surveys]]\nid = "x"\nk = 0\n')
+    assert main(["serve", "--config", str(tmp_path / "c.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "invalid configuration" in err and "surveys[0](x).k" in err
+    assert "Traceback" not in err

@@ -1,0 +1,138 @@
+"""The store: the same behaviour on SQLite and on a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from streamanon.store import (
+    BASE_DONE,
+    BASE_RUNNING,
+    CLOSING,
+    OPEN,
+    RELEASED,
+    Checkpoint,
+    RecordRow,
+    ReleaseRow,
+    StoreError,
+    open_store,
+)
+from tests.postgres import postgres_server, why_unavailable
+
+_PG_REASON = why_unavailable()
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    if _PG_REASON:
+        pytest.skip(f"PostgreSQL store tests not run: {_PG_REASON}")
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        s = open_store(f"sqlite:///{tmp_path / 'db' / 'store.db'}")
+    else:
+        url = request.getfixturevalue("postgres_url")
+        s = open_store(url)
+        s._q("DELETE FROM records")
+        for table in ("surveys", "transitions", "checkpoints", "releases"):
+            s._q(f"DELETE FROM {table}")
+    yield s
+    s.close()
+
+
+def rows(n, start=0, m=3):
+    return [RecordRow(arrived_at=1000.0 + i, source=f"0:{i}", rid_hash=i.to_bytes(32, "big"),
+                      qi=np.full(m, float(i)).tobytes(), confidential=f'{{"v": {i}}}',
+                      label=None) for i in range(start, start + n)]
+
+
+def test_inserts_are_idempotent_by_source(store):
+    store.ensure_survey("s")
+    assert store.insert_records("s", rows(100)) == 100
+    assert store.insert_records("s", rows(10, start=95)) == 5  # 95..99 redelivered
+    assert store.count("s") == 105
+    recs = store.load_records("s", 3)
+    assert recs.qi[:, 0].tolist() == [float(i) for i in range(105)]  # arrival order
+    assert [c["v"] for c in recs.confidential] == list(range(105))
+
+
+def test_respondents_and_sources_lookup(store):
+    store.ensure_survey("s")
+    store.insert_records("s", rows(20))
+    found = store.respondents("s", [i.to_bytes(32, "big") for i in (3, 5, 99)])
+    assert found == {(3).to_bytes(32, "big"): "0:3", (5).to_bytes(32, "big"): "0:5"}
+    assert store.sources("s", ["0:1", "0:77"]) == {"0:1"}
+
+
+def test_snapshot_ranges(store):
+    store.ensure_survey("s")
+    store.insert_records("s", rows(50))
+    cut = store.max_seq("s")
+    store.insert_records("s", rows(20, start=50))
+    assert len(store.load_records("s", 3, upto_seq=cut)) == 50
+    assert len(store.load_records("s", 3, after_seq=cut)) == 20
+
+
+def test_state_machine_persists_every_transition(store):
+    store.ensure_survey("s")
+    assert store.survey_state("s").state == OPEN
+    store.transition("s", BASE_RUNNING, "snapshot", base_started_at=5.0)
+    with pytest.raises(StoreError, match="illegal transition BASE_RUNNING -> RELEASED"):
+        store.transition("s", RELEASED)
+    store.transition("s", BASE_DONE)
+    store.request_close("s", 7.0)
+    store.request_close("s", 9.0)  # the first close moment is kept
+    store.transition("s", CLOSING)
+    store.transition("s", RELEASED)
+    st = store.survey_state("s")
+    assert (st.state, st.base_started_at, st.close_requested_at) == (RELEASED, 5.0, 7.0)
+    assert [t[1] for t in store.transitions("s")] == [BASE_RUNNING, BASE_DONE, CLOSING, RELEASED]
+
+
+def test_checkpoint_and_release_round_trip(store):
+    store.ensure_survey("s")
+    cp = Checkpoint(snapshot_seq=42, n_base=40, labels=np.arange(40) // 4,
+                    mean=np.array([1.0, 2.0]), scale=np.array([3.0, 4.0]), engine="mdav",
+                    seconds=1.5, started_at=99.0)
+    store.save_checkpoint("s", cp)
+    back = store.load_checkpoint("s")
+    assert back.snapshot_seq == 42 and np.array_equal(back.labels, cp.labels)
+    assert back.mean.tolist() == [1.0, 2.0] and back.engine == "mdav"
+    store.save_release("s", ReleaseRow("abc", "written", 7, {"n": 40}))
+    store.save_release("s", ReleaseRow("abc", "published", 7, {"n": 40}))
+    assert store.load_release("s") == ReleaseRow("abc", "published", 7, {"n": 40})
+
+
+def test_concurrent_writers_lose_nothing(store):
+    store.ensure_survey("s")
+    threads = [threading.Thread(target=store.insert_records, args=("s", rows(500, start=i * 500)))
+               for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.count("s") == 2000
+
+
+def test_sqlite_file_and_wal_are_private(tmp_path):
+    s = open_store(f"sqlite:///{tmp_path / 'x.db'}")
+    s.ensure_survey("s")
+    s.insert_records("s", rows(5))
+    for name in os.listdir(tmp_path):
+        assert os.stat(tmp_path / name).st_mode & 0o777 == 0o600, name
+    s.close()
+
+
+def test_bad_urls():
+    with pytest.raises(StoreError, match="use sqlite:///FILE or postgresql"):
+        open_store("mysql://x")
+    with pytest.raises(StoreError, match="cannot connect to PostgreSQL"):
+        open_store("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
+
