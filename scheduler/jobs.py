@@ -136,6 +136,17 @@ class Planner:
             return None
         return self.close_at - timedelta(seconds=plan.head_start)
 
+    def reschedule_close(self, close_at: datetime) -> None:
+        """Move the scheduled close; the next re-plan moves the base trigger accordingly."""
+        if close_at.tzinfo is None:
+            raise ValueError("close_at must be timezone-aware")
+        with self._lock:
+            if self.closed:
+                return
+            self.close_at = close_at
+        self._schedule(self._close_id, self._fire_close, close_at)
+        self.replan()
+
     def close_now(self) -> None:
         """Close on command (control message, CLI or HTTP)."""
         self._fire_close()

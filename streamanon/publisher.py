@@ -69,8 +69,12 @@ def write_release_files(frame: pd.DataFrame, report: dict[str, Any], output: Pat
     write_table(frame, csv)
     files = {"parquet": str(parquet), "csv": str(csv), "report": str(directory / "report.json"),
              "sha256": sha256_file(parquet), "sha256_csv": sha256_file(csv)}
-    write_json({**report, "files": files}, directory / "report.json")
+    write_report({**report, "files": files}, output, survey_id)
     return files
+
+
+def write_report(report: dict[str, Any], output: Path, survey_id: str) -> None:
+    write_json(report, release_dir(output, survey_id) / "report.json")
 
 
 def _jsonable(value: Any) -> Any:
@@ -90,13 +94,23 @@ def record_messages(frame: pd.DataFrame) -> list[bytes]:
     return out
 
 
-def publish_to_topic(producer: Any, topic: str, frame: pd.DataFrame,
-                     manifest: dict[str, Any]) -> None:
-    """One message per record, then the manifest; flushed before returning."""
+async def publish_to_topic(producer: Any, topic: str, frame: pd.DataFrame,
+                           manifest: dict[str, Any]) -> None:
+    """One message per record, then the manifest, all on partition 0 and in that order.
+
+    ``producer`` is a started ``aiokafka.AIOKafkaProducer``. Records go out in full batches
+    (``send_batch``), each acknowledged before the next is sent: a per-message ``send`` costs
+    about 70 us of Python per record, a batch append a few."""
     release_id = str(manifest["release_id"]).encode()
     record_headers = [("streamanon-type", b"record"), ("streamanon-release", release_id)]
-    for value in record_messages(frame):
-        producer.send(topic, value=value, headers=record_headers, partition=0)
-    producer.send(topic, value=json.dumps(manifest).encode(), partition=0,
-                  headers=[("streamanon-type", b"manifest"), ("streamanon-release", release_id)])
-    producer.flush()
+    values = record_messages(frame)
+    i = 0
+    while i < len(values):
+        batch = producer.create_batch()
+        while i < len(values) and batch.append(key=None, value=values[i], timestamp=None,
+                                               headers=record_headers) is not None:
+            i += 1
+        batch.close()
+        await (await producer.send_batch(batch, topic, partition=0))
+    await (await producer.send(topic, json.dumps(manifest).encode(), partition=0, headers=[
+        ("streamanon-type", b"manifest"), ("streamanon-release", release_id)]))

@@ -55,7 +55,12 @@ from scheduler.planner import Plan, plan_deadline, plan_optimal
 from streamanon.collector import KafkaCollector, KafkaDeadLetters, SurveyIngest, Validator
 from streamanon.config import Config, SurveyConfig
 from streamanon.metrics import distortion, fit_standardisation
-from streamanon.publisher import build_release, publish_to_topic, write_release_files
+from streamanon.publisher import (
+    build_release,
+    publish_to_topic,
+    write_release_files,
+    write_report,
+)
 from streamanon.store import (
     BASE_DONE,
     BASE_RUNNING,
@@ -131,7 +136,8 @@ class Service:
         self._pool = ProcessPoolExecutor(compute_workers,
                                          mp_context=multiprocessing.get_context("spawn"))
         self.surveys: dict[str, SurveyRuntime] = {}
-        self.producer: Any = None
+        self.producer: Any = None  # kafka-python: dead letters, from the store thread
+        self.release_producer: Any = None  # aiokafka: releases, in batches
         self.collector: KafkaCollector | None = None
         self.scheduler: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -141,6 +147,7 @@ class Service:
 
     # -- start and stop ------------------------------------------------------------------------
     async def start(self) -> None:
+        from aiokafka import AIOKafkaProducer
         from apscheduler.schedulers.background import BackgroundScheduler
         from kafka import KafkaProducer
 
@@ -151,6 +158,10 @@ class Service:
         await self._in_store(ensure_topics, cfg.kafka.bootstrap_servers, self._topics())
         self.producer = KafkaProducer(bootstrap_servers=cfg.kafka.bootstrap_servers,
                                       linger_ms=20, batch_size=512 * 1024, acks="all")
+        self.release_producer = AIOKafkaProducer(
+            bootstrap_servers=cfg.kafka.bootstrap_servers, acks="all",
+            max_batch_size=1024 * 1024, linger_ms=5)
+        await self.release_producer.start()
         warm = self.loop.run_in_executor(self._pool, warm_up_compute)
         for sc in cfg.surveys:
             await self._in_store(self.store.ensure_survey, sc.id)
@@ -175,7 +186,7 @@ class Service:
             rt.planner = Planner(
                 self.scheduler, survey_id=sid, close_at=rt.config.close_at,
                 plan=lambda now, sid=sid: self._plan(sid, now),
-                on_base_start=lambda plan, sid=sid: self._threadsafe(self.start_base(sid, plan)),
+                on_base_start=lambda plan, sid=sid: self._threadsafe(self._planned_base(sid, plan)),
                 on_close=lambda sid=sid: self._threadsafe(self.close(sid)),
                 interval_seconds=cfg.planner.interval_seconds)
             rt.planner.base_started = state != OPEN
@@ -196,6 +207,8 @@ class Service:
         if self.producer is not None:
             self.producer.flush()
             self.producer.close()
+        if self.release_producer is not None:
+            await self.release_producer.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._store_thread.shutdown(wait=True)
         self.store.close()
@@ -289,8 +302,11 @@ class Service:
         with self._lock:
             pace = rt.estimator.pace(t)
             received = rt.ingest.stored
+        expected = float(sc.expected_records or 0)
+        if pace == 0 and expected > received and close > t:
+            pace = (expected - received) / (close - t)  # no pace measured yet: the hint
         forecast = UniformForecast.from_current(received, pace, close - t)
-        total = max(forecast.total, float(sc.expected_records or 0), 1.0)
+        total = max(forecast.total, expected, 1.0)
         if total != forecast.total and pace > 0:
             forecast = UniformForecast(total=total, pace=pace)
         s = forecast.arrival_coefficient(base(total)) if total > 0 else None
@@ -333,6 +349,22 @@ class Service:
             log.warning("control message ignored: unknown command")
 
     # -- base run ------------------------------------------------------------------------------
+    async def _planned_base(self, sid: str, plan: Plan) -> None:
+        """The planner's trigger; if the snapshot is still too small, let it fire again."""
+        if not await self.start_base(sid, plan):
+            rt = self.surveys[sid]
+            st = await self._in_store(self.store.survey_state, sid)
+            if rt.planner is not None and st.state == OPEN and st.close_requested_at is None:
+                rt.planner.base_started = False
+
+    def set_close_time(self, sid: str, close_at: datetime) -> None:
+        """Move a survey's scheduled close (and with it every plan)."""
+        rt = self.surveys[sid]
+        rt.config = rt.config.model_copy(update={"close": close_at})
+        rt.ingest.config = rt.config
+        if rt.planner is not None:
+            rt.planner.reschedule_close(close_at)
+
     async def start_base(self, sid: str, plan: Plan | None) -> bool:
         """Take the base snapshot now and run the base engine on it, in the compute process."""
         rt = self.surveys[sid]
@@ -477,8 +509,7 @@ class Service:
             "base_started_at": cp.started_at if cp is not None and mode == "two-stage" else None,
             "closed_at": closed_at,
             "base_seconds": base_seconds, "incremental_seconds": inc_seconds,
-            "compute_seconds_after_close": compute_done - max(closed_at or stage_started,
-                                                              stage_started),
+            "compute_seconds_after_close": compute_done - (closed_at or stage_started),
             "distortion": d, "information_loss": 100 * d,
             "rejected": dict(rt.ingest.rejected),
         }
@@ -490,13 +521,12 @@ class Service:
         manifest = {"type": "manifest", "survey": sid, "release_id": release_id, "count": n,
                     "sha256": files["sha256"], "k": sc.k, "engine": sc.engine,
                     "incremental": report["incremental"], "distortion": d}
-        await self._in_loop_thread(publish_to_topic, self.producer,
-                                   self.config.topic(sid, "release"), frame, manifest)
+        await publish_to_topic(self.release_producer, self.config.topic(sid, "release"), frame,
+                               manifest)
         released_at = time.time()
         report["released_at"] = released_at
         report["close_to_release_seconds"] = released_at - (closed_at or stage_started)
-        await self._in_loop_thread(write_release_files, frame, report,
-                                   self.config.output.directory, sid)
+        await self._in_loop_thread(write_report, report, self.config.output.directory, sid)
         await self._in_store(self.store.save_release, sid,
                              ReleaseRow(release_id, "published", seed, report))
         await self._in_store(self.store.transition, sid, RELEASED, f"{n} records published")

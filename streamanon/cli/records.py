@@ -1,4 +1,4 @@
-"""One-shot microaggregation of files: ``anonymize``, ``verify``, ``engines``, ``demo``."""
+"""One-shot microaggregation of files: ``anonymize``, ``verify``, ``engines``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 from streamanon.cli._args import columns, param, positive_int
@@ -19,7 +18,7 @@ EXIT_CHECK_FAILED = 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``anonymize``, ``verify``, ``engines`` and ``demo``."""
+    """Add ``anonymize``, ``verify`` and ``engines``."""
     an = sub.add_parser(
         "anonymize",
         help="microaggregate a CSV or Parquet file into a k-anonymous release",
@@ -79,17 +78,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         description="List every registered engine with its source and parameters.")
     en.set_defaults(handler=cmd_engines)
 
-    de = sub.add_parser(
-        "demo",
-        help="run the bundled example end to end",
-        description=(
-            "Anonymize the bundled synthetic survey (2,000 respondents) with k = 5, verify the "
-            "release, and print the report. Writes into DIR."
-        ),
-    )
-    de.add_argument("--dir", default="demo-output", metavar="DIR",
-                    help="output directory (default ./demo-output)")
-    de.set_defaults(handler=cmd_demo)
 
 
 def _with_progress(label: str, run: Callable[[Any], T], enabled: bool) -> T:
@@ -240,29 +228,6 @@ def cmd_engines(args: argparse.Namespace) -> int:
         for name, text in info.parameters.items():
             print(f"{'':<20} --param {name}=...: {text}")
     return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from importlib import resources
-
-    out_dir = Path(args.dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    example = resources.files("streamanon") / "data" / "example_survey.csv"
-    with resources.as_file(example) as path:
-        release = out_dir / "release.csv"
-        print(f"anonymizing the bundled example survey {path.name} with k = 5 ...")
-        code = run_cli([
-            "anonymize", str(path), "--k", "5",
-            "--qi", "age,household_size,income,commute_km,years_at_address",
-            "--confidential", "satisfaction,health_score,votes_next_election",
-            "--drop", "respondent_id,email",
-            "--out", str(release), "--seed", "1",
-        ])
-        if code:
-            return code
-    print("verifying the release ...")
-    return run_cli(["verify", str(release), "--k", "5",
-                 "--qi", "age,household_size,income,commute_km,years_at_address"])
 
 
 def run_cli(argv: list[str]) -> int:

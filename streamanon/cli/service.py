@@ -48,6 +48,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     group.add_argument("--url", help="service address, e.g. http://127.0.0.1:8080")
     cl.set_defaults(handler=cmd_close)
 
+    de = sub.add_parser(
+        "demo",
+        help="the end-to-end demo on the embedded broker",
+        description=(
+            "Start the embedded broker and the service, open a synthetic survey for a "
+            "compressed period with uniform arrivals (and a few malformed responses), let the "
+            "planner start the base run, close at the scheduled time, publish the release, and "
+            "print predicted against achieved close-to-release time and the one-shot time."
+        ),
+    )
+    de.add_argument("--n", type=int, default=50_000, help="responses (default 50000)")
+    de.add_argument("--m", type=int, default=15, help="quasi-identifiers (default 15)")
+    de.add_argument("--k", type=int, default=10, help="anonymity parameter (default 10)")
+    de.add_argument("--open-seconds", type=float, default=120.0,
+                    help="how long the survey is open, compressed (default 120)")
+    de.add_argument("--out", default="demo-output", help="output directory (./demo-output)")
+    de.add_argument("--log-level", default="warning",
+                    choices=["debug", "info", "warning", "error"])
+    de.set_defaults(handler=cmd_demo)
+
     br = sub.add_parser(
         "broker",
         help="run the embedded Kafka-compatible broker for local use",
@@ -61,8 +81,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s", stream=sys.stderr)
-    for noisy in ("aiokafka", "kafka", "apscheduler"):
+    for noisy in ("aiokafka", "apscheduler"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("kafka").setLevel(logging.ERROR)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -119,6 +140,16 @@ def cmd_close(args: argparse.Namespace) -> int:
     except urllib.error.URLError as exc:
         raise StreamanonError(f"cannot reach the service at {base}: {exc.reason}") from None
     print(f"survey {body.get('survey', args.survey)}: closing; the release follows")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from streamanon.demo import run_demo
+
+    if args.n < 3 * args.k or args.m < 1 or args.k < 1 or args.open_seconds <= 0:
+        raise StreamanonError("need --n >= 3k, --m >= 1, --k >= 1 and --open-seconds > 0")
+    _logging(args.log_level)
+    run_demo(n=args.n, m=args.m, k=args.k, out=args.out, open_seconds=args.open_seconds)
     return 0
 
 

@@ -141,11 +141,6 @@ def test_failed_write_keeps_the_previous_release(survey, tmp_path, monkeypatch, 
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".release")] == []
 
 
-def test_demo_runs(tmp_path, capsys):
-    assert main(["demo", "--dir", str(tmp_path / "demo")]) == 0
-    assert "5-anonymous" in capsys.readouterr().out
-
-
 def test_anonymize_records_its_timing_in_the_cost_model(survey, tmp_path):
     from scheduler.cost_model import CostModelStore
 

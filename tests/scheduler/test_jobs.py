@@ -173,3 +173,14 @@ def test_with_real_apscheduler():
     assert fired["base"][0] >= close_at - timedelta(seconds=1.05)
     assert fired["base"][0] < fired["close"][0]
     assert fired["close"][0] >= close_at - timedelta(milliseconds=50)
+
+
+def test_reschedule_close_moves_both_triggers(setup):
+    _clock, sched, rec, heads, planner = setup
+    planner.start()
+    new_close = CLOSE - timedelta(hours=5)
+    planner.reschedule_close(new_close)
+    assert sched.jobs["s1:close"]["run_date"] == new_close
+    assert sched.jobs["s1:base"]["run_date"] == new_close - timedelta(hours=1)
+    sched.advance(new_close + timedelta(seconds=1))
+    assert rec.close == [new_close] and len(rec.base) == 1
