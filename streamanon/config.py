@@ -108,7 +108,7 @@ class KafkaConfig(_Strict):
     topic_prefix: str = Field(default="streamanon", pattern=r"^[A-Za-z0-9_.-]+$")
     group_id: str = "streamanon-collector"
     partitions: int = Field(default=4, ge=1)
-    batch_max_records: int = Field(default=20_000, ge=1)
+    batch_max_records: int = Field(default=10_000, ge=1)
 
 
 class StoreConfig(_Strict):

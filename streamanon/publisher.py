@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from streamanon.config import SurveyConfig
@@ -77,21 +77,11 @@ def write_report(report: dict[str, Any], output: Path, survey_id: str) -> None:
     write_json(report, release_dir(output, survey_id) / "report.json")
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, np.generic):
-        return _jsonable(value.item())
-    return value
-
-
 def record_messages(frame: pd.DataFrame) -> list[bytes]:
-    cols = list(frame.columns)
-    out = []
-    for row in frame.itertuples(index=False, name=None):
-        out.append(json.dumps({c: _jsonable(v) for c, v in zip(cols, row, strict=True)})
-                   .encode())
-    return out
+    """One JSON object per row, built column-wise for speed (orjson writes NaN as null)."""
+    cols = [str(c) for c in frame.columns]
+    data = [frame[c].tolist() for c in frame.columns]
+    return [orjson.dumps(dict(zip(cols, row, strict=True))) for row in zip(*data, strict=True)]
 
 
 async def publish_to_topic(producer: Any, topic: str, frame: pd.DataFrame,

@@ -98,6 +98,31 @@ def compute_increment(stage: str, base: np.ndarray, base_labels: np.ndarray,
     return labels, time.perf_counter() - started
 
 
+def _die_with_parent() -> None:
+    """Compute-process initializer: exit when the service process dies, even by SIGKILL, so
+    no orphaned engine run outlives it (Linux prctl PR_SET_PDEATHSIG, else a watchdog)."""
+    import ctypes
+    import os
+    import signal
+
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, signal.SIGKILL) == 0:  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os._exit(1)
+            return
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def warm_up_compute() -> bool:
     """Load the compiled kernels in the compute process before they are needed."""
     rng = np.random.default_rng(0)
@@ -134,7 +159,8 @@ class Service:
         self._lock = threading.Lock()
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="store")
         self._pool = ProcessPoolExecutor(compute_workers,
-                                         mp_context=multiprocessing.get_context("spawn"))
+                                         mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_die_with_parent)
         self.surveys: dict[str, SurveyRuntime] = {}
         self.producer: Any = None  # kafka-python: dead letters, from the store thread
         self.release_producer: Any = None  # aiokafka: releases, in batches
@@ -447,10 +473,14 @@ class Service:
             if rt.planner is not None:
                 rt.planner.closed = True
                 rt.planner.stop()
+            step = time.perf_counter()
             if self.collector is not None:
                 await self.collector.drain(sid)
+            rt.timings["drain"] = time.perf_counter() - step
+            step = time.perf_counter()
             if rt.base_task is not None:
                 await asyncio.shield(rt.base_task)
+            rt.timings["wait_for_base"] = time.perf_counter() - step
             st = await self._in_store(self.store.survey_state, sid)
             if st.state in (OPEN, BASE_DONE):
                 await self._in_store(self.store.transition, sid, CLOSING, "closing")
@@ -470,7 +500,9 @@ class Service:
             await self._in_store(self.store.transition, sid, RELEASED, "already published")
             rt.closed_event.set()
             return
+        step = time.perf_counter()
         records = await self._in_store(lambda: self.store.load_records(sid, m))
+        rt.timings["load"] = time.perf_counter() - step
         n = len(records)
         if n < sc.k:
             raise StoreError(f"{n} valid records: no {sc.k}-anonymous release exists")
@@ -492,10 +524,13 @@ class Service:
                 sc.k, sc.incremental_params)
             mode, n_base, base_seconds = "two-stage", cp.n_base, cp.seconds
         compute_done = time.time()
+        rt.timings["compute"] = compute_done - stage_started
+        step = time.perf_counter()
         seed = prior.seed if prior else secrets.randbits(62)
         release_id = prior.release_id if prior else uuid.uuid4().hex
         frame = build_release(records, np.asarray(labels), sc, seed)  # the k-anonymity gate
         d = distortion(fit_standardisation(records.qi).apply(records.qi), np.asarray(labels))
+        rt.timings["gate_and_table"] = time.perf_counter() - step
         closed_at = (await self._in_store(self.store.survey_state, sid)).close_requested_at
         plan = rt.last_plan
         report = {
@@ -513,19 +548,26 @@ class Service:
             "distortion": d, "information_loss": 100 * d,
             "rejected": dict(rt.ingest.rejected),
         }
+        step = time.perf_counter()
         files = await self._in_loop_thread(write_release_files, frame, report,
                                            self.config.output.directory, sid)
+        rt.timings["files"] = time.perf_counter() - step
         report["files"] = files
         await self._in_store(self.store.save_release, sid,
                              ReleaseRow(release_id, "written", seed, report))
         manifest = {"type": "manifest", "survey": sid, "release_id": release_id, "count": n,
                     "sha256": files["sha256"], "k": sc.k, "engine": sc.engine,
                     "incremental": report["incremental"], "distortion": d}
+        step = time.perf_counter()
         await publish_to_topic(self.release_producer, self.config.topic(sid, "release"), frame,
                                manifest)
+        rt.timings["publish"] = time.perf_counter() - step
         released_at = time.time()
         report["released_at"] = released_at
         report["close_to_release_seconds"] = released_at - (closed_at or stage_started)
+        report["close_steps_seconds"] = {key: round(rt.timings[key], 3) for key in (
+            "drain", "wait_for_base", "load", "compute", "gate_and_table", "files", "publish")
+            if key in rt.timings}
         await self._in_loop_thread(write_report, report, self.config.output.directory, sid)
         await self._in_store(self.store.save_release, sid,
                              ReleaseRow(release_id, "published", seed, report))

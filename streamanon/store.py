@@ -5,7 +5,7 @@ interface for deployments with several collectors; :func:`open_store` picks by U
 (``sqlite:///path`` or ``postgresql://...``).
 
 What is kept per record: arrival sequence (global, increasing) and time, the Kafka source
-(``partition:offset``, unique per survey so a redelivered message stores nothing twice), an
+(partition and offset, unique per survey so a redelivered message stores nothing twice), an
 HMAC of the respondent id (never the id), the quasi-identifiers as float64 bytes, the
 confidential values as JSON and the optional label. No identifier, no raw message.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -30,10 +31,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 import numpy as np
+import orjson
 
 from streamanon.errors import StreamanonError
 
@@ -46,6 +48,9 @@ TRANSITIONS = {
     CLOSING: {RELEASED},
     RELEASED: set(),
 }
+
+
+_SURVEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 class StoreError(StreamanonError):
@@ -62,12 +67,13 @@ class SurveyState:
     error: str | None
 
 
-@dataclass(frozen=True)
-class RecordRow:
-    """One validated record as the collector hands it to the store."""
+class RecordRow(NamedTuple):
+    """One validated record as the collector hands it to the store (a tuple: the hot path
+    passes these straight to the database driver)."""
 
     arrived_at: float
-    source: str
+    partition: int
+    offset: int
     rid_hash: bytes
     qi: bytes
     confidential: str
@@ -117,8 +123,9 @@ CREATE TABLE IF NOT EXISTS transitions (
     at DOUBLE PRECISION NOT NULL, note TEXT);
 CREATE TABLE IF NOT EXISTS records (
     seq {autoinc}, survey TEXT NOT NULL, arrived_at DOUBLE PRECISION NOT NULL,
-    source TEXT NOT NULL, rid_hash {blob} NOT NULL, qi {blob} NOT NULL,
-    confidential TEXT NOT NULL, label TEXT, UNIQUE (survey, source));
+    kafka_partition INTEGER NOT NULL, kafka_offset BIGINT NOT NULL, rid_hash {blob} NOT NULL,
+    qi {blob} NOT NULL, confidential TEXT NOT NULL, label TEXT,
+    UNIQUE (survey, kafka_partition, kafka_offset));
 CREATE INDEX IF NOT EXISTS records_pseudonym ON records (survey, rid_hash);
 CREATE TABLE IF NOT EXISTS checkpoints (
     survey TEXT PRIMARY KEY, snapshot_seq BIGINT NOT NULL, n_base BIGINT NOT NULL,
@@ -216,37 +223,45 @@ class Store(ABC):
         Returns how many were new."""
         if not rows:
             return 0
-        with self._lock, self._transaction():
-            return self._executemany(
-                self._insert_ignore_sql(),
-                [(survey, r.arrived_at, r.source, r.rid_hash, r.qi, r.confidential, r.label)
-                 for r in rows])
+        if not _SURVEY_ID.fullmatch(survey):
+            raise StoreError(f"invalid survey id {survey!r}")
+        with self._lock, self._transaction():  # the id is checked above: safe as a literal
+            return self._executemany(self._insert_ignore_sql().replace("{survey}", survey),
+                                     rows)
 
     @abstractmethod
     def _insert_ignore_sql(self) -> str: ...
 
-    def respondents(self, survey: str, hashes: Sequence[bytes]) -> dict[bytes, str]:
-        """Stored respondent hashes among ``hashes``, with the source that stored them."""
-        found: dict[bytes, str] = {}
+    def respondents(self, survey: str,
+                    hashes: Sequence[bytes]) -> dict[bytes, tuple[int, int]]:
+        """Stored respondent hashes among ``hashes``, with the (partition, offset) that
+        stored them."""
+        found: dict[bytes, tuple[int, int]] = {}
         unique = list(dict.fromkeys(hashes))
-        for start in range(0, len(unique), 500):
-            chunk = unique[start:start + 500]
+        for start in range(0, len(unique), 2000):
+            chunk = unique[start:start + 2000]
             marks = ", ".join("?" * len(chunk))
-            for rid, source in self._q(
-                    f"SELECT rid_hash, source FROM records WHERE survey = ? AND rid_hash IN "
-                    f"({marks})", (survey, *chunk)):
-                found.setdefault(bytes(rid), source)
+            for rid, part, off in self._q(
+                    "SELECT rid_hash, kafka_partition, kafka_offset FROM records WHERE "
+                    f"survey = ? AND rid_hash IN ({marks})", (survey, *chunk)):
+                found.setdefault(bytes(rid), (int(part), int(off)))
         return found
 
-    def sources(self, survey: str, sources: Sequence[str]) -> set[str]:
-        """Which of ``sources`` (``partition:offset``) are already stored."""
-        found: set[str] = set()
-        for start in range(0, len(sources), 500):
-            chunk = list(sources[start:start + 500])
+    def max_offset(self, survey: str, partition: int) -> int:
+        """Highest offset of ``partition`` stored for ``survey``, -1 if none."""
+        value = self._q("SELECT MAX(kafka_offset) FROM records WHERE survey = ? AND "
+                        "kafka_partition = ?", (survey, partition))[0][0]
+        return -1 if value is None else int(value)
+
+    def stored_offsets(self, survey: str, partition: int, offsets: Sequence[int]) -> set[int]:
+        """Which of ``offsets`` of ``partition`` are already stored."""
+        found: set[int] = set()
+        for start in range(0, len(offsets), 2000):
+            chunk = list(offsets[start:start + 2000])
             marks = ", ".join("?" * len(chunk))
-            found.update(r[0] for r in self._q(
-                f"SELECT source FROM records WHERE survey = ? AND source IN ({marks})",
-                (survey, *chunk)))
+            found.update(int(r[0]) for r in self._q(
+                "SELECT kafka_offset FROM records WHERE survey = ? AND kafka_partition = ? "
+                f"AND kafka_offset IN ({marks})", (survey, partition, *chunk)))
         return found
 
     def count(self, survey: str) -> int:
@@ -275,7 +290,7 @@ class Store(ABC):
             seq=np.array([r[0] for r in rows], dtype=np.int64),
             arrived_at=np.array([r[1] for r in rows], dtype=np.float64),
             qi=qi.reshape(len(rows), m).copy(),
-            confidential=[json.loads(r[3]) for r in rows],
+            confidential=[orjson.loads(r[3]) for r in rows],
             labels=[r[4] for r in rows],
         )
 
@@ -339,12 +354,15 @@ class SQLiteStore(Store):
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")  # committed means on disk
             self._conn.execute("PRAGMA busy_timeout=10000")
+            # keep the indexes in memory: random 128-bit pseudonyms touch pages everywhere
+            self._conn.execute("PRAGMA cache_size=-262144")
+            self._conn.execute("PRAGMA mmap_size=1073741824")
         finally:
             os.umask(old)
         self._depth = 0
         with self._lock:
             self._conn.executescript(_SCHEMA.format(
-                autoinc="INTEGER PRIMARY KEY AUTOINCREMENT", blob="BLOB"))
+                autoinc="INTEGER PRIMARY KEY", blob="BLOB"))  # rowid: increasing, no deletes
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -355,8 +373,9 @@ class SQLiteStore(Store):
             return self._conn.executemany(sql, rows).rowcount
 
     def _insert_ignore_sql(self) -> str:
-        return ("INSERT OR IGNORE INTO records (survey, arrived_at, source, rid_hash, qi, "
-                "confidential, label) VALUES (?, ?, ?, ?, ?, ?, ?)")
+        return ("INSERT OR IGNORE INTO records (survey, arrived_at, kafka_partition, "
+                "kafka_offset, rid_hash, qi, confidential, label) "
+                "VALUES ('{survey}', ?, ?, ?, ?, ?, ?, ?)")
 
     class _Tx:
         def __init__(self, store: SQLiteStore) -> None:
@@ -422,8 +441,9 @@ class PostgresStore(Store):
             return cur.rowcount
 
     def _insert_ignore_sql(self) -> str:
-        return ("INSERT INTO records (survey, arrived_at, source, rid_hash, qi, confidential, "
-                "label) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING")
+        return ("INSERT INTO records (survey, arrived_at, kafka_partition, kafka_offset, "
+                "rid_hash, qi, confidential, label) "
+                "VALUES ('{survey}', %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING")
 
     class _Tx:
         def __init__(self, store: PostgresStore) -> None:

@@ -131,10 +131,12 @@ def test_failed_write_keeps_the_previous_release(survey, tmp_path, monkeypatch, 
     out = tmp_path / "release.csv"
     out.write_text("previous release\n")
 
-    def broken(self, *args, **kwargs):
+    def broken(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(pd.DataFrame, "to_csv", broken)
+    import pyarrow.csv
+
+    monkeypatch.setattr(pyarrow.csv, "write_csv", broken)
     assert main(["anonymize", str(survey), *ARGS, "--out", str(out)]) == 1
     assert capsys.readouterr().err.strip() == "streamanon: error: disk full"
     assert out.read_text() == "previous release\n"

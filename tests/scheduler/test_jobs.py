@@ -176,7 +176,7 @@ def test_with_real_apscheduler():
 
 
 def test_reschedule_close_moves_both_triggers(setup):
-    _clock, sched, rec, heads, planner = setup
+    _clock, sched, rec, _heads, planner = setup
     planner.start()
     new_close = CLOSE - timedelta(hours=5)
     planner.reschedule_close(new_close)

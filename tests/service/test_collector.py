@@ -65,7 +65,7 @@ def test_valid_response_keeps_no_identifier():
     rec = validator.validate(body(note="free text"))
     assert rec.qi.tolist() == [40.0, 1000.5]
     assert rec.confidential == {"vote": "yes"} and rec.label == "a"
-    assert len(rec.rid_hash) == 32 and b"R1" not in rec.rid_hash
+    assert len(rec.rid_hash) == 16 and b"R1" not in rec.rid_hash
     assert rec.rid_hash == validator.pseudonym("R1")
     assert make()[1].pseudonym("R1") == rec.rid_hash  # same key, same pseudonym
 
@@ -111,3 +111,55 @@ def test_messages_after_close_are_rejected_as_closed(tmp_path):
     late = Message("t", 0, 1, None, body(rid="B"), 101.0)
     result = process_batch([early, late], validator, store, closed_at=100.0)
     assert result.stored == 1 and [r.reason for r in result.rejected] == ["closed"]
+
+
+@pytest.mark.parametrize("duplicates", ["reject", "allow"])
+def test_batch_validation_gives_the_same_outcome_as_one_by_one(duplicates):
+    """The column-wise fast path must agree with the per-message checks on every message."""
+    _, validator = make(duplicates)
+    rng = np.random.default_rng(0)
+    bodies = []
+    for i in range(400):
+        b = {"rid": f"R{i}", "age": int(rng.integers(10, 120)),
+             "income": float(rng.normal(1000, 800)), "vote": "yes", "group": "a"}
+        r = rng.random()
+        if r < 0.05:
+            b["age"] = float(b["age"]) + 0.5
+        elif r < 0.08:
+            b["vote"] = 3
+        elif r < 0.1:
+            b["rid"] = ""
+        elif r < 0.12:
+            b["group"] = None
+        elif r < 0.14:
+            b["note"] = "x"
+        elif r < 0.16:
+            b["income"] = [1]
+        raw = json.dumps(b).encode()
+        if rng.random() < 0.03:
+            raw = raw.replace(b'"income": ', b'"income": NaN, "_": ')
+        bodies.append(raw)
+    bodies += [b"{", b"[]", b"", None]
+    batch = validator.validate_batch(bodies)
+    for raw, got in zip(bodies, batch, strict=True):
+        try:
+            expected = validator.validate(raw)
+        except Invalid as exc:
+            assert isinstance(got, Invalid) and got.reason == exc.reason, raw
+            continue
+        assert not isinstance(got, Invalid), (raw, got)
+        assert got.rid_hash == expected.rid_hash and np.array_equal(got.qi, expected.qi)
+        assert got.confidential == expected.confidential and got.label == expected.label
+
+
+def test_pseudonym_is_standard_hmac_sha256_truncated():
+    import hashlib
+    import hmac
+
+    for key in (b"k" * 32, b"x" * 100):
+        cfg = parse_config({"surveys": [{"id": "s", "k": 3, "schema": SCHEMA}]},
+                           {**ENV, "STREAMANON_HMAC_KEY": key.decode()})
+        validator = Validator(cfg.surveys[0], cfg.hmac_key)
+        for rid in ("R1", "é-ü", "12345"):
+            expected = hmac.new(key, rid.encode(), hashlib.sha256).digest()[:16]
+            assert validator.pseudonym(rid) == expected

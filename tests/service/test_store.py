@@ -48,7 +48,7 @@ def store(request, tmp_path):
 
 
 def rows(n, start=0, m=3):
-    return [RecordRow(arrived_at=1000.0 + i, source=f"0:{i}", rid_hash=i.to_bytes(32, "big"),
+    return [RecordRow(arrived_at=1000.0 + i, partition=0, offset=i, rid_hash=i.to_bytes(32, "big"),
                       qi=np.full(m, float(i)).tobytes(), confidential=f'{{"v": {i}}}',
                       label=None) for i in range(start, start + n)]
 
@@ -63,12 +63,13 @@ def test_inserts_are_idempotent_by_source(store):
     assert [c["v"] for c in recs.confidential] == list(range(105))
 
 
-def test_respondents_and_sources_lookup(store):
+def test_respondents_and_offsets_lookup(store):
     store.ensure_survey("s")
     store.insert_records("s", rows(20))
     found = store.respondents("s", [i.to_bytes(32, "big") for i in (3, 5, 99)])
-    assert found == {(3).to_bytes(32, "big"): "0:3", (5).to_bytes(32, "big"): "0:5"}
-    assert store.sources("s", ["0:1", "0:77"]) == {"0:1"}
+    assert found == {(3).to_bytes(32, "big"): (0, 3), (5).to_bytes(32, "big"): (0, 5)}
+    assert store.stored_offsets("s", 0, [1, 77]) == {1}
+    assert store.max_offset("s", 0) == 19 and store.max_offset("s", 1) == -1
 
 
 def test_snapshot_ranges(store):
