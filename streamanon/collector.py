@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -452,33 +453,81 @@ class SurveyIngest:
     rejected: dict[str, int] = field(default_factory=dict)
 
 
-class KafkaCollector:
-    """Consumes every survey's response topic in batches and hands them to :func:`process_batch`.
+# -- the ingest worker process ------------------------------------------------------------------
 
-    ``on_stored(survey_id, arrival_times)`` is called after each committed batch (the arrival
-    estimator listens); store work runs in ``executor`` so the event loop stays free.
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_start(config_json: str, hmac_key: bytes) -> None:
+    from streamanon.store import open_store
+
+    config = Config.model_validate_json(config_json)
+    _WORKER["validators"] = {s.id: Validator(s, hmac_key) for s in config.surveys}
+    _WORKER["store"] = open_store(config.store.url)
+
+
+Columns = tuple[list[int], list[int], list[Any], list[float]]
+
+
+def _columns(msgs: list[Message]) -> Columns:
+    """Partitions, offsets, values, timestamps: lists of plain values pickle several times
+    faster than a list of tuples."""
+    return ([m.partition for m in msgs], [m.offset for m in msgs], [m.value for m in msgs],
+            [m.timestamp for m in msgs])
+
+
+def _worker_ingest(batches: list[tuple[str, Columns, float | None]]
+                   ) -> list[tuple[str, int, list[tuple[int, int, str, str]], float]]:
+    """Validate and store batches in the worker; report what to dead-letter by position."""
+    out = []
+    for survey_id, (partitions, offsets, values, stamps), closed_at in batches:
+        msgs = [Message("", p, o, None, v, t)
+                for p, o, v, t in zip(partitions, offsets, values, stamps, strict=True)]
+        validator = _WORKER["validators"][survey_id]
+        rejected, candidates = check_batch(msgs, validator, closed_at)
+        result = store_batch(candidates, validator.survey, _WORKER["store"])
+        rejections = [(r.message.partition, r.message.offset, r.reason, r.detail)
+                      for r in rejected + result.rejected]
+        out.append((survey_id, result.stored, rejections, time.time()))
+    return out
+
+
+class KafkaCollector:
+    """Consumes every survey's response topic in batches; an ingest worker process validates
+    and stores them (:func:`check_batch`, :func:`store_batch`).
+
+    The event loop fetches batch N + 1 while the worker handles batch N; offsets are committed
+    in order, each only after the worker's store transaction for it has committed. A separate
+    process, not a thread: validation is pure Python, and SQLite releases the interpreter lock
+    for every row it writes, so two threads of one process mostly wait for each other.
+    ``on_stored(survey_id, arrival_times)`` is called for each committed batch.
     """
 
-    def __init__(self, config: Config, store: Store, surveys: dict[str, SurveyIngest],
+    def __init__(self, config: Config, surveys: dict[str, SurveyIngest],
                  dead_letters: DeadLetterSink, *, on_stored: Callable[[str, list[float]], None],
-                 executor: Any = None, consumer_factory: Callable[..., Any] | None = None,
+                 consumer_factory: Callable[..., Any] | None = None,
                  on_control: Callable[[bytes | None], None] | None = None) -> None:
         self.config = config
-        self.store = store
         self.surveys = surveys
         self.dead_letters = dead_letters
         self.on_stored = on_stored
         self.on_control = on_control
-        self.executor = executor
         self._consumer_factory = consumer_factory
         self._topics = {config.topic(sid, "responses"): sid for sid in surveys}
         self._consumer: Any = None
         self._task: asyncio.Task | None = None
         self._positions: dict[Any, int] = {}
         self.batches = 0
+        self._worker: Any = None
 
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer
+
+        from streamanon.processes import worker_pool
+
+        self._worker = worker_pool(1, _worker_start, (
+            self.config.model_dump_json(by_alias=True), self.config.hmac_key))
+        await asyncio.get_running_loop().run_in_executor(self._worker, _worker_ingest, [])
 
         factory = self._consumer_factory or AIOKafkaConsumer
         self._consumer = factory(
@@ -490,6 +539,12 @@ class KafkaCollector:
         )
         await self._consumer.start()
         self._task = asyncio.create_task(self._run(), name="collector")
+        self._task.add_done_callback(self._report_death)
+
+    @staticmethod
+    def _report_death(task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.critical("the collector stopped: %r; restart the service", task.exception())
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -498,22 +553,18 @@ class KafkaCollector:
                 await self._task
         if self._consumer is not None:
             await self._consumer.stop()
+        if self._worker is not None:
+            self._worker.shutdown(wait=True, cancel_futures=True)
 
     async def _run(self) -> None:
-        """Fetch a batch, validate it, store it, commit its offsets; repeat.
-
-        The batch is handled on the event-loop thread itself. Handing the store work to a
-        thread measured slower: SQLite releases the interpreter lock for every row it writes,
-        and winning it back from a busy validating thread costs more than the overlap gains.
-        ``kafka.batch_max_records`` bounds how long the loop is busy at a time.
-        """
+        loop = asyncio.get_running_loop()
+        pending: deque[tuple[asyncio.Future, dict[Any, int], dict[str, list[Message]]]] = deque()
         while True:
             batches = await self._consumer.getmany(
-                timeout_ms=200, max_records=self.config.kafka.batch_max_records)
-            if not batches:
-                continue
+                timeout_ms=20 if pending else 200,
+                max_records=self.config.kafka.batch_max_records)
             offsets: dict[Any, int] = {}
-            checked = []
+            work: dict[str, list[Message]] = {}
             for tp, records in batches.items():
                 msgs = [Message(r.topic, r.partition, r.offset, r.key, r.value,
                                 (r.timestamp or time.time() * 1000) / 1000.0) for r in records]
@@ -521,43 +572,46 @@ class KafkaCollector:
                     for m in msgs:
                         if self.on_control is not None:
                             self.on_control(m.value)
-                else:
-                    checked.append(self._check(tp.topic, msgs))
+                elif tp.topic in self._topics:
+                    work.setdefault(self._topics[tp.topic], []).extend(msgs)
                 offsets[tp] = records[-1].offset + 1
-            self._store(checked)
-            await self._commit(offsets)
-            await asyncio.sleep(0)  # let HTTP and timers in between batches
+            if work:
+                jobs = [(sid, _columns(msgs), self.surveys[sid].closed_at)
+                        for sid, msgs in work.items()]
+                pending.append((loop.run_in_executor(self._worker, _worker_ingest, jobs),
+                                offsets, work))
+            elif offsets:
+                done = loop.create_future()
+                done.set_result([])
+                pending.append((done, offsets, {}))
+            while pending and (pending[0][0].done() or len(pending) > 1):
+                future, done_offsets, done_work = pending.popleft()
+                self._finish(await future, done_work)
+                await self._commit(done_offsets)
 
     async def _commit(self, offsets: dict[Any, int]) -> None:
-        await self._consumer.commit(offsets)
-        self._positions.update(offsets)
+        if offsets:
+            await self._consumer.commit(offsets)
+            self._positions.update(offsets)
         self.batches += 1
 
-    def _check(self, topic: str, msgs: list[Message]) -> tuple[Any, list[Rejection], list[Any]]:
-        sid = self._topics.get(topic)
-        ingest = self.surveys.get(sid) if sid else None
-        if ingest is None:
-            return None, [], []
-        rejected, candidates = check_batch(msgs, ingest.validator, ingest.closed_at)
-        return ingest, rejected, candidates
-
-    def _store(self, checked: list[tuple[Any, list[Rejection], list[Any]]]) -> None:
-        for ingest, rejected, candidates in checked:
-            if ingest is None:
-                continue
-            result = store_batch(candidates, ingest.config, self.store)
-            rejected = rejected + result.rejected
-            dead_topic = self.config.topic(ingest.config.id, "deadletter")
-            for rejection in rejected:
-                self.dead_letters.send(dead_topic, rejection)
-                ingest.rejected[rejection.reason] = ingest.rejected.get(rejection.reason, 0) + 1
-            if rejected:
+    def _finish(self, results: list[tuple[str, int, list[tuple[int, int, str, str]], float]],
+                work: dict[str, list[Message]]) -> None:
+        """Dead-letter what the worker rejected (original bytes), update the counters."""
+        for survey_id, stored, rejections, arrived in results:
+            ingest = self.surveys[survey_id]
+            if rejections:
+                by_position = {(m.partition, m.offset): m for m in work[survey_id]}
+                dead_topic = self.config.topic(survey_id, "deadletter")
+                for partition, offset, reason, detail in rejections:
+                    self.dead_letters.send(dead_topic, Rejection(
+                        by_position[(partition, offset)], reason, detail))
+                    ingest.rejected[reason] = ingest.rejected.get(reason, 0) + 1
                 self.dead_letters.flush()
-                log.info("survey %s: %d message(s) dead-lettered", ingest.config.id,
-                         len(rejected))
-            ingest.stored += result.stored
-            if result.stored:
-                self.on_stored(ingest.config.id, result.arrival_times)
+                log.info("survey %s: %d message(s) dead-lettered", survey_id, len(rejections))
+            ingest.stored += stored
+            if stored:
+                self.on_stored(survey_id, [arrived] * stored)
 
     async def drain(self, survey_id: str, timeout: float = 120.0) -> None:
         """Wait until every message already in the survey's topic has been handled."""

@@ -30,12 +30,11 @@ import hmac
 import json
 import logging
 import math
-import multiprocessing
 import secrets
 import threading
 import time
 import uuid
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -55,6 +54,7 @@ from scheduler.planner import Plan, plan_deadline, plan_optimal
 from streamanon.collector import KafkaCollector, KafkaDeadLetters, SurveyIngest, Validator
 from streamanon.config import Config, SurveyConfig
 from streamanon.metrics import distortion, fit_standardisation
+from streamanon.processes import worker_pool
 from streamanon.publisher import (
     build_release,
     publish_to_topic,
@@ -98,31 +98,6 @@ def compute_increment(stage: str, base: np.ndarray, base_labels: np.ndarray,
     return labels, time.perf_counter() - started
 
 
-def _die_with_parent() -> None:
-    """Compute-process initializer: exit when the service process dies, even by SIGKILL, so
-    no orphaned engine run outlives it (Linux prctl PR_SET_PDEATHSIG, else a watchdog)."""
-    import ctypes
-    import os
-    import signal
-
-    parent = os.getppid()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(1, signal.SIGKILL) == 0:  # PR_SET_PDEATHSIG
-            if os.getppid() != parent:  # the parent died before prctl took effect
-                os._exit(1)
-            return
-    except (OSError, AttributeError):
-        pass
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
 def warm_up_compute() -> bool:
     """Load the compiled kernels in the compute process before they are needed."""
     rng = np.random.default_rng(0)
@@ -158,9 +133,7 @@ class Service:
         self.cost_models = CostModelStore(config.planner.cost_models)
         self._lock = threading.Lock()
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="store")
-        self._pool = ProcessPoolExecutor(compute_workers,
-                                         mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_die_with_parent)
+        self._pool = worker_pool(compute_workers)
         self.surveys: dict[str, SurveyRuntime] = {}
         self.producer: Any = None  # kafka-python: dead letters, from the store thread
         self.release_producer: Any = None  # aiokafka: releases, in batches
@@ -198,9 +171,9 @@ class Service:
             await self._in_loop_thread(self._load_models, sc)
         await self._recover()
         self.collector = KafkaCollector(
-            cfg, self.store, {sid: rt.ingest for sid, rt in self.surveys.items()},
+            cfg, {sid: rt.ingest for sid, rt in self.surveys.items()},
             KafkaDeadLetters(self.producer), on_stored=self._on_stored,
-            executor=self._store_thread, on_control=self._on_control)
+            on_control=self._on_control)
         await self.collector.start()
         await warm
         self.scheduler = BackgroundScheduler(timezone=timezone.utc)
