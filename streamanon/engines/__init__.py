@@ -10,56 +10,20 @@ input and checks the partition it gets back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from streamanon.errors import InputError, ParameterError
 from streamanon.metrics import check_partition
+from streamanon.registry import Entry, Registry
 
 EngineFunction = Callable[..., np.ndarray]
+EngineInfo = Entry
 
-
-@dataclass(frozen=True)
-class EngineInfo:
-    """A registered engine: its name, function, one-line summary and source."""
-
-    name: str
-    function: EngineFunction
-    summary: str
-    source: str
-    parameters: dict[str, str] = field(default_factory=dict)
-
-
-_REGISTRY: dict[str, EngineInfo] = {}
-
-
-def register(
-    name: str, *, summary: str, source: str, parameters: dict[str, str] | None = None
-) -> Callable[[EngineFunction], EngineFunction]:
-    """Decorator that adds an engine function to the registry under ``name``."""
-
-    def decorate(function: EngineFunction) -> EngineFunction:
-        if name in _REGISTRY:
-            raise ValueError(f"engine {name!r} is registered twice")
-        _REGISTRY[name] = EngineInfo(name, function, summary, source, dict(parameters or {}))
-        return function
-
-    return decorate
-
-
-def available_engines() -> list[EngineInfo]:
-    """Every registered engine, sorted by name."""
-    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
-
-
-def get_engine(name: str) -> EngineInfo:
-    """The engine registered as ``name``; a :class:`ParameterError` lists the known names."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        known = ", ".join(sorted(_REGISTRY))
-        raise ParameterError(f"unknown engine {name!r}; available engines: {known}") from None
+_ENGINES = Registry("engine")
+register = _ENGINES.register
+available_engines = _ENGINES.all
+get_engine = _ENGINES.get
 
 
 def validate_input(X: np.ndarray, k: int) -> np.ndarray:
@@ -96,13 +60,7 @@ def run_engine(name: str, X: np.ndarray, k: int, **params: object) -> np.ndarray
     InputError
         ``X`` is not a finite numeric matrix with at least ``k`` rows.
     """
-    info = get_engine(name)
-    unknown = sorted(set(params) - set(info.parameters) - {"progress"})
-    if unknown:
-        accepted = ", ".join(sorted(info.parameters)) or "none"
-        raise ParameterError(
-            f"engine {name!r} has no parameter {', '.join(unknown)}; accepted: {accepted}"
-        )
+    info = _ENGINES.check_parameters(name, params, frozenset({"progress"}))
     X = validate_input(X, k)
     labels = np.asarray(info.function(X, k, **params))
     check_partition(labels, X.shape[0], k)

@@ -20,63 +20,26 @@ increment smaller than k cannot form a cell of its own, so ``two_stage`` adjoins
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from streamanon.errors import InputError, ParameterError
+from streamanon.errors import InputError
 from streamanon.metrics import check_partition
+from streamanon.registry import Entry, Registry
 
 StageFunction = Callable[..., np.ndarray]
+StageInfo = Entry
 
-
-@dataclass(frozen=True)
-class StageInfo:
-    name: str
-    function: StageFunction
-    summary: str
-    source: str
-    parameters: dict[str, str] = field(default_factory=dict)
-
-
-_STAGES: dict[str, StageInfo] = {}
-
-
-def register_stage(name: str, *, summary: str, source: str,
-                   parameters: dict[str, str] | None = None) -> Callable[[StageFunction],
-                                                                         StageFunction]:
-    def decorate(function: StageFunction) -> StageFunction:
-        if name in _STAGES:
-            raise ValueError(f"incremental stage {name!r} is registered twice")
-        _STAGES[name] = StageInfo(name, function, summary, source, dict(parameters or {}))
-        return function
-
-    return decorate
-
-
-def available_stages() -> list[StageInfo]:
-    return [_STAGES[name] for name in sorted(_STAGES)]
-
-
-def get_stage(name: str) -> StageInfo:
-    try:
-        return _STAGES[name]
-    except KeyError:
-        known = ", ".join(sorted(_STAGES))
-        raise ParameterError(
-            f"unknown incremental stage {name!r}; available stages: {known}"
-        ) from None
+_STAGES = Registry("incremental stage")
+register_stage = _STAGES.register
+available_stages = _STAGES.all
+get_stage = _STAGES.get
 
 
 def run_stage(name: str, base: np.ndarray, base_labels: np.ndarray, increment: np.ndarray,
               k: int, **params: object) -> np.ndarray:
     """Validate, run stage ``name``, and check that the union's partition is k-anonymous."""
-    info = get_stage(name)
-    unknown = sorted(set(params) - set(info.parameters))
-    if unknown:
-        accepted = ", ".join(sorted(info.parameters)) or "none"
-        raise ParameterError(f"stage {name!r} has no parameter {', '.join(unknown)}; "
-                             f"accepted: {accepted}")
+    info = _STAGES.check_parameters(name, params)
     base = np.ascontiguousarray(base, dtype=np.float64)
     increment = np.ascontiguousarray(increment, dtype=np.float64).reshape(-1, base.shape[1])
     base_labels = np.asarray(base_labels, dtype=np.int64)

@@ -120,7 +120,7 @@ def test_duplicates(stage):
 
 def test_unknown_stage_and_parameter():
     base, labels0, inc = split_data()
-    with pytest.raises(ParameterError, match="available stages"):
+    with pytest.raises(ParameterError, match="available incremental stages"):
         run_stage("nope", base, labels0, inc, 5)
     with pytest.raises(ParameterError, match="no parameter"):
         run_stage("nn", base, labels0, inc, 5, colour=1)
