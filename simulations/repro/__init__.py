@@ -1,0 +1,1 @@
+"""Reproductions of the source papers' tables, one module per paper (see reproduce_engines.py)."""
