@@ -86,6 +86,8 @@ class Microaggregation:
 def _jsonable(value: Any) -> Any:
     if isinstance(value, (np.integer, np.floating, np.bool_)):
         return value.item()
+    if isinstance(value, np.ndarray) or (pd is not None and isinstance(value, pd.Series)):
+        return f"<{' x '.join(map(str, np.shape(value)))} values>"  # per-record data: no values
     return value
 
 
@@ -101,6 +103,7 @@ def microaggregate(
     nu: float = 0.0,
     incremental_params: dict[str, Any] | None = None,
     compare_one_shot: bool = False,
+    engine_params: dict[str, Any] | None = None,
     **params: Any,
 ) -> Microaggregation:
     """k-anonymous microaggregation of a numpy matrix or a pandas DataFrame.
@@ -125,8 +128,10 @@ def microaggregate(
         incremental stage ``incremental`` (``streamanon.incremental``). ``distortion`` is then
         D_T over the whole release; ``compare_one_shot`` also runs the one-shot reference for
         delta and the relative times.
-    **params
-        Engine parameters.
+    engine_params, **params
+        Engine parameters (a dict for names that clash with this function's own, such as
+        ``dependence``'s ``engine``). Per-record parameters (``streamanon engines`` shows them
+        as ``COLUMN``) may name DataFrame columns: ``labels="smoker"``, ``Y="a,b"``.
 
     Raises
     ------
@@ -134,10 +139,13 @@ def microaggregate(
         With a message naming the problem (unknown column, non-numeric or non-finite
         quasi-identifier, fewer than ``k`` rows, bad ``k`` or engine).
     """
-    get_engine(engine)
+    info = get_engine(engine)
+    params = {**(engine_params or {}), **params}
+    report_params = dict(params)
     if pd is not None and isinstance(data, pd.DataFrame):
         qi_cols = _resolve_columns(data, qi, drop)
         values = _numeric_matrix(data, qi_cols)
+        params = _resolve_per_record(info, params, data)
     else:
         if qi is not None or drop:
             raise ParameterError("qi= and drop= name DataFrame columns; pass a DataFrame")
@@ -171,7 +179,7 @@ def microaggregate(
         labels=labels,
         k=int(k),
         engine=engine,
-        params=dict(params),
+        params=report_params,
         qi=list(qi_cols),
         distortion=distortion(Z, labels),
         seconds=seconds,
@@ -211,14 +219,37 @@ def _resolve_columns(frame: Any, qi: Sequence[str] | None, drop: Sequence[str]) 
     return list(qi)
 
 
-def _numeric_matrix(frame: Any, columns: list[str]) -> np.ndarray:
+def _resolve_per_record(info: Any, params: dict[str, Any], frame: Any) -> dict[str, Any]:
+    """Per-record engine parameters given as column names (``"label"`` or ``"a,b"`` or a
+    list) replaced by the columns' values: one column as a vector, several as a matrix."""
+    params = dict(params)
+    for name in sorted(info.per_record & params.keys()):
+        value = params[name]
+        if isinstance(value, str):
+            names = [c.strip() for c in value.split(",") if c.strip()]
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(c, str) for c in value):
+            names = list(value)
+        else:
+            continue  # values given directly
+        missing = [c for c in names if c not in frame.columns]
+        if missing:
+            raise InputError(f"{info.name} parameter {name}: unknown column(s) "
+                             f"{', '.join(missing)}; the data has: "
+                             f"{', '.join(str(c) for c in frame.columns)}")
+        params[name] = (frame[names[0]].to_numpy() if len(names) == 1
+                        else _numeric_matrix(frame, names, role=f"{name} column"))
+    return params
+
+
+def _numeric_matrix(frame: Any, columns: list[str],
+                    role: str = "quasi-identifier column") -> np.ndarray:
     bad = [c for c in columns if not pd.api.types.is_numeric_dtype(frame[c])]
     if bad:
-        raise InputError(f"quasi-identifier column(s) are not numeric: {', '.join(bad)}")
+        raise InputError(f"{role}(s) are not numeric: {', '.join(bad)}")
     bool_cols = [c for c in columns if pd.api.types.is_bool_dtype(frame[c])]
     if bool_cols:
         raise InputError(
-            f"quasi-identifier column(s) are boolean, not numeric: {', '.join(bool_cols)}"
+            f"{role}(s) are boolean, not numeric: {', '.join(bool_cols)}"
         )
     values = frame[columns].to_numpy(dtype=np.float64, na_value=np.nan)
     finite = np.isfinite(values)
@@ -226,7 +257,7 @@ def _numeric_matrix(frame: Any, columns: list[str]) -> np.ndarray:
         rows, cols = np.nonzero(~finite)
         names = sorted({columns[j] for j in cols})
         raise InputError(
-            f"{len(rows)} missing, NaN or infinite quasi-identifier value(s) in column(s) "
+            f"{len(rows)} missing, NaN or infinite value(s) in {role}(s) "
             f"{', '.join(names)} (first at row {int(rows[0]) + 1}); clean or impute them first"
         )
     return values

@@ -257,7 +257,7 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
         for err in exc.errors():
             problems.append(f"{_location(err['loc'], raw)}: {err['msg']}")
     if config is not None:
-        engines = {e.name for e in available_engines()}
+        engines = {e.name: e for e in available_engines()}
         stages = {s.name for s in available_stages()}
         seen: set[str] = set()
         for i, survey in enumerate(config.surveys):
@@ -265,9 +265,20 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
             if survey.id in seen:
                 problems.append(f"{where}.id: survey id used twice")
             seen.add(survey.id)
-            if survey.engine not in engines:
+            engine = engines.get(survey.engine)
+            if engine is None:
                 problems.append(f"{where}.engine: unknown engine {survey.engine!r}; available: "
                                 f"{', '.join(sorted(engines))}")
+            elif engine.per_record:
+                problems.append(f"{where}.engine: {engine.name} needs per-record parameter(s) "
+                                f"{', '.join(sorted(engine.per_record))}, which the service "
+                                "does not supply; use it with 'streamanon anonymize'")
+            else:
+                unknown = sorted(set(survey.engine_params) - set(engine.parameters))
+                if unknown:
+                    problems.append(f"{where}.engine_params: {engine.name} has no parameter "
+                                    f"{', '.join(unknown)}; accepted: "
+                                    f"{', '.join(sorted(engine.parameters)) or 'none'}")
             if survey.incremental not in stages:
                 problems.append(f"{where}.incremental: unknown stage {survey.incremental!r}; "
                                 f"available: {', '.join(sorted(stages))}")

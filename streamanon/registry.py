@@ -13,13 +13,18 @@ Function = Callable[..., Any]
 
 @dataclass(frozen=True)
 class Entry:
-    """A registered function: its name, one-line summary, source and parameters."""
+    """A registered function: its name, one-line summary, source and parameters.
+
+    ``per_record`` names the parameters that hold one value per record (a class label, the
+    confidential attributes): callers pass them as data columns and slice them with the rows.
+    """
 
     name: str
     function: Function
     summary: str
     source: str
     parameters: dict[str, str] = field(default_factory=dict)
+    per_record: frozenset[str] = frozenset()
 
 
 class Registry:
@@ -30,14 +35,15 @@ class Registry:
         self._entries: dict[str, Entry] = {}
 
     def register(self, name: str, *, summary: str, source: str,
-                 parameters: dict[str, str] | None = None) -> Callable[[Function], Function]:
+                 parameters: dict[str, str] | None = None,
+                 per_record: tuple[str, ...] = ()) -> Callable[[Function], Function]:
         """Decorator that adds a function under ``name``."""
 
         def decorate(function: Function) -> Function:
             if name in self._entries:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._entries[name] = Entry(name, function, summary, source,
-                                        dict(parameters or {}))
+                                        dict(parameters or {}), frozenset(per_record))
             return function
 
         return decorate

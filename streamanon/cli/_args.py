@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 
@@ -31,6 +32,16 @@ def param(text: str) -> tuple[str, Any]:
 
 
 def parse_value(raw: str) -> Any:
+    """``true``/``false``, an int, a float, a JSON object (``{...}``, e.g. the parameters of a
+    wrapped engine), or else the string itself."""
+    if raw.startswith("{"):
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"not a valid JSON object: {raw!r} ({exc})") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(f"expected a JSON object, got {raw!r}")
+        return value
     lowered = raw.lower()
     if lowered in ("true", "false"):
         return lowered == "true"

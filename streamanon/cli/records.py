@@ -151,7 +151,8 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
     result = _with_progress(
         f"{args.engine} k={args.k}",
         lambda progress: microaggregate(frame, args.k, args.engine, qi=args.qi, drop=args.drop,
-                                        progress=progress, **two_stage, **params),
+                                        progress=progress, engine_params=params,
+                                        **two_stage),
         show,
     )
     release = shuffle_rows(result.data, args.seed)
@@ -226,7 +227,8 @@ def cmd_engines(args: argparse.Namespace) -> int:
         print(f"{info.name:<20} {info.summary}")
         print(f"{'':<20} source: {info.source}")
         for name, text in info.parameters.items():
-            print(f"{'':<20} --param {name}=...: {text}")
+            value = "COLUMN[,COLUMN...]" if name in info.per_record else "..."
+            print(f"{'':<20} --param {name}={value}: {text}")
     return 0
 
 

@@ -68,4 +68,9 @@ def run_engine(name: str, X: np.ndarray, k: int, **params: object) -> np.ndarray
 
 
 # Engines register themselves on import.
+from streamanon.engines import dependence as _dependence  # noqa: E402,F401
+from streamanon.engines import lda_mdav as _lda_mdav  # noqa: E402,F401
 from streamanon.engines import mdav as _mdav  # noqa: E402,F401
+from streamanon.engines import mondrian as _mondrian  # noqa: E402,F401
+from streamanon.engines import ona as _ona  # noqa: E402,F401
+from streamanon.engines import pca_mdav as _pca_mdav  # noqa: E402,F401

@@ -58,12 +58,12 @@ def run_stage(name: str, base: np.ndarray, base_labels: np.ndarray, increment: n
     return labels
 
 
-def union_one_shot(base: np.ndarray, increment: np.ndarray, k: int,
-                   engine: str = "mdav") -> np.ndarray:
+def union_one_shot(base: np.ndarray, increment: np.ndarray, k: int, engine: str = "mdav",
+                   engine_params: dict[str, object] | None = None) -> np.ndarray:
     """The fallback when the base is too small to build on: one engine run on the union."""
     from streamanon.engines import run_engine
 
-    return run_engine(engine, np.concatenate([base, increment]), k)
+    return run_engine(engine, np.concatenate([base, increment]), k, **(engine_params or {}))
 
 
 # Stages register themselves on import.

@@ -123,6 +123,23 @@ def split_cell(Xall, c, k, centT, sizes, head, nxt, cell_of, n_cells, members):
         sub[u] = Xall[members[u]]
     labels = mdav_labels(sub, k, False, 1, 64, 1 << 62, np.zeros(5, np.int64),
                          np.zeros(2, np.int64))
+    return apply_split(Xall, c, labels, members, centT, sizes, head, nxt, cell_of, n_cells)
+
+
+@nb.njit(cache=True)
+def cell_members(head, nxt, c, size):
+    """The members of cell ``c`` in increasing record order, as a new array."""
+    out = np.empty(size, np.int64)
+    n = _cell_members(head, nxt, c, out)
+    return out[:n]
+
+
+@nb.njit(cache=True)
+def apply_split(Xall, c, labels, members, centT, sizes, head, nxt, cell_of, n_cells):
+    """Replace cell ``c`` by the sub-cells ``labels`` (0..s-1, one per entry of ``members``,
+    its members in record order): sub-cell 0 keeps id ``c``, the others get new ids from
+    ``n_cells``. Returns the new number of cells."""
+    n = labels.shape[0]
     n_sub = labels.max() + 1
     ids = np.empty(n_sub, np.int64)
     ids[0] = c
@@ -146,13 +163,15 @@ def split_cell(Xall, c, k, centT, sizes, head, nxt, cell_of, n_cells, members):
 
 @nb.njit(cache=True)
 def adjoin(Xall, start, stop, k, centT, sizes, head, nxt, cell_of, n_cells, cand, cand_d,
-           inertial, split_mid, extras_limit, stats):
+           inertial, split_mid, external_split, extras_limit, stats):
     """Adjoin records ``start..stop-1`` of ``Xall`` (rows of the union) in order.
 
     ``cand`` / ``cand_d`` (one row per record) come from an index built over the ``n_cells``
     centroids as they are on entry; with zero columns every record scans every cell. Returns
-    ``(next record, n_cells)``: it stops early, so the caller can rebuild the index, once
-    ``split_mid`` has made more than ``extras_limit`` cells the index does not describe.
+    ``(next record, n_cells, cell)``: it stops early, so the caller can rebuild the index, once
+    ``split_mid`` has made more than ``extras_limit`` cells the index does not describe; and
+    with ``external_split`` it stops as soon as a cell reaches ``2k``, unsplit, and returns
+    it as ``cell`` (otherwise -1) for the caller to split with another engine.
     ``stats[0]`` counts full scans forced by a failed bound, ``stats[1]`` splits.
     """
     n_cand = cand.shape[1]
@@ -193,6 +212,8 @@ def adjoin(Xall, start, stop, k, centT, sizes, head, nxt, cell_of, n_cells, cand
         if in_index[best_c]:
             max_drift = max(max_drift, _drift(centT, ref, best_c))
         if split_mid and sizes[best_c] >= 2 * k:
+            if external_split:
+                return i + 1, n_cells, best_c
             before = n_cells
             n_cells = split_cell(Xall, best_c, k, centT, sizes, head, nxt, cell_of, n_cells,
                                  members)
@@ -207,8 +228,8 @@ def adjoin(Xall, start, stop, k, centT, sizes, head, nxt, cell_of, n_cells, cand
                     extras[n_extra] = c
                     n_extra += 1
                 if n_extra > extras_limit:
-                    return i + 1, n_cells
-    return stop, n_cells
+                    return i + 1, n_cells, -1
+    return stop, n_cells, -1
 
 
 @nb.njit(cache=True)

@@ -21,9 +21,15 @@ import numba as nb
 import numpy as np
 from scipy.spatial import cKDTree
 
+from streamanon.engines import get_engine, run_engine
 from streamanon.errors import ParameterError
 from streamanon.incremental import register_stage, union_one_shot
-from streamanon.incremental._nn_kernels import adjoin, split_large_cells
+from streamanon.incremental._nn_kernels import (
+    adjoin,
+    apply_split,
+    cell_members,
+    split_large_cells,
+)
 from streamanon.metrics import cell_means
 
 #: Above this many columns the linear scan beats the tree (measured, see README).
@@ -57,8 +63,12 @@ def _use_tree(index: str, m: int) -> bool:
 
 def adjoin_increment(base: np.ndarray, base_labels: np.ndarray, increment: np.ndarray, k: int,
                      *, inertial: bool = False, split: str | None = None,
-                     index: str = "auto") -> np.ndarray:
-    """Labels of the union after adjoining ``increment`` to the base cells (and splitting)."""
+                     index: str = "auto", engine: str = "mdav",
+                     engine_params: dict[str, object] | None = None) -> np.ndarray:
+    """Labels of the union after adjoining ``increment`` to the base cells (and splitting
+    cells of ``2k`` or more with ``engine``: the compiled MDAV for ``mdav``, else through the
+    engine registry)."""
+    external = _check_splitting_engine(engine, engine_params) if split else False
     n0, m = base.shape
     n_plus = increment.shape[0]
     use_tree = _use_tree(index, m)
@@ -90,11 +100,41 @@ def adjoin_increment(base: np.ndarray, base_labels: np.ndarray, increment: np.nd
                                           .reshape(stop - pos, c))
         else:
             cand, cand_d = no_cand, np.empty((0, 0))
-        pos, n_cells = adjoin(X, pos, stop, k, centT, sizes, head, nxt, cell_of, n_cells, cand,
-                              cand_d, inertial, split == "mid", _EXTRAS_LIMIT, stats)
+        pos, n_cells, full = adjoin(X, pos, stop, k, centT, sizes, head, nxt, cell_of, n_cells,
+                                    cand, cand_d, inertial, split == "mid", external,
+                                    _EXTRAS_LIMIT, stats)
+        if full >= 0:
+            n_cells = _split_with_engine(X, full, k, engine, engine_params, centT, sizes, head,
+                                         nxt, cell_of, n_cells)
     if split == "end":
-        split_large_cells(X, k, centT, sizes, head, nxt, cell_of, n_cells, stats)
+        if external:
+            for c in np.flatnonzero(sizes[:n_cells] >= 2 * k):
+                n_cells = _split_with_engine(X, int(c), k, engine, engine_params, centT, sizes,
+                                             head, nxt, cell_of, n_cells)
+        else:
+            split_large_cells(X, k, centT, sizes, head, nxt, cell_of, n_cells, stats)
     return cell_of
+
+
+def _check_splitting_engine(engine: str, engine_params: dict[str, object] | None) -> bool:
+    """True when ``engine`` splits through the registry (anything but the built-in MDAV)."""
+    info = get_engine(engine)
+    if info.per_record:
+        raise ParameterError(
+            f"{engine} needs per-record parameter(s) {', '.join(sorted(info.per_record))} and "
+            "cannot split cells; choose another splitting engine")
+    return engine != "mdav" or bool(engine_params)
+
+
+def _split_with_engine(X: np.ndarray, c: int, k: int, engine: str,
+                       engine_params: dict[str, object] | None, centT: np.ndarray,
+                       sizes: np.ndarray, head: np.ndarray, nxt: np.ndarray,
+                       cell_of: np.ndarray, n_cells: int) -> int:
+    members = cell_members(head, nxt, c, int(sizes[c]))
+    labels = run_engine(engine, X[members], k, **(engine_params or {}))
+    _, labels = np.unique(labels, return_inverse=True)  # ids 0..s-1
+    return apply_split(X, c, labels.astype(np.int64), members, centT, sizes, head, nxt,
+                       cell_of, n_cells)
 
 
 _PARAMS = {"index": _INDEX_DOC}
@@ -114,20 +154,24 @@ def nn_inertial(base, base_labels, increment, k, *, index="auto"):
     return adjoin_increment(base, base_labels, increment, k, inertial=True, index=index)
 
 
-_SPLIT_PARAMS = {**_PARAMS, "inertial": "choose cells by n_q/(n_q+1)|y - x_q|^2 (Fig. 19)"}
+_SPLIT_PARAMS = {**_PARAMS, "inertial": "choose cells by n_q/(n_q+1)|y - x_q|^2 (Fig. 19)",
+                 "engine": "engine that splits cells of 2k or more (default mdav)",
+                 "engine_params": "parameters of the splitting engine (dict, default none)"}
 
 
 @register_stage("nn_split_mid",
-                summary="adjoin; split a cell with MDAV as soon as it reaches 2k",
+                summary="adjoin; split a cell (MDAV or engine=) as soon as it reaches 2k",
                 source=_SOURCE, parameters=_SPLIT_PARAMS)
-def nn_split_mid(base, base_labels, increment, k, *, index="auto", inertial=False):
+def nn_split_mid(base, base_labels, increment, k, *, index="auto", inertial=False,
+                 engine="mdav", engine_params=None):
     return adjoin_increment(base, base_labels, increment, k, split="mid", index=index,
-                            inertial=bool(inertial))
+                            inertial=bool(inertial), engine=engine, engine_params=engine_params)
 
 
 @register_stage("nn_split_end",
-                summary="adjoin; then split every cell of 2k or more with MDAV",
+                summary="adjoin; then split every cell of 2k or more (MDAV or engine=)",
                 source=_SOURCE, parameters=_SPLIT_PARAMS)
-def nn_split_end(base, base_labels, increment, k, *, index="auto", inertial=False):
+def nn_split_end(base, base_labels, increment, k, *, index="auto", inertial=False,
+                 engine="mdav", engine_params=None):
     return adjoin_increment(base, base_labels, increment, k, split="end", index=index,
-                            inertial=bool(inertial))
+                            inertial=bool(inertial), engine=engine, engine_params=engine_params)

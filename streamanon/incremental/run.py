@@ -112,9 +112,16 @@ class TwoStageRun:
             labels, _ = self.run_base(small[: 2 * self.k])
             self.run_increment(small[: 2 * self.k], labels, small[2 * self.k:])
 
+    def base_params(self, n_base: int) -> dict[str, Any]:
+        """The engine parameters for the first ``n_base`` records: per-record ones (a class
+        label, confidential attributes) cut to those rows."""
+        per_record = get_engine(self.engine).per_record
+        return {name: (np.asarray(value)[:n_base] if name in per_record else value)
+                for name, value in self.engine_params.items()}
+
     def run_base(self, base: np.ndarray) -> tuple[np.ndarray, float]:
         started = time.perf_counter()
-        labels = run_engine(self.engine, base, self.k, **self.engine_params)
+        labels = run_engine(self.engine, base, self.k, **self.base_params(len(base)))
         return labels, time.perf_counter() - started
 
     def run_increment(self, base: np.ndarray, base_labels: np.ndarray,

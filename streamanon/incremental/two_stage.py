@@ -19,10 +19,12 @@ from streamanon.incremental.nn import adjoin_increment
     "two_stage",
     summary="engine on the increment alone, united with the base cells (2MDAV with mdav)",
     source="papers/001_614e2e2317b23170.txt sec. IV-A",
-    parameters={"engine": "engine run on the increment (default mdav)"},
+    parameters={"engine": "engine run on the increment (default mdav)",
+                "engine_params": "parameters of that engine (dict, default none)"},
 )
 def two_stage(base: np.ndarray, base_labels: np.ndarray, increment: np.ndarray, k: int, *,
-              engine: str = "mdav") -> np.ndarray:
+              engine: str = "mdav",
+              engine_params: dict[str, object] | None = None) -> np.ndarray:
     """Labels of the union: base cells unchanged, the increment's own cells after them.
 
     An increment of fewer than k records cannot form a cell: it is adjoined to the nearest
@@ -32,8 +34,8 @@ def two_stage(base: np.ndarray, base_labels: np.ndarray, increment: np.ndarray, 
     if n_plus == 0:
         return base_labels.copy()
     if n0 < 2 * k:
-        return union_one_shot(base, increment, k, engine)
+        return union_one_shot(base, increment, k, engine, engine_params)
     if n_plus < k:
         return adjoin_increment(base, base_labels, increment, k)
-    own = run_engine(engine, increment, k)
+    own = run_engine(engine, increment, k, **(engine_params or {}))
     return np.concatenate([base_labels, own + int(base_labels.max()) + 1])

@@ -175,3 +175,61 @@ def test_unknown_incremental_stage(survey, tmp_path, capsys):
     assert main(["anonymize", str(survey), *ARGS, "--incremental", "magic", "--nu", "0.1",
                  "--out", str(tmp_path / "x.csv")]) == 2
     assert "unknown incremental stage 'magic'" in capsys.readouterr().err
+
+
+def _release_report(tmp_path: Path, out: Path) -> dict:
+    return json.loads((tmp_path / f"{out.stem}.report.json").read_text())
+
+
+def test_engines_lists_every_engine_with_column_parameters(capsys):
+    from streamanon.engines import available_engines
+
+    assert main(["engines"]) == 0
+    text = capsys.readouterr().out
+    for info in available_engines():
+        assert info.name in text
+    assert "--param labels=COLUMN[,COLUMN...]" in text and "--param Y=COLUMN[,COLUMN...]" in text
+
+
+def test_lda_mdav_takes_its_label_column_by_name(survey, tmp_path, capsys):
+    frame = pd.read_csv(survey)
+    frame["smoker"] = np.where(frame["age"] + frame["answer"] * 5 > 60, "yes", "no")
+    path = tmp_path / "labelled.csv"
+    frame.to_csv(path, index=False)
+    out = tmp_path / "lda.csv"
+    args = ["anonymize", str(path), "--k", "5", "--qi", "age,income",
+            "--confidential", "answer,smoker", "--drop", "respondent_id", "--out", str(out)]
+    assert main([*args, "--engine", "lda_mdav", "--param", "labels=smoker",
+                 "--param", "alpha=8"]) == 0
+    report = _release_report(tmp_path, out)
+    assert report["engine"] == "lda_mdav"
+    assert report["params"] == {"labels": "smoker", "alpha": 8}  # the column name, no values
+    release = pd.read_csv(out)
+    assert sorted(release["smoker"]) == sorted(frame["smoker"])
+    assert main(["verify", str(out), "--k", "5", "--qi", "age,income"]) == 0
+    assert main([*args, "--engine", "lda_mdav", "--param", "labels=nope"]) == 2
+    assert "unknown column(s) nope" in capsys.readouterr().err
+
+
+def test_dependence_wraps_an_engine_with_json_parameters(survey, tmp_path):
+    out = tmp_path / "dep.csv"
+    assert main(["anonymize", str(survey), *ARGS, "--out", str(out), "--engine", "dependence",
+                 "--param", "Y=answer", "--param", "lam=0.3", "--param", "engine=mona",
+                 "--param", 'engine_params={"rho": 0.7}']) == 0
+    assert _release_report(tmp_path, out)["params"]["engine_params"] == {"rho": 0.7}
+    assert main(["verify", str(out), "--k", "5", "--qi", "age,income"]) == 0
+
+
+def test_incremental_stage_splits_with_another_engine(survey, tmp_path):
+    out = tmp_path / "split.csv"
+    assert main(["anonymize", str(survey), *ARGS, "--out", str(out), "--engine", "ona_star",
+                 "--incremental", "nn_split_end", "--nu", "0.3",
+                 "--incremental-param", "engine=mondrian_v2d"]) == 0
+    assert main(["verify", str(out), "--k", "5", "--qi", "age,income"]) == 0
+
+
+def test_bad_json_parameter_is_a_usage_error(survey, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["anonymize", str(survey), *ARGS, "--out", str(tmp_path / "x.csv"),
+              "--param", "engine_params={oops"])
+    assert "not a valid JSON object" in capsys.readouterr().err
