@@ -62,6 +62,18 @@ def test_semantic_problems_are_listed_together():
         assert fragment in text, fragment
 
 
+def test_engine_choice_and_parameters_are_checked():
+    cfg = parse_config({"surveys": [survey(engine="mona", engine_params={"rho": 0.7})]}, ENV)
+    assert cfg.surveys[0].engine_params == {"rho": 0.7}
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"surveys": [survey(id="a", engine="lda_mdav"),
+                                  survey(id="b", engine="mona", engine_params={"alpha": 2})]},
+                     ENV)
+    text = str(exc.value)
+    assert "surveys[0](a).engine: lda_mdav needs per-record parameter(s) labels" in text
+    assert "surveys[1](b).engine_params: mona has no parameter alpha" in text
+
+
 def test_secrets_are_refused_in_the_file_and_required_from_the_environment():
     with pytest.raises(ConfigError) as exc:
         parse_config({"http": {"token": "abc"}, "surveys": [survey()]}, {})
