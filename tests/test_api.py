@@ -71,3 +71,17 @@ def test_shuffle_rows_permutes_and_is_seeded():
     assert sorted(a["id"]) == sorted(frame["id"])
     assert not (a["id"] == frame["id"]).all()
     assert (shuffle_rows(frame, 3)["id"] == a["id"]).all()
+
+
+def test_openmp_threads_wait_passively_unless_the_user_says_otherwise():
+    import subprocess
+    import sys
+
+    code = ("import os, streamanon; print(os.environ['OMP_WAIT_POLICY'])")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True)
+    assert out.stdout.strip() == "PASSIVE"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**env, "OMP_WAIT_POLICY": "ACTIVE"}, check=True)
+    assert out.stdout.strip() == "ACTIVE"
