@@ -15,14 +15,23 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The PostgreSQL store tests need a server binary; as root on Debian, install it when missing.
+# Debian packages the tests need, installed when missing (as root, with apt-get):
+# postgresql (the PostgreSQL store tests), chromium (the dashboard browser test), prometheus
+# (promtool, which checks deploy/prometheus.yml).
+SYSTEM_PACKAGES := postgresql:pg_ctl chromium:chromium prometheus:promtool
+
 system-deps:
-	@if ! command -v pg_ctl >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then \
+	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
+	  pkg=$${pair%%:*}; cmd=$${pair##*:}; \
+	  if ! command -v $$cmd >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/$$cmd >/dev/null 2>&1; then \
+	    missing="$$missing $$pkg"; fi; \
+	done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian's postgresql for the PostgreSQL store tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	    echo "installing Debian packages for the tests:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  else \
-	    echo "note: PostgreSQL is not installed and cannot be installed here; its store tests will be skipped"; \
+	    echo "error: the tests need the Debian packages$$missing; install them (as root: apt-get install$$missing)"; exit 1; \
 	  fi; \
 	fi
 

@@ -449,6 +449,7 @@ class SurveyIngest:
     config: SurveyConfig
     validator: Validator
     closed_at: float | None = None
+    received: int = 0
     stored: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
 
@@ -610,6 +611,7 @@ class KafkaCollector:
                 self.dead_letters.flush()
                 log.info("survey %s: %d message(s) dead-lettered", survey_id, len(rejections))
             ingest.stored += stored
+            ingest.received += stored + len(rejections)
             if stored:
                 self.on_stored(survey_id, [arrived] * stored)
 

@@ -73,6 +73,7 @@ from streamanon.store import (
     StoreError,
     open_store,
 )
+from streamanon.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,27 @@ class SurveyRuntime:
     close_task: asyncio.Task | None = None
     closed_event: asyncio.Event = field(default_factory=asyncio.Event)
     timings: dict[str, float] = field(default_factory=dict)
+    history: ArrivalHistory = field(default_factory=lambda: ArrivalHistory())
+
+
+class ArrivalHistory:
+    """Cumulative stored records over time for the dashboard chart: at most ``limit`` points,
+    thinned by halving when full (so the whole survey stays on the chart). Counts only."""
+
+    def __init__(self, limit: int = 600) -> None:
+        self.limit = limit
+        self.points: list[tuple[float, int]] = []
+        self.spacing = 1.0  # seconds between kept points
+
+    def add(self, t: float, count: int) -> None:
+        if self.points and t - self.points[-1][0] < self.spacing:
+            self.points[-1] = (self.points[-1][0], count)  # latest count, same slot
+            return
+        self.points.append((t, count))
+        if len(self.points) > self.limit:
+            self.points = self.points[::2] + ([self.points[-1]] if len(self.points) % 2 == 0
+                                              else [])
+            self.spacing *= 2
 
 
 class Service:
@@ -143,6 +165,7 @@ class Service:
         self._models: dict[str, tuple[PowerLaw, Any]] = {}
         self._tasks: set[asyncio.Future] = set()
         self.started_at = time.time()
+        self.telemetry = Telemetry()
 
     # -- start and stop ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -246,7 +269,9 @@ class Service:
             st = await self._in_store(self.store.survey_state, sid)
             times = await self._in_store(self.store.arrival_times, sid)
             rt.estimator.observe(times)
-            rt.ingest.stored = len(times)
+            rt.ingest.stored = rt.ingest.received = len(times)
+            if len(times):
+                rt.history.add(float(np.max(times)), len(times))
             rt.ingest.closed_at = st.close_requested_at
             if st.state == BASE_RUNNING:
                 cp = await self._in_store(self.store.load_checkpoint, sid)
@@ -323,8 +348,10 @@ class Service:
         return plan
 
     def _on_stored(self, sid: str, arrival_times: list[float]) -> None:
+        rt = self.surveys[sid]
         with self._lock:
-            self.surveys[sid].estimator.observe(arrival_times)
+            rt.estimator.observe(arrival_times)
+            rt.history.add(time.time(), rt.ingest.stored)
 
     def _on_control(self, raw: bytes | None) -> None:
         """``{"command": "close" | "start_base", "survey": ID, "token": TOKEN}``."""
@@ -546,24 +573,48 @@ class Service:
                              ReleaseRow(release_id, "published", seed, report))
         await self._in_store(self.store.transition, sid, RELEASED, f"{n} records published")
         rt.timings["released_at"] = released_at
+        self.telemetry.observe_release(sid, {**report, "publish_seconds": rt.timings["publish"]})
         log.info("survey %s: released %d records (%s), %.2f s after close", sid, n, mode,
                  report["close_to_release_seconds"])
         rt.closed_event.set()
 
     # -- status --------------------------------------------------------------------------------
     async def status(self) -> dict[str, Any]:
-        """What the dashboard and ``/api/status`` show: states, counts, plans. No data."""
+        """What the dashboard, ``/api/status`` and ``/metrics`` show: states, counts, plans,
+        timings. Counts and times only, never a data value."""
+        now = time.time()
         out = []
         for sid, rt in self.surveys.items():
+            sc = rt.config
             st = await self._in_store(self.store.survey_state, sid)
             release = await self._in_store(self.store.load_release, sid)
             plan = rt.last_plan
+            with self._lock:
+                pace = rt.estimator.pace(now)
+                arrivals = list(rt.history.points)
+            close_at = sc.close_at.timestamp() if sc.close_at else None
+            close_ref = st.close_requested_at or close_at
+            deadline_at = (close_ref + sc.deadline
+                           if close_ref is not None and sc.deadline is not None else None)
+            base_at = (rt.planner.base_at.timestamp()
+                       if rt.planner and rt.planner.base_at else None)
+            model = self._models.get(sid, (None, None))[0]
+            published = release is not None and release.status == "published"
             out.append({
-                "id": sid, "state": st.state, "stored": rt.ingest.stored,
-                "dead_lettered": dict(rt.ingest.rejected), "error": st.error,
-                "close_at": rt.config.close_at.isoformat() if rt.config.close_at else None,
-                "close_requested_at": st.close_requested_at,
-                "base_started_at": st.base_started_at,
+                "id": sid, "state": st.state, "error": st.error, "k": sc.k,
+                "engine": sc.engine, "incremental": sc.incremental,
+                "received": rt.ingest.received, "stored": rt.ingest.stored,
+                "dead_lettered": dict(rt.ingest.rejected), "releases": int(published),
+                "pace": pace, "now": now,
+                "close_at": close_at, "close_requested_at": st.close_requested_at,
+                "deadline_seconds": sc.deadline, "deadline_at": deadline_at,
+                "base_at": base_at, "base_started_at": st.base_started_at,
+                "arrival_coefficient": _finite(plan.arrival_coefficient) if plan else None,
+                "nu": plan.nu if plan else None,
+                "cost_model": None if model is None else (sc.engine, model.a, model.b),
+                "arrivals": arrivals,
+                "forecast": self._forecast_points(rt, now, close_at),
+                "progress": self._progress(rt, st, model, now),
                 "plan": None if plan is None else {
                     "mode": plan.mode, "nu": plan.nu, "n_total": plan.n_total,
                     "head_start_seconds": _finite(plan.head_start),
@@ -574,10 +625,38 @@ class Service:
                 },
                 "release": None if release is None else {
                     "status": release.status, **{key: release.report.get(key) for key in (
-                        "n", "k", "mode", "nu", "distortion", "information_loss",
-                        "close_to_release_seconds", "one_shot_estimate_seconds")}},
+                        "n", "k", "engine", "incremental", "mode", "nu", "n_base",
+                        "distortion", "information_loss", "close_to_release_seconds",
+                        "one_shot_estimate_seconds", "predicted_seconds_after_close",
+                        "base_seconds", "incremental_seconds", "released_at")}},
             })
-        return {"surveys": out, "started_at": self.started_at}
+        return {"surveys": out, "started_at": self.started_at, "now": now}
+
+    def _forecast_points(self, rt: SurveyRuntime, now: float,
+                         close_at: float | None) -> list[tuple[float, float]]:
+        """The forecast arrival curve from now to the scheduled close (two points: uniform
+        arrivals at the planned total), or nothing when there is no scheduled close."""
+        plan = rt.last_plan
+        if close_at is None or close_at <= now or plan is None or rt.ingest.closed_at:
+            return []
+        return [(now, float(rt.ingest.stored)), (close_at, float(max(plan.n_total,
+                                                                    rt.ingest.stored)))]
+
+    @staticmethod
+    def _progress(rt: SurveyRuntime, st: Any, model: PowerLaw | None,
+                  now: float) -> dict[str, Any] | None:
+        """The running stage: its start and the cost model's estimate of its length."""
+        if st.state == BASE_RUNNING and st.base_started_at:
+            n = rt.last_plan.n_total * (1 - rt.last_plan.nu) if rt.last_plan else rt.ingest.stored
+            expected = model(max(n, 1)) if model is not None else None
+            return {"stage": "base", "started_at": st.base_started_at,
+                    "elapsed_seconds": now - st.base_started_at, "expected_seconds": expected}
+        if st.state == CLOSING and st.close_requested_at:
+            return {"stage": "release", "started_at": st.close_requested_at,
+                    "elapsed_seconds": now - st.close_requested_at,
+                    "expected_seconds": rt.last_plan.finish_after_close if rt.last_plan
+                    else None}
+        return None
 
     def check_token(self, presented: str) -> bool:
         return bool(self.config.http_token) and hmac.compare_digest(

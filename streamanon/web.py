@@ -1,7 +1,9 @@
 """HTTP interface of the service: status for people and tools, control with a bearer token.
 
+- ``GET /``: the dashboard (static HTML, CSS and JS shipped in ``streamanon/static``).
 - ``GET /healthz``: ``ok``.
 - ``GET /api/status``: JSON of every survey's state, counts, plan and release summary.
+- ``GET /metrics``: Prometheus metrics (``streamanon.telemetry``).
 - ``POST /api/surveys/{id}/close``: close now (``Authorization: Bearer TOKEN``).
 - ``POST /api/surveys/{id}/base``: take the base snapshot and start the base run now (token).
 
@@ -10,11 +12,15 @@ Binds to loopback by default (``http.bind``). Responses never contain survey dat
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from streamanon.store import OPEN
+from streamanon.telemetry import CONTENT_TYPE
+
+STATIC = Path(__file__).with_name("static")
 
 
 def _authorised(service: Any, request: web.Request) -> bool:
@@ -30,7 +36,16 @@ def make_app(service: Any) -> web.Application:
         return web.Response(text="ok\n")
 
     async def status(request: web.Request) -> web.Response:
-        return web.json_response(await service.status())
+        return web.json_response(await service.status(),
+                                 headers={"Cache-Control": "no-store"})
+
+    async def metrics(request: web.Request) -> web.Response:
+        surveys = (await service.status())["surveys"]
+        return web.Response(body=service.telemetry.exposition(surveys),
+                            headers={"Content-Type": CONTENT_TYPE})
+
+    async def dashboard(request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html")
 
     def _survey(request: web.Request) -> str:
         sid = request.match_info["survey"]
@@ -58,6 +73,9 @@ def make_app(service: Any) -> web.Application:
                  if current == OPEN else f"survey is {current}"}, status=409)
         return web.json_response({"survey": sid, "started": True}, status=202)
 
+    app.router.add_get("/", dashboard)
+    app.router.add_static("/static/", STATIC, follow_symlinks=False)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/api/status", status)
     app.router.add_post("/api/surveys/{survey}/close", close)

@@ -5,15 +5,30 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from streamanon.metrics import check_k_anonymity
 from tests.service.kafka_helpers import DROP, headers, produce, read_topic, response
 
 QI = ["age", "income", "height"]
+
+
+def scrape(svc) -> dict[tuple[str, tuple], float]:
+    """``/metrics`` as {(sample name, sorted labels): value}; also checks that no respondent
+    id or other raw text appears in it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{svc.http}/metrics", timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain")
+        text = r.read().decode()
+    assert "R0000" not in text and "Infinity" not in text.replace("+Inf", "")
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
 def invalid_messages(start: int) -> list[tuple[bytes, str]]:
@@ -41,11 +56,30 @@ def test_end_to_end_release_and_dead_letters(service_factory, broker, tmp_path):
 
     svc.wait_for("wellbeing", lambda s: s["stored"] == n_valid
                  and sum(s["dead_lettered"].values()) == len(invalid), what="ingest")
+    before = scrape(svc)
+    assert before[("streamanon_records_received_total", (("survey", "wellbeing"),))] \
+        == n_valid + len(invalid)
+    assert before[("streamanon_records_stored_total", (("survey", "wellbeing"),))] == n_valid
+    for _, reason in invalid:
+        key = ("streamanon_records_dead_lettered_total",
+               (("reason", reason), ("survey", "wellbeing")))
+        assert before[key] == 1, reason
+    assert before[("streamanon_releases_published_total", (("survey", "wellbeing"),))] == 0
+    assert before[("streamanon_survey_state", (("state", "OPEN"), ("survey", "wellbeing")))] == 1
     assert svc.post("/api/surveys/wellbeing/close", token="wrong")[0] == 401
     code, _ = svc.post("/api/surveys/wellbeing/close")
     assert code == 202
     status = svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", what="release")
     assert status["release"]["n"] == n_valid
+    after = scrape(svc)
+    assert after[("streamanon_releases_published_total", (("survey", "wellbeing"),))] == 1
+    assert after[("streamanon_survey_state",
+                  (("state", "RELEASED"), ("survey", "wellbeing")))] == 1
+    for name in ("base_seconds", "incremental_seconds", "publish_seconds",
+                 "close_to_release_seconds", "release_distortion"):
+        assert after[(f"streamanon_{name}_count", (("survey", "wellbeing"),))] == 1, name
+    assert after[("streamanon_release_distortion_sum", (("survey", "wellbeing"),))] \
+        == pytest.approx(status["release"]["distortion"])
 
     records = read_topic(broker.bootstrap, f"{svc.prefix}.wellbeing.release",
                          until=lambda out: any(headers(r).get("streamanon-type") == "manifest"

@@ -1,0 +1,163 @@
+"""Prometheus metrics of the service (``/metrics``): counts, plans and timings, never data.
+
+Counters and gauges are read from the service's state when Prometheus scrapes (a custom
+collector over :meth:`Service.status`-like snapshots), so no code path can forget to update
+them; the stage timings and the distortion of each release are histograms observed when a
+release is published. Labels are bounded sets only: the survey id (from the configuration),
+the dead-letter reason (a fixed vocabulary), the survey state and the engine name.
+
+:data:`METRICS` is the catalogue: every exported name with its type and help. The Grafana
+dashboard in ``deploy/grafana/`` may only use names from it (a test checks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from streamanon.store import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+STATES = (OPEN, BASE_RUNNING, BASE_DONE, CLOSING, RELEASED)
+
+#: name -> (type, help). Counter names are given without the ``_total`` suffix that the
+#: exposition format adds; histograms expose ``_bucket``, ``_sum`` and ``_count``.
+METRICS: dict[str, tuple[str, str]] = {
+    "streamanon_records_received": ("counter", "Responses read from the survey topic "
+                                    "(stored or dead-lettered; since start-up, plus the stored "
+                                    "records found at start-up)"),
+    "streamanon_records_stored": ("counter", "Responses validated and stored"),
+    "streamanon_records_dead_lettered": ("counter", "Responses sent to the dead-letter topic, "
+                                         "by reason"),
+    "streamanon_releases_published": ("counter", "k-anonymous releases published"),
+    "streamanon_survey_state": ("gauge", "1 for the survey's current state, 0 for the others"),
+    "streamanon_survey_records": ("gauge", "Records in the store for the survey"),
+    "streamanon_arrival_pace_records_per_second": ("gauge", "Measured arrival pace (median of "
+                                                   "recent bins)"),
+    "streamanon_arrival_coefficient": ("gauge", "Arrival coefficient s of the current plan"),
+    "streamanon_planned_nu": ("gauge", "Planned data ratio left to the incremental stage "
+                              "(nu* or nu_end)"),
+    "streamanon_planned_base_start_timestamp_seconds": ("gauge", "When the base run is "
+                                                        "planned to start (Unix time)"),
+    "streamanon_scheduled_close_timestamp_seconds": ("gauge", "Scheduled close (Unix time)"),
+    "streamanon_deadline_timestamp_seconds": ("gauge", "Release deadline (Unix time)"),
+    "streamanon_cost_model_coefficient": ("gauge", "Calibrated base cost model t = a n^b: a "
+                                          "(seconds)"),
+    "streamanon_cost_model_exponent": ("gauge", "Calibrated base cost model t = a n^b: b"),
+    "streamanon_base_seconds": ("histogram", "Duration of base runs"),
+    "streamanon_incremental_seconds": ("histogram", "Duration of incremental stages"),
+    "streamanon_publish_seconds": ("histogram", "Time to publish a release to Kafka"),
+    "streamanon_close_to_release_seconds": ("histogram", "From close to the published release"),
+    "streamanon_release_distortion": ("histogram", "Distortion D = SSE/SST of each release"),
+}
+
+_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
+                    7200, 14400)
+_DISTORTION_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
+
+
+def exported_names() -> set[str]:
+    """Every sample name a scrape can contain (``_total``, ``_bucket``, ... included)."""
+    names: set[str] = set()
+    for name, (kind, _) in METRICS.items():
+        if kind == "counter":
+            names |= {f"{name}_total", f"{name}_created"}
+        elif kind == "histogram":
+            names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count", f"{name}_created"}
+        else:
+            names.add(name)
+    return names
+
+
+class Telemetry:
+    """The service's metrics registry: histograms observed per release, and counters and
+    gauges taken from the per-survey status passed to :meth:`exposition` at scrape time."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._state = _StateCollector()
+        self.registry.register(self._state)
+        self.histograms = {
+            name: Histogram(name, METRICS[name][1], ["survey"], registry=self.registry,
+                            buckets=_DISTORTION_BUCKETS if "distortion" in name
+                            else _SECONDS_BUCKETS)
+            for name, (kind, _) in METRICS.items() if kind == "histogram"}
+
+    def observe_release(self, survey: str, report: dict[str, Any]) -> None:
+        """Record the timings and the distortion of a published release."""
+        for name, key in (("streamanon_base_seconds", "base_seconds"),
+                          ("streamanon_incremental_seconds", "incremental_seconds"),
+                          ("streamanon_publish_seconds", "publish_seconds"),
+                          ("streamanon_close_to_release_seconds", "close_to_release_seconds"),
+                          ("streamanon_release_distortion", "distortion")):
+            value = report.get(key)
+            if isinstance(value, (int, float)) and value >= 0:
+                self.histograms[name].labels(survey).observe(float(value))
+
+    def exposition(self, surveys: list[dict[str, Any]]) -> bytes:
+        """The text exposition, with counters and gauges from ``surveys`` (the ``surveys``
+        list of :meth:`Service.status`)."""
+        self._state.current = surveys
+        try:
+            return generate_latest(self.registry)
+        finally:
+            self._state.current = []
+
+
+class _StateCollector:
+    """Counters and gauges computed from the service state at scrape time."""
+
+    def __init__(self) -> None:
+        self.current: list[dict[str, Any]] = []
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # computed at collect time; names are in METRICS
+
+    def collect(self) -> Iterable[Metric]:
+        surveys = self.current
+
+        def counter(name: str, labels: list[str]) -> CounterMetricFamily:
+            return CounterMetricFamily(name, METRICS[name][1], labels=labels)
+
+        def gauge(name: str, labels: list[str]) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, METRICS[name][1], labels=labels)
+
+        received = counter("streamanon_records_received", ["survey"])
+        stored = counter("streamanon_records_stored", ["survey"])
+        dead = counter("streamanon_records_dead_lettered", ["survey", "reason"])
+        releases = counter("streamanon_releases_published", ["survey"])
+        state = gauge("streamanon_survey_state", ["survey", "state"])
+        records = gauge("streamanon_survey_records", ["survey"])
+        pace = gauge("streamanon_arrival_pace_records_per_second", ["survey"])
+        coefficient = gauge("streamanon_arrival_coefficient", ["survey"])
+        nu = gauge("streamanon_planned_nu", ["survey"])
+        base_at = gauge("streamanon_planned_base_start_timestamp_seconds", ["survey"])
+        close_at = gauge("streamanon_scheduled_close_timestamp_seconds", ["survey"])
+        deadline = gauge("streamanon_deadline_timestamp_seconds", ["survey"])
+        cost_a = gauge("streamanon_cost_model_coefficient", ["survey", "engine"])
+        cost_b = gauge("streamanon_cost_model_exponent", ["survey", "engine"])
+        for s in surveys:
+            sid = s["id"]
+            received.add_metric([sid], s["received"])
+            stored.add_metric([sid], s["stored"])
+            for reason, count in sorted(s["dead_lettered"].items()):
+                dead.add_metric([sid, reason], count)
+            releases.add_metric([sid], s["releases"])
+            for name in STATES:
+                state.add_metric([sid, name], 1.0 if s["state"] == name else 0.0)
+            records.add_metric([sid], s["stored"])
+            pace.add_metric([sid], s["pace"])
+            for family, key in ((coefficient, "arrival_coefficient"), (nu, "nu"),
+                                (base_at, "base_at"), (close_at, "close_at"),
+                                (deadline, "deadline_at")):
+                if s.get(key) is not None:
+                    family.add_metric([sid], s[key])
+            if s.get("cost_model") is not None:
+                engine, a, b = s["cost_model"]
+                cost_a.add_metric([sid, engine], a)
+                cost_b.add_metric([sid, engine], b)
+        yield from (received, stored, dead, releases, state, records, pace, coefficient, nu,
+                    base_at, close_at, deadline, cost_a, cost_b)
