@@ -26,7 +26,7 @@ SURVEY = "demo"
 
 
 def _raw_config(bootstrap: str, out: Path, n: int, m: int, k: int, close: datetime,
-                http_port: int) -> dict[str, Any]:
+                http: str) -> dict[str, Any]:
     schema: dict[str, Any] = {"respondent_id": {"role": "identifier"}}
     for j in range(m):
         schema[f"q{j}"] = {"role": "quasi_identifier", "type": "float"}
@@ -36,7 +36,7 @@ def _raw_config(bootstrap: str, out: Path, n: int, m: int, k: int, close: dateti
                   "partitions": 2},
         "store": {"url": f"sqlite:///{out / 'streamanon.db'}"},
         "output": {"directory": str(out)},
-        "http": {"bind": f"127.0.0.1:{http_port}"},
+        "http": {"bind": http},
         "planner": {"interval_seconds": 1.0, "arrival_bin_seconds": 2.0, "arrival_bins": 10,
                     "cost_models": str(out / "cost_models.json")},
         "surveys": [{"id": SURVEY, "close": close.isoformat(), "k": k, "engine": "mdav",
@@ -105,8 +105,13 @@ def _summary(report: dict[str, Any], one_shot_seconds: float, out: Path) -> str:
 
 
 def run_demo(n: int = 50_000, m: int = 15, k: int = 10, out: str | Path = "demo-output",
-             open_seconds: float = 120.0, seed: int = 7) -> dict[str, Any]:
-    """Run the demo; return the release report."""
+             open_seconds: float = 120.0, seed: int = 7, http: str | None = None,
+             linger: float = 0.0) -> dict[str, Any]:
+    """Run the demo; return the release report.
+
+    ``http`` (HOST:PORT, default a free loopback port) is where the dashboard, ``/api/status``
+    and ``/metrics`` are served; ``linger`` keeps them up that many seconds after the release.
+    """
     from scheduler.cost_model import CostModelStore, calibrate
     from streamanon.broker import EmbeddedBroker, free_port
     from streamanon.config import parse_config
@@ -133,8 +138,8 @@ def run_demo(n: int = 50_000, m: int = 15, k: int = 10, out: str | Path = "demo-
     with EmbeddedBroker() as broker:
         print(f"embedded broker at {broker.bootstrap}", flush=True)
         placeholder = datetime.now(timezone.utc) + timedelta(days=1)  # set once ready
-        config = parse_config(_raw_config(broker.bootstrap, out, n, m, k, placeholder,
-                                          free_port()),
+        bind = http or f"127.0.0.1:{free_port()}"
+        config = parse_config(_raw_config(broker.bootstrap, out, n, m, k, placeholder, bind),
                               env, source="demo configuration")
         topic = config.topic(SURVEY, "responses")
         report: dict[str, Any] = {}
@@ -156,6 +161,7 @@ def run_demo(n: int = 50_000, m: int = 15, k: int = 10, out: str | Path = "demo-
             service = holder["service"]
             close = datetime.now(timezone.utc) + timedelta(seconds=open_seconds)
             service.set_close_time(SURVEY, close)
+            print(f"dashboard at http://{bind}/ (also /api/status and /metrics)", flush=True)
             print(f"survey open for {open_seconds:.0f} s: producing {n:,} responses "
                   f"(m = {m}, k = {k}); close at {close:%H:%M:%S} UTC", flush=True)
             halt = threading.Event()
@@ -176,6 +182,10 @@ def run_demo(n: int = 50_000, m: int = 15, k: int = 10, out: str | Path = "demo-
                         raise RuntimeError(status["error"])
                 release = await service._in_store(service.store.load_release, SURVEY)
                 report.update(release.report)
+                if linger > 0:
+                    print(f"released; the dashboard stays at http://{bind}/ for {linger:.0f} s "
+                          "(Ctrl-C to stop)", flush=True)
+                    await asyncio.wait([server], timeout=linger)  # or until interrupted
             finally:
                 halt.set()
                 stop.set()

@@ -22,6 +22,7 @@ any state before RELEASED (a close during the base run waits for it).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -38,6 +39,8 @@ import numpy as np
 import orjson
 
 from streamanon.errors import StreamanonError
+
+log = logging.getLogger(__name__)
 
 OPEN, BASE_RUNNING, BASE_DONE, CLOSING, RELEASED = (
     "OPEN", "BASE_RUNNING", "BASE_DONE", "CLOSING", "RELEASED")
@@ -197,6 +200,9 @@ class Store(ABC):
                     "WHERE id = ?", (to_state, now, *fields.values(), survey))
             self._q("INSERT INTO transitions (survey, from_state, to_state, at, note) "
                     "VALUES (?, ?, ?, ?, ?)", (survey, current, to_state, now, note))
+        log.info("survey %s: state transition %s -> %s (%s)", survey, current, to_state, note,
+                 extra={"survey": survey, "from_state": current, "state": to_state,
+                        "note": note})
         return self.survey_state(survey)
 
     def request_close(self, survey: str, at: float | None = None) -> SurveyState:

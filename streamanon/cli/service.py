@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
-import sys
 import urllib.error
 import urllib.request
 
@@ -31,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "loopback port and use it instead of kafka.bootstrap_servers")
     se.add_argument("--log-level", default="info",
                     choices=["debug", "info", "warning", "error"])
+    se.add_argument("--log-format", default="text", choices=["text", "json"],
+                    help="text lines, or one JSON object per line with survey id and state "
+                         "(default text)")
     se.set_defaults(handler=cmd_serve)
 
     cl = sub.add_parser(
@@ -66,6 +67,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     de.add_argument("--out", default="demo-output", help="output directory (./demo-output)")
     de.add_argument("--log-level", default="warning",
                     choices=["debug", "info", "warning", "error"])
+    de.add_argument("--log-format", default="text", choices=["text", "json"],
+                    help="log lines as text or JSON (default text)")
+    de.add_argument("--http", default=None, metavar="HOST:PORT",
+                    help="serve the dashboard (/), /api/status and /metrics here during the "
+                         "demo (default: a free loopback port)")
+    de.add_argument("--linger", type=float, default=0.0, metavar="SECONDS",
+                    help="keep the service and the dashboard up this long after the release, "
+                         "so a person can look (default 0)")
     de.set_defaults(handler=cmd_demo)
 
     br = sub.add_parser(
@@ -78,12 +87,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     br.set_defaults(handler=cmd_broker)
 
 
-def _logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: "
-                        "%(message)s", stream=sys.stderr)
-    for noisy in ("aiokafka", "apscheduler"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    logging.getLogger("kafka").setLevel(logging.ERROR)
+def _logging(args: argparse.Namespace) -> None:
+    from streamanon.logs import setup_logging
+
+    setup_logging(args.log_level, args.log_format)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -92,7 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from streamanon.service import serve
 
     config = load_config(args.config)
-    _logging(args.log_level)
+    _logging(args)
     broker = None
     if args.embedded_broker:
         broker = EmbeddedBroker()
@@ -148,8 +155,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     if args.n < 3 * args.k or args.m < 1 or args.k < 1 or args.open_seconds <= 0:
         raise StreamanonError("need --n >= 3k, --m >= 1, --k >= 1 and --open-seconds > 0")
-    _logging(args.log_level)
-    run_demo(n=args.n, m=args.m, k=args.k, out=args.out, open_seconds=args.open_seconds)
+    if args.linger < 0:
+        raise StreamanonError("--linger must be at least 0 seconds")
+    _logging(args)
+    run_demo(n=args.n, m=args.m, k=args.k, out=args.out, open_seconds=args.open_seconds,
+             http=args.http, linger=args.linger)
     return 0
 
 
