@@ -480,7 +480,8 @@ class PostgresStore(Store):
 
 
 def open_store(url: str) -> Store:
-    """``sqlite:///relative/or/absolute.db``, ``sqlite:///:memory:`` or ``postgresql://...``."""
+    """``sqlite:///relative.db``, ``sqlite:////absolute/path.db``, ``sqlite:///:memory:`` or
+    ``postgresql://...``."""
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
         path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else parsed.path
