@@ -99,6 +99,25 @@ def compute_increment(stage: str, base: np.ndarray, base_labels: np.ndarray,
     return labels, time.perf_counter() - started
 
 
+def incremental_cost_model(stage: str, base: PowerLaw, m: int, k: int,
+                           params: dict[str, Any] | None = None) -> Any:
+    """The cost model of incremental ``stage``: 2MDAV's from the base model, or the
+    nearest-neighbour stages' ``c n_0 n_+ / k`` with ``c`` measured on one synthetic run."""
+    if stage == "two_stage":
+        return TwoStageCost(base)
+    from streamanon.engines import run_engine
+    from streamanon.incremental import run_stage
+
+    rng = np.random.default_rng(1)
+    n0, n_plus = max(20 * k, 10_000), max(k, 1_000)
+    Z = rng.standard_normal((n0 + n_plus, m))
+    labels = run_engine("mdav", Z[:n0], k)
+    started = time.perf_counter()
+    run_stage(stage, Z[:n0], labels, Z[n0:], k, **(params or {}))
+    seconds = time.perf_counter() - started
+    return NearestNeighbourCost(c=seconds * k / (n0 * n_plus), k=k)
+
+
 def warm_up_compute() -> bool:
     """Load the compiled kernels in the compute process before they are needed."""
     rng = np.random.default_rng(0)
@@ -293,7 +312,6 @@ class Service:
     def _load_models(self, sc: SurveyConfig) -> None:
         """The base cost model (stored, or calibrated now) and the incremental one."""
         from streamanon.engines import get_engine
-        from streamanon.incremental import run_stage
 
         m = len(sc.quasi_identifiers)
         base = self.cost_models.get(sc.engine, m, sc.k)
@@ -302,20 +320,8 @@ class Service:
             result = calibrate(get_engine(sc.engine).function, m, sc.k,
                                budget_seconds=self.config.planner.calibration_seconds)
             base = self.cost_models.put(sc.engine, m, sc.k, result)
-        if sc.incremental == "two_stage":
-            incremental: Any = TwoStageCost(base)
-        else:
-            rng = np.random.default_rng(1)
-            n0, n_plus = max(20 * sc.k, 10_000), max(sc.k, 1_000)
-            Z = rng.standard_normal((n0 + n_plus, m))
-            from streamanon.engines import run_engine
-
-            labels = run_engine("mdav", Z[:n0], sc.k)
-            started = time.perf_counter()
-            run_stage(sc.incremental, Z[:n0], labels, Z[n0:], sc.k, **sc.incremental_params)
-            seconds = time.perf_counter() - started
-            incremental = NearestNeighbourCost(c=seconds * sc.k / (n0 * n_plus), k=sc.k)
-        self._models[sc.id] = (base, incremental)
+        self._models[sc.id] = (base, incremental_cost_model(
+            sc.incremental, base, m, sc.k, sc.incremental_params))
 
     def _plan(self, sid: str, now: datetime) -> Plan:
         rt = self.surveys[sid]

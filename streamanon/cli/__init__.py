@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from streamanon import __version__
-from streamanon.cli import planning, records, service
+from streamanon.cli import planning, records, service, simulate
 from streamanon.errors import StreamanonError
 
 EXIT_CHECK_FAILED = 1
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     records.register(sub)
     planning.register(sub)
     service.register(sub)
+    simulate.register(sub)
     return parser
 
 

@@ -1,0 +1,436 @@
+"""Simulation mode: replay an arrival profile through the real pipeline on a compressed clock.
+
+``streamanon simulate`` (and :func:`run_simulation`) starts the embedded broker and the service
+in this process, produces ``n`` synthetic responses at the moments an arrival profile gives
+(``scheduler.profiles``), lets the live planner start the base run when it decides, closes at
+the end of the survey, and publishes the release, exactly as in production. Only survey time is
+compressed: every moment of the survey (arrivals, the close, the deadline) is divided by
+``speedup``, so the planner sees the compressed arrivals; the compute (base run, incremental
+stage, publishing) takes the real time it takes. A 10 h survey at speedup 600 lasts one minute.
+
+The report (``report.md`` with PNG plots, and ``simulation.json``) has the arrival curve with the
+base snapshot, close and release moments; predicted against achieved close-to-release time;
+the one-shot time (measured on the same records after the release; the last response is due
+2 % before the close, so all ``n`` are released); nu and the arrival
+coefficient; and D of the release against the one-shot release (delta = D / D_one_shot - 1).
+``--dry-run`` runs only the planner on the profile's expected arrival curve and the calibrated
+cost model, without producing anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SURVEY = "sim"
+DATA_KINDS = ("gaussian", "census-like")
+
+
+@dataclass
+class SurveyData:
+    """The responses of a simulated survey: quasi-identifiers and one confidential answer."""
+
+    X: np.ndarray
+    answers: np.ndarray
+    description: str
+
+
+def make_data(kind: str, n: int, m: int, seed: int = 7) -> SurveyData:
+    """``gaussian`` (i.i.d. standard normal n x m), ``census-like`` (seeded multivariate normal
+    with the means and covariance of the CASC Census benchmark, 13 columns, shipped in
+    ``streamanon/data/census_moments.json``), or a CSV file whose numeric columns are the
+    quasi-identifiers (its first ``n`` rows; ``m`` is ignored)."""
+    rng = np.random.default_rng(seed)
+    answers = rng.integers(1, 6, n)
+    if kind == "gaussian":
+        return SurveyData(rng.standard_normal((n, m)), answers,
+                          f"i.i.d. Gaussian {n:,} x {m}, seed {seed}")
+    if kind == "census-like":
+        moments = json.loads(resources.files("streamanon").joinpath(
+            "data/census_moments.json").read_text())
+        X = rng.multivariate_normal(moments["mean"], moments["cov"], n)
+        return SurveyData(X, answers, f"census-like {n:,} x 13 (multivariate normal with the "
+                          "CASC Census means and covariance), seed {seed}")
+    path = Path(kind)
+    if not path.is_file():
+        raise ValueError(f"--data must be gaussian, census-like or a CSV file; {kind!r} is none")
+    import pandas as pd
+
+    frame = pd.read_csv(path).select_dtypes("number").dropna()
+    if frame.shape[1] == 0 or len(frame) < 1:
+        raise ValueError(f"{path}: no complete numeric columns to use as quasi-identifiers")
+    X = frame.to_numpy(dtype=np.float64)[:n]
+    return SurveyData(X, answers[: len(X)], f"{path.name}: {len(X):,} x {X.shape[1]} "
+                      f"(numeric columns {', '.join(map(str, frame.columns))})")
+
+
+def service_config(bootstrap: str, out: Path, *, n: int, m: int, k: int, close: datetime,
+                   http: str, engine: str = "mdav", incremental: str = "nn_split_end",
+                   deadline: float | None = None, survey: str = SURVEY,
+                   arrival_bin_seconds: float = 2.0) -> dict[str, Any]:
+    """The raw service configuration of a synthetic survey ``q0..q{m-1}`` plus ``answer``."""
+    schema: dict[str, Any] = {"respondent_id": {"role": "identifier"}}
+    for j in range(m):
+        schema[f"q{j}"] = {"role": "quasi_identifier", "type": "float"}
+    schema["answer"] = {"role": "confidential", "type": "int", "min": 1, "max": 5}
+    spec: dict[str, Any] = {"id": survey, "close": close.isoformat(), "k": k, "engine": engine,
+                            "incremental": incremental, "expected_records": n,
+                            "schema": schema}
+    if deadline is not None:
+        spec["deadline"] = f"{deadline}s"
+    return {
+        "kafka": {"bootstrap_servers": bootstrap,
+                  "topic_prefix": f"{survey}{secrets.token_hex(3)}", "partitions": 2},
+        "store": {"url": f"sqlite:///{out / 'streamanon.db'}"},
+        "output": {"directory": str(out)},
+        "http": {"bind": http},
+        "planner": {"interval_seconds": 1.0, "arrival_bin_seconds": arrival_bin_seconds,
+                    "arrival_bins": 10, "cost_models": str(out / "cost_models.json")},
+        "surveys": [spec],
+    }
+
+
+def produce(bootstrap: str, topic: str, data: SurveyData, send_at: np.ndarray,
+            stop: threading.Event, malformed: bool = True) -> None:
+    """Send response ``i`` at ``send_at[i]`` seconds after the call (sorted); with
+    ``malformed``, four broken messages too (they go to the dead-letter topic)."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=10)
+    n, m = data.X.shape
+    started = time.monotonic()
+    bad = {n // 5: b"{broken", n // 3: b'["not", "an", "object"]',
+           n // 2: json.dumps({"respondent_id": "x", "q0": "high"}).encode(),
+           2 * n // 3: json.dumps({"respondent_id": "R0000001", **{f"q{j}": 0.0
+                                   for j in range(m)}, "answer": 1}).encode()} \
+        if malformed else {}
+    sent = 0
+    while sent < n and not stop.is_set():
+        due = int(np.searchsorted(send_at, time.monotonic() - started, side="right"))
+        for i in range(sent, due):
+            body = {"respondent_id": f"R{i:07d}",
+                    **{f"q{j}": float(data.X[i, j]) for j in range(m)},
+                    "answer": int(data.answers[i])}
+            producer.send(topic, key=f"R{i:07d}".encode(), value=json.dumps(body).encode())
+            if i in bad:
+                producer.send(topic, value=bad[i])
+        sent = max(sent, due)
+        time.sleep(0.02)
+    producer.flush()
+    producer.close()
+
+
+def calibrated_model(out: Path, engine: str, m: int, k: int) -> Any:
+    """The engine's cost model for (m, k) in ``out/cost_models.json``, calibrated when missing."""
+    from scheduler.cost_model import CostModelStore, calibrate
+    from streamanon.engines import get_engine
+
+    store = CostModelStore(out / "cost_models.json")
+    model = store.get(engine, m, k)
+    if model is None:
+        print(f"calibrating the {engine} cost model at m = {m}, k = {k} (the first run on a "
+              "machine also compiles the kernels, about 40 s) ...", flush=True)
+        function = get_engine(engine).function
+        model = store.put(engine, m, k, calibrate(function, m, k, budget_seconds=3.0))
+    return model
+
+
+def fresh_output(out: Path, survey: str) -> None:
+    """Remove the store and release of a previous run in ``out`` (not the cost models)."""
+    if (out / "streamanon.db").exists() or (out / survey).exists():
+        print(f"removing the previous run in {out}")
+        for name in ("streamanon.db", "streamanon.db-wal", "streamanon.db-shm"):
+            (out / name).unlink(missing_ok=True)
+        shutil.rmtree(out / survey, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, open_seconds: float,
+                 engine: str = "mdav", incremental: str = "nn_split_end",
+                 deadline: float | None = None, http: str | None = None, linger: float = 0.0,
+                 survey: str = SURVEY, log_every: float = 5.0) -> dict[str, Any]:
+    """Broker, service and producer: the survey is open ``open_seconds`` (wall clock), response
+    ``i`` is sent at ``send_at[i]``; returns the release report with ``opened_at``."""
+    from streamanon.broker import EmbeddedBroker, free_port
+    from streamanon.config import parse_config
+    from streamanon.service import serve
+
+    n, m = data.X.shape
+    env = {"STREAMANON_HMAC_KEY": secrets.token_hex(32),
+           "STREAMANON_HTTP_TOKEN": secrets.token_hex(32)}
+    report: dict[str, Any] = {}
+    with EmbeddedBroker() as broker:
+        print(f"embedded broker at {broker.bootstrap}", flush=True)
+        placeholder = datetime.now(timezone.utc) + timedelta(days=1)  # set once ready
+        bind = http or f"127.0.0.1:{free_port()}"
+        raw = service_config(broker.bootstrap, out, n=n, m=m, k=k, close=placeholder,
+                             http=bind, engine=engine, incremental=incremental,
+                             deadline=deadline, survey=survey,
+                             arrival_bin_seconds=max(0.5, min(10.0, open_seconds / 60)))
+        config = parse_config(raw, env, source="simulation configuration")
+        topic = config.topic(survey, "responses")
+
+        async def main() -> None:
+            stop = asyncio.Event()
+            ready = asyncio.Event()
+            holder: dict[str, Any] = {}
+
+            def on_ready(service: Any) -> None:
+                holder["service"] = service
+                ready.set()
+
+            server = asyncio.create_task(serve(config, stop=stop, on_ready=on_ready))
+            await asyncio.wait([server, asyncio.ensure_future(ready.wait())],
+                               return_when=asyncio.FIRST_COMPLETED)
+            if server.done():
+                await server  # raises what went wrong
+            service = holder["service"]
+            opened = time.time()
+            close = datetime.fromtimestamp(opened + open_seconds, timezone.utc)
+            service.set_close_time(survey, close)
+            print(f"dashboard at http://{bind}/ (also /api/status and /metrics)", flush=True)
+            print(f"survey open for {open_seconds:.0f} s: producing {n:,} responses "
+                  f"(m = {m}, k = {k}); close at {close:%H:%M:%S} UTC", flush=True)
+            halt = threading.Event()
+            producer = threading.Thread(target=produce, args=(
+                broker.bootstrap, topic, data, send_at, halt), daemon=True)
+            producer.start()
+            try:
+                while not service.surveys[survey].closed_event.is_set():
+                    await asyncio.sleep(log_every)
+                    status = (await service.status())["surveys"][0]
+                    base_at = status["base_at"]
+                    nu = status["nu"]
+                    print(f"  {status['state']:<12} stored {status['stored']:>8,}   plan: nu = "
+                          f"{'-' if nu is None else f'{nu:.4f}'}, base snapshot at "
+                          f"{'-' if base_at is None else f'{base_at - opened:+.1f} s'}",
+                          flush=True)
+                    if status["error"]:
+                        raise RuntimeError(status["error"])
+                release = await service._in_store(service.store.load_release, survey)
+                report.update(release.report)
+                report["opened_at"] = opened
+                if linger > 0:
+                    print(f"released; the dashboard stays at http://{bind}/ for {linger:.0f} s "
+                          "(Ctrl-C to stop)", flush=True)
+                    await asyncio.wait([server], timeout=linger)  # or until interrupted
+            finally:
+                halt.set()
+                stop.set()
+                await server
+
+        asyncio.run(main())
+    return report
+
+
+def one_shot(X: np.ndarray, k: int, engine: str) -> tuple[float, float]:
+    """Seconds and distortion of the one-shot release of all records (after a warm-up)."""
+    from streamanon.engines import run_engine
+    from streamanon.metrics import distortion, standardise
+
+    Z = standardise(X)
+    run_engine(engine, Z[: min(len(Z), 10 * k)], k)
+    started = time.perf_counter()
+    labels = run_engine(engine, Z, k)
+    return time.perf_counter() - started, distortion(Z, labels)
+
+
+# -- the simulate command ----------------------------------------------------------------------
+
+
+def predict(profile: Any, n: int, duration: float, deadline: float | None, model: Any,
+            incremental_model: Any, k: int) -> dict[str, Any]:
+    """The plan on the profile's expected arrival curve (compressed seconds): what the planner
+    would choose if the forecast were exact."""
+    from scheduler.arrivals import CumulativeForecast
+    from scheduler.planner import plan_deadline, plan_optimal
+
+    grid = np.linspace(0.0, 1.0, 2001)
+    forecast = CumulativeForecast.piecewise(grid * duration - duration,  # close at t = 0
+                                            profile.cumulative(grid) * n)
+    s = forecast.arrival_coefficient(model(n))
+    if deadline is not None:
+        plan = plan_deadline(n, model, incremental_model, forecast.head_start, deadline, k=k,
+                             max_head_start=duration, arrival_coefficient=s)
+    else:
+        plan = plan_optimal(n, model, incremental_model, forecast.head_start, k=k,
+                            max_head_start=duration, arrival_coefficient=s)
+    return {"nu": plan.nu, "head_start_seconds": plan.head_start,
+            "finish_after_close_seconds": plan.finish_after_close, "t_ref_seconds": model(n),
+            "arrival_coefficient": plan.arrival_coefficient, "mode": plan.mode}
+
+
+def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k: int = 10,
+                   survey_duration: float = 36_000.0, speedup: float = 600.0,
+                   deadline: float | None = None, engine: str = "mdav",
+                   incremental: str = "nn_split_end", data: str = "gaussian",
+                   out: str | Path = "simulation", dry_run: bool = False, seed: int = 7,
+                   http: str | None = None, linger: float = 0.0) -> dict[str, Any]:
+    """Run one simulation (see the module docstring); returns the summary it writes."""
+    from scheduler.profiles import resolve
+    from streamanon.service import incremental_cost_model
+
+    if n < 3 * k or k < 1 or survey_duration <= 0 or speedup <= 0:
+        raise ValueError("need n >= 3k, k >= 1, a positive survey duration and speedup")
+    out = Path(out)
+    arrivals = resolve(profile, survey_duration)
+    survey_data = make_data(data, n, m, seed)
+    n, m = survey_data.X.shape
+    open_seconds = survey_duration / speedup
+    compressed_deadline = None if deadline is None else deadline / speedup
+    out.mkdir(parents=True, exist_ok=True)
+    model = calibrated_model(out, engine, m, k)
+    prediction = predict(arrivals, n, open_seconds, compressed_deadline, model,
+                         incremental_cost_model(incremental, model, m, k), k)
+    summary: dict[str, Any] = {
+        "profile": arrivals.name, "n": n, "m": m, "k": k, "engine": engine,
+        "incremental": incremental, "data": survey_data.description,
+        "survey_duration_seconds": survey_duration, "speedup": speedup,
+        "open_seconds": open_seconds, "deadline_seconds": deadline,
+        "compressed_deadline_seconds": compressed_deadline,
+        "cost_model": {"a": model.a, "b": model.b}, "prediction": prediction,
+        "dry_run": dry_run,
+    }
+    # survey time -> wall seconds; the last response is due 2 % before the close, so that the
+    # producer's own lag cannot push responses past the close (they would be dead-lettered)
+    times = arrivals.times(n, survey_duration, seed) / speedup * 0.98
+    if dry_run:
+        summary["one_shot_estimate_seconds"] = model(n)
+        write_report(out, summary, times, None)
+        return summary
+    fresh_output(out, SURVEY)
+    report = run_pipeline(survey_data, times, out=out, k=k, open_seconds=open_seconds,
+                          engine=engine, incremental=incremental,
+                          deadline=compressed_deadline, http=http, linger=linger)
+    one_shot_seconds, one_shot_d = one_shot(survey_data.X, k, engine)
+    summary["release"] = {key: report.get(key) for key in (
+        "release_id", "n", "mode", "nu", "n_base", "planned_nu", "arrival_coefficient",
+        "predicted_seconds_after_close", "close_to_release_seconds",
+        "compute_seconds_after_close", "base_seconds", "incremental_seconds",
+        "one_shot_estimate_seconds", "distortion", "information_loss", "rejected",
+        "base_started_at", "closed_at", "released_at", "opened_at")}
+    summary["release"]["files"] = report.get("files")
+    summary["records_not_released"] = n - int(report["n"])
+    summary["one_shot_seconds"] = one_shot_seconds
+    summary["one_shot_distortion"] = one_shot_d
+    summary["delta"] = report["distortion"] / one_shot_d - 1 if one_shot_d > 0 else None
+    summary["deadline_met"] = (None if deadline is None else
+                               report["close_to_release_seconds"] <= compressed_deadline)
+    write_report(out, summary, times, report)
+    return summary
+
+
+def write_report(out: Path, summary: dict[str, Any], times: np.ndarray,
+                 report: dict[str, Any] | None) -> Path:
+    """``simulation.json``, ``arrivals.png`` and ``report.md`` in ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from streamanon.io import write_json
+
+    write_json(summary, out / "simulation.json")
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    ax.plot(times, np.arange(1, len(times) + 1), label=f"arrivals ({summary['profile']})")
+    close = summary["open_seconds"]
+    marks = [("close", close, "tab:red")]
+    pred = summary["prediction"]
+    if pred["nu"] and pred["head_start_seconds"] is not None:
+        marks.append(("planned snapshot (forecast)", close - pred["head_start_seconds"],
+                      "tab:gray"))
+    if report is not None:
+        opened = report["opened_at"]
+        if report.get("base_started_at"):
+            marks.append(("base snapshot", report["base_started_at"] - opened, "tab:orange"))
+        marks.append(("release", report["released_at"] - opened, "tab:green"))
+        if summary["compressed_deadline_seconds"] is not None:
+            marks.append(("deadline", close + summary["compressed_deadline_seconds"],
+                          "tab:purple"))
+    for label, at, colour in marks:
+        ax.axvline(at, color=colour, linestyle="--", label=f"{label} ({at:.1f} s)")
+    ax.set_xlabel(f"seconds since opening (compressed {summary['speedup']:g}x)")
+    ax.set_ylabel("responses sent")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.savefig(out / "arrivals.png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    (out / "report.md").write_text(_markdown(summary))
+    return out / "report.md"
+
+
+def _fmt(x: Any, spec: str = ".3f", unit: str = "") -> str:
+    return "-" if x is None else f"{x:{spec}}{unit}"
+
+
+def _markdown(s: dict[str, Any]) -> str:
+    p = s["prediction"]
+    lines = [
+        f"# Simulation: {s['profile']} arrivals, {s['n']:,} x {s['m']}, k = {s['k']}",
+        "",
+        f"Data: {s['data']}. Engines: {s['engine']} + {s['incremental']}. Survey of "
+        f"{s['survey_duration_seconds']:g} s compressed {s['speedup']:g}x to "
+        f"{s['open_seconds']:.1f} s; compute times are real. Cost model t = "
+        f"{s['cost_model']['a']:.3g} n^{s['cost_model']['b']:.3f} s."
+        + ("" if s["deadline_seconds"] is None else
+           f" Deadline {s['deadline_seconds']:g} s after close "
+           f"({s['compressed_deadline_seconds']:.2f} s compressed)."),
+        "",
+        "![arrivals](arrivals.png)",
+        "",
+        "| quantity | predicted (forecast = profile) | achieved |",
+        "|---|---:|---:|",
+    ]
+    r = s.get("release")
+    if r is None:
+        lines += [
+            f"| nu | {_fmt(p['nu'], '.4f')} | (dry run) |",
+            f"| base snapshot before close | {_fmt(p['head_start_seconds'], '.2f', ' s')} | |",
+            f"| close to release (compute) | {_fmt(p['finish_after_close_seconds'], '.2f', ' s')}"
+            " | |",
+            f"| one-shot time (cost model) | {_fmt(s['one_shot_estimate_seconds'], '.2f', ' s')}"
+            " | |",
+            f"| arrival coefficient s | {_fmt(p['arrival_coefficient'], '.2f')} | |",
+        ]
+        return "\n".join(lines) + "\n"
+    before = (r["closed_at"] - r["base_started_at"]) if r.get("base_started_at") else None
+    delta = None if s["delta"] is None else 100 * s["delta"]
+    lines += [
+        f"| mode | {p['mode']} | {r['mode']} |",
+        f"| nu (late records) | {_fmt(p['nu'], '.4f')} | {_fmt(r['nu'], '.4f')} "
+        f"(live plan {_fmt(r['planned_nu'], '.4f')}) |",
+        f"| base snapshot before close | {_fmt(p['head_start_seconds'], '.2f', ' s')} | "
+        f"{_fmt(before, '.2f', ' s')} |",
+        f"| arrival coefficient s | {_fmt(p['arrival_coefficient'], '.2f')} | "
+        f"{_fmt(r['arrival_coefficient'], '.2f')} |",
+        f"| close to release, compute | {_fmt(p['finish_after_close_seconds'], '.2f', ' s')} "
+        f"| {_fmt(r['compute_seconds_after_close'], '.2f', ' s')} (live plan "
+        f"{_fmt(r['predicted_seconds_after_close'], '.2f', ' s')}) |",
+        f"| close to release, total | | {_fmt(r['close_to_release_seconds'], '.2f', ' s')} "
+        "(drain, compute, gate, files, publish) |",
+        f"| one-shot time | {_fmt(r['one_shot_estimate_seconds'], '.2f', ' s')} (cost model) | "
+        f"{_fmt(s['one_shot_seconds'], '.2f', ' s')} (measured) |",
+        f"| records released | {s['n']:,} | {r['n']:,} |",
+        f"| D of the release | | {_fmt(r['distortion'], '.4f')} (IL "
+        f"{_fmt(r['information_loss'], '.2f', ' %')}) |",
+        f"| D of the one-shot release | | {_fmt(s['one_shot_distortion'], '.4f')} |",
+        f"| delta = D / D_one_shot - 1 | | {_fmt(delta, '+.2f', ' %')} |",
+    ]
+    if s["deadline_seconds"] is not None:
+        lines.append(f"| deadline met | | {'yes' if s['deadline_met'] else 'NO'} |")
+    dead = r.get("rejected") or {}
+    lines += ["", f"Dead-lettered: {sum(dead.values())} "
+              f"({', '.join(f'{key}: {v}' for key, v in sorted(dead.items())) or 'none'}). "
+              f"Release files: `{SURVEY}/release.parquet`, `{SURVEY}/release.csv`, "
+              f"`{SURVEY}/report.json`."]
+    return "\n".join(lines) + "\n"
