@@ -68,13 +68,29 @@ class TwoStageCost:
 @dataclass(frozen=True)
 class NearestNeighbourCost:
     """Incremental stage that adjoins each new record to a base cell: ``c n_0 n_+ / k``
-    (paper 001, sec. IV-D: proportional to the number of centroids times new records)."""
+    (paper 001, sec. IV-D: proportional to the number of centroids times new records).
+
+    With ``split`` (the splitting engine's cost model, for ``nn_split_mid``/``nn_split_end``)
+    the cells that grew past ``2k`` are split too: the ``n_0 / k`` cells hold
+    ``k (n_0 + n_+) / n_0`` records on average, and splitting each costs ``split`` of that
+    size. Negligible for a small increment, this term is what makes a tiny base expensive: with
+    ``n_0 -> k`` it tends to one engine run on all records, which the adjoin term alone
+    (``-> 0``) would hide from the planner.
+    """
 
     c: float
     k: int
+    split: PowerLaw | None = None
 
     def __call__(self, n_base: float, n_increment: float) -> float:
-        return self.c * n_base * n_increment / self.k
+        adjoin = self.c * n_base * n_increment / self.k
+        if self.split is None or n_increment <= 0 or n_base <= 0:
+            return adjoin
+        cells = max(n_base / self.k, 1.0)
+        size = (n_base + n_increment) / cells
+        if size < 2 * self.k:
+            return adjoin
+        return adjoin + cells * self.split(size)
 
 
 @dataclass(frozen=True)
