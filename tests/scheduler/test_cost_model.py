@@ -114,3 +114,27 @@ def test_store_timestamps_updates(tmp_path):
     store.observe("mdav", 3, 2, 100, 0.1)
     entry = json.loads((tmp_path / "m.json").read_text())["mdav|m=3|k=2"]
     assert abs(entry["updated"] - time.time()) < 60
+
+
+def test_nearest_neighbour_cost_counts_the_splitting_of_grown_cells():
+    from scheduler.cost_model import NearestNeighbourCost
+
+    engine = PowerLaw(a=1e-6, b=1.5)
+    plain = NearestNeighbourCost(c=1e-8, k=10)
+    split = NearestNeighbourCost(c=1e-8, k=10, split=engine)
+    # a small increment grows no cell to 2k on average: no split term
+    assert split(100_000, 5_000) == plain(100_000, 5_000)
+    # a tiny base: its k-record cells receive everything and the splits cost about a
+    # one-shot run, which the adjoin term alone would report as nearly free
+    n0, n_plus = 100, 99_900
+    cells, size = n0 / 10, (n0 + n_plus) / (n0 / 10)
+    assert split(n0, n_plus) == pytest.approx(plain(n0, n_plus) + cells * engine(size))
+    assert split(n0, n_plus) > 0.2 * engine(100_000) > 10 * plain(n0, n_plus)
+
+
+def test_release_overhead_is_kept_out_of_the_compute_budget():
+    from streamanon.service import compute_budget, release_overhead
+
+    assert release_overhead(200_000) == pytest.approx(9.0)
+    assert compute_budget(12.0, 200_000) == pytest.approx(3.0)
+    assert compute_budget(5.0, 200_000) == 0.0
