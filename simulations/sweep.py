@@ -1,0 +1,615 @@
+"""The live scheduler on a grid: arrival profiles x survey sizes x deadlines x cost models.
+
+    python simulations/sweep.py            # full grid, about 5 minutes
+    python simulations/sweep.py --quick    # a tiny grid, about 10 s
+    python simulations/sweep.py --incremental two_stage --out DIR   # 2MDAV instead of NN-SE
+
+Every cell is a 10 h survey (``--quick``: the same 10 h, fewer cells) whose n responses arrive
+along one profile of :data:`scheduler.profiles.PROFILES` (``Profile.times``, one draw per
+seed). The planner sees only what it would see live, as ``streamanon.service`` does: an
+:class:`~scheduler.arrivals.ArrivalEstimator` with the service defaults (median pace over
+15 bins of 60 s) fed the arrivals up to each re-plan moment, a ``UniformForecast`` of the rest
+from that pace (no expected-total hint), and ``plan_optimal`` (deadline ``none``) or
+``plan_deadline``, with ``max_head_start`` = time left to close. It re-plans every 5 minutes of
+survey time (``--quick``: 20 minutes). The base trigger follows :mod:`scheduler.jobs`: the base
+fires at the planned moment ``close - head_start`` if that comes before the next re-plan, at
+once if it has already passed, never after close; a survey whose base never fired runs
+one-shot at close. The snapshot holds every record arrived by the firing moment, so the nu
+actually used is whatever arrived after it.
+
+Run times are the cost models, taken as the truth: base ``t_0(n_0) = a n_0^b`` from
+:func:`scheduler.cost_model.calibrate` on our MDAV (m = 15, k = 10), the incremental NN-SE
+(``nn_split_end``) stage ``c n_0 n_+ / k`` with c timed once on 10,000 + 1,000 records (as the
+service fits it); with ``--incremental two_stage`` the increment costs ``t_0(n_+)`` (2MDAV).
+The release is out ``max(fire + t_0(n_0), close) + t_+(n_0, n_+) - close`` after close, and a
+deadline is met when that is <= the deadline (strictly: ``plan_deadline`` aims exactly at the
+deadline, so small forecast errors decide the side; the summary counts misses within 1 %).
+For the cells run for real the CSV also recomputes the release with the real seconds of the
+stages (times the model's scale factor) to show how far the models are from this machine.
+Two cost models:
+
+- ``measured``: the calibrated models as they are. Our MDAV is fast (seconds at 200,000
+  records), so in a 10 h survey every deadline of 60 s or more is met by a one-shot run at
+  close and the planner rightly returns one-shot; this is the control.
+- ``slow``: the same models multiplied by one factor so that t_ref(200,000) = 2 h: the
+  paper's running example (10 h survey, 2 h one-shot) with our exponents. This is where the
+  schedule matters: t_ref is about 2.6 min, 20 min and 2 h for 10k, 50k and 200k records.
+
+Distortion: delta = D_T / D_one_shot - 1 of the release at the nu actually used, measured with
+a real :class:`~streamanon.incremental.run.TwoStageRun` (``mdav`` + the stage, k = 10)
+on seeded i.i.d. Gaussian data of n x 15 (rows in arrival order; the snapshot is the first
+n_0) for n <= 50,000. For larger n a delta(nu) curve measured the same way at n = 50,000
+(seed 0) is interpolated linearly; the CSV's ``delta_source`` says which (``measured``,
+``curve``, or ``none`` when n_+ = 0 and the release is the one-shot partition). For measured
+cells the CSV also has the real base and incremental seconds on this machine.
+
+Outputs: ``results/sweep.csv`` (one row per cell and seed), ``results/figures/sweep_heatmap.png``
+(deadline-met share and mean delta per profile x deadline, one panel per n and cost model) and
+a Markdown summary on stdout. ``--quick`` writes to ``--out`` (default: a new temporary
+folder) so a smoke run never overwrites the full results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scheduler.arrivals import ArrivalEstimator, UniformForecast  # noqa: E402
+from scheduler.cost_model import (  # noqa: E402
+    NearestNeighbourCost,
+    PowerLaw,
+    TwoStageCost,
+    calibrate,
+)
+from scheduler.planner import IncrementalCost, Plan, plan_deadline, plan_optimal  # noqa: E402
+from scheduler.profiles import PROFILES, resolve  # noqa: E402
+from streamanon.engines import get_engine, run_engine  # noqa: E402
+from streamanon.incremental.run import TwoStageRun  # noqa: E402
+from streamanon.metrics import distortion, standardise  # noqa: E402
+from streamanon.service import incremental_cost_model  # noqa: E402
+
+COMMAND = "python simulations/sweep.py"
+RESULTS = ROOT / "simulations" / "results"
+SURVEY_SECONDS = 10 * 3600.0
+K = 10
+M = 15
+SLOW_T_REF = 2 * 3600.0  # the "slow" cost model: t_ref(SLOW_AT) = 2 h
+SLOW_AT = 200_000
+PACE_BIN_SECONDS = 60.0  # the service's estimator defaults (PlannerConfig)
+PACE_BINS = 15
+# up to nu = 0.999: with a nearest-neighbour stage the time-optimal plan can leave almost
+# everything to the increment
+CURVE_NUS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+             0.7, 0.9, 0.97, 0.99, 0.995, 0.999)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The cells to simulate and how: every profile x n x deadline x seed x cost model."""
+
+    profiles: tuple[str, ...]
+    ns: tuple[int, ...]
+    deadlines: tuple[float | None, ...]
+    seeds: tuple[int, ...]
+    costs: tuple[str, ...]
+    replan_seconds: float
+    measure_max_n: int  # real TwoStageRun up to here; the delta(nu) curve above
+    calibration_seconds: float
+    incremental: str = "nn_split_end"  # or "two_stage" (2MDAV)
+
+
+FULL = Grid(profiles=tuple(PROFILES), ns=(10_000, 50_000, 200_000), deadlines=(None, 60.0, 600.0),
+            seeds=(0, 1, 2), costs=("measured", "slow"), replan_seconds=300.0,
+            measure_max_n=50_000, calibration_seconds=4.0)
+QUICK = Grid(profiles=("uniform", "front_loaded", "back_loaded"), ns=(2_000, 8_000),
+             deadlines=(None, 60.0), seeds=(0,), costs=("slow",), replan_seconds=1200.0,
+             measure_max_n=2_000, calibration_seconds=1.0)
+
+
+@dataclass(frozen=True)
+class CostModels:
+    """The base and incremental cost models of one cost scenario, taken as the truth."""
+
+    name: str
+    base: PowerLaw
+    incremental: IncrementalCost
+    scale: float  # factor on this machine's seconds (1 for "measured")
+    calibration: list[tuple[int, float]]
+
+    def describe(self) -> str:
+        inc = self.incremental
+        plus = (f"{inc.c:.3g} n_0 n_+ / {inc.k}" if isinstance(inc, NearestNeighbourCost)
+                else "t_0(n_+)")
+        return f"t_0(n) = {self.base.a:.3g} n^{self.base.b:.3f}, t_+ = {plus}"
+
+
+def cost_models(calibration_seconds: float, stage: str = "nn_split_end") -> dict[str, CostModels]:
+    """The calibrated MDAV law and the incremental stage's model, as they are and scaled to
+    the paper's 2 h."""
+    calibration = calibrate(get_engine("mdav").function, M, K,
+                            budget_seconds=calibration_seconds, first_n=10_000)
+    base = calibration.model
+    factor = SLOW_T_REF / base(SLOW_AT)
+    slow_base = PowerLaw(a=base.a * factor, b=base.b, residual=base.residual)
+    if stage == "two_stage":
+        incremental: IncrementalCost = TwoStageCost(base)
+        slow_incremental: IncrementalCost = TwoStageCost(slow_base)
+    else:
+        incremental = incremental_cost_model(stage, base, M, K)  # as the service fits it
+        slow_incremental = NearestNeighbourCost(c=incremental.c * factor, k=K, split=slow_base)
+    return {
+        "measured": CostModels("measured", base, incremental, 1.0, calibration.samples),
+        "slow": CostModels("slow", slow_base, slow_incremental, factor, calibration.samples),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The live schedule.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LiveOutcome:
+    """What the live planner did on one survey and when the release came out."""
+
+    fired_before_close: float | None  # seconds before close the base fired; None = one-shot
+    n_base: int
+    n_increment: int
+    planned_nu: float
+    predicted_release: float
+    release_after_close: float
+    replans: int
+
+    @property
+    def nu(self) -> float:
+        return self.n_increment / (self.n_base + self.n_increment)
+
+
+def live_plan(estimator: ArrivalEstimator, received: int, now: float, close: float,
+              base: PowerLaw, incremental: IncrementalCost,
+              deadline: float | None) -> Plan:
+    """The plan the service makes at ``now`` (``streamanon.service``, ``_plan``)."""
+    pace = estimator.pace(now)
+    forecast = UniformForecast.from_current(received, pace, close - now)
+    total = max(forecast.total, 1.0)
+    if total != forecast.total and pace > 0:
+        forecast = UniformForecast(total=total, pace=pace)
+    kwargs = dict(k=K, max_head_start=max(close - now, 0.0),
+                  arrival_coefficient=forecast.arrival_coefficient(base(total)))
+    if deadline is None:
+        return plan_optimal(total, base, incremental, forecast.head_start, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an infeasible deadline falls back to nu*
+        return plan_deadline(total, base, incremental, forecast.head_start, deadline, **kwargs)
+
+
+def base_moment(plan: Plan, now: float, close: float) -> float | None:
+    """When the base trigger is set (``scheduler.jobs.Planner._base_moment``)."""
+    if plan.mode == "one-shot":
+        return None
+    if math.isinf(plan.head_start):
+        return now
+    if plan.nu <= 0 and plan.head_start <= 0:
+        return None
+    return close - plan.head_start
+
+
+def simulate_live(times: np.ndarray, close: float, base: PowerLaw,
+                  incremental: IncrementalCost, deadline: float | None,
+                  replan_seconds: float) -> LiveOutcome:
+    """Re-plan every ``replan_seconds`` on the arrivals so far; fire the base like the jobs do.
+
+    ``times`` are the sorted arrival moments in ``[0, close]``.
+    """
+    estimator = ArrivalEstimator(PACE_BIN_SECONDS, PACE_BINS)
+    n = len(times)
+    seen = 0
+    replans = 0
+    now = replan_seconds
+    while now < close:
+        upto = int(np.searchsorted(times, now, side="right"))
+        estimator.observe(times[seen:upto])
+        seen = upto
+        plan = live_plan(estimator, seen, now, close, base, incremental, deadline)
+        replans += 1
+        fire = base_moment(plan, now, close)
+        next_replan = min(now + replan_seconds, close)
+        if fire is not None and fire < next_replan:
+            fire = max(fire, now)
+            n_base = int(np.searchsorted(times, fire, side="right"))
+            if n_base >= 2 * K:  # as the service: a smaller snapshot waits for the close
+                n_plus = n - n_base
+                release = (max(fire + base(n_base), close)
+                           + (incremental(n_base, n_plus) if n_plus else 0.0) - close)
+                return LiveOutcome(close - fire, n_base, n_plus, plan.nu,
+                                   plan.finish_after_close, release, replans)
+        now += replan_seconds
+    return LiveOutcome(None, n, 0, 0.0, base(n), base(n), replans)
+
+
+# ---------------------------------------------------------------------------------------------
+# Distortion of the release actually made.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measured:
+    """delta of the release made, and the real run seconds behind it when it was run."""
+
+    delta: float
+    source: str  # "measured", "curve" or "none" (n_+ = 0: the one-shot partition)
+    base_seconds: float | None = None
+    incremental_seconds: float | None = None
+
+
+class DeltaMeter:
+    """delta = D_T / D - 1 of mdav + ``stage`` on seeded n x 15 Gaussian data, cached."""
+
+    def __init__(self, measure_max_n: int, stage: str = "nn_split_end") -> None:
+        self.measure_max_n = measure_max_n
+        self.runner = TwoStageRun(K, "mdav", stage)
+        self._data: dict[tuple[int, int], tuple[np.ndarray, float, float]] = {}
+        self._runs: dict[tuple[int, int, int], Measured] = {}
+        self._curve: tuple[np.ndarray, np.ndarray] | None = None
+
+    def data(self, n: int, seed: int) -> tuple[np.ndarray, float, float]:
+        """Standardised records, one-shot distortion D and one-shot MDAV seconds."""
+        if (n, seed) not in self._data:
+            Z = standardise(np.random.default_rng(10_000 + seed).standard_normal((n, M)))
+            self.runner.warm_up(Z)
+            small = Z[: 4 * K]  # and the path of an increment smaller than k, compiled apart
+            self.runner.run_increment(small, run_engine("mdav", small, K), Z[4 * K: 4 * K + 1])
+            started = time.perf_counter()
+            labels = run_engine("mdav", Z, K)
+            seconds = time.perf_counter() - started
+            self._data[(n, seed)] = (Z, distortion(Z, labels), seconds)
+        return self._data[(n, seed)]
+
+    def measure(self, n: int, seed: int, n_base: int) -> Measured:
+        """A real two-stage run on the first ``n_base`` records and the rest."""
+        key = (n, seed, n_base)
+        if key not in self._runs:
+            Z, d_one, t_one = self.data(n, seed)
+            if n_base >= n:
+                self._runs[key] = Measured(0.0, "none", t_one, 0.0)
+            else:
+                result = self.runner.run(Z, n_base)
+                self._runs[key] = Measured(result.distortion / d_one - 1, "measured",
+                                           result.base_seconds, result.incremental_seconds)
+        return self._runs[key]
+
+    @property
+    def curve_measured(self) -> bool:
+        return self._curve is not None
+
+    def curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """delta(nu) at n = measure_max_n, seed 0 (0 at nu = 0); beyond its last point (a base
+        of at least 2k records) delta is taken as flat."""
+        if self._curve is None:
+            n = self.measure_max_n
+            nus = [0.0, *(nu for nu in CURVE_NUS if n - round(nu * n) >= 2 * K)]
+            deltas = [0.0] + [self.measure(n, 0, n - round(nu * n)).delta for nu in nus[1:]]
+            self._curve = (np.asarray(nus), np.asarray(deltas))
+        return self._curve
+
+    def delta(self, n: int, seed: int, n_base: int) -> Measured:
+        if n <= self.measure_max_n:
+            return self.measure(n, seed, n_base)
+        if n_base >= n:
+            return Measured(0.0, "none")
+        nus, deltas = self.curve()
+        return Measured(float(np.interp((n - n_base) / n, nus, deltas)), "curve")
+
+
+# ---------------------------------------------------------------------------------------------
+# The grid.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One cell and seed: what the planner did, the release, and its distortion."""
+
+    cost: str
+    profile: str
+    n: int
+    deadline: str
+    seed: int
+    t_ref: float
+    fired_before_close: float | None
+    planned_nu: float
+    nu: float
+    n_base: int
+    n_increment: int
+    predicted_release: float
+    release_after_close: float
+    deadline_met: bool | None
+    delta: float
+    delta_source: str
+    base_seconds_measured: float | None
+    incremental_seconds_measured: float | None
+    release_with_measured_times: float | None
+    deadline_met_with_measured_times: bool | None
+    replans: int
+
+
+def deadline_label(deadline: float | None) -> str:
+    return "none" if deadline is None else f"{deadline:g} s"
+
+
+def _seconds(label: str) -> float:
+    return float(label.removesuffix(" s"))
+
+
+def _met(release: float | None, deadline: float | None) -> bool | None:
+    if release is None or deadline is None:
+        return None
+    return bool(release <= deadline)
+
+
+def _release_with(measured: Measured, live: LiveOutcome, scale: float) -> float | None:
+    """The release after close had the stages taken their real seconds (times ``scale``)."""
+    if measured.base_seconds is None:
+        return None
+    base = scale * measured.base_seconds
+    inc = scale * (measured.incremental_seconds or 0.0)
+    fired = live.fired_before_close
+    if fired is None:  # one-shot at close
+        return base
+    return max(base - fired, 0.0) + inc
+
+
+def run_grid(grid: Grid, progress: Callable[[str], None] | None = None
+             ) -> tuple[list[Row], dict[str, CostModels], DeltaMeter]:
+    models = cost_models(grid.calibration_seconds, grid.incremental)
+    meter = DeltaMeter(grid.measure_max_n, grid.incremental)
+    rows = []
+    for cost in grid.costs:
+        cm = models[cost]
+        for name in grid.profiles:
+            profile = resolve(name, SURVEY_SECONDS)
+            for n in grid.ns:
+                for seed in grid.seeds:
+                    times = profile.times(n, SURVEY_SECONDS, seed=seed)
+                    for deadline in grid.deadlines:
+                        live = simulate_live(times, SURVEY_SECONDS, cm.base, cm.incremental,
+                                             deadline, grid.replan_seconds)
+                        measured = meter.delta(n, seed, live.n_base)
+                        real = _release_with(measured, live, cm.scale)
+                        rows.append(Row(
+                            cost=cost, profile=name, n=n, deadline=deadline_label(deadline),
+                            seed=seed, t_ref=cm.base(n),
+                            fired_before_close=live.fired_before_close,
+                            planned_nu=live.planned_nu, nu=live.nu, n_base=live.n_base,
+                            n_increment=live.n_increment,
+                            predicted_release=live.predicted_release,
+                            release_after_close=live.release_after_close,
+                            deadline_met=_met(live.release_after_close, deadline),
+                            delta=measured.delta, delta_source=measured.source,
+                            base_seconds_measured=measured.base_seconds,
+                            incremental_seconds_measured=measured.incremental_seconds,
+                            release_with_measured_times=real,
+                            deadline_met_with_measured_times=_met(real, deadline),
+                            replans=live.replans))
+                if progress:
+                    progress(f"{cost} {name} n={n}: done")
+    return rows, models, meter
+
+
+def write_csv(rows: list[Row], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(asdict(rows[0])))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({key: ("" if value is None else value)
+                             for key, value in asdict(row).items()})
+    return path
+
+
+def _cells(rows: list[Row], grid: Grid, cost: str, n: int):
+    """profile x deadline matrices: met share (nan for no deadline), mean delta, mean nu,
+    mean release."""
+    shape = (len(grid.profiles), len(grid.deadlines))
+    met, delta, nu, release = (np.full(shape, np.nan) for _ in range(4))
+    for i, name in enumerate(grid.profiles):
+        for j, deadline in enumerate(grid.deadlines):
+            sel = [r for r in rows if r.cost == cost and r.n == n and r.profile == name
+                   and r.deadline == deadline_label(deadline)]
+            if deadline is not None:
+                met[i, j] = np.mean([r.deadline_met for r in sel])
+            delta[i, j] = np.mean([r.delta for r in sel])
+            nu[i, j] = np.mean([r.nu for r in sel])
+            release[i, j] = np.mean([r.release_after_close for r in sel])
+    return met, delta, nu, release
+
+
+def heatmap(rows: list[Row], grid: Grid, path: Path) -> Path:
+    """Per cost model two rows of panels (deadline-met share, mean delta), one column per n;
+    each panel is profile x deadline."""
+    fig, axes = plt.subplots(2 * len(grid.costs), len(grid.ns),
+                             figsize=(3.4 * len(grid.ns) + 1.2, 3.0 * 2 * len(grid.costs) + 0.6),
+                             squeeze=False)
+    xlabels = [deadline_label(d) for d in grid.deadlines]
+    delta_max = max(1.0, 100 * max(r.delta for r in rows))
+    for c, cost in enumerate(grid.costs):
+        for col, n in enumerate(grid.ns):
+            met, delta, _, _ = _cells(rows, grid, cost, n)
+            for r, (values, cmap, vmax, fmt, title) in enumerate((
+                    (met, "RdYlGn", 1.0, lambda v: f"{100 * v:.0f}%", "deadline met"),
+                    (100 * delta, "Reds", delta_max, lambda v: f"{v:.2f}%", "mean delta"))):
+                ax = axes[2 * c + r, col]
+                ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=0, vmax=vmax,
+                          aspect="auto")
+                for (i, j), v in np.ndenumerate(values):
+                    dark = not np.isnan(v) and (v / vmax > 0.6 if r else abs(v - 0.5) > 0.3)
+                    ax.text(j, i, "n/a" if np.isnan(v) else fmt(v), ha="center",
+                            va="center", fontsize=7, color="white" if dark else "black")
+                ax.set_xticks(range(len(xlabels)), xlabels, fontsize=7)
+                ax.set_yticks(range(len(grid.profiles)),
+                              grid.profiles if col == 0 else [""] * len(grid.profiles),
+                              fontsize=7)
+                ax.set_title(f"{title}: {cost}, n = {n:,}", fontsize=8)
+    for ax in axes[-1]:
+        ax.set_xlabel("deadline after close", fontsize=7)
+    fig.suptitle(f"Live planner, 10 h survey, {len(grid.seeds)} seed(s) per cell "
+                 f"(mdav + {grid.incremental}, k = {K})", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _clock(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    minutes = seconds / 60
+    return f"{minutes:.1f} min" if minutes < 120 else f"{minutes / 60:.2f} h"
+
+
+def summary(rows: list[Row], grid: Grid, models: dict[str, CostModels],
+            meter: DeltaMeter) -> list[str]:
+    lines = []
+    for cost in grid.costs:
+        cm = models[cost]
+        lines += ["", f"#### Cost model `{cost}`: {cm.describe()}"]
+        for n in grid.ns:
+            met, delta, nu, release = _cells(rows, grid, cost, n)
+            sources = sorted({r.delta_source for r in rows if r.cost == cost and r.n == n})
+            lines += ["", f"n = {n:,}, t_ref = {_clock(cm.base(n))}; delta: "
+                          f"{', '.join(sources)}", ""]
+            header = "| profile |" + "".join(
+                f" {deadline_label(d)}: met | nu | release | delta |" for d in grid.deadlines)
+            lines += [header, "|---|" + "---:|---:|---:|---:|" * len(grid.deadlines)]
+            for i, name in enumerate(grid.profiles):
+                cells = []
+                for j in range(len(grid.deadlines)):
+                    share = "n/a" if np.isnan(met[i, j]) else f"{100 * met[i, j]:.0f} %"
+                    cells.append(f" {share} | {100 * nu[i, j]:.3g} % | "
+                                 f"{_clock(release[i, j])} | {100 * delta[i, j]:.2f} % |")
+                lines.append(f"| {name} |" + "".join(cells))
+        lines += ["", *_model_check(rows, cost, cm.scale)]
+    if meter.curve_measured:
+        nus, deltas = meter.curve()
+        lines += ["", f"delta(nu) curve used above n = {grid.measure_max_n:,} (measured at n = "
+                      f"{grid.measure_max_n:,}, seed 0): "
+                      + ", ".join(f"{nu:g} → {100 * d:.2f} %"
+                                  for nu, d in zip(nus, deltas, strict=True))]
+    return lines
+
+
+def _model_check(rows: list[Row], cost: str, scale: float) -> list[str]:
+    """Deadlines under the cost model against the run times measured on this machine."""
+    sel = [r for r in rows if r.cost == cost]
+    dl = [r for r in sel if r.deadline_met is not None]
+    lines = []
+    if dl:
+        missed = [r for r in dl if not r.deadline_met]
+        narrow = [r for r in missed if r.release_after_close <= 1.01 * _seconds(r.deadline)]
+        worst = max(dl, key=lambda r: r.release_after_close / _seconds(r.deadline))
+        lines.append(
+            f"Deadlines met under the cost model: {len(dl) - len(missed)} of {len(dl)} "
+            f"cell-seeds; {len(narrow)} of the {len(missed)} misses are within 1 % of the "
+            f"deadline (plan_deadline aims exactly at it); the worst release is "
+            f"{_clock(worst.release_after_close)} for {worst.deadline} ({worst.profile}, "
+            f"n = {worst.n:,}, seed {worst.seed}).")
+    real = [r for r in sel if r.release_with_measured_times is not None]
+    if real:
+        gaps = [r.release_with_measured_times - r.release_after_close for r in real]
+        worst = real[int(np.argmax(np.abs(gaps)))]
+        real_dl = [r for r in real if r.deadline_met_with_measured_times is not None]
+        lines.append(
+            f"With the stages' real seconds on this machine (x {scale:.4g}) instead of the "
+            f"cost model, for the {len(real)} cell-seeds run for real: release minus modelled "
+            f"release median {np.median(gaps):+.3g} s; the largest gap is "
+            f"{_clock(worst.release_with_measured_times)} against "
+            f"{_clock(worst.release_after_close)} modelled ({worst.profile}, n = {worst.n:,}, "
+            f"{worst.deadline}, nu = {100 * worst.nu:.3g} %)"
+            + (f"; deadlines met {sum(r.deadline_met_with_measured_times for r in real_dl)} "
+               f"of {len(real_dl)} (model: {sum(r.deadline_met for r in real_dl)})."
+               if real_dl else "."))
+    return lines
+
+
+def report(quick: bool = False, out: Path | None = None,
+           incremental: str = "nn_split_end") -> str:
+    """Run the grid, write the CSV and the heatmap, return the Markdown summary."""
+    grid = replace(QUICK if quick else FULL, incremental=incremental)
+    if out is None:  # a smoke run never replaces the full run's results
+        out = Path(tempfile.mkdtemp(prefix="sweep-quick-")) if quick else RESULTS
+    started = time.perf_counter()
+    rows, models, meter = run_grid(grid, progress=lambda msg: print(msg, file=sys.stderr))
+    elapsed = time.perf_counter() - started
+    csv_path = write_csv(rows, out / "sweep.csv")
+    png_path = heatmap(rows, grid, out / "figures" / "sweep_heatmap.png")
+    with_deadline = [r for r in rows if r.deadline_met is not None]
+    lines = [
+        "### Live scheduler sweep: profiles x n x deadline",
+        "",
+        f"Command: `{COMMAND}" + (" --quick" if quick else "")
+        + ("" if incremental == "nn_split_end" else f" --incremental {incremental}") + "`",
+        "",
+        f"10 h survey; profiles {', '.join(grid.profiles)}; n in "
+        f"{', '.join(f'{n:,}' for n in grid.ns)}; deadlines "
+        f"{', '.join(deadline_label(d) for d in grid.deadlines)}; seeds "
+        f"{', '.join(map(str, grid.seeds))}; re-plan every {grid.replan_seconds / 60:g} min on "
+        f"the arrivals so far (ArrivalEstimator, {PACE_BINS} bins of {PACE_BIN_SECONDS:g} s); "
+        f"mdav base + {grid.incremental} increment, k = {K}. Columns per deadline: share of "
+        "seeds whose "
+        "release met it, mean nu actually used, mean release after close, mean delta = D_T / "
+        "D_one_shot - 1.",
+        "",
+        "MDAV calibration (m = 15, k = 10): "
+        + ", ".join(f"{n:,} → {s:.3f} s" for n, s in models["measured"].calibration)
+        + f"; the `slow` model multiplies every time by {models['slow'].scale:.4g}.",
+        *summary(rows, grid, models, meter),
+        "",
+        f"Deadlines met overall: {sum(r.deadline_met for r in with_deadline)} of "
+        f"{len(with_deadline)} cell-seeds.",
+        "",
+        f"Run time: {elapsed:.1f} s. Wrote `{_shown(csv_path)}` ({len(rows)} rows) and "
+        f"`{_shown(png_path)}`.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _shown(path: Path) -> Path:
+    path = path.resolve()
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="3 profiles, n in {2000, 8000}, deadlines none and 60 s, one seed")
+    parser.add_argument("--incremental", choices=("nn_split_end", "two_stage"),
+                        default="nn_split_end",
+                        help="the incremental stage (default nn_split_end; two_stage is 2MDAV)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results folder (default simulations/results; a temporary "
+                             "folder with --quick)")
+    args = parser.parse_args(argv)
+    print(report(quick=args.quick, out=args.out, incremental=args.incremental), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""simulations/sweep.py: the quick grid writes every cell, its outcomes are consistent, and the
+live simulation reproduces the paper's running example when arrivals are uniform."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+
+import pytest
+
+from scheduler.cost_model import PowerLaw, TwoStageCost
+from scheduler.planner import deadline_ratio, optimal_ratio
+from scheduler.profiles import resolve
+from simulations import sweep
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory) -> tuple[str, list[dict[str, str]], object]:
+    out = tmp_path_factory.mktemp("sweep")
+    report = sweep.report(quick=True, out=out)
+    with open(out / "sweep.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    return report, rows, out
+
+
+def test_csv_has_every_grid_cell_once(quick):
+    _, rows, _ = quick
+    grid = sweep.QUICK
+    expected = set(itertools.product(grid.costs, grid.profiles, grid.ns,
+                                     map(sweep.deadline_label, grid.deadlines), grid.seeds))
+    got = [(r["cost"], r["profile"], int(r["n"]), r["deadline"], int(r["seed"])) for r in rows]
+    assert len(got) == len(expected)
+    assert set(got) == expected
+
+
+def test_deadline_met_is_release_within_the_deadline(quick):
+    _, rows, _ = quick
+    for r in rows:
+        release = float(r["release_after_close"])
+        if r["deadline"] == "none":
+            assert r["deadline_met"] == ""
+        else:
+            assert r["deadline_met"] == str(release <= float(r["deadline"].removesuffix(" s")))
+        if r["release_with_measured_times"] and r["deadline"] != "none":
+            assert r["deadline_met_with_measured_times"] == str(
+                float(r["release_with_measured_times"]) <= float(r["deadline"][:-2]))
+
+
+def test_rows_account_for_every_record_and_say_where_delta_comes_from(quick):
+    _, rows, _ = quick
+    for r in rows:
+        n, n_base, n_inc = int(r["n"]), int(r["n_base"]), int(r["n_increment"])
+        assert n_base + n_inc == n and n_base >= 2 * sweep.K
+        assert float(r["nu"]) == pytest.approx(n_inc / n)
+        if n_inc == 0:
+            assert r["delta_source"] == "none" and float(r["delta"]) == 0.0
+        elif n <= sweep.QUICK.measure_max_n:
+            assert r["delta_source"] == "measured" and r["incremental_seconds_measured"]
+        else:
+            assert r["delta_source"] == "curve"
+        if r["fired_before_close"] == "":  # never fired: one-shot at close, t_ref after it
+            assert n_inc == 0
+            assert float(r["release_after_close"]) == pytest.approx(float(r["t_ref"]))
+
+
+def test_quick_report_and_heatmap(quick):
+    report, rows, out = quick
+    assert report.startswith("### Live scheduler sweep")
+    assert "Command: `python simulations/sweep.py --quick`" in report
+    assert f"({len(rows)} rows)" in report
+    assert "delta(nu) curve used above n = 2,000" in report
+    png = out / "figures" / "sweep_heatmap.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+@pytest.fixture(scope="module")
+def paper_example():
+    """The paper's running example, live: 10 h of uniform arrivals, t_ref = 2 h, 2MDAV."""
+    n = 20_000
+    base = PowerLaw.quadratic(7200.0, n)
+    times = resolve("uniform", sweep.SURVEY_SECONDS).times(n, sweep.SURVEY_SECONDS)
+    return times, base, TwoStageCost(base)
+
+
+def test_live_planner_on_uniform_arrivals_finds_the_paper_schedule(paper_example):
+    times, base, inc = paper_example
+    live = sweep.simulate_live(times, sweep.SURVEY_SECONDS, base, inc, None, 600.0)
+    assert live.nu == pytest.approx(optimal_ratio(5.0), abs=0.003)
+    assert live.fired_before_close == pytest.approx(0.7295 * 7200, rel=0.01)
+    assert live.release_after_close == pytest.approx(153.0, abs=10.0)  # not 2 h
+
+
+def test_live_planner_lands_on_a_one_hour_deadline_within_a_tenth_of_a_percent(paper_example):
+    """plan_deadline aims exactly at the deadline, so the pace estimate's error decides which
+    side of it the release falls on; it is never far."""
+    times, base, inc = paper_example
+    live = sweep.simulate_live(times, sweep.SURVEY_SECONDS, base, inc, 3600.0, 600.0)
+    assert live.nu == pytest.approx(deadline_ratio(5.0, 0.5), abs=0.002)
+    assert live.release_after_close == pytest.approx(3600.0, rel=1e-3)
+
+
+def test_a_deadline_the_one_shot_meets_runs_one_shot_at_close(paper_example):
+    times, base, inc = paper_example
+    live = sweep.simulate_live(times, sweep.SURVEY_SECONDS, base, inc, 7200.0, 1800.0)
+    assert live.fired_before_close is None and live.nu == 0.0
+    assert live.release_after_close == pytest.approx(7200.0)
