@@ -356,7 +356,11 @@ class Service:
         if pace == 0 and expected > received and close > t:
             pace = (expected - received) / (close - t)  # no pace measured yet: the hint
         forecast = UniformForecast.from_current(received, pace, close - t)
-        total = max(forecast.total, expected, 1.0)
+        total = max(forecast.total, 1.0)
+        if expected > 0:
+            # the operator's expected total beats extrapolating the current pace, which
+            # overshoots during an invitation burst; more records than expected still count
+            total = max(expected, float(received), 1.0)
         if total != forecast.total and pace > 0:
             forecast = UniformForecast(total=total, pace=pace)
         s = forecast.arrival_coefficient(base(total)) if total > 0 else None
