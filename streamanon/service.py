@@ -116,6 +116,25 @@ def compute_budget(deadline: float, n: float) -> float:
     return max(deadline - release_overhead(n), 0.0)
 
 
+def live_forecast(received: int, pace: float, seconds_to_close: float,
+                  expected_records: int | None) -> UniformForecast:
+    """The forecast the live planner uses: the measured ``pace`` until close, and as the total
+    the survey's ``expected_records`` when given (at least what has arrived), else what has
+    arrived plus the pace until close.
+
+    Extrapolating the pace overshoots during an invitation burst (and undershoots in a lull),
+    so an operator's expected total wins when there is one. With no pace measured yet, the
+    pace is the one that would bring the expected total by close.
+    """
+    expected = float(expected_records or 0)
+    if pace == 0 and expected > received and seconds_to_close > 0:
+        pace = (expected - received) / seconds_to_close
+    forecast = UniformForecast.from_current(received, pace, seconds_to_close)
+    if expected > 0 and pace > 0:
+        return UniformForecast(total=max(expected, float(received)), pace=pace)
+    return forecast
+
+
 def incremental_cost_model(stage: str, base: PowerLaw, m: int, k: int,
                            params: dict[str, Any] | None = None) -> Any:
     """The cost model of incremental ``stage``: 2MDAV's from the base model, or the
@@ -352,17 +371,8 @@ class Service:
         with self._lock:
             pace = rt.estimator.pace(t)
             received = rt.ingest.stored
-        expected = float(sc.expected_records or 0)
-        if pace == 0 and expected > received and close > t:
-            pace = (expected - received) / (close - t)  # no pace measured yet: the hint
-        forecast = UniformForecast.from_current(received, pace, close - t)
+        forecast = live_forecast(received, pace, close - t, sc.expected_records)
         total = max(forecast.total, 1.0)
-        if expected > 0:
-            # the operator's expected total beats extrapolating the current pace, which
-            # overshoots during an invitation burst; more records than expected still count
-            total = max(expected, float(received), 1.0)
-        if total != forecast.total and pace > 0:
-            forecast = UniformForecast(total=total, pace=pace)
         s = forecast.arrival_coefficient(base(total)) if total > 0 else None
         kwargs = dict(k=sc.k, max_head_start=max(close - t, 0.0), arrival_coefficient=s)
         if sc.deadline is not None:

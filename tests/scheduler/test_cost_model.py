@@ -138,3 +138,17 @@ def test_release_overhead_is_kept_out_of_the_compute_budget():
     assert release_overhead(200_000) == pytest.approx(9.0)
     assert compute_budget(12.0, 200_000) == pytest.approx(3.0)
     assert compute_budget(5.0, 200_000) == 0.0
+
+
+def test_live_forecast_takes_the_expected_total_over_pace_extrapolation():
+    from streamanon.service import live_forecast
+
+    # an invitation burst: 100 records/s now, 10 h left, 20,000 expected in all
+    burst = live_forecast(5_000, 100.0, 36_000.0, 20_000)
+    assert burst.total == 20_000 and burst.pace == 100.0
+    assert live_forecast(5_000, 100.0, 36_000.0, None).total == 5_000 + 100.0 * 36_000
+    # more than expected have come: what has arrived counts
+    assert live_forecast(25_000, 1.0, 100.0, 20_000).total == 25_000
+    # no pace yet: the pace that brings the expected total by close
+    quiet = live_forecast(0, 0.0, 1_000.0, 20_000)
+    assert quiet.pace == pytest.approx(20.0) and quiet.total == 20_000
