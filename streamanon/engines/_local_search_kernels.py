@@ -60,6 +60,21 @@ def _nearest(d, idx, count, want, exclude, out):
         taken += 1
 
 
+@nb.njit(cache=True)
+def _nearest_cell(x, sums, sizes, alive, n_cells, skip):
+    """The live cell (not ``skip``) with the nearest centroid; ties: the lowest id."""
+    best = np.inf
+    best_c = -1
+    for c in range(n_cells):
+        if not alive[c] or c == skip:
+            continue
+        dc = _sq(x, sums[c] / sizes[c])
+        if dc < best:
+            best = dc
+            best_c = c
+    return best_c, best
+
+
 @nb.njit(cache=True, nogil=True)
 def mdav_star_labels(X, k):
     """MDAV* (paper 004, Algorithm 1; see ``ona.py`` for the reading of its damaged lines)."""
@@ -75,6 +90,7 @@ def mdav_star_labels(X, k):
     order = np.argsort(-far, kind="mergesort")  # farthest first; ties: lowest index
     sums = np.zeros((n // k + 1, m))
     sizes = np.zeros(n // k + 1, np.int64)
+    alive = np.ones(n // k + 1, np.bool_)  # MDAV* never dissolves a cell
     n_cells = 0
     unassigned = np.arange(n)
     n_un = n
@@ -101,13 +117,7 @@ def mdav_star_labels(X, k):
                 d2[unassigned[u]] = _sq(X[unassigned[u]], X[v])
             n2[0] = v
             _nearest(d2, unassigned, n_un, k - 1, np.array([xb, v]), n2[1:])
-            clos = 0
-            best = np.inf
-            for c in range(n_cells):
-                dc = _sq(X[xb], sums[c] / sizes[c])
-                if dc < best:
-                    best = dc
-                    clos = c
+            clos, best = _nearest_cell(X[xb], sums, sizes, alive, n_cells, -1)
             cost1 = _sse(X, n1, k) / k
             cost2 = (sizes[clos] / (sizes[clos] + 1.0) * best + _sse(X, n2, k)) / (k + 1.0)
             new_cell = cost1 <= cost2
@@ -129,13 +139,7 @@ def mdav_star_labels(X, k):
         n_un = w
     for u in range(n_un):  # fewer than k left: each joins its closest cell
         x = unassigned[u]
-        clos = 0
-        best = np.inf
-        for c in range(n_cells):
-            dc = _sq(X[x], sums[c] / sizes[c])
-            if dc < best:
-                best = dc
-                clos = c
+        clos, _best = _nearest_cell(X[x], sums, sizes, alive, n_cells, -1)
         labels[x] = clos
         sums[clos] += X[x]
         sizes[clos] += 1
@@ -153,20 +157,6 @@ def _members(labels, c, out):
             out[count] = i
             count += 1
     return count
-
-
-@nb.njit(cache=True)
-def _nearest_cell(x, sums, sizes, alive, n_cells, skip):
-    best = np.inf
-    best_c = -1
-    for c in range(n_cells):
-        if not alive[c] or c == skip:
-            continue
-        dc = _sq(x, sums[c] / sizes[c])
-        if dc < best:
-            best = dc
-            best_c = c
-    return best_c, best
 
 
 @nb.njit(cache=True)
