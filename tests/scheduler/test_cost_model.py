@@ -111,9 +111,11 @@ def calibrate_result(ns, b):
 
 def test_store_timestamps_updates(tmp_path):
     store = CostModelStore(tmp_path / "m.json")
+    before = time.time()
     store.observe("mdav", 3, 2, 100, 0.1)
+    after = time.time()
     entry = json.loads((tmp_path / "m.json").read_text())["mdav|m=3|k=2"]
-    assert abs(entry["updated"] - time.time()) < 60
+    assert before <= entry["updated"] <= after  # the moment of the update, not a speed
 
 
 def test_nearest_neighbour_cost_counts_the_splitting_of_grown_cells():
