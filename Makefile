@@ -42,12 +42,19 @@ test: $(STAMP) system-deps
 lint: $(STAMP)
 	$(BIN)/ruff check streamanon scheduler tests simulations
 
+# DEMO_ARGS and BENCH_ARGS pass options on, e.g. `make demo DEMO_ARGS="--linger 600"` or
+# `make bench BENCH_ARGS="--sizes 5000,20000 --repeat 1"`; the tests run both targets this way.
+DEMO_OUT ?= demo-output
+DEMO_ARGS ?=
+BENCH_OUT ?= simulations/results/bench_mdav.json
+BENCH_ARGS ?=
+
 demo: $(STAMP)
-	$(BIN)/streamanon demo --dir demo-output
+	$(BIN)/streamanon demo --out $(DEMO_OUT) $(DEMO_ARGS)
 
 bench: $(STAMP)
-	$(BIN)/python simulations/bench_mdav.py
+	$(BIN)/python simulations/bench_mdav.py --out $(BENCH_OUT) $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -5,7 +5,8 @@ the confidential values and the label, in a random order: no identifiers, no arr
 timestamps, no stage or cell ids. It goes to
 
 - ``<output>/<survey>/release.parquet`` and ``release.csv`` (written atomically),
-- ``<output>/<survey>/report.json``,
+- ``<output>/<survey>/report.json`` (sizes, engines, timings, distortion, and every schema
+  field with its role and treatment; names and numbers about the run, never a response value),
 - topic ``<prefix>.<survey>.release`` (one partition, so order holds): one JSON message per
   record, then one manifest message
   (``{"type": "manifest", "count", "sha256", ...}``). Every message carries the headers
@@ -29,6 +30,17 @@ from streamanon.config import SurveyConfig
 from streamanon.io import write_json, write_table
 from streamanon.metrics import aggregate, require_k_anonymous
 from streamanon.store import Records
+
+# What the release does with a field of each schema role (SPEC 6, step 7).
+TREATMENT = {"identifier": "dropped", "quasi_identifier": "microaggregated",
+             "confidential": "unchanged", "label": "unchanged", "ignore": "dropped"}
+
+
+def release_columns(survey: SurveyConfig) -> list[dict[str, str]]:
+    """Every schema field in schema order with its role and its treatment in the release
+    (``microaggregated``, ``unchanged`` or ``dropped``): names and roles, never a value."""
+    return [{"name": name, "role": spec.role, "treatment": TREATMENT[spec.role]}
+            for name, spec in survey.fields.items()]
 
 
 def build_release(records: Records, labels: np.ndarray, survey: SurveyConfig,

@@ -34,7 +34,7 @@ import secrets
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -58,6 +58,7 @@ from streamanon.processes import worker_pool
 from streamanon.publisher import (
     build_release,
     publish_to_topic,
+    release_columns,
     write_release_files,
     write_report,
 )
@@ -204,16 +205,18 @@ class ArrivalHistory:
 
 
 class Service:
-    """Everything one deployment runs. ``await start()``, then ``await closed(survey)``."""
+    """Everything one deployment runs. ``await start()``, then ``await closed(survey)``.
+
+    The engines run in ``compute_pool`` (default: ``compute_workers`` spawned processes)."""
 
     def __init__(self, config: Config, *, store: Store | None = None,
-                 compute_workers: int = 1) -> None:
+                 compute_workers: int = 1, compute_pool: Executor | None = None) -> None:
         self.config = config
         self.store = store or open_store(config.store.url)
         self.cost_models = CostModelStore(config.planner.cost_models)
         self._lock = threading.Lock()
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="store")
-        self._pool = worker_pool(compute_workers)
+        self._pool = compute_pool or worker_pool(compute_workers)
         self.surveys: dict[str, SurveyRuntime] = {}
         self.producer: Any = None  # kafka-python: dead letters, from the store thread
         self.release_producer: Any = None  # aiokafka: releases, in batches
@@ -576,6 +579,7 @@ class Service:
         plan = rt.last_plan
         report = {
             "survey": sid, "release_id": release_id, "n": n, "m": m, "k": sc.k,
+            "quasi_identifiers": list(sc.quasi_identifiers), "columns": release_columns(sc),
             "engine": sc.engine, "incremental": sc.incremental if mode == "two-stage" else None,
             "mode": mode, "nu": (n - n_base) / n, "n_base": n_base, "n_increment": n - n_base,
             "arrival_coefficient": plan.arrival_coefficient if plan else None,

@@ -61,7 +61,7 @@ def make_data(kind: str, n: int, m: int, seed: int = 7) -> SurveyData:
             "data/census_moments.json").read_text())
         X = rng.multivariate_normal(moments["mean"], moments["cov"], n)
         return SurveyData(X, answers, f"census-like {n:,} x 13 (multivariate normal with the "
-                          "CASC Census means and covariance), seed {seed}")
+                          f"CASC Census means and covariance), seed {seed}")
     path = Path(kind)
     if not path.is_file():
         raise ValueError(f"--data must be gaussian, census-like or a CSV file; {kind!r} is none")
@@ -159,9 +159,13 @@ def fresh_output(out: Path, survey: str) -> None:
 def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, open_seconds: float,
                  engine: str = "mdav", incremental: str = "nn_split_end",
                  deadline: float | None = None, http: str | None = None, linger: float = 0.0,
-                 survey: str = SURVEY, log_every: float = 5.0) -> dict[str, Any]:
+                 survey: str = SURVEY, log_every: float = 5.0,
+                 dashboard: dict[str, Any] | None = None) -> dict[str, Any]:
     """Broker, service and producer: the survey is open ``open_seconds`` (wall clock), response
-    ``i`` is sent at ``send_at[i]``; returns the release report with ``opened_at``."""
+    ``i`` is sent at ``send_at[i]``; returns the release report with ``opened_at``.
+
+    ``dashboard``, when given, receives the service's final ``/api/status`` (counts and times
+    only) under ``"status"``, for :func:`streamanon.web.snapshot_html`."""
     from streamanon.broker import EmbeddedBroker, free_port
     from streamanon.config import parse_config
     from streamanon.service import serve
@@ -170,6 +174,7 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
     env = {"STREAMANON_HMAC_KEY": secrets.token_hex(32),
            "STREAMANON_HTTP_TOKEN": secrets.token_hex(32)}
     report: dict[str, Any] = {}
+    dashboard = {} if dashboard is None else dashboard
     with EmbeddedBroker() as broker:
         print(f"embedded broker at {broker.bootstrap}", flush=True)
         placeholder = datetime.now(timezone.utc) + timedelta(days=1)  # set once ready
@@ -221,6 +226,7 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
                 release = await service._in_store(service.store.load_release, survey)
                 report.update(release.report)
                 report["opened_at"] = opened
+                dashboard["status"] = await service.status()
                 if linger > 0:
                     print(f"released; the dashboard stays at http://{bind}/ for {linger:.0f} s "
                           "(Ctrl-C to stop)", flush=True)
@@ -280,8 +286,12 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
                    deadline: float | None = None, engine: str = "mdav",
                    incremental: str = "nn_split_end", data: str = "gaussian",
                    out: str | Path = "simulation", dry_run: bool = False, seed: int = 7,
-                   http: str | None = None, linger: float = 0.0) -> dict[str, Any]:
-    """Run one simulation (see the module docstring); returns the summary it writes."""
+                   http: str | None = None, linger: float = 0.0,
+                   survey: str = SURVEY) -> dict[str, Any]:
+    """Run one simulation (see the module docstring); returns the summary it writes.
+
+    Besides the report, ``out/dashboard.html`` is the dashboard's final state as one
+    self-contained page (it opens without the service)."""
     from scheduler.profiles import resolve
     from streamanon.service import compute_budget, incremental_cost_model
 
@@ -306,7 +316,7 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
         "open_seconds": open_seconds, "deadline_seconds": deadline,
         "compressed_deadline_seconds": compressed_deadline,
         "cost_model": {"a": model.a, "b": model.b}, "prediction": prediction,
-        "dry_run": dry_run,
+        "dry_run": dry_run, "survey": survey,
     }
     # survey time -> wall seconds; the last response is due 2 % before the close, so that the
     # producer's own lag cannot push responses past the close (they would be dead-lettered)
@@ -315,15 +325,20 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
         summary["one_shot_estimate_seconds"] = model(n)
         write_report(out, summary, times, None)
         return summary
-    fresh_output(out, SURVEY)
+    fresh_output(out, survey)
+    dashboard: dict[str, Any] = {}
     report = run_pipeline(survey_data, times, out=out, k=k, open_seconds=open_seconds,
                           engine=engine, incremental=incremental,
-                          deadline=compressed_deadline, http=http, linger=linger)
+                          deadline=compressed_deadline, http=http, linger=linger,
+                          survey=survey, dashboard=dashboard)
+    print(f"released; timing the one-shot {engine} run on the same {n:,} records for "
+          "comparison ...", flush=True)
     one_shot_seconds, one_shot_d = one_shot(survey_data.X, k, engine)
     summary["release"] = {key: report.get(key) for key in (
         "release_id", "n", "mode", "nu", "n_base", "planned_nu", "arrival_coefficient",
         "predicted_seconds_after_close", "close_to_release_seconds",
-        "compute_seconds_after_close", "base_seconds", "incremental_seconds",
+        "compute_seconds_after_close", "close_steps_seconds", "base_seconds",
+        "incremental_seconds",
         "one_shot_estimate_seconds", "distortion", "information_loss", "rejected",
         "base_started_at", "closed_at", "released_at", "opened_at")}
     summary["release"]["files"] = report.get("files")
@@ -334,7 +349,24 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
     summary["deadline_met"] = (None if deadline is None else
                                report["close_to_release_seconds"] <= compressed_deadline)
     write_report(out, summary, times, report)
+    write_dashboard_snapshot(out / "dashboard.html", dashboard["status"], survey,
+                             one_shot_seconds)
     return summary
+
+
+def write_dashboard_snapshot(path: Path, status: dict[str, Any], survey: str,
+                             one_shot_seconds: float) -> Path:
+    """The dashboard's final state as one page; the one-shot time measured after the release
+    is added to the survey's release box."""
+    from streamanon.io import atomic_write
+    from streamanon.web import snapshot_html
+
+    for entry in status["surveys"]:
+        if entry["id"] == survey and entry.get("release"):
+            entry["release"]["one_shot_measured_seconds"] = one_shot_seconds
+    page = snapshot_html(status)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
+    return path
 
 
 def write_report(out: Path, summary: dict[str, Any], times: np.ndarray,
@@ -440,6 +472,6 @@ def _markdown(s: dict[str, Any]) -> str:
     dead = r.get("rejected") or {}
     lines += ["", f"Dead-lettered: {sum(dead.values())} "
               f"({', '.join(f'{key}: {v}' for key, v in sorted(dead.items())) or 'none'}). "
-              f"Release files: `{SURVEY}/release.parquet`, `{SURVEY}/release.csv`, "
-              f"`{SURVEY}/report.json`."]
+              f"Release files: `{s['survey']}/release.parquet`, `{s['survey']}/release.csv`, "
+              f"`{s['survey']}/report.json`; the dashboard's final state: `dashboard.html`."]
     return "\n".join(lines) + "\n"

@@ -23,6 +23,32 @@ from streamanon.telemetry import CONTENT_TYPE
 STATIC = Path(__file__).with_name("static")
 
 
+def snapshot_html(status: dict[str, Any]) -> str:
+    """The dashboard frozen at ``status`` (an ``/api/status`` document) as one self-contained
+    page: styles, chart library, script and the status inlined, so it opens from a file with no
+    service running (the demo writes it at the end). Counts and times only, like the status."""
+    import json
+
+    def inline(name: str) -> str:
+        return (STATIC / name).read_text(encoding="utf-8")
+
+    # "</" inside a <script> element would end it early; JSON allows "<\/" for "</"
+    data = json.dumps(status).replace("</", "<\\/")
+    page = inline("index.html")
+    page = page.replace('<link rel="stylesheet" href="/static/vendor/uPlot.min.css">',
+                        f"<style>{inline('vendor/uPlot.min.css')}</style>")
+    page = page.replace('<link rel="stylesheet" href="/static/style.css">',
+                        f"<style>{inline('style.css')}</style>")
+    page = page.replace('<script src="/static/vendor/uPlot.iife.min.js"></script>',
+                        f"<script>{inline('vendor/uPlot.iife.min.js')}</script>")
+    page = page.replace('<script src="/static/app.js"></script>',
+                        f"<script>window.STREAMANON_SNAPSHOT = {data};</script>\n"
+                        f"  <script>{inline('app.js')}</script>")
+    if "/static/" in page:
+        raise RuntimeError("snapshot_html: index.html references an asset it did not inline")
+    return page
+
+
 def _authorised(service: Any, request: web.Request) -> bool:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")

@@ -171,9 +171,19 @@ function update(view, s, now) {
                            ` (${fmtNum(rel.close_to_release_seconds, 2)} s)`],
       ["one-shot estimate", fmtDuration(rel.one_shot_estimate_seconds) +
                             ` (${fmtNum(rel.one_shot_estimate_seconds, 2)} s)`],
+      ...(rel.one_shot_measured_seconds == null ? [] : [
+        ["one-shot measured", fmtDuration(rel.one_shot_measured_seconds) +
+                              ` (${fmtNum(rel.one_shot_measured_seconds, 2)} s)`]]),
     ]);
   }
   drawChart(view, s);
+}
+
+function render(status) {
+  for (const s of status.surveys) {
+    update(views.get(s.id) ?? createView(s), s, status.now);
+  }
+  document.body.dataset.updated = String(status.now);
 }
 
 async function poll() {
@@ -181,13 +191,9 @@ async function poll() {
   try {
     const resp = await fetch("/api/status", {cache: "no-store"});
     if (!resp.ok) throw new Error(resp.statusText);
-    const status = await resp.json();
-    for (const s of status.surveys) {
-      update(views.get(s.id) ?? createView(s), s, status.now);
-    }
-    conn.textContent = `live · ${clockTime(status.now)}`;
+    render(await resp.json());
+    conn.textContent = `live · ${clockTime(Number(document.body.dataset.updated))}`;
     conn.className = "connection live";
-    document.body.dataset.updated = String(status.now);
   } catch (e) {
     conn.textContent = "connection lost, retrying";
     conn.className = "connection lost";
@@ -195,4 +201,12 @@ async function poll() {
   setTimeout(poll, POLL_MS);
 }
 
-poll();
+// a page written by streamanon.web.snapshot_html carries its status and does not poll
+if (window.STREAMANON_SNAPSHOT) {
+  const conn = document.getElementById("connection");
+  render(window.STREAMANON_SNAPSHOT);
+  conn.textContent = `snapshot · ${clockTime(window.STREAMANON_SNAPSHOT.now)}`;
+  conn.className = "connection snapshot";
+} else {
+  poll();
+}

@@ -37,6 +37,35 @@ def scan_mode(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(scope="module")
+def reference_partitions() -> dict[object, np.ndarray]:
+    """Oracle partitions by case, so the slow reference runs once per case, not per variant."""
+    return {}
+
+
+def cached_reference(cache: dict[object, np.ndarray], case: object, X: np.ndarray,
+                     k: int) -> np.ndarray:
+    if case not in cache:
+        cache[case] = reference_mdav(X, k)
+    return cache[case]
+
+
+@pytest.fixture
+def kernel_stats(monkeypatch):
+    """Counters of every compiled MDAV run: the far-list length it was given and its ``stats``."""
+    calls = []
+    kernel = mdav_module.mdav_labels
+
+    def spy(X, k, screen, n_threads, far_list_len, min_parallel, stats, progress):
+        labels = kernel(X, k, screen, n_threads, far_list_len, min_parallel, stats, progress)
+        calls.append({"far_list_len": far_list_len, "rebuilds": int(stats[0]),
+                      "walk_distances": int(stats[1]), "nearest_fallbacks": int(stats[2])})
+        return labels
+
+    monkeypatch.setattr(mdav_module, "mdav_labels", spy)
+    return calls
+
+
 @pytest.mark.parametrize("n,m,k", SHAPES)
 @pytest.mark.parametrize("screen", [True, False])
 def test_partition_equals_reference_on_continuous_data(n, m, k, screen, scan_mode):
@@ -131,6 +160,36 @@ def test_information_loss_matches_published_value(benchmark_data, dataset, k):
     assert round(il, 2) == PUBLISHED_IL[dataset][k]
 
 
-def test_benchmark_partition_equals_reference(benchmark_data):
-    Z = standardise(benchmark_data["tarragona"])
-    assert np.array_equal(mdav(Z, 3), reference_mdav(Z, 3))
+# Labels number cells in order of creation in both the engine and the oracle, so equal label
+# arrays is the strict form of "same partition".
+@pytest.mark.parametrize("dataset", sorted(PUBLISHED_IL))
+@pytest.mark.parametrize("k", [3, 5, 10])
+def test_partition_equals_reference_on_every_benchmark_case(benchmark_data, dataset, k,
+                                                            scan_mode, reference_partitions):
+    Z = standardise(benchmark_data[dataset])
+    expected = cached_reference(reference_partitions, (dataset, k), Z, k)
+    assert np.array_equal(run_engine("mdav", Z, k), expected)
+
+
+def r_choices_above(n: int, k: int, list_len: int) -> int:
+    """How many times MDAV picks a record r while more than ``list_len`` records remain."""
+    return len(range(n, list_len, -2 * k))
+
+
+# Above the kernel's far-list length the list of records farthest from the centroid is cut
+# short, and a walk must prove its answer against the distance of the first record left out.
+@pytest.mark.parametrize("n,m,k", [(12_000, 15, 10), (3_000, 5, 3), (12_000, 4, 5)])
+@pytest.mark.parametrize("screen", [True, False])
+def test_partition_equals_reference_on_large_data_with_the_far_list_cut_short(
+        n, m, k, screen, scan_mode, reference_partitions, kernel_stats):
+    X = standardise(np.random.default_rng(n + m + k).standard_normal((n, m)))
+    expected = cached_reference(reference_partitions, (n, m, k), X, k)
+    assert np.array_equal(mdav(X, k, screen=screen), expected)
+    (run,) = kernel_stats
+    assert n > run["far_list_len"]
+    # Each r is found by walking the current list or by rebuilding it; fewer rebuilds than r
+    # choices made above the list length means some r came from a walk of a cut-short list.
+    assert 1 <= run["rebuilds"] < r_choices_above(n, k, run["far_list_len"])
+    assert run["walk_distances"] > 0
+    if screen:  # the quantised pre-filter, not the exact scan, chose some of the cells
+        assert run["nearest_fallbacks"] < n // k

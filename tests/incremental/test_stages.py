@@ -11,6 +11,7 @@ from streamanon.incremental import available_stages, run_stage
 from streamanon.incremental.run import TwoStageRun, split_by_ratio
 from streamanon.metrics import distortion, sse, sst, standardise
 from tests.incremental.reference_nn import reference_adjoin
+from tests.reference_mdav import reference_mdav
 
 STAGES = [s.name for s in available_stages()]
 NN_STAGES = {"nn": {}, "nn_inertial": {"inertial": True}, "nn_split_mid": {"split": "mid"},
@@ -156,3 +157,80 @@ def test_split_by_ratio():
     assert split_by_ratio(1000, 0.0) == 1000
     with pytest.raises(ParameterError):
         split_by_ratio(1000, 1.0)
+
+
+# Survey size: a base of 10,000 and an increment of 2,000 records, 15 quasi-identifiers, k = 10.
+# With 15 columns index="auto" takes the linear scan; the k-d tree is checked too. The late
+# records have drifted by one standard deviation, so adjoining piles them into a few cells and
+# the splitting stages really split (drawn like the base, no cell would reach 2k).
+LARGE_K = 10
+
+
+@pytest.fixture(scope="module")
+def large_split():
+    X = np.random.default_rng(2024).standard_normal((12_000, 15))
+    X[10_000:] += 1.0
+    Z = standardise(X)
+    base, inc = Z[:10_000], Z[10_000:]
+    return base, mdav(base, LARGE_K), inc
+
+
+@pytest.fixture(scope="module")
+def large_references() -> dict[str, np.ndarray]:
+    """Oracle labels by stage, so the slow loop runs once per stage, not per variant."""
+    return {}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_cell_has_k_and_every_record_one_cell_at_survey_size(stage, large_split):
+    base, labels0, inc = large_split
+    labels = run_stage(stage, base, labels0, inc, LARGE_K)
+    assert labels.shape == (len(base) + len(inc),)
+    assert labels.min() >= 0
+    sizes = np.bincount(labels)
+    assert sizes.sum() == len(labels) and (sizes > 0).all()
+    assert sizes.min() >= LARGE_K
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_deterministic_at_survey_size(stage, large_split):
+    base, labels0, inc = large_split
+    first = run_stage(stage, base, labels0, inc, LARGE_K)
+    assert np.array_equal(run_stage(stage, base, labels0, inc, LARGE_K), first)
+
+
+@pytest.mark.parametrize("stage", ["nn_split_mid", "nn_split_end"])
+def test_split_stages_split_grown_cells_below_2k_at_survey_size(stage, large_split):
+    base, labels0, inc = large_split
+    labels = run_stage(stage, base, labels0, inc, LARGE_K)
+    assert labels.max() > labels0.max()  # cells were split
+    assert np.bincount(labels).max() < 2 * LARGE_K
+
+
+@pytest.mark.parametrize("stage", ["nn", "nn_inertial"])
+def test_adjoining_stages_keep_every_base_cell_at_survey_size(stage, large_split):
+    base, labels0, inc = large_split
+    labels = run_stage(stage, base, labels0, inc, LARGE_K)
+    assert np.array_equal(labels[: len(base)], labels0)
+    assert labels.max() == labels0.max()
+    assert np.bincount(labels).max() >= 2 * LARGE_K  # without splitting, cells grow past 2k
+
+
+@pytest.mark.parametrize("stage", sorted(NN_STAGES))
+@pytest.mark.parametrize("index", ["auto", "kdtree"])
+def test_nn_stages_equal_a_plain_sequential_loop_at_survey_size(stage, index, large_split,
+                                                                large_references):
+    base, labels0, inc = large_split
+    if stage not in large_references:
+        large_references[stage] = reference_adjoin(base, labels0, inc, LARGE_K,
+                                                   **NN_STAGES[stage])
+    got = run_stage(stage, base, labels0, inc, LARGE_K, index=index)
+    assert np.array_equal(got, large_references[stage])
+
+
+def test_two_stage_equals_base_cells_then_reference_mdav_of_the_increment_at_survey_size(
+        large_split):
+    base, labels0, inc = large_split
+    labels = run_stage("two_stage", base, labels0, inc, LARGE_K)
+    expected = np.concatenate([labels0, reference_mdav(inc, LARGE_K) + labels0.max() + 1])
+    assert np.array_equal(labels, expected)

@@ -57,3 +57,20 @@ def response(i: int, **override: Any) -> bytes:
 
 _DROP = object()
 DROP = _DROP
+
+
+def end_offsets(bootstrap: str, topic: str, timeout: float = 30) -> dict[int, int]:
+    """{partition: high watermark} of ``topic``: how many messages were ever written to each
+    partition, read from the broker at once (no waiting for messages that may never come)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + timeout
+        parts = consumer.partitions_for_topic(topic) or set()
+        while not parts and time.monotonic() < deadline:
+            time.sleep(0.2)
+            parts = consumer.partitions_for_topic(topic) or set()
+        assert parts, f"topic {topic} does not exist"
+        offsets = consumer.end_offsets([TopicPartition(topic, p) for p in sorted(parts)])
+        return {tp.partition: offset for tp, offset in offsets.items()}
+    finally:
+        consumer.close()

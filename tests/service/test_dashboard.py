@@ -4,6 +4,7 @@ release report appears after close. Saves a screenshot under tests/artifacts/.""
 
 from __future__ import annotations
 
+import json
 import shutil
 import urllib.request
 from pathlib import Path
@@ -81,3 +82,25 @@ def test_dashboard_shows_live_status_and_the_release(service_factory, broker, br
     shot = ARTIFACTS / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
+
+    # the same final state as one self-contained page (what the demo writes): it renders
+    # without the service and fetches nothing
+    from streamanon.simulate import write_dashboard_snapshot
+
+    with urllib.request.urlopen(f"{svc.http}/api/status") as r:
+        final = json.loads(r.read())
+    snapshot = write_dashboard_snapshot(ARTIFACTS / "dashboard.html", final, "wellbeing", 12.5)
+    svc.stop()
+    offline = browser.new_page(viewport={"width": 1366, "height": 900})
+    requests: list[str] = []
+    offline.on("request", lambda request: requests.append(request.url))
+    offline.goto(snapshot.as_uri())
+    frozen = offline.locator('section.survey[data-survey="wellbeing"]')
+    assert frozen.locator('[data-field="state"]').inner_text() == "RELEASED"
+    frozen_table = frozen.locator('[data-field="release"]').inner_text()
+    assert f"{rel['n']:,}" in frozen_table and f"{rel['distortion']:.4f}" in frozen_table
+    assert "one-shot measured" in frozen_table and "12.50 s" in frozen_table
+    assert offline.locator("#connection").inner_text().startswith("snapshot")
+    assert frozen.locator("canvas").count() >= 1
+    assert requests == [snapshot.as_uri()]
+    offline.screenshot(path=str(ARTIFACTS / "dashboard-snapshot.png"), full_page=True)

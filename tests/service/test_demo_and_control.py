@@ -11,18 +11,21 @@ import urllib.request
 from datetime import datetime, timedelta, timezone
 
 from streamanon.broker import free_port
+from tests.conftest import REPO
 from tests.service.kafka_helpers import produce, response
 
 
-def test_demo_runs_the_scheduled_pipeline(tmp_path):
-    """The demo end to end, with its dashboard served while it runs and lingering after the
-    release, and JSON logs that name survey and state but hold no respondent data."""
+def test_make_demo_runs_the_scheduled_pipeline(tmp_path):
+    """``make demo``, the README's first command, exactly as the Makefile runs it (a smaller
+    scenario through DEMO_ARGS): the dashboard is served while it runs and lingers after the
+    release, JSON logs name survey and state but hold no respondent data, and the side-by-side
+    it prints is the one of the release it wrote."""
     out = tmp_path / "demo"
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamanon", "demo", "--n", "4000", "--m", "4", "--k", "5",
-         "--open-seconds", "15", "--out", str(out), "--http", f"127.0.0.1:{port}",
-         "--linger", "30", "--log-level", "info", "--log-format", "json"],
+        ["make", "--no-print-directory", "-C", str(REPO), "demo", f"DEMO_OUT={out}",
+         "DEMO_ARGS=--n 4000 --m 4 --k 5 --open-seconds 15 "
+         f"--http 127.0.0.1:{port} --linger 30 --log-level info --log-format json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         status = None
@@ -54,9 +57,25 @@ def test_demo_runs_the_scheduled_pipeline(tmp_path):
     assert report["n"] == 4000  # every valid response; the malformed ones dead-lettered
     assert sum(report["rejected"].values()) == 4
     assert report["base_seconds"] > 0 and report["planned_nu"] is not None
-    assert "predicted close -> release" in stdout
-    assert "one-shot run would take" in stdout
     assert f"dashboard at http://127.0.0.1:{port}/" in stdout
+    summary = json.loads((out / "simulation.json").read_text())
+    release = summary["release"]
+    assert release["nu"] == report["nu"] and release["n"] == 4000
+    assert summary["engine"] == "ona_star" and report["mode"] == "two-stage"
+    assert 0 < report["nu"] < 0.5
+    # the side-by-side shows the planned and achieved values of this release
+    rows = {line.split("  ")[1].strip(): line for line in stdout.splitlines()
+            if line.startswith("  ") and "  " in line[2:]}
+    assert f"{report['nu']:.4f}" in rows["nu (late records)"]
+    assert f"{summary['prediction']['nu']:.4f}" in rows["nu (late records)"]
+    assert f"{report['close_to_release_seconds']:.2f} s" in rows["close -> release, total"]
+    assert f"{summary['one_shot_seconds']:.2f} s (measured)" in \
+        rows["one-shot ona_star on all records"]
+    assert f"{summary['delta'] * 100:+.2f} %" in rows["delta = D / D_one_shot - 1"]
+    assert "sooner after close than a one-shot run" in stdout
+    page = (out / "dashboard.html").read_text()
+    assert "STREAMANON_SNAPSHOT" in page and '"state": "RELEASED"' in page
+    assert "R000" not in page  # counts and times only
     logs = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     transitions = [(e["from_state"], e["state"]) for e in logs
                    if e.get("survey") == "demo" and "from_state" in e]

@@ -105,12 +105,28 @@ def test_end_to_end_release_and_dead_letters(service_factory, broker, tmp_path):
     # centroids are in original units: the mean of each QI over the release is preserved
     originals = np.array([[json.loads(v)[c] for c in QI] for _, v in valid])
     assert np.allclose(parquet[QI].mean().to_numpy(), originals.mean(axis=0))
-    report = json.loads((release_dir / "report.json").read_text())
+    report_text = (release_dir / "report.json").read_text()
+    report = json.loads(report_text)
     assert report["n"] == n_valid and report["k"] == 5
     for key in ("engine", "nu", "arrival_coefficient", "n_base", "base_seconds",
                 "incremental_seconds", "close_to_release_seconds", "distortion",
                 "information_loss"):
         assert key in report
+    # the report names every schema field with its role (schema order) and what the release
+    # did with it, so a statistician can read the release without the service's config
+    assert report["quasi_identifiers"] == QI
+    assert report["columns"] == [
+        {"name": "respondent_id", "role": "identifier", "treatment": "dropped"},
+        {"name": "age", "role": "quasi_identifier", "treatment": "microaggregated"},
+        {"name": "income", "role": "quasi_identifier", "treatment": "microaggregated"},
+        {"name": "height", "role": "quasi_identifier", "treatment": "microaggregated"},
+        {"name": "satisfaction", "role": "confidential", "treatment": "unchanged"},
+        {"name": "ticket", "role": "confidential", "treatment": "unchanged"},
+        {"name": "comment", "role": "ignore", "treatment": "dropped"},
+    ]
+    assert {c["name"] for c in report["columns"] if c["treatment"] != "dropped"} \
+        == set(rows[0]) == set(parquet.columns)
+    assert "R0000" not in report_text  # names and roles only, never a response value
 
     dead = read_topic(broker.bootstrap, f"{svc.prefix}.wellbeing.deadletter",
                       expected=len(invalid))

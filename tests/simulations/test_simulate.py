@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from streamanon.metrics import check_k_anonymity
+from streamanon.simulate import make_data
 
 
 def test_simulate_runs_the_pipeline_and_reports_consistently(tmp_path):
@@ -65,3 +66,8 @@ def test_unknown_profile_is_a_clear_error(tmp_path):
          "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
     assert "unknown arrival profile 'tidal'" in result.stderr and "front_loaded" in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "census-like"])
+def test_data_description_names_the_seed(kind):
+    assert make_data(kind, 200, 13, seed=31).description.endswith("seed 31")

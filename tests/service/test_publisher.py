@@ -1,0 +1,56 @@
+"""The release table and the column roles its report gives, without a broker."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamanon.config import parse_config
+from streamanon.errors import KAnonymityError
+from streamanon.publisher import build_release, release_columns
+from streamanon.store import Records
+
+ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
+K = 3
+
+
+@pytest.fixture
+def survey():
+    return parse_config({"surveys": [{"id": "s1", "k": K, "schema": {
+        "age": {"role": "quasi_identifier", "type": "int"},
+        "rid": {"role": "identifier"},
+        "answer": {"role": "confidential", "type": "int"},
+        "note": {"role": "ignore", "type": "str", "required": False},
+        "group": {"role": "label", "type": "str"},
+        "weight": {"role": "quasi_identifier", "type": "float"}}}]}, ENV).surveys[0]
+
+
+def records(n: int) -> Records:
+    rng = np.random.default_rng(0)
+    return Records(seq=np.arange(n), arrived_at=np.zeros(n), qi=rng.normal(size=(n, 2)),
+                   confidential=[{"answer": i % 5} for i in range(n)],
+                   labels=["a" if i % 2 else "b" for i in range(n)])
+
+
+def test_release_columns_give_every_field_in_schema_order_with_its_role(survey):
+    assert release_columns(survey) == [
+        {"name": "age", "role": "quasi_identifier", "treatment": "microaggregated"},
+        {"name": "rid", "role": "identifier", "treatment": "dropped"},
+        {"name": "answer", "role": "confidential", "treatment": "unchanged"},
+        {"name": "note", "role": "ignore", "treatment": "dropped"},
+        {"name": "group", "role": "label", "treatment": "unchanged"},
+        {"name": "weight", "role": "quasi_identifier", "treatment": "microaggregated"},
+    ]
+
+
+def test_the_release_holds_exactly_the_columns_not_dropped(survey):
+    frame = build_release(records(12), np.repeat(np.arange(4), 3), survey, seed=1)
+    assert sorted(frame.columns) == sorted(
+        c["name"] for c in release_columns(survey) if c["treatment"] != "dropped")
+
+
+def test_the_gate_refuses_a_cell_under_k(survey):
+    labels = np.repeat(np.arange(4), 3)
+    labels[-1] = 4  # a cell of one record, and one of two
+    with pytest.raises(KAnonymityError, match=f"not {K}-anonymous"):
+        build_release(records(12), labels, survey, seed=1)

@@ -1,0 +1,52 @@
+"""The README's two commands and the Makefile's other targets, run as the Makefile runs them:
+a renamed flag or a missing target fails here, not in front of a new user."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+from tests.conftest import REPO
+
+README = (REPO / "README.md").read_text()
+MAKEFILE = (REPO / "Makefile").read_text()
+
+
+def _make(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", "-C", str(REPO), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_readme_opens_with_the_two_commands_and_ci_runs_the_second():
+    first_block = re.search(r"```sh\n(.*?)```", README, flags=re.S).group(1)
+    commands = [line.split("#")[0].strip() for line in first_block.splitlines()]
+    assert commands == ["make demo", "make test"]
+    assert "make test" in (REPO / ".ci" / "run").read_text()
+
+
+def test_every_make_target_the_readme_names_exists():
+    targets = set(re.findall(r"^([a-z][a-z-]*):", MAKEFILE, flags=re.M))
+    named = set(re.findall(r"`make ([a-z][a-z-]*)", README))
+    assert {"demo", "test"} <= named
+    assert named <= targets, named - targets
+
+
+def test_make_test_runs_the_linter_and_the_whole_suite():
+    dry = _make("-n", "test", "STAMP=")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    assert any(line.endswith("ruff check streamanon scheduler tests simulations")
+               for line in lines)
+    assert lines[-1].endswith("python -m pytest")  # no -k, no path: every test
+
+
+def test_make_bench_runs_the_benchmark(tmp_path):
+    out = tmp_path / "bench.json"
+    result = _make("bench", f"BENCH_OUT={out}",
+                   "BENCH_ARGS=--sizes 2000,3000 --ks 5 --repeat 1 --baseline-max-n 2000")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["n"], r["k"]) for r in rows] == [(2000, 5), (3000, 5)]
+    assert rows[0]["same_partition"] is True  # the fast MDAV against the NumPy baseline
+    assert "| 2,000 | 5 |" in result.stdout and f"wrote {out}" in result.stdout
