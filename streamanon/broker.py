@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterable
 from types import TracebackType
+from typing import Any
 
 from streamanon.errors import StreamanonError
 
@@ -59,14 +60,15 @@ def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:
 
 
 def ensure_topics(bootstrap: str, names: Iterable[str] | dict[str, int],
-                  partitions: int = 4) -> None:
+                  partitions: int = 4, **client: Any) -> None:
     """Create the topics that do not exist yet (idempotent); ``names`` may map each topic to
-    its number of partitions."""
+    its number of partitions. ``client`` is passed on to the admin client (security options:
+    ``Config.kafka_options``)."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = KafkaAdminClient(**{**client, "bootstrap_servers": bootstrap})
     try:
         existing = set(admin.list_topics())
         wanted = names if isinstance(names, dict) else dict.fromkeys(names, partitions)
@@ -103,7 +105,7 @@ class EmbeddedBroker:
         )
         try:
             wait_for_kafka(self.bootstrap, self.startup_timeout)
-        except BrokerError:
+        except BaseException:  # also Ctrl-C or SIGTERM while it starts: never leave it running
             self.stop()
             raise
         if self.process.poll() is not None:

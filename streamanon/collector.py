@@ -11,7 +11,10 @@ service must sustain; batches end to end do not have that ceiling.
 
 Guarantees:
 
-- every message is either stored or dead-lettered, with a machine-readable reason;
+- every message is either stored or dead-lettered, with a machine-readable reason, whatever its
+  bytes: an error that one message provokes dead-letters that message (``unprocessable``) and
+  never reaches the loop that serves the others; a control message the service cannot take is
+  logged and skipped;
 - offsets are committed only after the store has committed the batch, so a crash loses
   nothing; a redelivered message is recognised by its partition and offset and stored at
   most once;
@@ -19,19 +22,25 @@ Guarantees:
   de-duplication; logs carry counts and reasons, never values.
 
 Dead-letter messages (topic ``<prefix>.<survey>.deadletter``) carry the original key and value
-bytes unchanged, and headers ``streamanon-reason`` (one of :data:`REASONS`),
-``streamanon-detail`` (which field and what was wrong, no values) and ``streamanon-source``
-(``topic:partition:offset``).
+bytes (a null stays null), and headers ``streamanon-reason`` (one of :data:`REASONS`),
+``streamanon-detail`` (which field and what was wrong, no values; sender-chosen field names
+escaped and bounded) and ``streamanon-source`` (``topic:partition:offset``). A value longer than
+:data:`DEAD_LETTER_VALUE_BYTES` is cut to that prefix with header ``streamanon-truncated`` (the
+original length), so that every dead letter fits the broker's 1 MiB request limit; see
+:func:`dead_letter`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 import json
 import logging
 import math
+import queue
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -57,7 +66,20 @@ REASONS = (
     "duplicate_respondent",  # respondent already stored (duplicates = "reject")
     "closed",  # sent after the survey closed
     "unknown_survey",
+    "too_large",  # longer than kafka.max_message_bytes
+    "unprocessable",  # the collector failed on it: a bug, dead-lettered instead of stopping
 )
+
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
+DEAD_LETTER_VALUE_BYTES = 512 * 1024  # room under the producer's 1 MiB for key and headers
+DEAD_LETTER_KEY_BYTES = 4 * 1024
+DETAIL_CHARS = 1024
+CONTROL_MAX_BYTES = 64 * 1024  # a control message is a few dozen bytes
+DEAD_LETTER_WAIT = 10.0  # seconds a batch's commit waits for its dead letters' acknowledgement
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # what an int column of the release holds
+# Largest quasi-identifier magnitude: standardisation sums squares, which must stay finite
+# over any number of records (one income of 1e200 made the whole release fail at close).
+QI_MAX_MAGNITUDE = 1e100
 
 
 class Message(NamedTuple):
@@ -90,6 +112,50 @@ def _reject_constant(name: str) -> float:
     raise Invalid("not_finite", f"{name} is not a finite number")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise Invalid("not_finite", "a number too large for a 64-bit float")
+    return value
+
+
+def _float_sized_int(text: str) -> int:
+    if len(text) > 400:  # beyond any double; int() of thousands of digits is slow or refused
+        raise Invalid("out_of_bounds", "an integer too large for a 64-bit number")
+    value = int(text)
+    try:
+        float(value)
+    except OverflowError:
+        raise Invalid("out_of_bounds", "an integer too large for a 64-bit number") from None
+    return value
+
+
+def _why_not_json(raw: bytes) -> Invalid:
+    """Why orjson refused ``raw``. The stdlib parser accepts NaN, Infinity, numbers that
+    overflow a double and byte-order marks: its hooks tell those apart from garbage. It
+    recurses per nesting level, so a deeply nested message is caught here, not raised."""
+    try:
+        json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float,
+                   parse_int=_float_sized_int)
+    except Invalid as exc:
+        return exc
+    except RecursionError:
+        return Invalid("invalid_json", "nested too deeply")
+    except ValueError:  # UnicodeDecodeError included
+        pass
+    if raw[:3] == b"\xef\xbb\xbf":
+        return Invalid("invalid_json", "starts with a byte-order mark")
+    return Invalid("invalid_json", "not valid JSON")
+
+
+def field_names(names: Sequence[str], shown: int = 5, width: int = 64) -> str:
+    """Sender-chosen field names, fit for a header or a log line: at most ``shown`` of them,
+    each cut to ``width`` characters and quoted with every control, format (bidi) and
+    non-ASCII character escaped, then how many more there were."""
+    text = ", ".join(json.dumps(name[:width]) for name in names[:shown])
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 @dataclass
 class Validated:
     rid_hash: bytes
@@ -99,6 +165,9 @@ class Validated:
 
 
 _NUMBER = (int, float)
+# What an identifier of each declared type may be (bool is not an int here).
+_IDENTIFIER_TYPES: dict[str | None, tuple[type, ...]] = {
+    None: (str, int), "str": (str,), "int": (int,), "float": (), "bool": ()}
 
 
 class Validator:
@@ -109,8 +178,10 @@ class Validator:
     first problem and names it.
     """
 
-    def __init__(self, survey: SurveyConfig, hmac_key: bytes) -> None:
+    def __init__(self, survey: SurveyConfig, hmac_key: bytes, *,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.survey = survey
+        self.max_message_bytes = max_message_bytes
         key = hashlib.sha256(hmac_key).digest() if len(hmac_key) > 64 else hmac_key
         key = key.ljust(64, b"\0")
         self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
@@ -118,6 +189,7 @@ class Validator:
         self.fields = survey.fields
         self.qi = survey.quasi_identifiers
         self.identifier = survey.identifier
+        self._rid_types = _IDENTIFIER_TYPES[self.fields[self.identifier].type]
         self.confidential = survey.names("confidential")
         self.label = (survey.names("label") or [None])[0]
         self.required = frozenset(n for n, spec in self.fields.items() if spec.required)
@@ -152,15 +224,18 @@ class Validator:
             for value, is_int in zip(qi, self._qi_int, strict=True):
                 kind = type(value)
                 if kind is float:
-                    if is_int or value - value != 0.0:  # inf - inf and nan - nan are nan
+                    # inf - inf and nan - nan are nan
+                    if is_int or value - value != 0.0 or abs(value) > QI_MAX_MAGNITUDE:
                         raise ValueError
-                elif kind is not int:
+                elif kind is not int or (is_int and not _INT64_MIN <= value <= _INT64_MAX):
                     raise ValueError
             for name, kinds in self._typed:
                 value = obj.get(name)
                 if value is not None and (not isinstance(value, kinds)
                                           or (kinds is _NUMBER and isinstance(value, bool))
-                                          or (kinds == (int,) and isinstance(value, bool))):
+                                          or (kinds == (int,) and (
+                                              isinstance(value, bool)
+                                              or not _INT64_MIN <= value <= _INT64_MAX))):
                     raise ValueError
             for name, lo, hi in self._bounds:
                 value = obj.get(name)
@@ -171,7 +246,7 @@ class Validator:
                 if type(value) in (dict, list) and name not in self.qi:
                     raise ValueError
             rid = obj[self.identifier]
-            if type(rid) not in (str, int) or rid == "":
+            if type(rid) not in self._rid_types or rid == "":
                 raise ValueError
         except (ValueError, TypeError):
             self._diagnose(obj)
@@ -214,7 +289,7 @@ class Validator:
                 for j, name in enumerate(self.qi):
                     qi[:, j] = [v if good else 0.0
                                 for v, good in zip(columns[name], ok, strict=True)]
-                ok &= np.isfinite(qi).all(axis=1)
+                ok &= np.isfinite(qi).all(axis=1) & (np.abs(qi) <= QI_MAX_MAGNITUDE).all(axis=1)
                 for name, lo, hi in self._bounds:
                     if name in self.qi:
                         col = qi[:, self.qi.index(name)]
@@ -245,7 +320,7 @@ class Validator:
         spec = self.fields[name]
         kinds = set(map(type, values))
         if spec.role == "identifier":
-            allowed = {str, int}
+            allowed = set(_IDENTIFIER_TYPES[spec.type])
         elif spec.role == "quasi_identifier":
             allowed = {int} if spec.type == "int" else {int, float}
         else:
@@ -260,6 +335,12 @@ class Validator:
             for j, v in enumerate(values):
                 if v == "":
                     ok[j] = False
+        if spec.type == "int" and int in kinds:
+            ints = values if len(kinds) == 1 else [v for v in values if type(v) is int]
+            if min(ints) < _INT64_MIN or max(ints) > _INT64_MAX:
+                for j, v in enumerate(values):
+                    if type(v) is int and not _INT64_MIN <= v <= _INT64_MAX:
+                        ok[j] = False
         if spec.role != "quasi_identifier" and (spec.min is not None or spec.max is not None):
             for j, v in enumerate(values):
                 if v is not None and ok[j] and ((spec.min is not None and v < spec.min)
@@ -270,20 +351,18 @@ class Validator:
                 if type(v) is float and not math.isfinite(v):
                     ok[j] = False
 
-    @staticmethod
-    def _parse(raw: bytes | None) -> dict[str, Any]:
+    def _parse(self, raw: bytes | None) -> dict[str, Any]:
+        if raw is None:
+            raise Invalid("invalid_json", "tombstone: the message value is null")
         if not raw:
             raise Invalid("invalid_json", "empty message")
+        if len(raw) > self.max_message_bytes:
+            raise Invalid("too_large", f"{len(raw)} bytes, more than kafka.max_message_bytes "
+                                       f"({self.max_message_bytes})")
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            try:  # stdlib JSON accepts NaN and Infinity: tell them apart from garbage
-                json.loads(raw, parse_constant=_reject_constant)
-            except Invalid:
-                raise
-            except (ValueError, UnicodeDecodeError):
-                pass
-            raise Invalid("invalid_json", "not valid JSON") from None
+            raise _why_not_json(raw) from None
         if not isinstance(obj, dict):
             raise Invalid("not_an_object", f"expected a JSON object, got {type(obj).__name__}")
         return obj
@@ -295,7 +374,7 @@ class Validator:
             raise Invalid("missing_field", f"missing field(s): {', '.join(sorted(missing))}")
         extra = [n for n in obj if n not in self.fields]
         if extra:
-            raise Invalid("unexpected_field", f"unexpected field(s): {', '.join(sorted(extra))}")
+            raise Invalid("unexpected_field", f"unexpected field(s): {field_names(sorted(extra))}")
         for name, value in obj.items():
             if value is not None:
                 self._check(name, value)
@@ -304,17 +383,26 @@ class Validator:
         spec = self.fields[name]
         kind = spec.type or ("float" if spec.role == "quasi_identifier" else None)
         if spec.role == "identifier":
-            if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
-                raise Invalid("wrong_type", f"{name}: expected a non-empty string or integer")
+            if type(value) not in _IDENTIFIER_TYPES[spec.type] or value == "":
+                expected = {"str": "a non-empty string", "int": "an integer"}.get(
+                    spec.type or "", "a non-empty string or integer")
+                raise Invalid("wrong_type", f"{name}: expected {expected}")
             return
         if kind == "int":
+            if type(value) is float and value.is_integer() and abs(value) >= 2.0**63:
+                raise Invalid("out_of_bounds", f"{name}: outside the 64-bit integer range")
             if isinstance(value, bool) or not isinstance(value, int):
                 raise Invalid("wrong_type", f"{name}: expected an integer")
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                raise Invalid("out_of_bounds", f"{name}: outside the 64-bit integer range")
         elif kind == "float":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise Invalid("wrong_type", f"{name}: expected a number")
             if not math.isfinite(value):
                 raise Invalid("not_finite", f"{name} is not a finite number")
+            if spec.role == "quasi_identifier" and abs(value) > QI_MAX_MAGNITUDE:
+                raise Invalid("out_of_bounds", f"{name}: beyond +-{QI_MAX_MAGNITUDE:g}, more "
+                                               "than microaggregation can compute with")
         elif kind == "str":
             if not isinstance(value, str):
                 raise Invalid("wrong_type", f"{name}: expected a string")
@@ -349,13 +437,41 @@ def check_batch(messages: Sequence[Message], validator: Validator,
             rejected.append(Rejection(msg, "closed", "sent after the survey closed"))
         else:
             open_messages.append(msg)
-    outcomes = validator.validate_batch([m.value for m in open_messages])
+    outcomes = _validate_each(validator, [m.value for m in open_messages])
     for msg, outcome in zip(open_messages, outcomes, strict=True):
         if isinstance(outcome, Invalid):
             rejected.append(Rejection(msg, outcome.reason, outcome.detail))
         else:
             candidates.append((msg, outcome))
     return rejected, candidates
+
+
+def _validate_each(validator: Validator, raws: Sequence[bytes | None]
+                   ) -> list[Validated | Invalid]:
+    """:meth:`Validator.validate_batch`; if it fails unexpectedly, each message alone, so that
+    an error one message provokes dead-letters that message (``unprocessable``), not the
+    batch. Only the exception's type is logged: its text may quote a value."""
+    try:
+        return validator.validate_batch(raws)
+    except Exception as exc:
+        log.error("survey %s: batch validation failed (%s); validating one by one",
+                  validator.survey.id, type(exc).__name__)
+    out: list[Validated | Invalid] = []
+    for raw in raws:
+        try:
+            out.append(validator.validate(raw))
+        except Invalid as exc:
+            out.append(exc)
+        except Exception as exc:
+            log.error("survey %s: a message could not be validated (%s); dead-lettered",
+                      validator.survey.id, type(exc).__name__)
+            out.append(_unprocessable(exc))
+    return out
+
+
+def _unprocessable(exc: BaseException) -> Invalid:
+    return Invalid("unprocessable", f"the collector failed on this message "
+                                    f"({type(exc).__name__}); please report it")
 
 
 def store_batch(candidates: Sequence[tuple[Message, Validated]], survey: SurveyConfig,
@@ -375,6 +491,13 @@ def store_batch(candidates: Sequence[tuple[Message, Validated]], survey: SurveyC
         if source in seen:
             result.redelivered += 1  # stored before a crash; the offset was not committed
             continue
+        try:
+            confidential = orjson.dumps(rec.confidential).decode()
+        except (TypeError, ValueError) as exc:  # validation guarantees it; a bug otherwise
+            log.error("survey %s: a record could not be serialised (%s); dead-lettered",
+                      survey.id, type(exc).__name__)
+            result.rejected.append(Rejection(msg, "unprocessable", _unprocessable(exc).detail))
+            continue
         if survey.duplicates == "reject":
             if rec.rid_hash in known:
                 result.rejected.append(Rejection(msg, "duplicate_respondent",
@@ -382,8 +505,7 @@ def store_batch(candidates: Sequence[tuple[Message, Validated]], survey: SurveyC
                 continue
             known[rec.rid_hash] = source
         rows.append(RecordRow(arrived, msg.partition, msg.offset, rec.rid_hash,
-                              rec.qi.tobytes(), orjson.dumps(rec.confidential).decode(),
-                              rec.label))
+                              rec.qi.tobytes(), confidential, rec.label))
     result.stored = store.insert_records(survey.id, rows)
     result.arrival_times = [arrived] * result.stored
     return result
@@ -419,27 +541,135 @@ def _already_stored(store: Store, survey_id: str,
 
 
 class DeadLetterSink(Protocol):
-    def send(self, topic: str, rejection: Rejection) -> None: ...
+    def send(self, topic: str, rejection: Rejection) -> concurrent.futures.Future[bool]:
+        """Queue a dead letter; never blocks. The future says whether the broker took it."""
+        ...
 
-    def flush(self) -> None: ...
+    def flush(self, timeout: float | None = None) -> bool: ...
+
+    def close(self, timeout: float = 10.0) -> None: ...
+
+
+def dead_letter(rejection: Rejection) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
+    """Key, value and headers of a rejection's dead letter: the original bytes, cut to a
+    prefix (with a header giving the original length) where they would not fit a 1 MiB
+    request, and a detail bounded to :data:`DETAIL_CHARS` printable ASCII characters. A null
+    value stays null (header ``streamanon-null``); kafka-python refuses a record whose key and
+    value are both null, so such a key is sent empty, and the header says both were null."""
+    msg = rejection.message
+    detail = rejection.detail
+    if not (detail.isascii() and detail.isprintable()):
+        detail = json.dumps(detail)[1:-1]
+    headers = [("streamanon-reason", rejection.reason.encode()),
+               ("streamanon-detail", detail[:DETAIL_CHARS].encode()),
+               ("streamanon-source", f"{msg.topic}:{msg.partition}:{msg.offset}".encode())]
+    key, value = msg.key, msg.value
+    if value is not None and len(value) > DEAD_LETTER_VALUE_BYTES:
+        headers.append(("streamanon-truncated", str(len(value)).encode()))
+        value = bytes(value[:DEAD_LETTER_VALUE_BYTES])
+    if key is not None and len(key) > DEAD_LETTER_KEY_BYTES:
+        headers.append(("streamanon-key-truncated", str(len(key)).encode()))
+        key = bytes(key[:DEAD_LETTER_KEY_BYTES])
+    if value is None:
+        headers.append(("streamanon-null", b"value" if key is not None else b"key,value"))
+        key = b"" if key is None else key
+    return key, value, headers
+
+
+@dataclass
+class _Letter:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    done: concurrent.futures.Future[bool]
+    attempt: int = 1
 
 
 class KafkaDeadLetters:
-    """Produces rejections with kafka-python: original bytes, reason in headers."""
+    """Produces rejections with kafka-python from a thread of its own.
 
-    def __init__(self, producer: Any) -> None:
+    :meth:`send` only queues: the thread hands each dead letter to the producer (whose
+    ``send`` may wait for metadata or buffer space) and checks the broker's answer. A failed
+    send is retried ``attempts`` times with exponential backoff from ``retry_backoff``
+    seconds; :attr:`sent`, :attr:`retried` and :attr:`failed` count the outcomes.
+    """
+
+    def __init__(self, producer: Any, *, attempts: int = 5, retry_backoff: float = 1.0) -> None:
         self.producer = producer
+        self.attempts = attempts
+        self.retry_backoff = retry_backoff
+        self.sent = self.retried = self.failed = 0
+        self._lock = threading.Lock()
+        self._outstanding: set[concurrent.futures.Future[bool]] = set()
+        self._queue: queue.SimpleQueue[_Letter | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._send_loop, name="dead-letters",
+                                        daemon=True)
+        self._thread.start()
 
-    def send(self, topic: str, rejection: Rejection) -> None:
-        msg = rejection.message
-        self.producer.send(topic, key=msg.key, value=msg.value or b"", headers=[
-            ("streamanon-reason", rejection.reason.encode()),
-            ("streamanon-detail", rejection.detail.encode()),
-            ("streamanon-source", f"{msg.topic}:{msg.partition}:{msg.offset}".encode()),
-        ])
+    def send(self, topic: str, rejection: Rejection) -> concurrent.futures.Future[bool]:
+        key, value, headers = dead_letter(rejection)
+        done: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        with self._lock:
+            self._outstanding.add(done)
+        done.add_done_callback(self._forget)
+        self._queue.put(_Letter(topic, key, value, headers, done))
+        return done
 
-    def flush(self) -> None:
-        self.producer.flush()
+    @property
+    def alive(self) -> bool:
+        """Whether the sending thread runs (for the health check)."""
+        return self._thread.is_alive()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every dead letter queued so far is sent or given up."""
+        with self._lock:
+            waiting = list(self._outstanding)
+        return not concurrent.futures.wait(waiting, timeout).not_done
+
+    def close(self, timeout: float = 10.0) -> None:
+        if not self.flush(timeout):
+            log.warning("%d dead letter(s) not confirmed at shutdown", len(self._outstanding))
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _forget(self, done: concurrent.futures.Future[bool]) -> None:
+        with self._lock:
+            self._outstanding.discard(done)
+
+    def _send_loop(self) -> None:
+        while (letter := self._queue.get()) is not None:
+            try:
+                future = self.producer.send(letter.topic, key=letter.key, value=letter.value,
+                                            headers=letter.headers)
+            except Exception as exc:
+                self._failed(letter, exc)
+                continue
+            future.add_callback(self._delivered, letter)
+            future.add_errback(self._failed, letter)
+
+    def _delivered(self, letter: _Letter, _metadata: Any) -> None:
+        with self._lock:
+            self.sent += 1
+        letter.done.set_result(True)
+
+    def _failed(self, letter: _Letter, exc: BaseException) -> None:
+        if letter.attempt < self.attempts:
+            with self._lock:
+                self.retried += 1
+            delay = self.retry_backoff * 2 ** (letter.attempt - 1)
+            log.warning("dead letter to %s not sent (%s); retry %d in %.1f s", letter.topic,
+                        type(exc).__name__, letter.attempt, delay)
+            letter.attempt += 1
+            timer = threading.Timer(delay, self._queue.put, (letter,))
+            timer.daemon = True
+            timer.start()
+            return
+        with self._lock:
+            self.failed += 1
+        log.error("dead letter to %s given up after %d attempt(s) (%s)", letter.topic,
+                  letter.attempt, type(exc).__name__)
+        letter.done.set_result(False)
 
 
 @dataclass
@@ -452,6 +682,7 @@ class SurveyIngest:
     received: int = 0
     stored: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
+    dead_letters_unsent: int = 0  # dead letters the broker never took (counted in rejected too)
 
 
 # -- the ingest worker process ------------------------------------------------------------------
@@ -463,7 +694,9 @@ def _worker_start(config_json: str, hmac_key: bytes) -> None:
     from streamanon.store import open_store
 
     config = Config.model_validate_json(config_json)
-    _WORKER["validators"] = {s.id: Validator(s, hmac_key) for s in config.surveys}
+    _WORKER["validators"] = {
+        s.id: Validator(s, hmac_key, max_message_bytes=config.kafka.max_message_bytes)
+        for s in config.surveys}
     _WORKER["store"] = open_store(config.store.url)
 
 
@@ -556,6 +789,7 @@ class KafkaCollector:
             await self._consumer.stop()
         if self._worker is not None:
             self._worker.shutdown(wait=True, cancel_futures=True)
+        await asyncio.get_running_loop().run_in_executor(None, self.dead_letters.close)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -571,8 +805,7 @@ class KafkaCollector:
                                 (r.timestamp or time.time() * 1000) / 1000.0) for r in records]
                 if tp.topic == self.config.control_topic:
                     for m in msgs:
-                        if self.on_control is not None:
-                            self.on_control(m.value)
+                        self._control(m)
                 elif tp.topic in self._topics:
                     work.setdefault(self._topics[tp.topic], []).extend(msgs)
                 offsets[tp] = records[-1].offset + 1
@@ -587,7 +820,7 @@ class KafkaCollector:
                 pending.append((done, offsets, {}))
             while pending and (pending[0][0].done() or len(pending) > 1):
                 future, done_offsets, done_work = pending.popleft()
-                self._finish(await future, done_work)
+                await self._finish(await future, done_work)
                 await self._commit(done_offsets)
 
     async def _commit(self, offsets: dict[Any, int]) -> None:
@@ -596,24 +829,51 @@ class KafkaCollector:
             self._positions.update(offsets)
         self.batches += 1
 
-    def _finish(self, results: list[tuple[str, int, list[tuple[int, int, str, str]], float]],
-                work: dict[str, list[Message]]) -> None:
-        """Dead-letter what the worker rejected (original bytes), update the counters."""
+    def _control(self, msg: Message) -> None:
+        """Hand a control message to the service; one it cannot take is logged and skipped."""
+        if self.on_control is None:
+            return
+        where = f"{msg.topic}:{msg.partition}:{msg.offset}"
+        if msg.value is not None and len(msg.value) > CONTROL_MAX_BYTES:
+            log.warning("control message %s skipped: %d bytes, more than %d", where,
+                        len(msg.value), CONTROL_MAX_BYTES)
+            return
+        try:
+            self.on_control(msg.value)
+        except Exception as exc:  # its text may quote the message: the type only
+            log.warning("control message %s skipped: %s", where, type(exc).__name__)
+
+    async def _finish(self, results: list[tuple[str, int, list[tuple[int, int, str, str]], float]],
+                      work: dict[str, list[Message]]) -> None:
+        """Dead-letter what the worker rejected (original bytes), update the counters, and
+        wait, without blocking the event loop, for the broker to take the dead letters before
+        the batch's offsets are committed (at most :data:`DEAD_LETTER_WAIT` s: a dead-letter
+        topic that does not answer slows ingest down but does not stop it; the sink goes on
+        retrying and counts what it gives up)."""
+        deliveries: list[tuple[SurveyIngest, concurrent.futures.Future[bool]]] = []
         for survey_id, stored, rejections, arrived in results:
             ingest = self.surveys[survey_id]
             if rejections:
                 by_position = {(m.partition, m.offset): m for m in work[survey_id]}
                 dead_topic = self.config.topic(survey_id, "deadletter")
                 for partition, offset, reason, detail in rejections:
-                    self.dead_letters.send(dead_topic, Rejection(
-                        by_position[(partition, offset)], reason, detail))
+                    deliveries.append((ingest, self.dead_letters.send(dead_topic, Rejection(
+                        by_position[(partition, offset)], reason, detail))))
                     ingest.rejected[reason] = ingest.rejected.get(reason, 0) + 1
-                self.dead_letters.flush()
                 log.info("survey %s: %d message(s) dead-lettered", survey_id, len(rejections))
             ingest.stored += stored
             ingest.received += stored + len(rejections)
             if stored:
                 self.on_stored(survey_id, [arrived] * stored)
+        if deliveries:
+            waiting = {asyncio.wrap_future(f): ingest for ingest, f in deliveries}
+            done, pending = await asyncio.wait(waiting, timeout=DEAD_LETTER_WAIT)
+            for f in done:
+                if not f.result():
+                    waiting[f].dead_letters_unsent += 1
+            if pending:
+                log.warning("%d dead letter(s) not acknowledged within %.0f s; committing, "
+                            "the sender goes on retrying", len(pending), DEAD_LETTER_WAIT)
 
     async def drain(self, survey_id: str, timeout: float = 120.0) -> None:
         """Wait until every message already in the survey's topic has been handled."""

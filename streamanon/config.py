@@ -7,6 +7,7 @@ environment or from files named there, never from the TOML file:
 
 - ``STREAMANON_HMAC_KEY`` or ``STREAMANON_HMAC_KEY_FILE``
 - ``STREAMANON_HTTP_TOKEN`` or ``STREAMANON_HTTP_TOKEN_FILE``
+- ``STREAMANON_KAFKA_SASL_PASSWORD`` or ``STREAMANON_KAFKA_SASL_PASSWORD_FILE`` (with SASL)
 
 Any other key of the sections ``kafka``, ``store``, ``output``, ``http`` and ``planner`` can be
 overridden with ``STREAMANON_<SECTION>_<KEY>``, e.g. ``STREAMANON_KAFKA_BOOTSTRAP_SERVERS``.
@@ -33,7 +34,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ROLES = ("identifier", "quasi_identifier", "confidential", "label", "ignore")
-SECRET_KEYS = {"hmac_key", "http_token", "token", "secret", "hmac_key_file", "http_token_file"}
+SECRET_KEYS = {"hmac_key", "http_token", "token", "secret", "hmac_key_file", "http_token_file",
+               "password", "sasl_password", "sasl_password_file", "sasl_plain_password"}
 _SECTIONS = ("kafka", "store", "output", "http", "planner")
 
 
@@ -109,6 +111,16 @@ class KafkaConfig(_Strict):
     group_id: str = "streamanon-collector"
     partitions: int = Field(default=4, ge=1)
     batch_max_records: int = Field(default=10_000, ge=1)
+    # A response longer than this is dead-lettered ``too_large`` unread (a prefix is kept).
+    max_message_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # Security, for every client the service and the CLI make (see ``Config.kafka_options``).
+    # The SASL password comes from STREAMANON_KAFKA_SASL_PASSWORD[_FILE], never from here.
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    ssl_cafile: Path | None = None  # CA bundle that signed the brokers' certificates
+    ssl_certfile: Path | None = None  # client certificate, for brokers that require one
+    ssl_keyfile: Path | None = None
 
 
 class StoreConfig(_Strict):
@@ -156,6 +168,30 @@ class Config(_Strict):
     surveys: list[SurveyConfig] = Field(min_length=1)
     hmac_key: bytes = Field(default=b"", exclude=True, repr=False)
     http_token: str = Field(default="", exclude=True, repr=False)
+    kafka_sasl_password: str = Field(default="", exclude=True, repr=False)
+
+    def kafka_options(self) -> dict[str, Any]:
+        """Connection keyword arguments for every Kafka client, kafka-python's and aiokafka's
+        alike (both take these names): brokers, security protocol, a TLS context built from
+        ``kafka.ssl_*`` (system CAs when no CA file is given) and the SASL credentials."""
+        kafka = self.kafka
+        options: dict[str, Any] = {"bootstrap_servers": kafka.bootstrap_servers,
+                                   "security_protocol": kafka.security_protocol}
+        if kafka.security_protocol in ("SSL", "SASL_SSL"):
+            import ssl
+
+            context = ssl.create_default_context(
+                cafile=None if kafka.ssl_cafile is None else str(kafka.ssl_cafile))
+            if kafka.ssl_certfile is not None:
+                context.load_cert_chain(str(kafka.ssl_certfile),
+                                        None if kafka.ssl_keyfile is None
+                                        else str(kafka.ssl_keyfile))
+            options["ssl_context"] = context
+        if kafka.security_protocol.startswith("SASL_"):
+            options.update(sasl_mechanism=kafka.sasl_mechanism,
+                           sasl_plain_username=kafka.sasl_username,
+                           sasl_plain_password=self.kafka_sasl_password)
+        return options
 
     def survey(self, survey_id: str) -> SurveyConfig:
         for s in self.surveys:
@@ -250,6 +286,7 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
         problems.append("STREAMANON_HMAC_KEY: too short, use at least 16 characters")
     if require_secrets and not http_token:
         problems.append("STREAMANON_HTTP_TOKEN: not set (needed by the control endpoints)")
+    sasl_password = _read_secret(env, "KAFKA_SASL_PASSWORD", problems)
     config = None
     try:
         config = Config.model_validate(raw)
@@ -257,6 +294,7 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
         for err in exc.errors():
             problems.append(f"{_location(err['loc'], raw)}: {err['msg']}")
     if config is not None:
+        problems += _kafka_security_problems(config.kafka, sasl_password, require_secrets)
         engines = {e.name: e for e in available_engines()}
         stages = {s.name for s in available_stages()}
         seen: set[str] = set()
@@ -296,14 +334,56 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
                         problems.append(f"{key}.required: quasi-identifiers are required")
                 if (spec.min is not None and spec.max is not None and spec.min > spec.max):
                     problems.append(f"{key}: min is larger than max")
-                if (spec.min is not None or spec.max is not None) and spec.type in ("str", "bool"):
-                    problems.append(f"{key}: bounds need a numeric type")
+                if spec.role in ("confidential", "label") and spec.type is None:
+                    # The release publishes these columns as they are: an untyped one could
+                    # mix strings and numbers, which the Parquet writer refuses at close.
+                    problems.append(f"{key}: a {spec.role} field needs a type "
+                                    "(int, float, str or bool)")
+                if spec.role == "identifier" and spec.type not in (None, "str", "int"):
+                    problems.append(f"{key}.type: an identifier is str or int")
+                if ((spec.min is not None or spec.max is not None)
+                        and spec.type not in ("int", "float")
+                        and not (spec.type is None and spec.role == "quasi_identifier")):
+                    problems.append(f"{key}: bounds need a numeric type (int or float)")
                 if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name):
                     problems.append(f"{key}: field names must be identifiers")
     if problems:
         raise ConfigError(problems, source)
     assert config is not None
-    return config.model_copy(update={"hmac_key": hmac_key.encode(), "http_token": http_token})
+    return config.model_copy(update={"hmac_key": hmac_key.encode(), "http_token": http_token,
+                                     "kafka_sasl_password": sasl_password})
+
+
+def _kafka_security_problems(kafka: KafkaConfig, sasl_password: str,
+                             require_secrets: bool) -> list[str]:
+    problems = []
+    sasl = kafka.security_protocol.startswith("SASL_")
+    tls = kafka.security_protocol in ("SSL", "SASL_SSL")
+    if sasl:
+        if kafka.sasl_mechanism is None:
+            problems.append(f"kafka.sasl_mechanism: {kafka.security_protocol} needs one "
+                            "(PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
+        if not kafka.sasl_username:
+            problems.append(f"kafka.sasl_username: {kafka.security_protocol} needs one")
+        if require_secrets and not sasl_password:
+            problems.append(f"STREAMANON_KAFKA_SASL_PASSWORD: not set (kafka.security_protocol "
+                            f"is {kafka.security_protocol})")
+    else:
+        for key in ("sasl_mechanism", "sasl_username"):
+            if getattr(kafka, key) is not None:
+                problems.append(f"kafka.{key}: only used with security_protocol SASL_PLAINTEXT "
+                                "or SASL_SSL")
+    for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        path = getattr(kafka, key)
+        if path is None:
+            continue
+        if not tls:
+            problems.append(f"kafka.{key}: only used with security_protocol SSL or SASL_SSL")
+        elif not path.is_file():
+            problems.append(f"kafka.{key}: no such file {path}")
+    if kafka.ssl_keyfile is not None and kafka.ssl_certfile is None:
+        problems.append("kafka.ssl_keyfile: goes with kafka.ssl_certfile")
+    return problems
 
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None, *,

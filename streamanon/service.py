@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import math
 import secrets
@@ -53,6 +52,15 @@ from scheduler.jobs import Planner
 from scheduler.planner import Plan, plan_deadline, plan_optimal
 from streamanon.collector import KafkaCollector, KafkaDeadLetters, SurveyIngest, Validator
 from streamanon.config import Config, SurveyConfig
+from streamanon.control import ControlRejected, ControlVerifier
+from streamanon.errors import describe_error, withheld
+from streamanon.health import (
+    PartHealth,
+    collector_health,
+    pool_health,
+    producer_health,
+    store_health,
+)
 from streamanon.metrics import distortion, fit_standardisation
 from streamanon.processes import worker_pool
 from streamanon.publisher import (
@@ -214,6 +222,7 @@ class Service:
         self.config = config
         self.store = store or open_store(config.store.url)
         self.cost_models = CostModelStore(config.planner.cost_models)
+        self.control_verifier = ControlVerifier(config.http_token)
         self._lock = threading.Lock()
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="store")
         self._pool = compute_pool or worker_pool(compute_workers)
@@ -397,25 +406,19 @@ class Service:
             rt.history.add(time.time(), rt.ingest.stored)
 
     def _on_control(self, raw: bytes | None) -> None:
-        """``{"command": "close" | "start_base", "survey": ID, "token": TOKEN}``."""
+        """A signed control message (:mod:`streamanon.control`): close or start the base run."""
         try:
-            msg = json.loads(raw or b"")
-            command, sid, token = msg["command"], msg["survey"], str(msg.get("token", ""))
-        except (ValueError, KeyError, TypeError):
-            log.warning("control message ignored: not {command, survey, token} JSON")
-            return
-        if not hmac.compare_digest(token.encode(), self.config.http_token.encode()):
-            log.warning("control message ignored: bad token")
+            command, sid = self.control_verifier.verify(raw)
+        except ControlRejected as exc:
+            log.warning("control message ignored: %s", exc.reason)
             return
         if sid not in self.surveys:
             log.warning("control message ignored: unknown survey")
             return
         if command == "close":
             self._background(self.close(sid))
-        elif command == "start_base":
-            self._background(self.start_base(sid, None))
         else:
-            log.warning("control message ignored: unknown command")
+            self._background(self.start_base(sid, None))
 
     # -- base run ------------------------------------------------------------------------------
     async def _planned_base(self, sid: str, plan: Plan) -> None:
@@ -484,8 +487,10 @@ class Service:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.exception("survey %s: base run failed; one-shot at close", sid)
-            await self._in_store(self.store.set_error, sid, f"base run failed: {exc}")
+            log.error("survey %s: base run failed (%s); one-shot at close", sid,
+                      describe_error(exc), exc_info=withheld(exc))
+            await self._in_store(self.store.set_error, sid,
+                                 f"base run failed: {describe_error(exc)}")
             with contextlib.suppress(StoreError):
                 await self._in_store(self.store.transition, sid, OPEN, "base run failed")
         finally:
@@ -529,8 +534,9 @@ class Service:
                 await self._in_store(self.store.transition, sid, CLOSING, "closing")
             await self._release(sid)
         except Exception as exc:
-            log.exception("survey %s: close failed", sid)
-            await self._in_store(self.store.set_error, sid, f"close failed: {exc}")
+            log.error("survey %s: close failed (%s)", sid, describe_error(exc),
+                      exc_info=withheld(exc))
+            await self._in_store(self.store.set_error, sid, f"close failed: {describe_error(exc)}")
         finally:
             rt.close_task = None if not rt.closed_event.is_set() else rt.close_task
 
@@ -626,7 +632,9 @@ class Service:
     # -- status --------------------------------------------------------------------------------
     async def status(self) -> dict[str, Any]:
         """What the dashboard, ``/api/status`` and ``/metrics`` show: states, counts, plans,
-        timings. Counts and times only, never a data value."""
+        timings, the health of each part. Counts and times only, never a data value."""
+        health = {name: {"ok": part.ok, "detail": part.detail}
+                  for name, part in (await self.health()).items()}
         now = time.time()
         out = []
         for sid, rt in self.surveys.items():
@@ -675,7 +683,20 @@ class Service:
                         "one_shot_estimate_seconds", "predicted_seconds_after_close",
                         "base_seconds", "incremental_seconds", "released_at")}},
             })
-        return {"surveys": out, "started_at": self.started_at, "now": now}
+        return {"surveys": out, "health": health, "started_at": self.started_at, "now": now}
+
+    async def health(self) -> dict[str, PartHealth]:
+        """Each part's health (``streamanon.health``): collector, compute, store, publisher.
+        A part found down is logged and counted once per outage."""
+        ping = (self._in_store(self.store.survey_state, next(iter(self.surveys)))
+                if self.surveys else asyncio.sleep(0))
+        parts = {"collector": collector_health(self.collector, self.producer),
+                 "compute": pool_health(self._pool, "compute process"),
+                 "store": await store_health(ping),
+                 "publisher": producer_health(self.release_producer)}
+        for name in self.telemetry.observe_health(parts):
+            log.error("%s is down: %s (/healthz answers 503)", name, parts[name].detail)
+        return parts
 
     def _forecast_points(self, rt: SurveyRuntime, now: float,
                          close_at: float | None) -> list[tuple[float, float]]:

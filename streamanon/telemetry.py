@@ -3,8 +3,11 @@
 Counters and gauges are read from the service's state when Prometheus scrapes (a custom
 collector over :meth:`Service.status`-like snapshots), so no code path can forget to update
 them; the stage timings and the distortion of each release are histograms observed when a
-release is published. Labels are bounded sets only: the survey id (from the configuration),
-the dead-letter reason (a fixed vocabulary), the survey state and the engine name.
+release is published. The health of the service's parts (``streamanon.health``) is recorded
+at each health check (``/healthz``, ``/metrics``, the watchdog's checks): whether each part is
+up, and how many times it was found down. Labels are bounded sets only: the survey id (from the
+configuration), the dead-letter reason (a fixed vocabulary), the survey state, the engine name
+and the part (``streamanon.health.PARTS``).
 
 :data:`METRICS` is the catalogue: every exported name with its type and help. The Grafana
 dashboard in ``deploy/grafana/`` may only use names from it (a test checks).
@@ -12,12 +15,13 @@ dashboard in ``deploy/grafana/`` may only use names from it (a test checks).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from streamanon.health import PARTS, PartHealth
 from streamanon.store import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -52,7 +56,15 @@ METRICS: dict[str, tuple[str, str]] = {
     "streamanon_publish_seconds": ("histogram", "Time to publish a release to Kafka"),
     "streamanon_close_to_release_seconds": ("histogram", "From close to the published release"),
     "streamanon_release_distortion": ("histogram", "Distortion D = SSE/SST of each release"),
+    "streamanon_component_up": ("gauge", "1 while the part (collector, compute, store, "
+                                "publisher) is healthy, 0 once it was found down"),
+    "streamanon_component_failures": ("counter", "Times the part was found down (the service "
+                                      "does not restart a part: /healthz and the systemd "
+                                      "watchdog get the service restarted)"),
 }
+
+#: Metrics of the service's own parts (label ``component``, no survey).
+SERVICE_WIDE = frozenset({"streamanon_component_up", "streamanon_component_failures"})
 
 _SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
                     7200, 14400)
@@ -79,6 +91,9 @@ class Telemetry:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self._state = _StateCollector()
+        self.parts_up: dict[str, bool] = dict.fromkeys(PARTS, True)
+        self.part_failures: dict[str, int] = dict.fromkeys(PARTS, 0)
+        self._state.parts = (self.parts_up, self.part_failures)
         self.registry.register(self._state)
         self.histograms = {
             name: Histogram(name, METRICS[name][1], ["survey"], registry=self.registry,
@@ -97,6 +112,17 @@ class Telemetry:
             if isinstance(value, (int, float)) and value >= 0:
                 self.histograms[name].labels(survey).observe(float(value))
 
+    def observe_health(self, parts: Mapping[str, PartHealth]) -> list[str]:
+        """Record a health check; returns the parts that have just gone down (each outage is
+        counted once, however often it is seen)."""
+        went_down = [name for name, part in parts.items()
+                     if not part.ok and self.parts_up.get(name, True)]
+        for name, part in parts.items():
+            self.parts_up[name] = part.ok
+        for name in went_down:
+            self.part_failures[name] = self.part_failures.get(name, 0) + 1
+        return went_down
+
     def exposition(self, surveys: list[dict[str, Any]]) -> bytes:
         """The text exposition, with counters and gauges from ``surveys`` (the ``surveys``
         list of :meth:`Service.status`)."""
@@ -112,6 +138,7 @@ class _StateCollector:
 
     def __init__(self) -> None:
         self.current: list[dict[str, Any]] = []
+        self.parts: tuple[dict[str, bool], dict[str, int]] = ({}, {})
 
     def describe(self) -> Iterable[Metric]:
         return []  # computed at collect time; names are in METRICS
@@ -159,5 +186,11 @@ class _StateCollector:
                 engine, a, b = s["cost_model"]
                 cost_a.add_metric([sid, engine], a)
                 cost_b.add_metric([sid, engine], b)
+        up = gauge("streamanon_component_up", ["component"])
+        failures = counter("streamanon_component_failures", ["component"])
+        parts_up, part_failures = self.parts
+        for name in sorted(parts_up):
+            up.add_metric([name], 1.0 if parts_up[name] else 0.0)
+            failures.add_metric([name], part_failures.get(name, 0))
         yield from (received, stored, dead, releases, state, records, pace, coefficient, nu,
-                    base_at, close_at, deadline, cost_a, cost_b)
+                    base_at, close_at, deadline, cost_a, cost_b, up, failures)

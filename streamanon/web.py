@@ -1,13 +1,18 @@
 """HTTP interface of the service: status for people and tools, control with a bearer token.
 
 - ``GET /``: the dashboard (static HTML, CSS and JS shipped in ``streamanon/static``).
-- ``GET /healthz``: ``ok``.
-- ``GET /api/status``: JSON of every survey's state, counts, plan and release summary.
+- ``GET /healthz``: 200 ``ok`` while every part of the service (collector, compute process,
+  store, publisher) works; 503 ``unhealthy: PART, ...`` and one line per failing part
+  otherwise (``streamanon.health``).
+- ``GET /api/status``: JSON of every survey's state, counts, plan and release summary, and
+  the health of each part (``health``).
 - ``GET /metrics``: Prometheus metrics (``streamanon.telemetry``).
 - ``POST /api/surveys/{id}/close``: close now (``Authorization: Bearer TOKEN``).
 - ``POST /api/surveys/{id}/base``: take the base snapshot and start the base run now (token).
 
 Binds to loopback by default (``http.bind``). Responses never contain survey data.
+:func:`start_http` also runs the :class:`~streamanon.health.HealthMonitor`, which feeds the
+systemd watchdog while the service is healthy, for as long as the HTTP server runs.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from streamanon.health import HealthMonitor, summary
 from streamanon.store import OPEN
 from streamanon.telemetry import CONTENT_TYPE
 
@@ -59,7 +65,9 @@ def make_app(service: Any) -> web.Application:
     app = web.Application()
 
     async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+        ok, text = summary(await service.health())
+        return web.Response(text=text, status=200 if ok else 503,
+                            headers={"Cache-Control": "no-store"})
 
     async def status(request: web.Request) -> web.Response:
         return web.json_response(await service.status(),
@@ -110,7 +118,17 @@ def make_app(service: Any) -> web.Application:
 
 
 async def start_http(service: Any, host: str, port: int) -> web.AppRunner:
-    runner = web.AppRunner(make_app(service), access_log=None)
+    """Serve :func:`make_app` on ``host:port`` and start the health monitor (``READY=1`` to
+    systemd); ``runner.cleanup()`` stops both (``STOPPING=1``)."""
+    app = make_app(service)
+    monitor = HealthMonitor(service.health)
+
+    async def stop_monitor(app: web.Application) -> None:
+        await monitor.stop()
+
+    app.on_cleanup.append(stop_monitor)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
+    monitor.start()
     return runner

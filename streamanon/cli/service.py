@@ -38,17 +38,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     cl = sub.add_parser(
         "close",
-        help="close a survey now (asks the running service over HTTP)",
+        help="close a survey now (asks the running service over HTTP or Kafka)",
         description=(
             "POST /api/surveys/SURVEY/close to the running service, with the bearer token "
-            "from STREAMANON_HTTP_TOKEN[_FILE]. The service stops accepting records, finishes "
-            "the base run if one is running, and publishes the release."
+            "from STREAMANON_HTTP_TOKEN[_FILE]; or, with --via-kafka, send a control message "
+            "signed with that token (HMAC, never the token itself) to the configuration's "
+            "<prefix>.control topic, for when the HTTP port is not reachable. The service "
+            "stops accepting records, finishes the base run if one is running, and publishes "
+            "the release."
         ),
     )
     cl.add_argument("survey", metavar="SURVEY")
     group = cl.add_mutually_exclusive_group(required=True)
-    group.add_argument("--config", metavar="FILE", help="take the service address from here")
+    group.add_argument("--config", metavar="FILE",
+                       help="take the service address (or, with --via-kafka, the brokers and "
+                            "topic prefix) from here")
     group.add_argument("--url", help="service address, e.g. http://127.0.0.1:8080")
+    cl.add_argument("--via-kafka", action="store_true",
+                    help="send a signed control message over Kafka instead (needs --config)")
     cl.set_defaults(handler=cmd_close)
 
     de = sub.add_parser(
@@ -95,7 +102,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "broker",
         help="run the embedded Kafka-compatible broker for local use",
         description="Start Tansu (in-memory) on a loopback port and print the bootstrap "
-                    "address; stop with Ctrl-C.",
+                    "address; stop with Ctrl-C, SIGTERM or SIGHUP (each stops the broker "
+                    "too).",
     )
     br.add_argument("--port", type=int, default=None, help="port (default: a free one)")
     br.set_defaults(handler=cmd_broker)
@@ -142,7 +150,36 @@ def _token() -> str:
     return token
 
 
+def _close_via_kafka(args: argparse.Namespace) -> int:
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    from streamanon.config import load_config
+    from streamanon.control import sign
+
+    if not args.config:
+        raise StreamanonError("--via-kafka needs --config (brokers and topic prefix)")
+    config = load_config(args.config, require_secrets=False)
+    if config.kafka.security_protocol.startswith("SASL_") and not config.kafka_sasl_password:
+        raise StreamanonError("set STREAMANON_KAFKA_SASL_PASSWORD or "
+                              "STREAMANON_KAFKA_SASL_PASSWORD_FILE (kafka.security_protocol is "
+                              f"{config.kafka.security_protocol})")
+    topic = config.control_topic
+    try:
+        producer = KafkaProducer(**config.kafka_options())
+        producer.send(topic, value=sign("close", args.survey, _token())).get(timeout=30)
+        producer.close()
+    except KafkaError as exc:
+        raise StreamanonError(f"cannot send the control message to {topic}: "
+                              f"{type(exc).__name__}") from None
+    print(f"survey {args.survey}: close requested on {topic} (signed control message); the "
+          "release follows")
+    return 0
+
+
 def cmd_close(args: argparse.Namespace) -> int:
+    if args.via_kafka:
+        return _close_via_kafka(args)
     if args.config:
         from streamanon.config import load_config
 
@@ -182,11 +219,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_broker(args: argparse.Namespace) -> int:
+    import signal
     import time
 
     from streamanon.broker import EmbeddedBroker
 
+    # Tansu runs in its own session (a Ctrl-C in the terminal reaches this process only), so
+    # this process stops it: on SIGTERM (a supervisor, `kill`, `timeout`) and SIGHUP (the
+    # terminal closed) as on Ctrl-C, instead of dying and leaving it running.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     with EmbeddedBroker(port=args.port) as broker:
         print(f"embedded broker (Tansu, in-memory) at {broker.bootstrap}; Ctrl-C stops it",
               flush=True)

@@ -7,18 +7,21 @@ against each other and against the service: the metric catalogue, the configurat
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
 import shlex
 import shutil
 import subprocess
+import sys
+import threading
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
 
 from streamanon.config import load_config
-from streamanon.telemetry import METRICS, exported_names
+from streamanon.telemetry import METRICS, SERVICE_WIDE, exported_names
 
 try:
     import yaml
@@ -78,6 +81,10 @@ def _expressions(dashboard: dict[str, Any]) -> list[str]:
 
 def _dashboard_metrics(dashboard: dict[str, Any]) -> set[str]:
     return {name for expr in _expressions(dashboard) for name in METRIC_NAME.findall(expr)}
+
+
+def _service_wide_names() -> set[str]:
+    return {name + suffix for name in SERVICE_WIDE for suffix in ("", "_total", "_created")}
 
 
 def _systemd_unit(path: Path) -> dict[str, dict[str, list[str]]]:
@@ -239,6 +246,58 @@ def test_dockerfile_runs_the_service_as_a_non_root_user():
         assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
 
 
+def _healthcheck(dockerfile: Path) -> tuple[dict[str, str], list[str]]:
+    """The HEALTHCHECK's options and its exec-form command."""
+    arguments = dict(_dockerfile(dockerfile))["HEALTHCHECK"]
+    options, _, command = arguments.partition("CMD ")
+    return (dict(option.lstrip("-").split("=", 1) for option in options.split()),
+            json.loads(command))
+
+
+class _Healthz(http.server.BaseHTTPRequestHandler):
+    answer = (200, "ok\n")
+
+    def do_GET(self) -> None:
+        code, body = self.answer if self.path == "/healthz" else (404, "")
+        self.send_response(code)
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("answer", [(200, "ok\n"), (503, "unhealthy: compute\ncompute: the "
+                                                          "compute process exited\n"), None])
+def test_dockerfile_healthcheck_passes_only_on_healthz_200_and_shows_the_answer(answer):
+    options, command = _healthcheck(DEPLOY / "Dockerfile")
+    assert command[0] == "python" and "/healthz" in " ".join(command)
+    assert {"interval", "timeout", "start-period", "retries"} <= set(options)
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Healthz)
+    port = server.server_address[1]
+    if answer is None:
+        server.server_close()  # nothing listens: the check must fail, not hang
+    else:
+        _Healthz.answer = answer
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True,
+                                timeout=int(options["timeout"].rstrip("s")),
+                                env={"STREAMANON_HTTP_BIND": f"0.0.0.0:{port}"})
+    finally:
+        if answer is not None:
+            server.shutdown()
+            server.server_close()
+    # Docker: 0 healthy, 1 unhealthy (2 is reserved); the output goes to `docker inspect`.
+    if answer is not None and answer[0] == 200:
+        assert (result.returncode, result.stdout) == (0, "ok\n"), result.stderr
+    else:
+        assert result.returncode == 1, result.stderr
+        if answer is not None:
+            assert answer[1].strip() in result.stdout + result.stderr
+            assert "Traceback" not in result.stderr
+
+
 # --- Prometheus ----------------------------------------------------------------------------
 
 
@@ -294,6 +353,8 @@ def test_dashboard_reads_the_provisioned_datasource_and_filters_by_survey(dashbo
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
             assert target["datasource"]["uid"] == uid, panel["title"]
+            if set(METRIC_NAME.findall(target["expr"])) <= _service_wide_names():
+                continue  # the service's own parts: no survey label
             assert '{survey=~"$survey"}' in target["expr"], (panel["title"], target["expr"])
     survey = next(v for v in dashboard["templating"]["list"] if v["name"] == "survey")
     assert survey["datasource"]["uid"] == uid
@@ -374,3 +435,17 @@ def test_systemd_unit_takes_secrets_from_credentials_only():
     assert env["STREAMANON_DATA_DIR"] == "%S/streamanon"
     assert "STREAMANON_HMAC_KEY" not in env and "STREAMANON_HTTP_TOKEN" not in env
     assert "EnvironmentFile" not in service
+
+
+def test_systemd_unit_is_a_notify_service_with_a_watchdog():
+    service = _systemd_unit(DEPLOY / "streamanon.service")["Service"]
+    assert service["Type"][-1] == "notify"  # READY=1 once the service and its HTTP run
+    assert service.get("NotifyAccess", ["main"])[-1] == "main"
+    watchdog = service["WatchdogSec"][-1]
+    assert re.fullmatch(r"\d+s", watchdog), watchdog
+    # fed every 5 s while every part is healthy; a store check may take 3 s
+    assert 30 <= int(watchdog[:-1]) <= 300
+    assert service["Restart"][-1] == "on-failure"  # a watchdog timeout counts as a failure
+    # the first start calibrates the cost models and compiles the kernels before READY=1
+    timeout = service["TimeoutStartSec"][-1]
+    assert timeout.endswith("min") and int(timeout[:-3]) >= 5, timeout

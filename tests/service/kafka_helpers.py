@@ -9,8 +9,10 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 
-def produce(bootstrap: str, topic: str, messages: list[tuple[bytes | None, bytes]]) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+def produce(bootstrap: str, topic: str, messages: list[tuple[bytes | None, bytes]],
+            **client: Any) -> None:
+    """``client``: more KafkaProducer options (e.g. ``security_protocol``, ``ssl_context``)."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **client)
     for key, value in messages:
         producer.send(topic, key=key, value=value)
     producer.flush()
@@ -18,11 +20,11 @@ def produce(bootstrap: str, topic: str, messages: list[tuple[bytes | None, bytes
 
 
 def read_topic(bootstrap: str, topic: str, *, until: Any = None, expected: int | None = None,
-               timeout: float = 60) -> list[Any]:
+               timeout: float = 60, **client: Any) -> list[Any]:
     """Every message of ``topic`` from the beginning, until ``until(messages)`` is true or
-    ``expected`` messages were read."""
+    ``expected`` messages were read; ``client``: more KafkaConsumer options."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             consumer_timeout_ms=1000)
+                             consumer_timeout_ms=1000, **client)
     deadline = time.monotonic() + timeout
     parts: set[int] = set()
     while not parts and time.monotonic() < deadline:

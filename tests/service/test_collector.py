@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import orjson
 import pytest
 
 from streamanon.collector import Invalid, Message, Validator, process_batch
@@ -163,3 +164,189 @@ def test_pseudonym_is_standard_hmac_sha256_truncated():
         for rid in ("R1", "é-ü", "12345"):
             expected = hmac.new(key, rid.encode(), hashlib.sha256).digest()[:16]
             assert validator.pseudonym(rid) == expected
+
+
+# -- every message gets an answer (issue 13) ------------------------------------------------
+
+
+def outcome_both_ways(validator, raw, good=None):
+    """The reason (None: valid) from ``validate`` and from ``validate_batch``, where ``raw``
+    sits between two valid responses (``good(rid)``) that take the column-wise path."""
+    good = good or (lambda rid: body(rid=rid, note="x"))
+    try:
+        validator.validate(raw)
+        one = None
+    except Invalid as exc:
+        one = exc.reason
+    batch = validator.validate_batch([good("A"), raw, good("B")])
+    assert not isinstance(batch[0], Invalid) and not isinstance(batch[2], Invalid)
+    return one, batch[1].reason if isinstance(batch[1], Invalid) else None
+
+
+DEEP = b"[" * 5000 + b"]" * 5000
+
+
+@pytest.mark.parametrize("raw", [
+    DEEP,
+    body(note="DEEP").replace(b'"DEEP"', DEEP),
+    b'{"a": ' * 5000 + b"1" + b"}" * 5000,
+    body(income=1.0).replace(b"1.0", b"NaN, " + b'"x": [' * 3000),  # deep and broken
+], ids=["arrays", "in-a-field", "objects", "broken"])
+def test_deeply_nested_json_is_dead_lettered_not_raised(raw):
+    _, validator = make()
+    one, batch = outcome_both_ways(validator, raw)
+    assert one in ("invalid_json", "wrong_type", "not_finite") and batch == one
+
+
+def test_an_unexpected_error_for_one_message_dead_letters_only_that_message(tmp_path,
+                                                                             monkeypatch):
+    from streamanon.collector import REASONS
+
+    _, validator = make()
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store.ensure_survey("s")
+    real = Validator._validated
+
+    def flaky(self, obj):
+        if obj.get("rid") == "BOOM":
+            raise RuntimeError("a bug that quotes the value BOOM")
+        return real(self, obj)
+
+    monkeypatch.setattr(Validator, "_validated", flaky)
+    batch = msgs([body(rid="A"), body(rid="BOOM"), body(rid="B", note="x")])
+    result = process_batch(batch, validator, store, closed_at=None)
+    assert result.stored == 2
+    assert [(r.message.offset, r.reason) for r in result.rejected] == [(1, "unprocessable")]
+    assert "unprocessable" in REASONS
+    assert "BOOM" not in result.rejected[0].detail  # the exception text may carry values
+
+
+def test_a_record_that_cannot_be_stored_is_dead_lettered_not_raised(tmp_path, monkeypatch):
+    _, validator = make()
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store.ensure_survey("s")
+    real = Validator._validated
+
+    def unserialisable(self, obj):
+        rec = real(self, obj)
+        if obj["rid"] == "BAD":
+            rec.confidential = {"vote": object()}
+        return rec
+
+    monkeypatch.setattr(Validator, "_validated", unserialisable)
+    result = process_batch(msgs([body(rid="A"), body(rid="BAD"), body(rid="B")]), validator,
+                           store, closed_at=None)
+    assert result.stored == 2 and store.count("s") == 2
+    assert [(r.message.offset, r.reason) for r in result.rejected] == [(1, "unprocessable")]
+
+
+def typed_identifier(kind):
+    schema = {**SCHEMA, "rid": {"role": "identifier", "type": kind}}
+    cfg = parse_config({"surveys": [{"id": "s", "k": 3, "schema": schema}]}, ENV)
+    return Validator(cfg.surveys[0], cfg.hmac_key)
+
+
+def test_identifier_of_the_declared_type_only():
+    as_str = typed_identifier("str")
+    assert outcome_both_ways(as_str, body(rid=18)) == ("wrong_type", "wrong_type")
+    assert outcome_both_ways(as_str, body(rid="18")) == (None, None)
+    as_int = typed_identifier("int")
+    good = lambda rid: body(rid=ord(rid), note="x")  # noqa: E731
+    assert outcome_both_ways(as_int, body(rid="R1"), good) == ("wrong_type", "wrong_type")
+    assert outcome_both_ways(as_int, body(rid=18), good) == (None, None)
+    assert outcome_both_ways(as_int, body(rid=True), good) == ("wrong_type", "wrong_type")
+
+
+def wide():
+    schema = {**SCHEMA, "rooms": {"role": "quasi_identifier", "type": "int"},
+              "count": {"role": "confidential", "type": "int", "required": False},
+              "share": {"role": "confidential", "type": "float", "required": False}}
+    cfg = parse_config({"surveys": [{"id": "s", "k": 3, "schema": schema}]}, ENV)
+    return Validator(cfg.surveys[0], cfg.hmac_key)
+
+
+def wide_body(field, literal, rid="R1"):
+    b = {"rid": rid, "age": 40, "income": 1000.5, "vote": "yes", "group": "a", "note": "x",
+         "rooms": 3, "count": 1, "share": 0.5}
+    return json.dumps({**b, field: "PLACEHOLDER"}).encode().replace(b'"PLACEHOLDER"',
+                                                                    literal.encode())
+
+
+@pytest.mark.parametrize("field,literal,reason", [
+    ("income", "1e999", "not_finite"),
+    ("income", "-1e999", "not_finite"),
+    ("share", "1e999", "not_finite"),
+    ("note", "1E400", "not_finite"),
+    ("income", "9" * 400, "out_of_bounds"),
+    ("share", "-" + "9" * 400, "out_of_bounds"),
+    ("note", "9" * 5000, "out_of_bounds"),
+    ("count", str(2**63), "out_of_bounds"),
+    ("count", str(-(2**63) - 1), "out_of_bounds"),
+    ("count", str(2**64 - 1), "out_of_bounds"),  # orjson: still an int
+    ("count", str(2**64), "out_of_bounds"),  # orjson: a float
+    ("count", "1e19", "out_of_bounds"),
+    ("rooms", str(2**63), "out_of_bounds"),
+    ("rooms", str(2**70), "out_of_bounds"),
+    ("count", str(2**63 - 1), None),
+    ("count", str(-(2**63)), None),
+    ("share", str(2**64), None),  # a float field holds it
+    # a quasi-identifier's square must stay finite, or standardisation yields inf and the
+    # release fails at close (one income of 1e200 blocks it)
+    ("income", "1e200", "out_of_bounds"),
+    ("income", "1" + "0" * 120, "out_of_bounds"),
+    ("income", "1e100", None),
+    ("share", "1e200", None),  # published unchanged: no arithmetic on it
+])
+def test_overflowing_numbers_get_their_own_reason(field, literal, reason):
+    validator = wide()
+    good = lambda rid: wide_body("count", "7", rid)  # noqa: E731
+    assert outcome_both_ways(validator, wide_body(field, literal), good) == (reason, reason)
+
+
+def test_tombstones_and_empty_messages_say_so():
+    _, validator = make()
+    for raw, word in ((None, "tombstone"), (b"", "empty")):
+        with pytest.raises(Invalid) as exc:
+            validator.validate(raw)
+        assert exc.value.reason == "invalid_json" and word in exc.value.detail
+        [got] = validator.validate_batch([raw])
+        assert got.reason == "invalid_json" and word in got.detail
+
+
+def test_detail_escapes_and_bounds_sender_field_names():
+    _, validator = make()
+    hostile = ["\u202egnp.exe", "x" * 10_000, "tab\there", "nul\x00", "\u2066z\u2069"]
+    for names, more in ((hostile, None), (hostile + [f"extra{i}" for i in range(60_000)],
+                                          "and 60000 more")):
+        raw = orjson.dumps({**json.loads(body()), **dict.fromkeys(names, 1)})
+        for outcome in (validator.validate_batch([raw])[0], _raised(validator, raw)):
+            assert outcome.reason == "unexpected_field"
+            detail = outcome.detail
+            assert len(detail) <= 1024
+            assert detail.isascii() and detail.isprintable(), detail
+            if more is None:  # each name escaped and cut to 64 characters
+                assert "x" * 64 in detail and "x" * 65 not in detail
+                assert "\\u202e" in detail and "\\u0000" in detail and "\\t" in detail
+            else:  # five names shown, then how many more
+                assert detail.endswith(more)
+
+
+def _raised(validator, raw):
+    with pytest.raises(Invalid) as exc:
+        validator.validate(raw)
+    return exc.value
+
+
+def test_a_message_larger_than_max_message_bytes_is_too_large():
+    from streamanon.collector import REASONS
+
+    cfg = parse_config({"kafka": {"max_message_bytes": 2048},
+                        "surveys": [{"id": "s", "k": 3, "schema": SCHEMA}]}, ENV)
+    assert parse_config({"surveys": [{"id": "s", "k": 3, "schema": SCHEMA}]},
+                        ENV).kafka.max_message_bytes == 1024 * 1024
+    validator = Validator(cfg.surveys[0], cfg.hmac_key,
+                          max_message_bytes=cfg.kafka.max_message_bytes)
+    big = body(note="n" * 3000)
+    assert "too_large" in REASONS
+    assert outcome_both_ways(validator, big) == ("too_large", "too_large")
+    assert outcome_both_ways(validator, body(note="n" * 1000)) == (None, None)

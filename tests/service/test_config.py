@@ -11,7 +11,7 @@ def survey(**over):
     base = {"id": "s1", "k": 5, "close": "on-command", "schema": {
         "rid": {"role": "identifier"},
         "age": {"role": "quasi_identifier", "type": "int", "min": 0, "max": 120},
-        "answer": {"role": "confidential"}}}
+        "answer": {"role": "confidential", "type": "int"}}}
     base.update(over)
     return base
 
@@ -122,3 +122,32 @@ def test_serve_reports_config_errors_without_traceback(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "invalid configuration" in err and "surveys[0](x).k" in err
     assert "Traceback" not in err
+
+
+def test_kafka_security_settings_are_checked_together(tmp_path):
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"kafka": {"sasl_password": "in-the-file"}, "surveys": [survey()]}, ENV)
+    assert "kafka.sasl_password: secrets must not be in the configuration file" in str(exc.value)
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"kafka": {"security_protocol": "SASL_SSL",
+                                "ssl_cafile": str(tmp_path / "missing.pem")},
+                      "surveys": [survey()]}, ENV)
+    text = str(exc.value)
+    assert "kafka.sasl_mechanism: SASL_SSL needs one" in text
+    assert "kafka.sasl_username: SASL_SSL needs one" in text
+    assert "STREAMANON_KAFKA_SASL_PASSWORD: not set" in text
+    assert f"kafka.ssl_cafile: no such file {tmp_path / 'missing.pem'}" in text
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"kafka": {"sasl_username": "u", "ssl_cafile": "/etc/hosts"},
+                      "surveys": [survey()]}, ENV)
+    assert "kafka.sasl_username: only used with security_protocol SASL" in str(exc.value)
+    assert "kafka.ssl_cafile: only used with security_protocol SSL" in str(exc.value)
+
+
+def test_the_sasl_password_comes_from_a_file_and_stays_out_of_dumps(tmp_path):
+    (tmp_path / "pw").write_text("kafka-secret\n")
+    cfg = parse_config({"kafka": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+                                  "sasl_username": "u"}, "surveys": [survey()]},
+                       {**ENV, "STREAMANON_KAFKA_SASL_PASSWORD_FILE": str(tmp_path / "pw")})
+    assert cfg.kafka_options()["sasl_plain_password"] == "kafka-secret"
+    assert "kafka-secret" not in cfg.model_dump_json() and "kafka-secret" not in repr(cfg)

@@ -11,8 +11,9 @@ import urllib.request
 from datetime import datetime, timedelta, timezone
 
 from streamanon.broker import free_port
+from streamanon.control import sign
 from tests.conftest import REPO
-from tests.service.kafka_helpers import produce, response
+from tests.service.kafka_helpers import produce, read_topic, response
 
 
 def test_make_demo_runs_the_scheduled_pipeline(tmp_path):
@@ -102,7 +103,8 @@ def test_close_from_the_cli(service_factory, broker):
     svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", what="release")
 
 
-def test_control_message_closes_and_bad_tokens_are_ignored(service_factory, broker):
+def test_signed_control_message_closes_and_unsigned_or_replayed_ones_are_ignored(
+        service_factory, broker):
     close = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
     svc = service_factory(k=3, close=close)
     svc.start()
@@ -110,12 +112,26 @@ def test_control_message_closes_and_bad_tokens_are_ignored(service_factory, brok
             [(None, response(i)) for i in range(30)])
     svc.wait_for("wellbeing", lambda s: s["stored"] == 30, what="ingest")
     control = f"{svc.prefix}.control"
-    produce(broker.bootstrap, control, [(None, json.dumps(
-        {"command": "close", "survey": "wellbeing", "token": "nope"}).encode())])
-    produce(broker.bootstrap, control, [(None, b"garbage")])
+    # the old format carried the token itself: refused even with the right token
     produce(broker.bootstrap, control, [(None, json.dumps(
         {"command": "close", "survey": "wellbeing", "token": svc.token}).encode())])
+    produce(broker.bootstrap, control, [(None, b"garbage")])
+    produce(broker.bootstrap, control, [(None, sign("close", "wellbeing", "x" * 32))])
+    time.sleep(3)
+    assert svc.survey("wellbeing")["state"] == "OPEN"
+    sent = subprocess.run([sys.executable, "-m", "streamanon", "close", "wellbeing",
+                           "--config", str(svc.config), "--via-kafka"],
+                          capture_output=True, text=True, env=svc.env, timeout=60)
+    assert sent.returncode == 0, sent.stderr
     status = svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", what="release")
     assert status["release"]["n"] == 30
+    messages = read_topic(broker.bootstrap, control, expected=4)
+    assert svc.token not in messages[-1].value.decode()  # signed, the secret stays home
+    produce(broker.bootstrap, control, [(None, messages[-1].value)])  # a replay
+    deadline = time.monotonic() + 30
+    while "replayed" not in svc.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.5)
     log = svc.log.read_text()
-    assert "bad token" in log and "not {command, survey, token}" in log
+    assert "carries a plain token" in log and "not JSON" in log and "bad signature" in log
+    assert "replayed" in log and svc.token not in log
+    assert svc.survey("wellbeing")["releases"] == 1

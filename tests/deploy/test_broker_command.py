@@ -1,0 +1,66 @@
+"""``streamanon broker`` stops its broker on SIGTERM and SIGHUP as on Ctrl-C (issue 13): a
+supervisor, a terminal closing or ``timeout`` never leaves an orphaned Tansu process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from streamanon.broker import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_the_broker_command_stops_its_broker_on(sig):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "streamanon", "broker", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, text=True)
+    tansu: list[int] = []
+    try:
+        line = proc.stdout.readline()
+        assert f"127.0.0.1:{port}" in line, line + proc.stdout.read()
+        tansu = [pid for pid in _children(proc.pid)
+                 if "tansu" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+        assert len(tansu) == 1 and _running(tansu[0])
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 0
+        deadline = time.monotonic() + 10
+        while _running(tansu[0]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(tansu[0]), "the broker outlived the command"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in tansu:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
