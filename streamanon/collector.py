@@ -43,7 +43,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -51,6 +51,7 @@ import numpy as np
 import orjson
 
 from streamanon.config import Config, SurveyConfig
+from streamanon.offsets import GroupOffsets
 from streamanon.store import RecordRow, Store
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,35 @@ class Message(NamedTuple):
     offset: int
     key: bytes | None
     value: bytes | None
-    timestamp: float  # seconds (producer time)
+    # The broker's log-append time in seconds when the topic keeps it (message.timestamp.type
+    # = LogAppendTime), else None: the producer's clock is never used.
+    timestamp: float | None
+
+
+LOG_APPEND_TIME = 1  # a record's timestamp type when the broker set it (Kafka protocol)
+
+
+class Closure(NamedTuple):
+    """Where a survey stopped taking responses: the service's decision, never the producer's.
+
+    ``marks`` maps each partition of the survey's response topic to its end offset when the
+    close was taken: a message at or past its partition's mark was appended to the log after
+    the close, one below it before, however long it then waited to be read (a backlog at the
+    close, a redelivery after a restart). ``final`` once the drain is done or the survey is
+    released: from then on nothing is on time. Without marks, the moment decides: the broker's
+    log-append time when the topic keeps it, else the time the collector received the message.
+    """
+
+    at: float
+    marks: dict[int, int] | None = None
+    final: bool = False
+
+    def is_late(self, msg: Message, received_at: float) -> bool:
+        if self.final:
+            return True
+        if self.marks is not None:
+            return msg.offset >= self.marks.get(msg.partition, 0)
+        return (msg.timestamp if msg.timestamp is not None else received_at) > self.at
 
 
 
@@ -425,15 +454,18 @@ class BatchResult:
     arrival_times: list[float] = field(default_factory=list)
 
 
-def check_batch(messages: Sequence[Message], validator: Validator,
-                closed_at: float | None) -> tuple[list[Rejection], list[tuple[Message, Validated]]]:
+def check_batch(messages: Sequence[Message], validator: Validator, closure: Closure | None,
+                received_at: float | None = None
+                ) -> tuple[list[Rejection], list[tuple[Message, Validated]]]:
     """First half of :func:`process_batch`, no store needed: late and invalid messages out,
-    the valid ones checked and pseudonymised."""
+    the valid ones checked and pseudonymised. Late is decided by ``closure`` (see
+    :class:`Closure`); ``received_at`` is when the collector read the batch (default: now)."""
     rejected: list[Rejection] = []
     candidates: list[tuple[Message, Validated]] = []
     open_messages = []
+    received = time.time() if received_at is None else received_at
     for msg in messages:
-        if closed_at is not None and msg.timestamp > closed_at:
+        if closure is not None and closure.is_late(msg, received):
             rejected.append(Rejection(msg, "closed", "sent after the survey closed"))
         else:
             open_messages.append(msg)
@@ -512,13 +544,15 @@ def store_batch(candidates: Sequence[tuple[Message, Validated]], survey: SurveyC
 
 
 def process_batch(messages: Sequence[Message], validator: Validator, store: Store,
-                  closed_at: float | None, now: float | None = None) -> BatchResult:
-    """Validate, de-duplicate and store one batch of one survey's messages.
+                  closed_at: float | Closure | None, now: float | None = None) -> BatchResult:
+    """Validate, de-duplicate and store one batch of one survey's messages; ``closed_at`` is
+    the survey's :class:`Closure`, or only the moment of its close.
 
     Returns what was stored and what must go to the dead-letter topic. The caller produces the
     rejections and commits the offsets afterwards.
     """
-    rejected, candidates = check_batch(messages, validator, closed_at)
+    closure = Closure(closed_at) if isinstance(closed_at, (int, float)) else closed_at
+    rejected, candidates = check_batch(messages, validator, closure, now)
     result = store_batch(candidates, validator.survey, store, now)
     result.rejected = rejected + result.rejected
     return result
@@ -679,6 +713,7 @@ class SurveyIngest:
     config: SurveyConfig
     validator: Validator
     closed_at: float | None = None
+    closure: Closure | None = None  # set by :meth:`KafkaCollector.take_close` with the marks
     received: int = 0
     stored: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
@@ -710,15 +745,15 @@ def _columns(msgs: list[Message]) -> Columns:
             [m.timestamp for m in msgs])
 
 
-def _worker_ingest(batches: list[tuple[str, Columns, float | None]]
+def _worker_ingest(batches: list[tuple[str, Columns, Closure | None]]
                    ) -> list[tuple[str, int, list[tuple[int, int, str, str]], float]]:
     """Validate and store batches in the worker; report what to dead-letter by position."""
     out = []
-    for survey_id, (partitions, offsets, values, stamps), closed_at in batches:
+    for survey_id, (partitions, offsets, values, stamps), closure in batches:
         msgs = [Message("", p, o, None, v, t)
                 for p, o, v, t in zip(partitions, offsets, values, stamps, strict=True)]
         validator = _WORKER["validators"][survey_id]
-        rejected, candidates = check_batch(msgs, validator, closed_at)
+        rejected, candidates = check_batch(msgs, validator, closure)
         result = store_batch(candidates, validator.survey, _WORKER["store"])
         rejections = [(r.message.partition, r.message.offset, r.reason, r.detail)
                       for r in rejected + result.rejected]
@@ -751,6 +786,8 @@ class KafkaCollector:
         self._consumer: Any = None
         self._task: asyncio.Task | None = None
         self._positions: dict[Any, int] = {}
+        self.offsets = GroupOffsets(config)
+        self._marking = asyncio.Lock()  # held while a close mark is taken (see take_close)
         self.batches = 0
         self._worker: Any = None
 
@@ -766,7 +803,7 @@ class KafkaCollector:
         factory = self._consumer_factory or AIOKafkaConsumer
         self._consumer = factory(
             *self._topics, self.config.control_topic,
-            bootstrap_servers=self.config.kafka.bootstrap_servers,
+            **self.config.kafka_options(),
             group_id=self.config.kafka.group_id, enable_auto_commit=False,
             auto_offset_reset="earliest", max_partition_fetch_bytes=8 * 1024 * 1024,
             fetch_max_bytes=64 * 1024 * 1024, session_timeout_ms=30_000,
@@ -790,6 +827,7 @@ class KafkaCollector:
         if self._worker is not None:
             self._worker.shutdown(wait=True, cancel_futures=True)
         await asyncio.get_running_loop().run_in_executor(None, self.dead_letters.close)
+        await self.offsets.stop()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -802,7 +840,8 @@ class KafkaCollector:
             work: dict[str, list[Message]] = {}
             for tp, records in batches.items():
                 msgs = [Message(r.topic, r.partition, r.offset, r.key, r.value,
-                                (r.timestamp or time.time() * 1000) / 1000.0) for r in records]
+                                r.timestamp / 1000.0 if r.timestamp_type == LOG_APPEND_TIME
+                                else None) for r in records]
                 if tp.topic == self.config.control_topic:
                     for m in msgs:
                         self._control(m)
@@ -810,8 +849,7 @@ class KafkaCollector:
                     work.setdefault(self._topics[tp.topic], []).extend(msgs)
                 offsets[tp] = records[-1].offset + 1
             if work:
-                jobs = [(sid, _columns(msgs), self.surveys[sid].closed_at)
-                        for sid, msgs in work.items()]
+                jobs = await self._jobs(work)
                 pending.append((loop.run_in_executor(self._worker, _worker_ingest, jobs),
                                 offsets, work))
             elif offsets:
@@ -875,21 +913,58 @@ class KafkaCollector:
                 log.warning("%d dead letter(s) not acknowledged within %.0f s; committing, "
                             "the sender goes on retrying", len(pending), DEAD_LETTER_WAIT)
 
-    async def drain(self, survey_id: str, timeout: float = 120.0) -> None:
-        """Wait until every message already in the survey's topic has been handled."""
+    async def _jobs(self, work: dict[str, list[Message]]
+                    ) -> list[tuple[str, Columns, Closure | None]]:
+        """The worker's jobs for one batch, each with its survey's closure as it is now. A
+        close mark being taken holds them back until it is set (see :meth:`take_close`)."""
+        async with self._marking:
+            return [(sid, _columns(msgs), self.surveys[sid].closure)
+                    for sid, msgs in work.items()]
+
+    async def take_close(self, survey_id: str, closed_at: float,
+                         keep: Callable[[dict[int, int]], Awaitable[dict[int, int]]]
+                         ) -> dict[int, int]:
+        """Close the survey in its log: read the end offsets of its response partitions, have
+        ``keep`` store them (it returns the marks kept, the first ones if the survey had
+        some), and judge every later batch of the survey by them (:class:`Closure`).
+
+        No batch is handed to the worker while this runs, so every message handed over before
+        was read before the end offsets were, and lies below them: the marks and the
+        messages taken as on time always agree, with no moment in between."""
+        async with self._marking:
+            marks = await keep(await self.offsets.ends(self.config.topic(survey_id,
+                                                                         "responses")))
+            self.surveys[survey_id].closure = Closure(closed_at, marks)
+        return marks
+
+    async def drain(self, survey_id: str, marks: dict[int, int]) -> None:
+        """Wait until every message of the survey below its close marks has been handled:
+        the group's committed offsets (committed only after the store) have reached the
+        marks. What was committed before a restart counts, so nothing has to arrive to move
+        a partition on; a partition whose log is now shorter than its mark (a recreated topic)
+        needs its current end only. Waits as long as it takes, saying so every minute: a
+        release must not be lost to a collector that is slow or restarting."""
         from aiokafka import TopicPartition
 
         topic = self.config.topic(survey_id, "responses")
-        partitions = self._consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in partitions]
-        if not tps:
-            return
-        ends = await self._consumer.end_offsets(tps)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(self._positions.get(tp, 0) >= end or end == 0 for tp, end in ends.items()):
-                committed = [await self._consumer.committed(tp) or 0 for tp in tps]
-                if all(c >= ends[tp] for c, tp in zip(committed, tps, strict=True)):
-                    return
-            await asyncio.sleep(0.05)
-        raise TimeoutError(f"survey {survey_id}: the collector did not catch up in {timeout} s")
+        targets = dict(marks)
+        started = checked = time.monotonic()
+        next_note = started + 60.0
+        while True:
+            unsure = [p for p, target in targets.items()
+                      if self._positions.get(TopicPartition(topic, p), 0) < target]
+            committed = await self.offsets.committed(topic, unsure) if unsure else {}
+            behind = sum(max(targets[p] - offset, 0) for p, offset in committed.items())
+            if behind == 0:
+                return
+            now = time.monotonic()
+            if now - checked >= 5.0:
+                ends = await self.offsets.ends(topic)
+                targets = {p: min(mark, ends.get(p, 0)) for p, mark in marks.items()}
+                checked = now
+            if now >= next_note:
+                log.warning("survey %s: the close has waited %.0f s for the collector; %d "
+                            "message(s) sent before it are not handled yet", survey_id,
+                            now - started, behind)
+                next_note += 60.0
+            await asyncio.sleep(0.1)

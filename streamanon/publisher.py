@@ -9,9 +9,17 @@ timestamps, no stage or cell ids. It goes to
   field with its role and treatment; names and numbers about the run, never a response value),
 - topic ``<prefix>.<survey>.release`` (one partition, so order holds): one JSON message per
   record, then one manifest message
-  (``{"type": "manifest", "count", "sha256", ...}``). Every message carries the headers
-  ``streamanon-type`` (``record`` or ``manifest``) and ``streamanon-release`` (the release id),
-  so a consumer can tell a complete release from a repeated one.
+  (``{"type": "manifest", "release_id", "count", "sha256", ...}``). Every message carries the
+  headers ``streamanon-type`` (``record`` or ``manifest``) and ``streamanon-release`` (the
+  release id); a record also ``streamanon-index``, its row in the release file (0 to count - 1).
+
+The messages are always made from the written Parquet file, checked against the checksum noted
+when it was written, so a publish that was cut off (a crash, a broker fault) is sent again with
+the very same records in the same order, never computed again. The topic is at-least-once: a
+cut run (records, no manifest) may precede the complete one, and a resent run repeats records.
+A consumer takes a release when its manifest arrives: the records with that release id, one per
+index from 0 to count - 1 (the ``count`` record messages right before the manifest are one such
+run); a second manifest with a release id already taken is a repeat.
 """
 
 from __future__ import annotations
@@ -26,10 +34,16 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from streamanon.config import SurveyConfig
+from streamanon.config import Config, SurveyConfig
+from streamanon.errors import StreamanonError
 from streamanon.io import write_json, write_table
 from streamanon.metrics import aggregate, require_k_anonymous
 from streamanon.store import Records
+
+
+class ReleaseFilesError(StreamanonError):
+    """A written release cannot be published again: its file is gone or changed."""
+
 
 # What the release does with a field of each schema role (SPEC 6, step 7).
 TREATMENT = {"identifier": "dropped", "quasi_identifier": "microaggregated",
@@ -90,6 +104,25 @@ def write_report(report: dict[str, Any], output: Path, survey_id: str) -> None:
     write_json(report, release_dir(output, survey_id) / "report.json")
 
 
+def read_written_release(files: dict[str, Any]) -> pd.DataFrame:
+    """The release table as :func:`write_release_files` wrote it (``files`` is what it
+    returned): the Parquet file, if its checksum is still the one noted then."""
+    path = Path(files["parquet"])
+    if not path.is_file() or sha256_file(path) != files["sha256"]:
+        raise ReleaseFilesError(
+            f"{path}: the release file is missing or has changed since it was written; "
+            "restore it (a written release is published from its files, never computed again)")
+    return pd.read_parquet(path)
+
+
+def release_manifest(survey_id: str, report: dict[str, Any]) -> dict[str, Any]:
+    """The manifest message of the release ``report`` describes (the same for every run)."""
+    return {"type": "manifest", "survey": survey_id, "release_id": report["release_id"],
+            "count": report["n"], "sha256": report["files"]["sha256"], "k": report["k"],
+            "engine": report["engine"], "incremental": report["incremental"],
+            "distortion": report["distortion"]}
+
+
 def record_messages(frame: pd.DataFrame) -> list[bytes]:
     """One JSON object per row, built column-wise for speed (orjson writes NaN as null)."""
     cols = [str(c) for c in frame.columns]
@@ -113,8 +146,9 @@ async def publish_to_topic(producer: Any, topic: str, frame: pd.DataFrame,
     i = 0
     while i < len(values):
         batch = producer.create_batch()
-        while i < len(values) and batch.append(key=None, value=values[i], timestamp=None,
-                                               headers=record_headers) is not None:
+        while i < len(values) and batch.append(
+                key=None, value=values[i], timestamp=None,
+                headers=[*record_headers, ("streamanon-index", b"%d" % i)]) is not None:
             i += 1
         batch.close()
         deliveries.append(await producer.send_batch(batch, topic, partition=0))
@@ -122,3 +156,14 @@ async def publish_to_topic(producer: Any, topic: str, frame: pd.DataFrame,
                                           headers=[("streamanon-type", b"manifest"),
                                                    ("streamanon-release", release_id)]))
     await asyncio.gather(*deliveries)  # raises if any batch failed
+
+
+async def manifest_is_last(config: Config, topic: str, release_id: str) -> bool:
+    """Whether the last message on ``topic`` is the manifest of ``release_id``: a publish
+    that was complete before the service could note it, which need not be sent again."""
+    from streamanon.offsets import last_message
+
+    last = await asyncio.to_thread(last_message, config, topic)
+    found = dict(last.headers or []) if last is not None else {}
+    return (found.get("streamanon-type") == b"manifest"
+            and found.get("streamanon-release") == release_id.encode())

@@ -50,7 +50,13 @@ from scheduler.cost_model import (
 )
 from scheduler.jobs import Planner
 from scheduler.planner import Plan, plan_deadline, plan_optimal
-from streamanon.collector import KafkaCollector, KafkaDeadLetters, SurveyIngest, Validator
+from streamanon.collector import (
+    Closure,
+    KafkaCollector,
+    KafkaDeadLetters,
+    SurveyIngest,
+    Validator,
+)
 from streamanon.config import Config, SurveyConfig
 from streamanon.control import ControlRejected, ControlVerifier
 from streamanon.errors import describe_error, withheld
@@ -65,8 +71,11 @@ from streamanon.metrics import distortion, fit_standardisation
 from streamanon.processes import worker_pool
 from streamanon.publisher import (
     build_release,
+    manifest_is_last,
     publish_to_topic,
+    read_written_release,
     release_columns,
+    release_manifest,
     write_release_files,
     write_report,
 )
@@ -247,11 +256,13 @@ class Service:
 
         self.loop = asyncio.get_running_loop()
         cfg = self.config
-        await self._in_store(ensure_topics, cfg.kafka.bootstrap_servers, self._topics())
-        self.producer = KafkaProducer(bootstrap_servers=cfg.kafka.bootstrap_servers,
+        kafka = cfg.kafka_options()  # brokers and security, for every client
+        await self._in_store(lambda: ensure_topics(cfg.kafka.bootstrap_servers, self._topics(),
+                                                   **kafka))
+        self.producer = KafkaProducer(**kafka,
                                       linger_ms=20, batch_size=512 * 1024, acks="all")
         self.release_producer = AIOKafkaProducer(
-            bootstrap_servers=cfg.kafka.bootstrap_servers, acks="all",
+            **kafka, acks="all",
             max_batch_size=1024 * 1024, linger_ms=5)
         await self.release_producer.start()
         warm = self.loop.run_in_executor(self._pool, warm_up_compute)
@@ -262,11 +273,13 @@ class Service:
                                          cfg.planner.arrival_bins)
             self.surveys[sc.id] = SurveyRuntime(sc, ingest, estimator)
             await self._in_loop_thread(self._load_models, sc)
-        await self._recover()
+        # The collector exists before recovery: a close taken up again reads the partitions'
+        # offsets through it at once, while its consumer is still joining the group.
         self.collector = KafkaCollector(
             cfg, {sid: rt.ingest for sid, rt in self.surveys.items()},
             KafkaDeadLetters(self.producer), on_stored=self._on_stored,
             on_control=self._on_control)
+        await self._recover()
         await self.collector.start()
         await warm
         self.scheduler = BackgroundScheduler(timezone=timezone.utc)
@@ -343,6 +356,10 @@ class Service:
             if len(times):
                 rt.history.add(float(np.max(times)), len(times))
             rt.ingest.closed_at = st.close_requested_at
+            marks = await self._in_store(self.store.close_marks, sid)
+            if st.state == RELEASED or marks is not None:  # before the collector reads a message
+                rt.ingest.closure = Closure(st.close_requested_at or 0.0, marks,
+                                            final=st.state == RELEASED)
             if st.state == BASE_RUNNING:
                 cp = await self._in_store(self.store.load_checkpoint, sid)
                 if cp is not None:
@@ -522,9 +539,18 @@ class Service:
                 rt.planner.closed = True
                 rt.planner.stop()
             step = time.perf_counter()
-            if self.collector is not None:
-                await self.collector.drain(sid)
+            assert self.collector is not None  # made before any close can start
+            marks = await self._in_store(self.store.close_marks, sid)
+            if marks is None:
+                marks = await self.collector.take_close(
+                    sid, st.close_requested_at,
+                    lambda ends: self._in_store(self.store.save_close_marks, sid, ends))
+            log.info("survey %s: close: draining the responses sent before it (end offsets %s)",
+                     sid, marks)
+            await self.collector.drain(sid, marks)
+            rt.ingest.closure = Closure(st.close_requested_at, marks, final=True)
             rt.timings["drain"] = time.perf_counter() - step
+            log.info("survey %s: close: drained", sid)
             step = time.perf_counter()
             if rt.base_task is not None:
                 await asyncio.shield(rt.base_task)
@@ -541,14 +567,30 @@ class Service:
             rt.close_task = None if not rt.closed_event.is_set() else rt.close_task
 
     async def _release(self, sid: str) -> None:
+        """Publish the survey's one release: compute it and write its files, unless a release
+        was written before (a restart, a failed publish), which is published again from its
+        files as written, never computed again."""
+        rt = self.surveys[sid]
+        row = await self._in_store(self.store.load_release, sid)
+        if row is not None and row.status == "published":
+            if (await self._in_store(self.store.survey_state, sid)).state != RELEASED:
+                await self._in_store(self.store.transition, sid, RELEASED, "already published")
+            rt.closed_event.set()
+            return
+        resumed = row is not None
+        if row is None:
+            row = await self._write_release(sid)
+        else:
+            log.info("survey %s: release %s was written before; publishing its files again",
+                     sid, row.release_id)
+        await self._publish_written(sid, row, resumed)
+
+    async def _write_release(self, sid: str) -> ReleaseRow:
+        """Compute the release, apply the k-anonymity gate, write its files, and note it as
+        written: from then on it is the survey's release, whatever happens."""
         rt = self.surveys[sid]
         sc = rt.config
         m = len(sc.quasi_identifiers)
-        prior = await self._in_store(self.store.load_release, sid)
-        if prior is not None and prior.status == "published":
-            await self._in_store(self.store.transition, sid, RELEASED, "already published")
-            rt.closed_event.set()
-            return
         step = time.perf_counter()
         records = await self._in_store(lambda: self.store.load_records(sid, m))
         rt.timings["load"] = time.perf_counter() - step
@@ -561,12 +603,15 @@ class Service:
                          and base_model(n) <= 0.8 * compute_budget(sc.deadline, n))
         stage_started = time.time()
         if cp is None or cp.n_base < 2 * sc.k or cp.n_base > n or fits_deadline:
+            log.info("survey %s: computing the release: %s on %d records", sid, sc.engine, n)
             scaling = fit_standardisation(records.qi)
             labels, seconds = await self.loop.run_in_executor(
                 self._pool, compute_base, sc.engine, scaling.apply(records.qi), sc.k,
                 sc.engine_params)
             mode, n_base, inc_seconds, base_seconds = "one-shot", n, 0.0, seconds
         else:
+            log.info("survey %s: computing the release: %s on %d records after a base of %d",
+                     sid, sc.incremental, n - cp.n_base, cp.n_base)
             base = (records.qi[: cp.n_base] - cp.mean) / cp.scale
             increment = (records.qi[cp.n_base:] - cp.mean) / cp.scale
             labels, inc_seconds = await self.loop.run_in_executor(
@@ -576,8 +621,8 @@ class Service:
         compute_done = time.time()
         rt.timings["compute"] = compute_done - stage_started
         step = time.perf_counter()
-        seed = prior.seed if prior else secrets.randbits(62)
-        release_id = prior.release_id if prior else uuid.uuid4().hex
+        seed = secrets.randbits(62)
+        release_id = uuid.uuid4().hex
         frame = build_release(records, np.asarray(labels), sc, seed)  # the k-anonymity gate
         d = distortion(fit_standardisation(records.qi).apply(records.qi), np.asarray(labels))
         rt.timings["gate_and_table"] = time.perf_counter() - step
@@ -599,34 +644,63 @@ class Service:
             "distortion": d, "information_loss": 100 * d,
             "rejected": dict(rt.ingest.rejected),
         }
+        log.info("survey %s: writing the files of release %s", sid, release_id)
         step = time.perf_counter()
         files = await self._in_loop_thread(write_release_files, frame, report,
                                            self.config.output.directory, sid)
         rt.timings["files"] = time.perf_counter() - step
-        report["files"] = files
-        await self._in_store(self.store.save_release, sid,
-                             ReleaseRow(release_id, "written", seed, report))
-        manifest = {"type": "manifest", "survey": sid, "release_id": release_id, "count": n,
-                    "sha256": files["sha256"], "k": sc.k, "engine": sc.engine,
-                    "incremental": report["incremental"], "distortion": d}
+        row = ReleaseRow(release_id, "written", seed, {**report, "files": files})
+        await self._in_store(self.store.save_release, sid, row)
+        return row
+
+    async def _publish_written(self, sid: str, row: ReleaseRow, resumed: bool) -> None:
+        """Send the written release file to the release topic, record by record in its row
+        order, then the manifest; on a broker fault send it all again (the manifest marks the
+        complete run), until it is through."""
+        from aiokafka.errors import KafkaError
+
+        rt = self.surveys[sid]
+        report = dict(row.report)
+        frame = await self._in_loop_thread(read_written_release, report["files"])
+        manifest = release_manifest(sid, report)
+        topic = self.config.topic(sid, "release")
+        log.info("survey %s: publishing release %s: %d records, then its manifest", sid,
+                 row.release_id, len(frame))
         step = time.perf_counter()
-        await publish_to_topic(self.release_producer, self.config.topic(sid, "release"), frame,
-                               manifest)
+        failures = 0
+        while True:
+            try:
+                if not (resumed and await manifest_is_last(self.config, topic, row.release_id)):
+                    await publish_to_topic(self.release_producer, topic, frame, manifest)
+                break
+            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+                failures += 1
+                delay = min(2.0 ** failures, 60.0)
+                log.warning("survey %s: publishing release %s failed (%s); sending it again "
+                            "in %.0f s", sid, row.release_id, describe_error(exc), delay)
+                await self._in_store(self.store.set_error, sid,
+                                     f"publishing failed ({describe_error(exc)}); retrying")
+                resumed = True
+                await asyncio.sleep(delay)
         rt.timings["publish"] = time.perf_counter() - step
         released_at = time.time()
+        closed_at = report.get("closed_at")
         report["released_at"] = released_at
-        report["close_to_release_seconds"] = released_at - (closed_at or stage_started)
+        report["close_to_release_seconds"] = released_at - (closed_at or released_at)
         report["close_steps_seconds"] = {key: round(rt.timings[key], 3) for key in (
             "drain", "wait_for_base", "load", "compute", "gate_and_table", "files", "publish")
             if key in rt.timings}
         await self._in_loop_thread(write_report, report, self.config.output.directory, sid)
         await self._in_store(self.store.save_release, sid,
-                             ReleaseRow(release_id, "published", seed, report))
-        await self._in_store(self.store.transition, sid, RELEASED, f"{n} records published")
+                             ReleaseRow(row.release_id, "published", row.seed, report))
+        await self._in_store(self.store.transition, sid, RELEASED,
+                             f"{report['n']} records published")
+        if failures:
+            await self._in_store(self.store.set_error, sid, None)
         rt.timings["released_at"] = released_at
         self.telemetry.observe_release(sid, {**report, "publish_seconds": rt.timings["publish"]})
-        log.info("survey %s: released %d records (%s), %.2f s after close", sid, n, mode,
-                 report["close_to_release_seconds"])
+        log.info("survey %s: released %d records (%s), %.2f s after close", sid, report["n"],
+                 report["mode"], report["close_to_release_seconds"])
         rt.closed_event.set()
 
     # -- status --------------------------------------------------------------------------------

@@ -16,7 +16,10 @@ Survey states and their transitions (each one persisted, with a log)::
     BASE_RUNNING -> OPEN               (a base run interrupted by a crash, to be re-planned)
 
 ``close_requested_at`` marks the moment a survey stopped accepting records; it can be set in
-any state before RELEASED (a close during the base run waits for it).
+any state before RELEASED (a close during the base run waits for it). The close marks say where
+in the log that moment falls: for each partition of the survey's response topic, the end offset
+when the close was taken. A message below its partition's mark was on time; the drain before
+the release waits for the committed offsets to reach the marks, after any restart.
 """
 
 from __future__ import annotations
@@ -137,6 +140,9 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 CREATE TABLE IF NOT EXISTS releases (
     survey TEXT PRIMARY KEY, release_id TEXT NOT NULL, status TEXT NOT NULL,
     seed BIGINT NOT NULL, report TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS close_marks (
+    survey TEXT NOT NULL, kafka_partition INTEGER NOT NULL, kafka_offset BIGINT NOT NULL,
+    PRIMARY KEY (survey, kafka_partition));
 """
 
 
@@ -212,6 +218,22 @@ class Store(ABC):
                     "WHERE id = ? AND close_requested_at IS NULL",
                     (at or time.time(), time.time(), survey))
         return self.survey_state(survey)
+
+    def save_close_marks(self, survey: str, marks: dict[int, int]) -> dict[int, int]:
+        """Keep ``marks`` ({partition: end offset at the close}) unless the survey has marks
+        already (the first close wins, as with ``close_requested_at``); return the kept ones."""
+        with self._lock, self._transaction():
+            if not self.close_marks(survey):
+                for partition, offset in sorted(marks.items()):
+                    self._q("INSERT INTO close_marks (survey, kafka_partition, kafka_offset) "
+                            "VALUES (?, ?, ?)", (survey, int(partition), int(offset)))
+        return self.close_marks(survey) or {}
+
+    def close_marks(self, survey: str) -> dict[int, int] | None:
+        """{partition: end offset} taken at the survey's close, or None before its close."""
+        rows = self._q("SELECT kafka_partition, kafka_offset FROM close_marks WHERE survey = ?",
+                       (survey,))
+        return {int(p): int(o) for p, o in rows} or None
 
     def set_error(self, survey: str, error: str | None) -> None:
         with self._lock, self._transaction():

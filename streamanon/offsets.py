@@ -1,0 +1,122 @@
+"""Where partitions end and how far the collector group has come, read from the broker.
+
+The close of a survey is placed in its log by the partitions' end offsets (the close marks), and
+the drain before the release waits for the group's committed offsets to reach them; a resumed
+publish looks at the last message of the release topic. These reads use clients of their own,
+which never join the collector's group, so they answer while the collector is still joining after
+a restart.
+
+An end offset is read as the high watermark of a fetch, not with a ListOffsets request: every
+Kafka-compatible broker reports the high watermark with each fetch, while the embedded broker's
+answer to ListOffsets ("latest") does not match its log (it gave 139 for a partition holding 162
+messages).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from streamanon.config import Config
+
+FETCH_TIMEOUT_SECONDS = 30.0
+
+
+def _reader(config: Config) -> Any:
+    """A kafka-python consumer for reading positions: small fetches, short waits, no group.
+    (kafka-python here: an aiokafka consumer whose fetch of an empty partition the embedded
+    broker leaves unanswered takes the request timeout, 40 s, to stop.)"""
+    from kafka import KafkaConsumer
+
+    return KafkaConsumer(**config.kafka_options(), enable_auto_commit=False,
+                         max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=50,
+                         auto_offset_reset="earliest")
+
+
+def _fetch_high_watermarks(consumer: Any, tps: list[Any]) -> dict[Any, int]:
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    deadline = time.monotonic() + FETCH_TIMEOUT_SECONDS
+    while any(consumer.highwater(tp) is None for tp in tps):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no fetch answer for {tps} in {FETCH_TIMEOUT_SECONDS:.0f} s")
+        consumer.poll(timeout_ms=100, max_records=1)
+    return {tp: int(consumer.highwater(tp)) for tp in tps}
+
+
+def high_watermarks(config: Config, topic: str) -> dict[int, int]:
+    """{partition: end offset} of ``topic``, each from a fetch's high watermark (blocking)."""
+    from kafka import TopicPartition
+
+    consumer = _reader(config)
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic)
+                                                        or ())]
+        return {tp.partition: end for tp, end in _fetch_high_watermarks(consumer, tps).items()}
+    finally:
+        consumer.close()
+
+
+def last_message(config: Config, topic: str, partition: int = 0) -> Any:
+    """The last message of a partition (a kafka-python ``ConsumerRecord``), or None when it
+    is empty (blocking)."""
+    from kafka import TopicPartition
+
+    consumer = _reader(config)
+    try:
+        tp = TopicPartition(topic, partition)
+        end = _fetch_high_watermarks(consumer, [tp])[tp]
+        if end == 0:
+            return None
+        consumer.seek(tp, end - 1)
+        deadline = time.monotonic() + FETCH_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            records = consumer.poll(timeout_ms=200).get(tp, [])
+            if records:
+                return records[-1] if records[-1].offset == end - 1 else None
+        return None
+    finally:
+        consumer.close()
+
+
+class GroupOffsets:
+    """The end offsets of a topic's partitions and the collector group's committed offsets.
+
+    The consumer that reads the commits carries the group id (to see the group's commits,
+    whoever made them) but has no subscription, so it never joins the group."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._consumer: Any = None
+        self._lock = asyncio.Lock()
+
+    async def _client(self) -> Any:
+        async with self._lock:
+            if self._consumer is None:
+                from aiokafka import AIOKafkaConsumer
+
+                consumer = AIOKafkaConsumer(**self.config.kafka_options(),
+                                            group_id=self.config.kafka.group_id,
+                                            enable_auto_commit=False)
+                await consumer.start()
+                self._consumer = consumer
+        return self._consumer
+
+    async def ends(self, topic: str) -> dict[int, int]:
+        """{partition: end offset} of ``topic`` now."""
+        return await asyncio.to_thread(high_watermarks, self.config, topic)
+
+    async def committed(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        """{partition: the group's committed offset} (0 where nothing was committed)."""
+        from aiokafka import TopicPartition
+
+        consumer = await self._client()
+        return {p: await consumer.committed(TopicPartition(topic, p)) or 0 for p in partitions}
+
+    async def stop(self) -> None:
+        async with self._lock:
+            if self._consumer is not None:
+                await self._consumer.stop()
+                self._consumer = None

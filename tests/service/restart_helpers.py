@@ -1,0 +1,285 @@
+"""Driving a service through kills and restarts: phase lines in its log, frozen helper
+processes, the collector group, the release topic. Used by test_restart_*.py and
+test_crash_safety.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import secrets
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from streamanon.broker import free_port
+from tests.service.conftest import REPO, ServiceProcess
+
+# A schema with a long free-text answer: the release files take a while to write and the
+# release several producer batches to publish, so a kill can land inside either.
+SCHEMA = """
+[surveys.schema]
+respondent_id = { role = "identifier", type = "str" }
+age = { role = "quasi_identifier", type = "int", min = 16, max = 110 }
+income = { role = "quasi_identifier", type = "float", min = 0 }
+height = { role = "quasi_identifier", type = "float" }
+ticket = { role = "confidential", type = "int" }
+essay = { role = "confidential", type = "str" }
+"""
+
+
+def write_config(tmp: Path, bootstrap: str, *, k: int = 5) -> tuple[Path, dict[str, str]]:
+    prefix = f"r{secrets.token_hex(4)}"
+    path = tmp / "streamanon.toml"
+    path.write_text(f"""
+[kafka]
+bootstrap_servers = "{bootstrap}"
+topic_prefix = "{prefix}"
+group_id = "{prefix}-collector"
+partitions = 2
+
+[store]
+url = "sqlite:///{tmp / 'store' / 'streamanon.db'}"
+
+[output]
+directory = "{tmp / 'releases'}"
+
+[http]
+bind = "127.0.0.1:{free_port()}"
+
+[planner]
+interval_seconds = 0.5
+calibration_seconds = 0.5
+
+[[surveys]]
+id = "s"
+k = {k}
+""" + SCHEMA)
+    env = {**os.environ, "STREAMANON_HMAC_KEY": secrets.token_hex(16),
+           "STREAMANON_HTTP_TOKEN": secrets.token_hex(16),
+           "STREAMANON_DATA_DIR": str(tmp / "data")}
+    return path, env
+
+
+def response(i: int, essay_bytes: int = 1500, **override: Any) -> bytes:
+    body = {"respondent_id": f"R{i:06d}", "age": 18 + (i * 7) % 70,
+            "income": 20000.0 + (i * 7919) % 50000, "height": 150.0 + (i * 31) % 45,
+            "ticket": i, "essay": (f"answer {i} " * (essay_bytes // 8 + 1))[:essay_bytes]}
+    body.update(override)
+    return json.dumps(body).encode()
+
+
+class Restartable(ServiceProcess):
+    """A service process that is killed and started again, read through its log."""
+
+    def __init__(self, config: Path, env: dict[str, str], log: Path) -> None:
+        super().__init__(config, env, log)
+        self.group = config.read_text().split('group_id = "')[1].split('"')[0]
+        self.store_path = Path(config.read_text().split('url = "sqlite:///')[1].split('"')[0])
+        self.log_start = 0
+
+    def launch(self) -> None:
+        """Start the process without waiting for its HTTP server (which comes up only after
+        the collector has joined its group); its log lines count from here."""
+        self.log_start = self.log.stat().st_size if self.log.exists() else 0
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "streamanon", "serve", "--config", str(self.config)],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+
+    def start(self, timeout: float = 180) -> None:
+        self.log_start = self.log.stat().st_size if self.log.exists() else 0
+        super().start(timeout)
+
+    def lines(self) -> str:
+        """The log of the current process."""
+        with open(self.log, "rb") as fh:
+            fh.seek(self.log_start)
+            return fh.read().decode(errors="replace")
+
+    def wait_line(self, pattern: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        while time.monotonic() < deadline:
+            if regex.search(self.lines()):
+                return
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"service exited: {self.lines()[-3000:]}")
+            time.sleep(0.005)
+        raise TimeoutError(f"no log line {pattern!r} in {timeout} s: {self.lines()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the service; its helper processes die with it (and are killed here too, in
+        case they were frozen)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        children = helper_processes(self.proc.pid)
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def freeze_helpers(self) -> None:
+        """SIGSTOP the ingest worker and the compute process: nothing is stored or computed
+        until the service is killed."""
+        assert self.proc is not None
+        for pid in helper_processes(self.proc.pid):
+            os.kill(pid, signal.SIGSTOP)
+
+    def evict(self) -> None:
+        """Remove the members a killed service left in the collector group, as the broker
+        does once their session times out (30 s): the next start then joins at once."""
+        evict_group(self.bootstrap, self.group)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.config.read_text().split('bootstrap_servers = "')[1].split('"')[0]
+
+    def store(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with sqlite3.connect(f"file:{self.store_path}?mode=ro", uri=True) as db:
+            return db.execute(sql, params).fetchall()
+
+    def release_row(self) -> tuple[str, str] | None:
+        rows = self.store("SELECT release_id, status FROM releases WHERE survey = 's'")
+        return rows[0] if rows else None
+
+    def state(self) -> str:
+        return self.store("SELECT state FROM surveys WHERE id = 's'")[0][0]
+
+
+def helper_processes(pid: int) -> list[int]:
+    """The service's worker processes (ingest worker, compute pool), not its resource
+    tracker."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            try:
+                cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"spawn_main" in cmdline:
+                found.append(child)
+    return found
+
+
+def evict_group(bootstrap: str, group: str) -> list[str]:
+    async def run() -> list[str]:
+        from aiokafka.admin import AIOKafkaAdminClient
+        from aiokafka.protocol.group import LeaveGroupRequest
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            node = await admin.find_coordinator(group)
+            members = [member[0] for answer in await admin.describe_consumer_groups([group])
+                       for described in answer.groups for member in described[5]]
+            for member in members:  # no public API: LeaveGroup on the member's behalf
+                await admin._send_request_to_node(node, LeaveGroupRequest(group, member))
+            return members
+        finally:
+            await admin.close()
+
+    return asyncio.run(run())
+
+
+@contextlib.contextmanager
+def frozen(broker: Any) -> Iterator[None]:
+    """The embedded broker stopped (SIGSTOP) for the block: requests wait in its sockets."""
+    os.kill(broker.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(broker.process.pid, signal.SIGCONT)
+
+
+def high_watermark(bootstrap: str, topic: str, partition: int = 0) -> int:
+    """How many messages ``topic`` holds, from a fetch (the embedded broker's ListOffsets
+    answer does not match its log)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             fetch_max_wait_ms=50, max_partition_fetch_bytes=1024)
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        while consumer.highwater(tp) is None:
+            consumer.poll(timeout_ms=50, max_records=1)
+        return int(consumer.highwater(tp))
+    finally:
+        consumer.close()
+
+
+def read_all(bootstrap: str, topic: str, partition: int = 0, timeout: float = 60) -> list[Any]:
+    """Every message of one partition, in order."""
+    end = high_watermark(bootstrap, topic, partition)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             max_partition_fetch_bytes=8 * 1024 * 1024)
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < end and time.monotonic() < deadline:
+            out.extend(consumer.poll(timeout_ms=500).get(tp, []))
+        return out
+    finally:
+        consumer.close()
+
+
+def runs(messages: list[Any]) -> list[dict[str, Any]]:
+    """The release topic cut into runs: each manifest with the records sent since the one
+    before, and a last run without a manifest if the topic ends in records."""
+    out: list[dict[str, Any]] = []
+    records: list[Any] = []
+    for msg in messages:
+        heads = {k: v.decode() for k, v in msg.headers or []}
+        if heads["streamanon-type"] == "record":
+            records.append((heads, msg.value))
+        else:
+            out.append({"manifest": json.loads(msg.value), "records": records})
+            records = []
+    if records:
+        out.append({"manifest": None, "records": records})
+    return out
+
+
+def complete_run(run: dict[str, Any]) -> list[bytes]:
+    """The records a consumer takes for a manifest: the last ``count`` before it, which must
+    carry its release id and the indices 0 to count - 1 in order."""
+    manifest = run["manifest"]
+    taken = run["records"][len(run["records"]) - manifest["count"]:]
+    assert len(taken) == manifest["count"]
+    assert [h["streamanon-release"] for h, _ in taken] == [manifest["release_id"]] * len(taken)
+    assert [int(h["streamanon-index"]) for h, _ in taken] == list(range(len(taken)))
+    return [value for _, value in taken]
+
+
+@pytest.fixture
+def restartable(tmp_path: Path, broker: Any):
+    """Makes :class:`Restartable` services (the schema above); stops them at the end."""
+    made: list[Restartable] = []
+
+    def make(**kwargs: Any) -> Restartable:
+        config, env = write_config(tmp_path, broker.bootstrap, **kwargs)
+        svc = Restartable(config, env, tmp_path / "service.log")
+        made.append(svc)
+        return svc
+
+    yield make
+    for svc in made:
+        svc.stop()

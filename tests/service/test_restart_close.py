@@ -1,0 +1,52 @@
+"""A close after a restart (issue 13, finding 2): the drain works from the group's committed
+offsets and the partitions' end offsets, not from what the collector has seen since it started,
+and a survey left CLOSING is taken up again before the collector has joined its group."""
+
+from __future__ import annotations
+
+import json
+
+from streamanon.store import CLOSING, open_store
+from tests.service.kafka_helpers import headers, produce, read_topic, response
+
+N = 300
+
+
+def manifests(bootstrap: str, topic: str, count: int) -> list[dict]:
+    records = read_topic(bootstrap, topic, expected=count + 1, timeout=30)
+    return [json.loads(r.value) for r in records if headers(r)["streamanon-type"] == "manifest"]
+
+
+def test_a_close_after_a_graceful_restart_needs_no_new_message(service_factory, broker):
+    svc = service_factory(k=5)
+    svc.start()
+    produce(broker.bootstrap, f"{svc.prefix}.wellbeing.responses",
+            [(None, response(i)) for i in range(N)])
+    svc.wait_for("wellbeing", lambda s: s["stored"] == N, what="ingest")
+    svc.stop()
+    svc.start()  # every offset is committed; no message will come to move the collector on
+    code, _ = svc.post("/api/surveys/wellbeing/close")
+    assert code == 202
+    svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", timeout=60, what="release")
+    [manifest] = manifests(broker.bootstrap, f"{svc.prefix}.wellbeing.release", N)
+    assert manifest["count"] == N
+
+
+def test_a_survey_left_closing_is_released_when_the_service_comes_back(service_factory, broker,
+                                                                       tmp_path):
+    svc = service_factory(k=5)
+    svc.start()
+    produce(broker.bootstrap, f"{svc.prefix}.wellbeing.responses",
+            [(None, response(i)) for i in range(N)])
+    svc.wait_for("wellbeing", lambda s: s["stored"] == N, what="ingest")
+    svc.stop()
+    store = open_store(f"sqlite:///{tmp_path / 'store' / 'streamanon.db'}")
+    store.request_close("wellbeing")  # what a service killed in the middle of a close leaves
+    store.transition("wellbeing", CLOSING, "closing")
+    store.close()
+    svc.start()  # the close resumes at once, while the collector is still joining its group
+    status = svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED" or s["error"],
+                          timeout=60, what="release")
+    assert status["error"] is None and status["state"] == "RELEASED"
+    [manifest] = manifests(broker.bootstrap, f"{svc.prefix}.wellbeing.release", N)
+    assert manifest["count"] == N

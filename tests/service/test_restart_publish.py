@@ -1,0 +1,63 @@
+"""A publish cut off by SIGKILL (issue 13, finding 2) resumes from the written release files:
+the same records in the same order, then the manifest, never computed again; consumers take
+the complete run by its manifest, and the survey is released once."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import pandas as pd
+
+from streamanon.publisher import record_messages
+from tests.service.kafka_helpers import produce
+from tests.service.restart_helpers import (
+    complete_run,
+    frozen,
+    high_watermark,
+    read_all,
+    response,
+    restartable,  # noqa: F401 (fixture)
+    runs,
+)
+
+N = 3000
+
+
+def test_a_publish_cut_by_a_kill_resumes_from_the_written_files(restartable, broker,  # noqa: F811
+                                                                tmp_path):
+    svc = restartable()
+    svc.start()
+    produce(svc.bootstrap, f"{svc.prefix}.s.responses", [(None, response(i)) for i in range(N)])
+    svc.wait_for("s", lambda s: s["stored"] == N, what="ingest")
+    code, _ = svc.post("/api/surveys/s/close")
+    assert code == 202
+    release_topic = f"{svc.prefix}.s.release"
+    svc.wait_line(r"writing the files")
+    with frozen(broker):  # the publish cannot finish: what was sent lands once the broker
+        svc.wait_line(r"publishing release")  # goes on, the rest never comes
+        time.sleep(0.3)
+        svc.kill()
+
+    release_id, status = svc.release_row()
+    assert status == "written"
+    cut = high_watermark(svc.bootstrap, release_topic)
+    assert 0 < cut < N, f"not a cut publish: {cut} of {N} records were on the topic"
+    parquet = tmp_path / "releases" / "s" / "release.parquet"
+    written = (parquet.stat().st_ino, hashlib.sha256(parquet.read_bytes()).hexdigest())
+
+    svc.evict()
+    svc.start()
+    status = svc.wait_for("s", lambda s: s["state"] == "RELEASED", timeout=60, what="release")
+    assert status["error"] is None
+    assert svc.release_row() == (release_id, "published")
+    assert "publishing its files again" in svc.lines()
+    assert "computing the release" not in svc.lines()  # nothing computed after the restart
+    assert (parquet.stat().st_ino, hashlib.sha256(parquet.read_bytes()).hexdigest()) == written
+
+    [run] = runs(read_all(svc.bootstrap, release_topic))  # one manifest
+    assert run["manifest"]["release_id"] == release_id and run["manifest"]["count"] == N
+    sent = complete_run(run)
+    assert sent == record_messages(pd.read_parquet(parquet))  # the file, row by row, in order
+    before = [value for _, value in run["records"][:-N]]  # the cut run: a prefix of the same
+    assert 0 < len(before) < N and before == sent[:len(before)]
