@@ -51,7 +51,7 @@ import numpy as np
 import orjson
 
 from streamanon.config import Config, SurveyConfig
-from streamanon.offsets import GroupOffsets
+from streamanon.offsets import GroupOffsets, broker_errors
 from streamanon.store import RecordRow, Store
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,13 @@ class Message(NamedTuple):
 
 
 LOG_APPEND_TIME = 1  # a record's timestamp type when the broker set it (Kafka protocol)
+
+
+def message_of(record: Any) -> Message:
+    """A consumer record as a :class:`Message`: its time only if the broker set it."""
+    return Message(record.topic, record.partition, record.offset, record.key, record.value,
+                   record.timestamp / 1000.0 if record.timestamp_type == LOG_APPEND_TIME
+                   else None)
 
 
 class Closure(NamedTuple):
@@ -839,9 +846,7 @@ class KafkaCollector:
             offsets: dict[Any, int] = {}
             work: dict[str, list[Message]] = {}
             for tp, records in batches.items():
-                msgs = [Message(r.topic, r.partition, r.offset, r.key, r.value,
-                                r.timestamp / 1000.0 if r.timestamp_type == LOG_APPEND_TIME
-                                else None) for r in records]
+                msgs = [message_of(r) for r in records]
                 if tp.topic == self.config.control_topic:
                     for m in msgs:
                         self._control(m)
@@ -950,21 +955,25 @@ class KafkaCollector:
         targets = dict(marks)
         started = checked = time.monotonic()
         next_note = started + 60.0
+        behind: int | str = "?"
         while True:
-            unsure = [p for p, target in targets.items()
-                      if self._positions.get(TopicPartition(topic, p), 0) < target]
-            committed = await self.offsets.committed(topic, unsure) if unsure else {}
-            behind = sum(max(targets[p] - offset, 0) for p, offset in committed.items())
-            if behind == 0:
-                return
             now = time.monotonic()
-            if now - checked >= 5.0:
-                ends = await self.offsets.ends(topic)
-                targets = {p: min(mark, ends.get(p, 0)) for p, mark in marks.items()}
-                checked = now
+            try:
+                unsure = [p for p, target in targets.items()
+                          if self._positions.get(TopicPartition(topic, p), 0) < target]
+                committed = await self.offsets.committed(topic, unsure) if unsure else {}
+                behind = sum(max(targets[p] - offset, 0) for p, offset in committed.items())
+                if behind == 0:
+                    return
+                if now - checked >= 5.0:
+                    ends = await self.offsets.ends(topic)
+                    targets = {p: min(mark, ends.get(p, 0)) for p, mark in marks.items()}
+                    checked = now
+            except broker_errors() as exc:  # the broker is away: wait for it
+                behind = f"? ({type(exc).__name__} from the broker)"
             if now >= next_note:
-                log.warning("survey %s: the close has waited %.0f s for the collector; %d "
-                            "message(s) sent before it are not handled yet", survey_id,
+                log.warning("survey %s: the close has waited %.0f s for the collector; "
+                            "message(s) sent before it not handled yet: %s", survey_id,
                             now - started, behind)
                 next_note += 60.0
             await asyncio.sleep(0.1)

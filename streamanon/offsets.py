@@ -24,6 +24,15 @@ from streamanon.config import Config
 FETCH_TIMEOUT_SECONDS = 30.0
 
 
+def broker_errors() -> tuple[type[BaseException], ...]:
+    """What a read or a send raises while a broker is away or slow (both clients' kinds):
+    worth waiting for and trying again, unlike a fault in the data."""
+    from aiokafka.errors import KafkaError as AIOKafkaError
+    from kafka.errors import KafkaError
+
+    return (AIOKafkaError, KafkaError, OSError, TimeoutError)
+
+
 def _reader(config: Config) -> Any:
     """A kafka-python consumer for reading positions: small fetches, short waits, no group.
     (kafka-python here: an aiokafka consumer whose fetch of an empty partition the embedded

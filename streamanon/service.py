@@ -68,6 +68,7 @@ from streamanon.health import (
     store_health,
 )
 from streamanon.metrics import distortion, fit_standardisation
+from streamanon.offsets import broker_errors
 from streamanon.processes import worker_pool
 from streamanon.publisher import (
     build_release,
@@ -515,8 +516,12 @@ class Service:
 
     # -- close and release ---------------------------------------------------------------------
     async def close(self, sid: str) -> None:
-        """Close the survey (idempotent); returns once the close sequence has been started."""
+        """Close the survey (idempotent); returns once the close request is stored (a restart
+        carries it on) and the close sequence has been started."""
         rt = self.surveys[sid]
+        st = await self._in_store(self.store.survey_state, sid)
+        if st.state != RELEASED and st.close_requested_at is None:
+            await self._in_store(self.store.request_close, sid, time.time())
         if rt.close_task is None:
             rt.close_task = asyncio.create_task(self._close(sid), name=f"close-{sid}")
 
@@ -541,10 +546,15 @@ class Service:
             step = time.perf_counter()
             assert self.collector is not None  # made before any close can start
             marks = await self._in_store(self.store.close_marks, sid)
-            if marks is None:
-                marks = await self.collector.take_close(
-                    sid, st.close_requested_at,
-                    lambda ends: self._in_store(self.store.save_close_marks, sid, ends))
+            while marks is None:
+                try:
+                    marks = await self.collector.take_close(
+                        sid, st.close_requested_at,
+                        lambda ends: self._in_store(self.store.save_close_marks, sid, ends))
+                except broker_errors() as exc:
+                    log.warning("survey %s: close: cannot read the end offsets (%s); trying "
+                                "again in 5 s", sid, describe_error(exc))
+                    await asyncio.sleep(5.0)
             log.info("survey %s: close: draining the responses sent before it (end offsets %s)",
                      sid, marks)
             await self.collector.drain(sid, marks)
@@ -657,8 +667,6 @@ class Service:
         """Send the written release file to the release topic, record by record in its row
         order, then the manifest; on a broker fault send it all again (the manifest marks the
         complete run), until it is through."""
-        from aiokafka.errors import KafkaError
-
         rt = self.surveys[sid]
         report = dict(row.report)
         frame = await self._in_loop_thread(read_written_release, report["files"])
@@ -673,7 +681,7 @@ class Service:
                 if not (resumed and await manifest_is_last(self.config, topic, row.release_id)):
                     await publish_to_topic(self.release_producer, topic, frame, manifest)
                 break
-            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            except broker_errors() as exc:
                 failures += 1
                 delay = min(2.0 ** failures, 60.0)
                 log.warning("survey %s: publishing release %s failed (%s); sending it again "

@@ -130,6 +130,28 @@ class Restartable(ServiceProcess):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
+    def step_until(self, done: Any, step: float = 0.003, timeout: float = 30) -> None:
+        """Stop the service (SIGSTOP) and let it run in short steps until ``done()``: a phase
+        that takes a few tens of milliseconds can then be caught in its middle. It is left
+        stopped (kill it)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        while not done():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the service did not get there")
+            os.kill(self.proc.pid, signal.SIGCONT)
+            time.sleep(step)
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+
     def freeze_helpers(self) -> None:
         """SIGSTOP the ingest worker and the compute process: nothing is stored or computed
         until the service is killed."""
@@ -177,20 +199,28 @@ def helper_processes(pid: int) -> list[int]:
     return found
 
 
-def evict_group(bootstrap: str, group: str) -> list[str]:
+def evict_group(bootstrap: str, group: str, timeout: float = 10) -> list[str]:
+    """Send LeaveGroup for every member of ``group`` until it has none."""
     async def run() -> list[str]:
         from aiokafka.admin import AIOKafkaAdminClient
         from aiokafka.protocol.group import LeaveGroupRequest
 
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         await admin.start()
+        evicted: list[str] = []
         try:
             node = await admin.find_coordinator(group)
-            members = [member[0] for answer in await admin.describe_consumer_groups([group])
-                       for described in answer.groups for member in described[5]]
-            for member in members:  # no public API: LeaveGroup on the member's behalf
-                await admin._send_request_to_node(node, LeaveGroupRequest(group, member))
-            return members
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                members = [member[0] for answer in await admin.describe_consumer_groups([group])
+                           for described in answer.groups for member in described[5]]
+                if not members:
+                    break
+                for member in members:  # no public API: LeaveGroup on the member's behalf
+                    await admin._send_request_to_node(node, LeaveGroupRequest(group, member))
+                evicted += members
+                await asyncio.sleep(0.1)
+            return evicted
         finally:
             await admin.close()
 
@@ -198,13 +228,20 @@ def evict_group(bootstrap: str, group: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def frozen(broker: Any) -> Iterator[None]:
-    """The embedded broker stopped (SIGSTOP) for the block: requests wait in its sockets."""
-    os.kill(broker.process.pid, signal.SIGSTOP)
+def watching(bootstrap: str, topic: str) -> Iterator[Any]:
+    """Yields ``arrived()``: whether ``topic`` (partition 0) has received a message since the
+    block began."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             fetch_max_wait_ms=2)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek(tp, high_watermark(bootstrap, topic))
+    while consumer.highwater(tp) is None:  # connected, and fetching
+        consumer.poll(timeout_ms=50)
     try:
-        yield
+        yield lambda: bool(consumer.poll(timeout_ms=2).get(tp))
     finally:
-        os.kill(broker.process.pid, signal.SIGCONT)
+        consumer.close()
 
 
 def high_watermark(bootstrap: str, topic: str, partition: int = 0) -> int:

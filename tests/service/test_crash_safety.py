@@ -1,56 +1,232 @@
-"""SIGKILL the service mid-ingest and mid-base-run: every valid record is released once."""
+"""Restart anywhere, release once (issue 13): SIGKILL the service at 20 points spread over every
+phase of a survey (ingest, base run, close, drain, compute, file writing, publishing), chosen by
+a seeded schedule, restart it each time, and find exactly one complete release holding every
+valid response once.
+
+The kill points come from outside, with no hook in the service: a phase is entered when the
+service logs it (or its state says so), and the kill follows after a seeded delay. Phases that
+last only milliseconds are caught by freezing the service's helper processes (SIGSTOP: the
+compute process for the base run and the compute, the ingest worker for a drain with a backlog)
+or by letting the service run in short steps. Each kill is then classified by what the service
+had reached (its log and its store), and every phase must have been hit.
+
+Between a kill and the next start the test removes the dead member from the collector group,
+which the broker would do itself after the session timeout (30 s): the restarts then cost
+seconds, not a minute.
+"""
 
 from __future__ import annotations
 
 import collections
 import json
-import sqlite3
+import random
 import threading
 import time
 
-from tests.service.kafka_helpers import headers, produce, read_topic, response
+import pandas as pd
+from kafka import KafkaProducer
+
+from tests.service.kafka_helpers import read_topic
+from tests.service.restart_helpers import (
+    complete_run,
+    read_all,
+    response,
+    restartable,  # noqa: F401 (fixture)
+    runs,
+    watching,
+)
+
+SEED = 20260513
+PHASES = ("ingest", "base", "close", "drain", "compute", "files", "publish")
+QUOTA = {"ingest": 3, "base": 1, "close": 1, "drain": 4, "compute": 3, "files": 3,
+         "publish": 5}
+N_OPEN, N_INCREMENT, N_BACKLOG, N_LATE = 2400, 300, 300, 100
+INCREMENT = range(N_OPEN, N_OPEN + N_INCREMENT)
+BACKLOG = range(INCREMENT.stop, INCREMENT.stop + N_BACKLOG)  # sent before the close
+LATE = range(BACKLOG.stop, BACKLOG.stop + N_LATE)  # sent after the close
 
 
-def test_kill_during_ingest_and_during_base_run(service_factory, broker, tmp_path):
-    svc = service_factory(k=5)
+def invalid(i: int) -> bool:
+    return i % 50 == 7  # answered with an age out of bounds: dead-lettered, never released
+
+
+def body(i: int) -> bytes:
+    return response(i, essay_bytes=1200, **({"age": 200} if invalid(i) else {}))
+
+
+def produce_paced(bootstrap: str, topic: str, tickets: range, per_second: float) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    started = time.monotonic()
+    for n, i in enumerate(tickets):
+        producer.send(topic, value=body(i))
+        ahead = n / per_second - (time.monotonic() - started)
+        if ahead > 0:
+            producer.flush()
+            time.sleep(ahead)
+    producer.flush()
+    producer.close()
+
+
+class Schedule:
+    """The kills, where they landed, and the seeded delays."""
+
+    def __init__(self, svc) -> None:
+        self.svc = svc
+        self.rng = random.Random(SEED)
+        self.kills: list[tuple[str, str]] = []  # (phase, when)
+        self.started = time.monotonic()
+
+    def delay(self, low: float, high: float) -> None:
+        time.sleep(self.rng.uniform(low, high))
+
+    def kill(self, phase: str | None = None) -> str:
+        """Kill the service; the phase is given, or read from its log and store."""
+        log = self.svc.lines()
+        self.svc.kill()
+        if phase is None:
+            row = self.svc.release_row()
+            marks = self.svc.store("SELECT COUNT(*) FROM close_marks")[0][0]
+            if (row is not None and row[1] == "written") or "publishing release" in log:
+                phase = "publish"
+            elif "writing the files" in log:
+                phase = "files"
+            elif "computing the release" in log:
+                phase = "compute"
+            elif marks:
+                phase = "drain"
+            else:
+                phase = "close"  # requested, not yet placed in the log
+        self.kills.append((phase, f"{time.monotonic() - self.started:.0f} s"))
+        self.svc.evict()
+        return phase
+
+    def wanted(self, phase: str) -> bool:
+        return sum(p == phase for p, _ in self.kills) < QUOTA[phase]
+
+
+def test_kills_at_every_phase_leave_exactly_one_complete_release(restartable, tmp_path):  # noqa: F811
+    svc = restartable()
+    plan = Schedule(svc)
+    responses = f"{svc.prefix}.s.responses"
+    valid = [i for i in range(BACKLOG.stop) if not invalid(i)]
+
+    # -- ingest: responses arrive for about 40 s, through three kills ------------------------
     svc.start()
-    topic = f"{svc.prefix}.wellbeing.responses"
-    n = 60_000
-    producer = threading.Thread(target=produce, args=(
-        broker.bootstrap, topic, [(None, response(i)) for i in range(n)]))
+    producer = threading.Thread(target=produce_paced, args=(
+        svc.bootstrap, responses, range(N_OPEN), N_OPEN / 40))
     producer.start()
-    svc.wait_for("wellbeing", lambda s: s["stored"] > 5_000, what="some ingest")
-    svc.kill()  # mid-ingest: batches in flight, offsets not all committed
+    threshold = plan.rng.randint(200, 600)
+    svc.wait_for("s", lambda s: s["stored"] >= threshold, what="ingest")
+    plan.kill("ingest")  # batches in flight, offsets not all committed
+    svc.launch()
+    plan.delay(0.5, 2.5)
+    plan.kill("ingest")  # while it starts again: recovery, the collector joining
+    svc.start()
+    stored = svc.survey("s")["stored"]
+    more = plan.rng.randint(20, 120)
+    svc.wait_for("s", lambda s: s["stored"] >= stored + more, what="ingest")
+    plan.kill("ingest")
     svc.start()
     producer.join()
-    svc.wait_for("wellbeing", lambda s: s["stored"] >= n, timeout=300, what="full ingest")
-    time.sleep(1.0)
-    assert svc.survey("wellbeing")["stored"] == n  # nothing lost, nothing twice
+    n_open = sum(not invalid(i) for i in range(N_OPEN))
+    svc.wait_for("s", lambda s: s["stored"] >= n_open, timeout=60, what="all of the ingest")
+    time.sleep(0.5)
+    assert svc.survey("s")["stored"] == n_open  # nothing lost, nothing stored twice
 
-    code, body = svc.post("/api/surveys/wellbeing/base")
-    assert code == 202, body
-    svc.kill()  # the base run has just started (state BASE_RUNNING, no checkpoint yet)
-    svc.start()
-    assert svc.survey("wellbeing")["state"] == "OPEN"  # interrupted run reset for re-planning
-    code, _ = svc.post("/api/surveys/wellbeing/base")
+    # -- base run ------------------------------------------------------------------------------
+    svc.freeze_helpers()  # the base run cannot finish before the kill
+    code, _ = svc.post("/api/surveys/s/base")
     assert code == 202
-    svc.wait_for("wellbeing", lambda s: s["state"] == "BASE_DONE", timeout=300, what="base")
+    svc.wait_line(r"OPEN -> BASE_RUNNING")
+    plan.delay(0.0, 0.3)
+    plan.kill("base")
+    svc.start()
+    assert svc.survey("s")["state"] == "OPEN"  # an interrupted base run is planned again
+    code, _ = svc.post("/api/surveys/s/base")
+    assert code == 202
+    svc.wait_for("s", lambda s: s["state"] == "BASE_DONE", timeout=60, what="the base run")
 
-    late = 500
-    produce(broker.bootstrap, topic, [(None, response(n + i)) for i in range(late)])
-    svc.wait_for("wellbeing", lambda s: s["stored"] == n + late, what="increment")
-    svc.post("/api/surveys/wellbeing/close")
-    status = svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", timeout=300,
-                          what="release")
-    assert status["release"]["mode"] == "two-stage"
-    assert status["release"]["nu"] == late / (n + late)
+    # -- the increment, a backlog at the close, and the close ----------------------------------
+    produce_paced(svc.bootstrap, responses, INCREMENT, 1e9)
+    n_increment = n_open + sum(not invalid(i) for i in INCREMENT)
+    svc.wait_for("s", lambda s: s["stored"] == n_increment, what="the increment")
+    svc.freeze_helpers()  # nothing more is stored: what follows is a backlog at the close
+    produce_paced(svc.bootstrap, responses, BACKLOG, 1e9)
+    code, _ = svc.post("/api/surveys/s/close")
+    assert code == 202  # the close request is stored: a restart carries it on
+    assert plan.kill() in ("close", "drain")
 
-    records = read_topic(broker.bootstrap, f"{svc.prefix}.wellbeing.release",
-                         expected=n + late + 1, timeout=120)
-    tickets = collections.Counter(json.loads(r.value)["ticket"] for r in records
-                                  if headers(r)["streamanon-type"] == "record")
-    assert tickets == collections.Counter(range(n + late))
-    svc.stop()
-    with sqlite3.connect(tmp_path / "store" / "streamanon.db") as db:
-        notes = [row[0] for row in db.execute("SELECT note FROM transitions")]
-    assert "base run interrupted; re-planning" in notes
+    # -- the drain: the backlog waits for a collector that is killed while it joins ----------
+    late_sent = False
+    while plan.wanted("drain"):
+        svc.launch()
+        svc.wait_line(r"close: draining")
+        if not late_sent:  # after the close marks: late, whatever the producer's clock says
+            produce_paced(svc.bootstrap, responses, LATE, 1e9)
+            late_sent = True
+        plan.delay(0.0, 0.5)  # before its collector asks to join the group (see above)
+        plan.kill()
+
+    # -- compute, files, publish ---------------------------------------------------------------
+    while plan.wanted("compute"):
+        svc.launch()
+        svc.wait_line(r"close: drained", timeout=120)
+        svc.pause()
+        svc.freeze_helpers()  # the compute process gets the stage and keeps it
+        svc.resume()
+        svc.wait_line(r"computing the release")
+        plan.delay(0.0, 0.2)
+        plan.kill()
+    while plan.wanted("files") and svc.release_row() is None:
+        svc.launch()
+        svc.wait_line(r"close: drained")
+        svc.step_until(lambda: "writing the files" in svc.lines())
+        steps = iter(range(plan.rng.randint(0, 4)))  # and a few steps of 3 ms into them
+        svc.step_until(lambda steps=steps: next(steps, None) is None)
+        plan.kill()
+    release_topic = f"{svc.prefix}.s.release"
+    while plan.wanted("publish") or len(plan.kills) < sum(QUOTA.values()):
+        svc.launch()
+        if svc.release_row() is None:  # a first publish follows the files at once
+            svc.wait_line(r"close: drained")
+            svc.step_until(lambda: "publishing release" in svc.lines())
+        else:
+            svc.wait_line(r"publishing release")
+            svc.pause()
+        with watching(svc.bootstrap, release_topic) as arrived:
+            svc.step_until(arrived)  # the first batch of this run is in: cut it there
+        plan.kill()
+
+    # -- the end: one release, every valid response in it once -------------------------------
+    svc.launch()  # the release needs no collector: no waiting for the group (see above)
+    deadline = time.monotonic() + 60
+    while svc.state() != "RELEASED" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    svc.kill()
+    assert svc.state() == "RELEASED", plan.kills
+    assert svc.store("SELECT error FROM surveys WHERE id = 's'") == [(None,)]
+    release_id, state = svc.release_row()
+    assert state == "published"
+    phases = collections.Counter(phase for phase, _ in plan.kills)
+    assert len(plan.kills) >= 20 and set(phases) == set(PHASES), plan.kills
+
+    messages = read_all(svc.bootstrap, release_topic)
+    assert {dict(m.headers)["streamanon-release"].decode() for m in messages} == {release_id}
+    complete = [run for run in runs(messages) if run["manifest"] is not None]
+    assert len(complete) == 1, [len(run["records"]) for run in complete]  # one manifest
+    [run] = complete
+    assert run["manifest"]["count"] == len(valid)
+    tickets = [json.loads(value)["ticket"] for value in complete_run(run)]
+    assert sorted(tickets) == valid  # every valid response, once
+    parquet = pd.read_parquet(tmp_path / "releases" / "s" / "release.parquet")
+    assert parquet["ticket"].tolist() == tickets  # the files and the topic agree, in order
+
+    # the late ones and the invalid ones were dead-lettered, none stored
+    letters = read_topic(svc.bootstrap, f"{svc.prefix}.s.deadletter",
+                         until=lambda got: {json.loads(m.value)["ticket"] for m in got}
+                         >= set(LATE), timeout=30)
+    reasons = {json.loads(m.value)["ticket"]: dict(m.headers)["streamanon-reason"].decode()
+               for m in letters}
+    assert {reasons[i] for i in LATE} == {"closed"}
+    assert {reasons.get(i) for i in range(BACKLOG.stop) if invalid(i)} == {"out_of_bounds"}
+    assert svc.store("SELECT COUNT(*) FROM records WHERE survey = 's'")[0][0] == len(valid)

@@ -8,8 +8,16 @@ import json
 
 from streamanon.store import CLOSING, open_store
 from tests.service.kafka_helpers import headers, produce, read_topic, response
+from tests.service.restart_helpers import evict_group
 
 N = 300
+
+
+def restart(svc, bootstrap: str) -> None:
+    """Start the stopped service again, after removing what the broker would otherwise keep
+    in the collector group for a session timeout (30 s)."""
+    evict_group(bootstrap, f"{svc.prefix}-collector")
+    svc.start()
 
 
 def manifests(bootstrap: str, topic: str, count: int) -> list[dict]:
@@ -24,7 +32,7 @@ def test_a_close_after_a_graceful_restart_needs_no_new_message(service_factory, 
             [(None, response(i)) for i in range(N)])
     svc.wait_for("wellbeing", lambda s: s["stored"] == N, what="ingest")
     svc.stop()
-    svc.start()  # every offset is committed; no message will come to move the collector on
+    restart(svc, broker.bootstrap)  # every offset is committed; no message will come
     code, _ = svc.post("/api/surveys/wellbeing/close")
     assert code == 202
     svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", timeout=60, what="release")
@@ -44,7 +52,7 @@ def test_a_survey_left_closing_is_released_when_the_service_comes_back(service_f
     store.request_close("wellbeing")  # what a service killed in the middle of a close leaves
     store.transition("wellbeing", CLOSING, "closing")
     store.close()
-    svc.start()  # the close resumes at once, while the collector is still joining its group
+    restart(svc, broker.bootstrap)  # the close resumes while the collector joins its group
     status = svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED" or s["error"],
                           timeout=60, what="release")
     assert status["error"] is None and status["state"] == "RELEASED"
