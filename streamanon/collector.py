@@ -52,7 +52,7 @@ import orjson
 
 from streamanon.config import Config, SurveyConfig
 from streamanon.offsets import GroupOffsets, broker_errors
-from streamanon.store import RecordRow, Store
+from streamanon.store import RecordRow, Store, record_digest
 
 log = logging.getLogger(__name__)
 
@@ -516,20 +516,21 @@ def _unprocessable(exc: BaseException) -> Invalid:
 def store_batch(candidates: Sequence[tuple[Message, Validated]], survey: SurveyConfig,
                 store: Store, now: float | None = None) -> BatchResult:
     """Second half of :func:`process_batch`: skip redeliveries, reject duplicate respondents,
-    store the rest in one transaction."""
+    store the rest in one transaction.
+
+    A redelivery is a record whose identity (respondent pseudonym and :func:`record_digest`
+    of what is stored) is stored already or earlier in the batch, wherever and whenever it was
+    read: the Kafka partition and offset play no part, so offsets that start again never drop
+    a response. Under ``duplicates = "reject"`` another answer of a stored respondent is
+    dead-lettered ``duplicate_respondent``; under ``"allow"`` it is stored."""
     result = BatchResult()
     if not candidates:
         return result
-    seen = _already_stored(store, survey.id, [m for m, _ in candidates])
-    known = (store.respondents(survey.id, [v.rid_hash for _, v in candidates])
-             if survey.duplicates == "reject" else {})
+    reject = survey.duplicates == "reject"
+    known = store.respondents(survey.id, [v.rid_hash for _, v in candidates]) if reject else {}
     arrived = time.time() if now is None else now
     rows: list[RecordRow] = []
     for msg, rec in candidates:
-        source = (msg.partition, msg.offset)
-        if source in seen:
-            result.redelivered += 1  # stored before a crash; the offset was not committed
-            continue
         try:
             confidential = orjson.dumps(rec.confidential).decode()
         except (TypeError, ValueError) as exc:  # validation guarantees it; a bug otherwise
@@ -537,15 +538,22 @@ def store_batch(candidates: Sequence[tuple[Message, Validated]], survey: SurveyC
                       survey.id, type(exc).__name__)
             result.rejected.append(Rejection(msg, "unprocessable", _unprocessable(exc).detail))
             continue
-        if survey.duplicates == "reject":
-            if rec.rid_hash in known:
+        qi = rec.qi.tobytes()
+        digest = record_digest(qi, confidential, rec.label)
+        if reject:
+            stored = known.get(rec.rid_hash)
+            if stored is not None and digest in stored:
+                result.redelivered += 1  # stored before (a crash, a replay, an offset reset)
+                continue
+            if stored is not None:
                 result.rejected.append(Rejection(msg, "duplicate_respondent",
                                                  "this respondent has already answered"))
                 continue
-            known[rec.rid_hash] = source
-        rows.append(RecordRow(arrived, msg.partition, msg.offset, rec.rid_hash,
-                              rec.qi.tobytes(), confidential, rec.label))
+            known[rec.rid_hash] = {digest}
+        rows.append(RecordRow(arrived, msg.partition, msg.offset, rec.rid_hash, digest, qi,
+                              confidential, rec.label))
     result.stored = store.insert_records(survey.id, rows)
+    result.redelivered += len(rows) - result.stored  # the store skips known identities
     result.arrival_times = [arrived] * result.stored
     return result
 
@@ -563,22 +571,6 @@ def process_batch(messages: Sequence[Message], validator: Validator, store: Stor
     result = store_batch(candidates, validator.survey, store, now)
     result.rejected = rejected + result.rejected
     return result
-
-
-def _already_stored(store: Store, survey_id: str,
-                    messages: Sequence[Message]) -> set[tuple[int, int]]:
-    """(partition, offset) of the messages a previous run stored but did not commit. Offsets
-    above the highest stored one are new for sure; only the others are looked up."""
-    by_partition: dict[int, list[int]] = {}
-    for m in messages:
-        by_partition.setdefault(m.partition, []).append(m.offset)
-    seen: set[tuple[int, int]] = set()
-    for partition, offsets in by_partition.items():
-        high = store.max_offset(survey_id, partition)
-        maybe = [o for o in offsets if o <= high]
-        if maybe:
-            seen.update((partition, o) for o in store.stored_offsets(survey_id, partition, maybe))
-    return seen
 
 
 class DeadLetterSink(Protocol):

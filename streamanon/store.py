@@ -5,9 +5,15 @@ interface for deployments with several collectors; :func:`open_store` picks by U
 (``sqlite:///path`` or ``postgresql://...``).
 
 What is kept per record: arrival sequence (global, increasing) and time, the Kafka source
-(partition and offset, unique per survey so a redelivered message stores nothing twice), an
-HMAC of the respondent id (never the id), the quasi-identifiers as float64 bytes, the
-confidential values as JSON and the optional label. No identifier, no raw message.
+(partition and offset, for diagnosis only), an HMAC of the respondent id (never the id), a
+digest of the stored content (:func:`record_digest`), the quasi-identifiers as float64 bytes,
+the confidential values as JSON and the optional label. No identifier, no raw message.
+
+A record's identity is (survey, respondent HMAC, content digest), unique in the table: a
+redelivered response stores nothing twice wherever it comes from, and offsets that start again
+(a broker that lost its log, a recreated topic, a new cluster) never make a fresh response look
+like a redelivery. A store written by an earlier version (unique by partition and offset) is
+upgraded when it is opened (:meth:`Store._upgrade`).
 
 Survey states and their transitions (each one persisted, with a log)::
 
@@ -24,6 +30,7 @@ the release waits for the committed offsets to reach the marks, after any restar
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -63,6 +70,12 @@ class StoreError(StreamanonError):
     """The store cannot do what was asked (bad URL, illegal state transition, ...)."""
 
 
+class StoreUnavailable(StoreError):
+    """The store cannot be reached or cannot write now (connection lost, server down, disk
+    full); the operation did not happen and may be retried later. The message is fixed text,
+    never a value."""
+
+
 @dataclass(frozen=True)
 class SurveyState:
     survey: str
@@ -81,9 +94,21 @@ class RecordRow(NamedTuple):
     partition: int
     offset: int
     rid_hash: bytes
+    digest: bytes  # record_digest(qi, confidential, label)
     qi: bytes
     confidential: str
     label: str | None
+
+
+def record_digest(qi: bytes, confidential: str, label: str | None) -> bytes:
+    """128-bit BLAKE2b of what is stored of a response: its quasi-identifier bytes, its
+    confidential values as JSON and its label, each part length-prefixed (so no two different
+    records share an encoding; a missing label differs from an empty one)."""
+    h = hashlib.blake2b(digest_size=16, person=b"streamanon-rec1")
+    for part in (qi, confidential.encode(), None if label is None else label.encode()):
+        h.update(b"\xff" * 8 if part is None else len(part).to_bytes(8, "little"))
+        h.update(part or b"")
+    return h.digest()
 
 
 @dataclass(frozen=True)
@@ -120,19 +145,22 @@ class ReleaseRow:
     report: dict[str, Any]
 
 
-_SCHEMA = """
+_RECORDS = """
+CREATE TABLE IF NOT EXISTS records (
+    seq {autoinc}, survey TEXT NOT NULL, arrived_at DOUBLE PRECISION NOT NULL,
+    kafka_partition INTEGER NOT NULL, kafka_offset BIGINT NOT NULL, rid_hash {blob} NOT NULL,
+    digest {blob} NOT NULL, qi {blob} NOT NULL, confidential TEXT NOT NULL, label TEXT,
+    UNIQUE (survey, rid_hash, digest))"""
+_RECORD_COLUMNS = ("seq, survey, arrived_at, kafka_partition, kafka_offset, rid_hash, digest, "
+                   "qi, confidential, label")
+
+_SCHEMA = _RECORDS + """;
 CREATE TABLE IF NOT EXISTS surveys (
     id TEXT PRIMARY KEY, state TEXT NOT NULL, close_requested_at DOUBLE PRECISION,
     base_started_at DOUBLE PRECISION, updated_at DOUBLE PRECISION NOT NULL, error TEXT);
 CREATE TABLE IF NOT EXISTS transitions (
     survey TEXT NOT NULL, from_state TEXT NOT NULL, to_state TEXT NOT NULL,
     at DOUBLE PRECISION NOT NULL, note TEXT);
-CREATE TABLE IF NOT EXISTS records (
-    seq {autoinc}, survey TEXT NOT NULL, arrived_at DOUBLE PRECISION NOT NULL,
-    kafka_partition INTEGER NOT NULL, kafka_offset BIGINT NOT NULL, rid_hash {blob} NOT NULL,
-    qi {blob} NOT NULL, confidential TEXT NOT NULL, label TEXT,
-    UNIQUE (survey, kafka_partition, kafka_offset));
-CREATE INDEX IF NOT EXISTS records_pseudonym ON records (survey, rid_hash);
 CREATE TABLE IF NOT EXISTS checkpoints (
     survey TEXT PRIMARY KEY, snapshot_seq BIGINT NOT NULL, n_base BIGINT NOT NULL,
     labels {blob} NOT NULL, mean {blob} NOT NULL, scale {blob} NOT NULL, engine TEXT NOT NULL,
@@ -167,6 +195,41 @@ class Store(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    @abstractmethod
+    def _record_columns(self) -> set[str]:
+        """The columns of the records table as it is in the database."""
+
+    def _upgrade(self, autoinc: str, blob: str) -> None:
+        """Bring a records table of an earlier version (unique by Kafka partition and offset,
+        no digest) to the current one: the rows are copied with their sequence numbers, their
+        digests computed, in one transaction; a crash leaves the old table as it was."""
+        if "digest" in self._record_columns():
+            return
+        log.info("upgrading the store's records table (identity de-duplication)")
+        with self._lock, self._transaction():
+            self._q("ALTER TABLE records RENAME TO records_v1")
+            self._q("DROP INDEX IF EXISTS records_pseudonym")
+            self._q(_RECORDS.format(autoinc=autoinc, blob=blob))
+            last = 0
+            while True:
+                rows = self._q("SELECT seq, survey, arrived_at, kafka_partition, kafka_offset, "
+                               "rid_hash, qi, confidential, label FROM records_v1 WHERE seq > ? "
+                               "ORDER BY seq LIMIT 5000", (last,))
+                if not rows:
+                    break
+                self._executemany(self._sql(
+                    f"INSERT INTO records ({_RECORD_COLUMNS}) VALUES ({', '.join('?' * 10)}) "
+                    "ON CONFLICT DO NOTHING"),
+                    [(seq, sv, at, part, off, bytes(rid),
+                      record_digest(bytes(qi), conf, label), bytes(qi), conf, label)
+                     for seq, sv, at, part, off, rid, qi, conf, label in rows])
+                last = rows[-1][0]
+            self._q("DROP TABLE records_v1")
+            self._after_upgrade()
+
+    def _after_upgrade(self) -> None:  # noqa: B027 - a hook: nothing to do for SQLite
+        """Backend follow-up of :meth:`_upgrade` (inside its transaction)."""
 
     def _sql(self, sql: str) -> str:
         return sql.replace("?", self.placeholder)
@@ -247,8 +310,8 @@ class Store(ABC):
 
     # -- records -------------------------------------------------------------------------------
     def insert_records(self, survey: str, rows: Sequence[RecordRow]) -> int:
-        """Store ``rows`` in one transaction; rows whose source is already stored are skipped.
-        Returns how many were new."""
+        """Store ``rows`` in one transaction; a row whose identity (respondent, digest) is
+        stored already is skipped. Returns how many were new."""
         if not rows:
             return 0
         if not _SURVEY_ID.fullmatch(survey):
@@ -260,36 +323,18 @@ class Store(ABC):
     @abstractmethod
     def _insert_ignore_sql(self) -> str: ...
 
-    def respondents(self, survey: str,
-                    hashes: Sequence[bytes]) -> dict[bytes, tuple[int, int]]:
-        """Stored respondent hashes among ``hashes``, with the (partition, offset) that
-        stored them."""
-        found: dict[bytes, tuple[int, int]] = {}
+    def respondents(self, survey: str, hashes: Sequence[bytes]) -> dict[bytes, set[bytes]]:
+        """Stored respondent hashes among ``hashes``, each with the digests of its stored
+        records."""
+        found: dict[bytes, set[bytes]] = {}
         unique = list(dict.fromkeys(hashes))
         for start in range(0, len(unique), 2000):
             chunk = unique[start:start + 2000]
             marks = ", ".join("?" * len(chunk))
-            for rid, part, off in self._q(
-                    "SELECT rid_hash, kafka_partition, kafka_offset FROM records WHERE "
+            for rid, digest in self._q(
+                    "SELECT rid_hash, digest FROM records WHERE "
                     f"survey = ? AND rid_hash IN ({marks})", (survey, *chunk)):
-                found.setdefault(bytes(rid), (int(part), int(off)))
-        return found
-
-    def max_offset(self, survey: str, partition: int) -> int:
-        """Highest offset of ``partition`` stored for ``survey``, -1 if none."""
-        value = self._q("SELECT MAX(kafka_offset) FROM records WHERE survey = ? AND "
-                        "kafka_partition = ?", (survey, partition))[0][0]
-        return -1 if value is None else int(value)
-
-    def stored_offsets(self, survey: str, partition: int, offsets: Sequence[int]) -> set[int]:
-        """Which of ``offsets`` of ``partition`` are already stored."""
-        found: set[int] = set()
-        for start in range(0, len(offsets), 2000):
-            chunk = list(offsets[start:start + 2000])
-            marks = ", ".join("?" * len(chunk))
-            found.update(int(r[0]) for r in self._q(
-                "SELECT kafka_offset FROM records WHERE survey = ? AND kafka_partition = ? "
-                f"AND kafka_offset IN ({marks})", (survey, partition, *chunk)))
+                found.setdefault(bytes(rid), set()).add(bytes(digest))
         return found
 
     def count(self, survey: str) -> int:
@@ -391,6 +436,7 @@ class SQLiteStore(Store):
         with self._lock:
             self._conn.executescript(_SCHEMA.format(
                 autoinc="INTEGER PRIMARY KEY", blob="BLOB"))  # rowid: increasing, no deletes
+            self._upgrade(autoinc="INTEGER PRIMARY KEY", blob="BLOB")
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -400,10 +446,13 @@ class SQLiteStore(Store):
         with self._lock:
             return self._conn.executemany(sql, rows).rowcount
 
+    def _record_columns(self) -> set[str]:
+        return {row[1] for row in self._q("PRAGMA table_info(records)")}
+
     def _insert_ignore_sql(self) -> str:
         return ("INSERT OR IGNORE INTO records (survey, arrived_at, kafka_partition, "
-                "kafka_offset, rid_hash, qi, confidential, label) "
-                "VALUES ('{survey}', ?, ?, ?, ?, ?, ?, ?)")
+                "kafka_offset, rid_hash, digest, qi, confidential, label) "
+                "VALUES ('{survey}', ?, ?, ?, ?, ?, ?, ?, ?)")
 
     class _Tx:
         def __init__(self, store: SQLiteStore) -> None:
@@ -455,6 +504,7 @@ class PostgresStore(Store):
                                                 blob="BYTEA").split(";"):
                     if statement.strip():
                         self._conn.execute(statement)
+                self._upgrade(autoinc="BIGSERIAL PRIMARY KEY", blob="BYTEA")
             finally:
                 self._conn.execute("SELECT pg_advisory_unlock(727272)")
 
@@ -468,10 +518,19 @@ class PostgresStore(Store):
             cur.executemany(sql, list(rows))
             return cur.rowcount
 
+    def _record_columns(self) -> set[str]:
+        return {row[0] for row in self._q(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'records' "
+            "AND table_schema = current_schema()")}
+
+    def _after_upgrade(self) -> None:
+        self._q("SELECT setval(pg_get_serial_sequence('records', 'seq'), "
+                "GREATEST((SELECT MAX(seq) FROM records), 1))")
+
     def _insert_ignore_sql(self) -> str:
         return ("INSERT INTO records (survey, arrived_at, kafka_partition, kafka_offset, "
-                "rid_hash, qi, confidential, label) "
-                "VALUES ('{survey}', %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING")
+                "rid_hash, digest, qi, confidential, label) "
+                "VALUES ('{survey}', %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING")
 
     class _Tx:
         def __init__(self, store: PostgresStore) -> None:

@@ -88,9 +88,12 @@ def test_batch_stores_valid_rejects_invalid_and_duplicates(tmp_path):
     again = process_batch(batch, validator, store, closed_at=None, now=6.0)
     assert again.stored == 0 and again.redelivered == 2
     assert [r.reason for r in again.rejected] == ["invalid_json", "duplicate_respondent"]
-    # a later answer of the same respondent is a duplicate
-    later = process_batch(msgs([body(rid="B")], start=10), validator, store, None)
+    # a later, different answer of the same respondent is a duplicate; the same answer
+    # again is a redelivery wherever it was read
+    later = process_batch(msgs([body(rid="B", age=60), body(rid="B")], start=10), validator,
+                          store, None)
     assert [r.reason for r in later.rejected] == ["duplicate_respondent"]
+    assert later.redelivered == 1
     assert store.count("s") == 2
     recs = store.load_records("s", 2)
     assert np.array_equal(recs.qi, [[40.0, 1000.5], [40.0, 1000.5]])
@@ -100,8 +103,11 @@ def test_duplicates_allowed_policy(tmp_path):
     _, validator = make("allow")
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     store.ensure_survey("s")
-    result = process_batch(msgs([body(), body(), body()]), validator, store, None)
+    result = process_batch(msgs([body(), body(age=41), body(age=42)]), validator, store, None)
     assert result.stored == 3 and not result.rejected
+    # an identical answer is the same record: stored once (see test_identity_dedup.py)
+    again = process_batch(msgs([body(age=41)], start=3), validator, store, None)
+    assert again.stored == 0 and again.redelivered == 1 and not again.rejected
 
 
 def test_messages_after_close_are_rejected_as_closed(tmp_path):

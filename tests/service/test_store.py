@@ -19,6 +19,7 @@ from streamanon.store import (
     ReleaseRow,
     StoreError,
     open_store,
+    record_digest,
 )
 from tests.postgres import postgres_server, why_unavailable
 
@@ -50,11 +51,12 @@ def store(request, tmp_path):
 
 def rows(n, start=0, m=3):
     return [RecordRow(arrived_at=1000.0 + i, partition=0, offset=i, rid_hash=i.to_bytes(32, "big"),
+                      digest=record_digest(np.full(m, float(i)).tobytes(), f'{{"v": {i}}}', None),
                       qi=np.full(m, float(i)).tobytes(), confidential=f'{{"v": {i}}}',
                       label=None) for i in range(start, start + n)]
 
 
-def test_inserts_are_idempotent_by_source(store):
+def test_inserts_are_idempotent_by_identity(store):
     store.ensure_survey("s")
     assert store.insert_records("s", rows(100)) == 100
     assert store.insert_records("s", rows(10, start=95)) == 5  # 95..99 redelivered
@@ -62,15 +64,59 @@ def test_inserts_are_idempotent_by_source(store):
     recs = store.load_records("s", 3)
     assert recs.qi[:, 0].tolist() == [float(i) for i in range(105)]  # arrival order
     assert [c["v"] for c in recs.confidential] == list(range(105))
+    # the partition and offset play no part: the same records read elsewhere are skipped,
+    # other records at the same offsets are stored
+    moved = [r._replace(partition=7, offset=r.offset + 10**6) for r in rows(5)]
+    assert store.insert_records("s", moved) == 0
+    fresh = [r._replace(rid_hash=b"x" + r.rid_hash[1:]) for r in rows(5)]
+    assert store.insert_records("s", fresh) == 5
+    assert store.count("s") == 110
 
 
-def test_respondents_and_offsets_lookup(store):
+_OLD_RECORDS = """
+CREATE TABLE records (
+    seq {autoinc}, survey TEXT NOT NULL, arrived_at DOUBLE PRECISION NOT NULL,
+    kafka_partition INTEGER NOT NULL, kafka_offset BIGINT NOT NULL, rid_hash {blob} NOT NULL,
+    qi {blob} NOT NULL, confidential TEXT NOT NULL, label TEXT,
+    UNIQUE (survey, kafka_partition, kafka_offset))"""
+
+
+def test_a_records_table_of_the_previous_version_is_upgraded(store, request):
+    """Version 0.x kept records unique by (partition, offset), without digests."""
+    postgres = not hasattr(store, "path")
+    url = request.getfixturevalue("postgres_url") if postgres else f"sqlite:///{store.path}"
+    store.ensure_survey("s")
+    store._q("DROP TABLE records")
+    store._q(_OLD_RECORDS.format(autoinc="BIGSERIAL PRIMARY KEY" if postgres else
+                                 "INTEGER PRIMARY KEY", blob="BYTEA" if postgres else "BLOB"))
+    store._q("CREATE INDEX records_pseudonym ON records (survey, rid_hash)")
+    for r in rows(3, start=3):  # seq values are kept: checkpoints refer to them
+        store._q("INSERT INTO records (seq, survey, arrived_at, kafka_partition, kafka_offset, "
+                 "rid_hash, qi, confidential, label) VALUES (?, 's', ?, ?, ?, ?, ?, ?, ?)",
+                 (r.offset * 2, r.arrived_at, r.partition, r.offset, r.rid_hash, r.qi,
+                  r.confidential, r.label))
+    store.close()
+    upgraded = open_store(url)
+    try:
+        assert upgraded.load_records("s", 3).seq.tolist() == [6, 8, 10]
+        assert upgraded.respondents("s", [r.rid_hash for r in rows(3, start=3)]) == {
+            r.rid_hash: {r.digest} for r in rows(3, start=3)}
+        # the same content again is recognised; other content at an old offset is stored
+        new = rows(1, start=3)[0]._replace(rid_hash=b"n" * 32)
+        assert upgraded.insert_records("s", [*rows(3, start=3), new]) == 1
+        assert upgraded.max_seq("s") > 10  # after the old ones (PostgreSQL may skip some)
+    finally:
+        upgraded.close()
+    again = open_store(url)  # opening an upgraded store changes nothing
+    assert again.count("s") == 4
+    again.close()
+
+
+def test_respondents_lookup(store):
     store.ensure_survey("s")
     store.insert_records("s", rows(20))
     found = store.respondents("s", [i.to_bytes(32, "big") for i in (3, 5, 99)])
-    assert found == {(3).to_bytes(32, "big"): (0, 3), (5).to_bytes(32, "big"): (0, 5)}
-    assert store.stored_offsets("s", 0, [1, 77]) == {1}
-    assert store.max_offset("s", 0) == 19 and store.max_offset("s", 1) == -1
+    assert found == {(i).to_bytes(32, "big"): {rows(1, start=i)[0].digest} for i in (3, 5)}
 
 
 def test_snapshot_ranges(store):
