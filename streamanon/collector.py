@@ -16,8 +16,9 @@ Guarantees:
   never reaches the loop that serves the others; a control message the service cannot take is
   logged and skipped;
 - offsets are committed only after the store has committed the batch, so a crash loses
-  nothing; a redelivered message is recognised by its partition and offset and stored at
-  most once;
+  nothing; a redelivered response is recognised by its identity (respondent HMAC plus a digest
+  of the stored record, see :func:`store_batch`), wherever it was read, and stored at most
+  once; it is counted (``redelivered``) and logged;
 - identifiers never reach the store: only an HMAC-SHA256 of the respondent id is kept, for
   de-duplication; logs carry counts and reasons, never values.
 
@@ -715,6 +716,7 @@ class SurveyIngest:
     closure: Closure | None = None  # set by :meth:`KafkaCollector.take_close` with the marks
     received: int = 0
     stored: int = 0
+    redelivered: int = 0  # read again and recognised by identity: not stored twice
     rejected: dict[str, int] = field(default_factory=dict)
     dead_letters_unsent: int = 0  # dead letters the broker never took (counted in rejected too)
 
@@ -744,8 +746,17 @@ def _columns(msgs: list[Message]) -> Columns:
             [m.timestamp for m in msgs])
 
 
-def _worker_ingest(batches: list[tuple[str, Columns, Closure | None]]
-                   ) -> list[tuple[str, int, list[tuple[int, int, str, str]], float]]:
+class Outcome(NamedTuple):
+    """What the worker did with one survey's part of a batch; rejections by position."""
+
+    survey: str
+    stored: int
+    redelivered: int
+    rejections: list[tuple[int, int, str, str]]  # partition, offset, reason, detail
+    arrived: float
+
+
+def _worker_ingest(batches: list[tuple[str, Columns, Closure | None]]) -> list[Outcome]:
     """Validate and store batches in the worker; report what to dead-letter by position."""
     out = []
     for survey_id, (partitions, offsets, values, stamps), closure in batches:
@@ -756,7 +767,8 @@ def _worker_ingest(batches: list[tuple[str, Columns, Closure | None]]
         result = store_batch(candidates, validator.survey, _WORKER["store"])
         rejections = [(r.message.partition, r.message.offset, r.reason, r.detail)
                       for r in rejected + result.rejected]
-        out.append((survey_id, result.stored, rejections, time.time()))
+        out.append(Outcome(survey_id, result.stored, result.redelivered, rejections,
+                           time.time()))
     return out
 
 
@@ -878,7 +890,7 @@ class KafkaCollector:
         except Exception as exc:  # its text may quote the message: the type only
             log.warning("control message %s skipped: %s", where, type(exc).__name__)
 
-    async def _finish(self, results: list[tuple[str, int, list[tuple[int, int, str, str]], float]],
+    async def _finish(self, results: list[Outcome],
                       work: dict[str, list[Message]]) -> None:
         """Dead-letter what the worker rejected (original bytes), update the counters, and
         wait, without blocking the event loop, for the broker to take the dead letters before
@@ -886,7 +898,7 @@ class KafkaCollector:
         topic that does not answer slows ingest down but does not stop it; the sink goes on
         retrying and counts what it gives up)."""
         deliveries: list[tuple[SurveyIngest, concurrent.futures.Future[bool]]] = []
-        for survey_id, stored, rejections, arrived in results:
+        for survey_id, stored, redelivered, rejections, arrived in results:
             ingest = self.surveys[survey_id]
             if rejections:
                 by_position = {(m.partition, m.offset): m for m in work[survey_id]}
@@ -897,7 +909,11 @@ class KafkaCollector:
                     ingest.rejected[reason] = ingest.rejected.get(reason, 0) + 1
                 log.info("survey %s: %d message(s) dead-lettered", survey_id, len(rejections))
             ingest.stored += stored
-            ingest.received += stored + len(rejections)
+            ingest.received += stored + redelivered + len(rejections)
+            if redelivered:
+                ingest.redelivered += redelivered
+                log.info("survey %s: %d response(s) already stored (redelivered), skipped",
+                         survey_id, redelivered)
             if stored:
                 self.on_stored(survey_id, [arrived] * stored)
         if deliveries:

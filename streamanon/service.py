@@ -739,6 +739,7 @@ class Service:
                 "id": sid, "state": st.state, "error": st.error, "k": sc.k,
                 "engine": sc.engine, "incremental": sc.incremental,
                 "received": rt.ingest.received, "stored": rt.ingest.stored,
+                "redelivered": rt.ingest.redelivered,
                 "dead_lettered": dict(rt.ingest.rejected), "releases": int(published),
                 "pace": pace, "now": now,
                 "close_at": close_at, "close_requested_at": st.close_requested_at,
@@ -817,14 +818,15 @@ def _finite(x: float | None) -> float | None:
 
 async def serve(config: Config, *, stop: asyncio.Event | None = None,
                 on_ready: Any = None) -> None:
-    """Run the service and its HTTP server until ``stop`` is set (or SIGINT / SIGTERM)."""
+    """Run the service and its HTTP server until ``stop`` is set (or SIGINT, SIGTERM or
+    SIGHUP: each stops the service gracefully)."""
     import signal
 
     from streamanon.web import start_http
 
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
     service = Service(config)

@@ -34,6 +34,9 @@ METRICS: dict[str, tuple[str, str]] = {
                                     "(stored or dead-lettered; since start-up, plus the stored "
                                     "records found at start-up)"),
     "streamanon_records_stored": ("counter", "Responses validated and stored"),
+    "streamanon_records_redelivered": ("counter", "Responses read again (a redelivery, a "
+                                       "replay, offsets that started again) and recognised "
+                                       "as stored already, by identity"),
     "streamanon_records_dead_lettered": ("counter", "Responses sent to the dead-letter topic, "
                                          "by reason"),
     "streamanon_releases_published": ("counter", "k-anonymous releases published"),
@@ -154,6 +157,7 @@ class _StateCollector:
 
         received = counter("streamanon_records_received", ["survey"])
         stored = counter("streamanon_records_stored", ["survey"])
+        redelivered = counter("streamanon_records_redelivered", ["survey"])
         dead = counter("streamanon_records_dead_lettered", ["survey", "reason"])
         releases = counter("streamanon_releases_published", ["survey"])
         state = gauge("streamanon_survey_state", ["survey", "state"])
@@ -170,6 +174,7 @@ class _StateCollector:
             sid = s["id"]
             received.add_metric([sid], s["received"])
             stored.add_metric([sid], s["stored"])
+            redelivered.add_metric([sid], s["redelivered"])
             for reason, count in sorted(s["dead_lettered"].items()):
                 dead.add_metric([sid, reason], count)
             releases.add_metric([sid], s["releases"])
@@ -192,5 +197,5 @@ class _StateCollector:
         for name in sorted(parts_up):
             up.add_metric([name], 1.0 if parts_up[name] else 0.0)
             failures.add_metric([name], part_failures.get(name, 0))
-        yield from (received, stored, dead, releases, state, records, pace, coefficient, nu,
-                    base_at, close_at, deadline, cost_a, cost_b, up, failures)
+        yield from (received, stored, redelivered, dead, releases, state, records, pace,
+                    coefficient, nu, base_at, close_at, deadline, cost_a, cost_b, up, failures)
