@@ -40,7 +40,7 @@ comment = { role = "ignore", type = "str", required = false }
 
 def write_config(tmp: Path, bootstrap: str, *, survey: str = "wellbeing", k: int = 5,
                  close: str = "on-command", incremental: str = "nn_split_end",
-                 extra: str = "") -> tuple[Path, dict[str, str]]:
+                 extra: str = "", schema: str = SCHEMA) -> tuple[Path, dict[str, str]]:
     prefix = f"t{secrets.token_hex(4)}"
     port = free_port()
     text = f"""
@@ -69,7 +69,7 @@ id = "{survey}"
 close = "{close}"
 k = {k}
 incremental = "{incremental}"
-""" + SCHEMA
+""" + schema
     path = tmp / "streamanon.toml"
     path.write_text(text)
     env = {**os.environ, "STREAMANON_HMAC_KEY": secrets.token_hex(16),

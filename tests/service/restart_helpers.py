@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import re
-import secrets
 import signal
 import sqlite3
 import subprocess
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from streamanon.broker import free_port
+from tests.service import conftest
 from tests.service.conftest import REPO, ServiceProcess
 
 # A schema with a long free-text answer: the release files take a while to write and the
@@ -39,36 +38,8 @@ essay = { role = "confidential", type = "str" }
 
 
 def write_config(tmp: Path, bootstrap: str, *, k: int = 5) -> tuple[Path, dict[str, str]]:
-    prefix = f"r{secrets.token_hex(4)}"
-    path = tmp / "streamanon.toml"
-    path.write_text(f"""
-[kafka]
-bootstrap_servers = "{bootstrap}"
-topic_prefix = "{prefix}"
-group_id = "{prefix}-collector"
-partitions = 2
-
-[store]
-url = "sqlite:///{tmp / 'store' / 'streamanon.db'}"
-
-[output]
-directory = "{tmp / 'releases'}"
-
-[http]
-bind = "127.0.0.1:{free_port()}"
-
-[planner]
-interval_seconds = 0.5
-calibration_seconds = 0.5
-
-[[surveys]]
-id = "s"
-k = {k}
-""" + SCHEMA)
-    env = {**os.environ, "STREAMANON_HMAC_KEY": secrets.token_hex(16),
-           "STREAMANON_HTTP_TOKEN": secrets.token_hex(16),
-           "STREAMANON_DATA_DIR": str(tmp / "data")}
-    return path, env
+    """A service configuration with survey ``s`` and the schema above."""
+    return conftest.write_config(tmp, bootstrap, survey="s", k=k, schema=SCHEMA)
 
 
 def response(i: int, essay_bytes: int = 1500, **override: Any) -> bytes:
