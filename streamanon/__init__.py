@@ -14,7 +14,8 @@ import os
 # is first imported; a value given by the user wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from streamanon.api import Microaggregation, microaggregate, shuffle_rows
+from typing import TYPE_CHECKING, Any
+
 from streamanon.errors import (
     InputError,
     KAnonymityError,
@@ -22,7 +23,25 @@ from streamanon.errors import (
     StreamanonError,
 )
 
+if TYPE_CHECKING:
+    from streamanon.api import Microaggregation, microaggregate, shuffle_rows
+
 __version__ = "0.1.0"
+
+# The numerical core (numpy, numba and every engine) loads on first use of these names, not
+# on ``import streamanon``: the service's ingest worker and most CLI commands never need it.
+_LAZY = {"Microaggregation": "streamanon.api", "microaggregate": "streamanon.api",
+         "shuffle_rows": "streamanon.api"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'streamanon' has no attribute {name!r}")
 
 __all__ = [
     "InputError",
