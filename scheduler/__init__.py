@@ -1,5 +1,5 @@
 """Scheduling theory for streamanon: when to start the base run (paper 001, sections III-B, IV).
 
-The planner, cost models, arrival forecasts and APScheduler jobs live here. This package
-imports nothing from the service.
+The planner, cost models, arrival forecasts, the live planning policy (``scheduler.live``)
+and APScheduler jobs live here. This package imports nothing from the service.
 """

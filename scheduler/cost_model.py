@@ -7,8 +7,9 @@ nearest-neighbour adjoining costs ``c n_0 n_+ / k`` and a two-stage run costs th
 law on the increment alone.
 
 :func:`calibrate` times an engine on synthetic data at a few sizes within a small time budget;
-:class:`CostModelStore` keeps the samples in a JSON file and refits whenever a real run adds
-one. Nothing here imports the service or the engines: the engine is passed in as a function.
+:func:`incremental_cost_model` times an incremental stage once; :class:`CostModelStore` keeps
+the samples in a JSON file and refits whenever a real run adds one. Nothing here imports the
+service or the engines: the engine and the stage are passed in as functions.
 """
 
 from __future__ import annotations
@@ -91,6 +92,40 @@ class NearestNeighbourCost:
         if size < 2 * self.k:
             return adjoin
         return adjoin + cells * self.split(size)
+
+
+def incremental_cost_model(
+    stage: str,
+    base: PowerLaw,
+    m: int,
+    k: int,
+    *,
+    partition: Callable[[np.ndarray, int], Any],
+    run_stage: Callable[[np.ndarray, np.ndarray, np.ndarray, int], Any],
+    clock: Callable[[], float] = time.perf_counter,
+) -> TwoStageCost | NearestNeighbourCost:
+    """The cost model of incremental ``stage`` with ``base`` the base engine's model.
+
+    ``two_stage`` (2MDAV) costs the base engine on the increment: :class:`TwoStageCost`. The
+    nearest-neighbour stages cost ``c n_0 n_+ / k`` (:class:`NearestNeighbourCost`, with the
+    splitting term for ``nn_split_mid`` and ``nn_split_end``), ``c`` timed here on one
+    synthetic run: ``partition(X, k)`` (MDAV) labels a Gaussian base of ``max(20 k, 20000)``
+    records and ``run_stage(base, base_labels, increment, k)`` adjoins ``max(k, 2000)`` more.
+    Like :func:`calibrate`, the engine and the stage are passed in, so nothing here imports them.
+    """
+    if stage == "two_stage":
+        return TwoStageCost(base)
+    rng = np.random.default_rng(1)
+    n0, n_plus = max(20 * k, 20_000), max(k, 2_000)
+    Z = rng.standard_normal((n0 + n_plus, m))
+    labels = partition(Z[:n0], k)
+    seconds = math.inf
+    for _ in range(2):  # the first run also loads the compiled kernels: keep the faster
+        started = clock()
+        run_stage(Z[:n0], labels, Z[n0:], k)
+        seconds = min(seconds, clock() - started)
+    return NearestNeighbourCost(c=seconds * k / (n0 * n_plus), k=k,
+                                split=base if stage in ("nn_split_mid", "nn_split_end") else None)
 
 
 @dataclass(frozen=True)

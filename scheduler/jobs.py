@@ -3,9 +3,11 @@ close the survey once (SPEC section 6, step 4).
 
 :class:`Planner` owns three jobs on an APScheduler scheduler: ``<survey>:replan`` (interval),
 ``<survey>:base`` (date, moved by every re-plan) and ``<survey>:close`` (date). What to do is
-injected: ``plan(now)`` returns a :class:`~scheduler.planner.Plan`, ``on_base_start(plan)``
-takes the snapshot and starts the base run, ``on_close()`` closes the survey. The clock is
-injected too, so tests drive it with a fake clock and a fake scheduler and no service.
+injected: ``plan(now)`` returns a :class:`~scheduler.planner.Plan` (the service's comes from
+:func:`scheduler.live.plan`), ``on_base_start(plan)`` takes the snapshot and starts the base
+run, ``on_close()`` closes the survey; the base trigger is set at
+:func:`scheduler.live.base_moment`. The clock is injected too, so tests drive it with a fake
+clock and a fake scheduler and no service.
 
 Guarantees: the base trigger fires at most once however often the plan moves it; a trigger
 whose time has already passed fires at once; the close trigger fires at most once, and after
@@ -17,12 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
+from scheduler.live import base_moment
 from scheduler.planner import Plan
 
 log = logging.getLogger(__name__)
@@ -115,7 +117,7 @@ class Planner:
             now = self.clock()
             plan = self._plan(now)
             self.last_plan = plan
-            fire_at = self._base_moment(plan, now)
+            fire_at = base_moment(plan, now, self.close_at)
             self.base_at = fire_at
         if fire_at is None:
             self._remove(self._base_id)
@@ -125,16 +127,6 @@ class Planner:
         else:
             self._schedule(self._base_id, self._fire_base, fire_at)
         return plan
-
-    def _base_moment(self, plan: Plan, now: datetime) -> datetime | None:
-        """When to take the base snapshot, or None when the plan is one-shot at close."""
-        if plan.mode == "one-shot" or self.close_at is None:
-            return None
-        if math.isinf(plan.head_start):
-            return now
-        if plan.nu <= 0 and plan.head_start <= 0:
-            return None
-        return self.close_at - timedelta(seconds=plan.head_start)
 
     def reschedule_close(self, close_at: datetime) -> None:
         """Move the scheduled close; the next re-plan moves the base trigger accordingly."""

@@ -23,6 +23,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq, minimize_scalar
@@ -92,25 +93,36 @@ def min_relative_deadline(arrival_coefficient: float) -> float:
     return 1.0 - optimal_gain(arrival_coefficient)
 
 
-def deadline_ratio(arrival_coefficient: float, relative_deadline: float) -> float:
+def deadline_feasible(arrival_coefficient: float, relative_deadline: float) -> bool:
+    """Whether a release ``relative_deadline`` (tau_end) after close can be met at all:
+    tau_end >= tau_end_min (always when tau_end >= 1: the one-shot run fits)."""
+    s = _check_coefficient(arrival_coefficient)
+    tau_end = float(relative_deadline)
+    return tau_end >= 1.0 or tau_end >= min_relative_deadline(s) - 1e-12
+
+
+def deadline_ratio(arrival_coefficient: float, relative_deadline: float, *,
+                   warn: bool = True) -> float:
     """nu_end: the smallest ratio that finishes ``relative_deadline`` (tau_end) after close.
 
     ``(2 + s - sqrt((2 + s)^2 - 8 (1 - tau_end))) / 4`` for tau_end_min <= tau_end < 1. With
     tau_end >= 1 the one-shot run fits and the result is 0. Below tau_end_min the deadline
-    cannot be met: an :class:`InfeasibleDeadlineWarning` is issued and nu* returned.
+    cannot be met (:func:`deadline_feasible` says so beforehand): nu* is returned and, with
+    ``warn``, an :class:`InfeasibleDeadlineWarning` is issued.
     """
     s = _check_coefficient(arrival_coefficient)
     tau_end = float(relative_deadline)
     if tau_end >= 1.0:
         return 0.0
-    if tau_end < min_relative_deadline(s) - 1e-12:
-        warnings.warn(
-            f"a deadline of {tau_end:.4g} t_ref after close cannot be met (the earliest finish "
-            f"is {min_relative_deadline(s):.4g} t_ref at nu* = {optimal_ratio(s):.4g}); "
-            "using nu*",
-            InfeasibleDeadlineWarning,
-            stacklevel=2,
-        )
+    if not deadline_feasible(s, tau_end):
+        if warn:
+            warnings.warn(
+                f"a deadline of {tau_end:.4g} t_ref after close cannot be met (the earliest "
+                f"finish is {min_relative_deadline(s):.4g} t_ref at nu* = "
+                f"{optimal_ratio(s):.4g}); using nu*",
+                InfeasibleDeadlineWarning,
+                stacklevel=2,
+            )
         return optimal_ratio(s)
     discriminant = max((2.0 + s) ** 2 - 8.0 * (1.0 - tau_end), 0.0)
     # the smaller root, written without cancellation
@@ -137,6 +149,18 @@ IncrementalCost = Callable[[float, float], float]
 """Seconds to run the incremental stage given n_0 base records and n_+ new records."""
 HeadStart = Callable[[float], float]
 """Seconds before close at which all but a fraction nu of the final records have arrived."""
+
+
+def release_after_close(head_start: Any, base_seconds: Any, incremental_seconds: Any) -> Any:
+    """Seconds from close to release: ``max(t_0 - head_start, 0) + t_+``.
+
+    The base snapshot is taken ``head_start`` seconds before close and its run takes
+    ``base_seconds``; the incremental stage starts once that run is done and the survey has
+    closed, and takes ``incremental_seconds`` (paper 001, sec. III-B: the release is out
+    ``max(tau_0 - tau_-, 0) + tau_+`` after close). Elementwise on arrays, so the simulations
+    evaluate every candidate snapshot at once.
+    """
+    return np.maximum(np.subtract(base_seconds, head_start), 0.0) + incremental_seconds
 
 
 @dataclass(frozen=True)
@@ -169,7 +193,8 @@ class Plan:
 
     @property
     def finish_after_close(self) -> float:
-        return max(self.base_seconds - self.head_start, 0.0) + self.incremental_seconds
+        return float(release_after_close(self.head_start, self.base_seconds,
+                                         self.incremental_seconds))
 
     @property
     def relative_gain(self) -> float:
@@ -365,12 +390,16 @@ def plan_deadline(
     k: int,
     max_head_start: float | None = None,
     arrival_coefficient: float | None = None,
+    warn: bool = True,
 ) -> Plan:
     """nu_end: the smallest ratio whose release is out ``deadline`` seconds after close.
 
     The smallest ratio keeps the distortion closest to the one-shot release. If the one-shot
     run itself fits (``t_ref <= deadline``) the plan is one-shot; if even nu* misses the
-    deadline, an :class:`InfeasibleDeadlineWarning` is issued and the plan uses nu*.
+    deadline, the plan uses nu* and says so in ``Plan.warnings``, and with ``warn`` an
+    :class:`InfeasibleDeadlineWarning` is issued too. Callers that read ``Plan.warnings``
+    (:func:`scheduler.live.plan`) pass ``warn=False``: the process-wide warnings filter is not
+    a thread-safe way to silence it.
     """
     problem, notes = _problem(n_total, base_cost, incremental_cost, head_start, k,
                               max_head_start)
@@ -395,7 +424,8 @@ def plan_deadline(
             f"the deadline of {deadline:.0f} s after close cannot be met: the earliest release "
             f"is {best.finish_after_close:.0f} s after close, at nu* = {best.nu:.4g}; using nu*"
         )
-        warnings.warn(message, InfeasibleDeadlineWarning, stacklevel=2)
+        if warn:
+            warnings.warn(message, InfeasibleDeadlineWarning, stacklevel=2)
         return _make_plan(problem, best.nu, "optimal", [*notes, message], deadline=deadline,
                           s=arrival_coefficient)
     i = int(ok[0])

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "simulations" / "results"
+from simulations.common import RESULTS, gaussian, seconds_cell
 
 # Paper 001, Table 3 (Matlab, 2018): i.i.d. Gaussian, m = 15.
 PAPER_SECONDS = {(50_000, 10): 46.12, (50_000, 100): 3.32, (1_000_000, 10): 3 * 3600 + 7 * 60}
@@ -40,10 +39,10 @@ def child(n: int, m: int, k: int, repeat: int, baseline: bool, seed: int) -> dic
     import resource
 
     from streamanon.engines.mdav import mdav
-    from streamanon.metrics import information_loss, standardise
+    from streamanon.metrics import information_loss
 
     mdav(np.random.default_rng(0).standard_normal((64, m)), 2)  # compile or load the kernels
-    X = standardise(np.random.default_rng(seed).standard_normal((n, m)))
+    X = gaussian(n, m, seed)
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
@@ -55,7 +54,6 @@ def child(n: int, m: int, k: int, repeat: int, baseline: bool, seed: int) -> dic
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
     if baseline:
-        sys.path.insert(0, str(ROOT))
         from simulations.baselines import numpy_mdav
 
         started = time.perf_counter()
@@ -67,8 +65,7 @@ def child(n: int, m: int, k: int, repeat: int, baseline: bool, seed: int) -> dic
 
 def run_case(n: int, m: int, k: int, repeat: int, baseline: bool, seed: int) -> dict:
     code = (
-        f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); "
-        "from simulations.bench_mdav import child; "
+        "import json; from simulations.bench_mdav import child; "
         f"print(json.dumps(child({n}, {m}, {k}, {repeat}, {baseline}, {seed})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -82,14 +79,6 @@ def fit_exponent(rows: list[dict], k: int, min_n: int) -> float | None:
         return None
     b, _ = np.polyfit(np.log([p[0] for p in pts]), np.log([p[1] for p in pts]), 1)
     return float(b)
-
-
-def fmt_seconds(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s >= 3600:
-        return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
-    return f"{s:.3f}" if s < 10 else f"{s:.1f}"
 
 
 def main() -> None:
@@ -124,10 +113,10 @@ def main() -> None:
         paper = PAPER_SECONDS.get((r["n"], r["k"])) if r["m"] == 15 else None
         numpy_s = r.get("numpy_seconds")
         cells = [
-            f"{r['n']:,}", str(r["k"]), fmt_seconds(r["seconds"]), fmt_seconds(numpy_s),
+            f"{r['n']:,}", str(r["k"]), seconds_cell(r["seconds"]), seconds_cell(numpy_s),
             f"{numpy_s / r['seconds']:.0f}x" if numpy_s else "-",
             {True: "yes", False: "NO"}.get(r.get("same_partition"), "-"),
-            fmt_seconds(paper), f"{paper / r['seconds']:.0f}x" if paper else "-",
+            seconds_cell(paper), f"{paper / r['seconds']:.0f}x" if paper else "-",
             f"{r['peak_rss_mb']:.0f}", f"{r['information_loss']:.2f}",
         ]
         print("| " + " | ".join(cells) + " |")
@@ -144,7 +133,7 @@ def main() -> None:
         if match:
             verdict = "met" if check(match[0]) else "MISSED"
             print(f"target {n:,} x 15, k = {k}, {text}: {verdict} "
-                  f"({fmt_seconds(match[0]['seconds'])} s, {match[0]['peak_rss_mb']:.0f} MB)")
+                  f"({seconds_cell(match[0]['seconds'])} s, {match[0]['peak_rss_mb']:.0f} MB)")
 
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"rows": rows, "exponents": fits}, indent=2))

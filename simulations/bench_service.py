@@ -24,7 +24,6 @@ import asyncio
 import json
 import secrets
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,12 +31,10 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from streamanon.broker import EmbeddedBroker  # noqa: E402
-from streamanon.config import parse_config  # noqa: E402
-from streamanon.service import Service  # noqa: E402
+from simulations.common import RESULTS
+from streamanon.broker import EmbeddedBroker
+from streamanon.config import parse_config
+from streamanon.service import Service
 
 M = 15
 
@@ -140,7 +137,7 @@ async def release_run(bootstrap: str, X: np.ndarray) -> dict[str, Any]:
         for sid in ("twostage", "oneshot"):
             await service.close(sid)
             await service.closed(sid, timeout=900)
-            report = (await service._in_store(service.store.load_release, sid)).report
+            report = (await service.load_release(sid)).report
             out[sid] = report
         await service.stop()
     return out
@@ -164,8 +161,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", default=str(ROOT / "simulations" / "results" /
-                                             "bench_service.json"))
+    parser.add_argument("--out", default=str(RESULTS / "bench_service.json"))
     args = parser.parse_args()
     X = np.random.default_rng(2018).standard_normal((args.n, M))
     with EmbeddedBroker() as broker:

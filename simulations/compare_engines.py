@@ -20,10 +20,8 @@ import json
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from simulations.common import RESULTS, gaussian
 
 # (engine, parameters) in the order of the table
 CASES = [
@@ -47,10 +45,8 @@ CASES = [
 def data(n: int, m: int, seed: int = 0):
     import numpy as np
 
-    from streamanon.metrics import standardise
-
     rng = np.random.default_rng(seed)
-    X = standardise(rng.standard_normal((n, m)))
+    X = gaussian(n, m, rng)
     labels = (X[:, 0] + X[:, 1] + 0.5 * rng.standard_normal(n) > 0).astype(int)
     Y = np.column_stack([X[:, 0] * X[:, 1], X[:, 2 % m] ** 2]) + 0.1 * rng.standard_normal((n, 2))
     return X, labels, Y
@@ -127,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         diff = f"{r['il'] - base['il']:+.2f}" if base else "-"
         print(f"| {r['engine']} | {r['seconds']:.2f} | {r['runs']} | {r['il']:.2f} | {ratio} | "
               f"{diff} |")
-    out_dir = ROOT / "simulations" / "results"
+    out_dir = RESULTS
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "compare_engines.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=["engine", "seconds", "runs", "il"])

@@ -25,17 +25,16 @@ from pathlib import Path
 
 import matplotlib
 
+from simulations.common import RESULTS
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from streamanon.engines import run_engine  # noqa: E402
-from streamanon.incremental import run_stage  # noqa: E402
-from streamanon.incremental.run import split_by_ratio  # noqa: E402
-from streamanon.metrics import distortion, standardise  # noqa: E402
+from streamanon.engines import run_engine
+from streamanon.incremental import run_stage
+from streamanon.incremental.run import split_by_ratio
+from streamanon.metrics import distortion, standardise
 
 NUS = [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 0.9]
 # (label, stage, parameters)
@@ -234,7 +233,7 @@ def main() -> None:
     parser.add_argument("--nus", default=",".join(map(str, NUS)))
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--seed", type=int, default=2018)
-    parser.add_argument("--out", default=str(ROOT / "simulations" / "results"))
+    parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     ms = [int(x) for x in args.ms.split(",")]
     ks = [int(x) for x in args.ks.split(",")]

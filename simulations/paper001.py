@@ -3,8 +3,8 @@
     python simulations/paper001.py            # full run, about a minute
     python simulations/paper001.py --quick    # smaller data and arrivals, under 30 s
 
-Part 1 reproduces the paper's running example (``/work/shared/papers/001_614e2e2317b23170.txt``,
-sections V-C and VI-B; SPEC section 4): a 10 h survey whose one-shot MDAV takes t_ref = 2 h,
+Part 1 reproduces the paper's running example (``papers/001_614e2e2317b23170.txt``, sections
+V-C and VI-B; SPEC section 4): a 10 h survey whose one-shot MDAV takes t_ref = 2 h,
 so the arrival coefficient is s = 5.
 
 - Fig. 24: the time-optimal schedule, nu* = nu_-(5) ~ 14.6 %, the base snapshot 1 h 27 min
@@ -27,7 +27,8 @@ Part 2 goes past the paper: the closed forms assume uniform arrivals. For every 
 three choices of nu, all evaluated on the same actual arrival times by one rule: the base
 snapshot is taken the moment (1 - nu) n records have arrived, the base run takes t_0(n_0),
 the increment runs once the base is done and the survey closed, so the release is out
-``max(snapshot + t_0(n_0), close) + t_+(n_0, n_+) - close`` after close.
+``max(t_0(n_0) - (close - snapshot), 0) + t_+(n_0, n_+)`` after close
+(:func:`scheduler.planner.release_after_close`, the planner's own formula).
 
 (a) *closed form*: nu* from the arrival coefficient measured the way the service measures it,
     s = (n / pace) / t_ref(n) with the pace the median rate over the last 15 one-minute bins
@@ -58,7 +59,6 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from itertools import pairwise
@@ -70,12 +70,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from scheduler.arrivals import ArrivalEstimator, CumulativeForecast, UniformForecast  # noqa: E402
-from scheduler.cost_model import PowerLaw, TwoStageCost, calibrate  # noqa: E402
-from scheduler.planner import (  # noqa: E402
+from scheduler import planner
+from scheduler.arrivals import ArrivalEstimator, CumulativeForecast, UniformForecast
+from scheduler.cost_model import PowerLaw, TwoStageCost, calibrate
+from scheduler.planner import (
     deadline_ratio,
     head_start,
     optimal_ratio,
@@ -83,13 +81,13 @@ from scheduler.planner import (  # noqa: E402
     plan_optimal,
     relative_gain,
 )
-from scheduler.profiles import PROFILES, resolve  # noqa: E402
-from streamanon.engines import get_engine, run_engine  # noqa: E402
-from streamanon.incremental.run import TwoStageRun, split_by_ratio  # noqa: E402
-from streamanon.metrics import distortion, standardise  # noqa: E402
+from scheduler.profiles import PROFILES, resolve
+from simulations.common import FIGURES, clock, clock_hms, gaussian, shown
+from streamanon.engines import get_engine, run_engine
+from streamanon.incremental.run import TwoStageRun, split_by_ratio
+from streamanon.metrics import distortion
 
 COMMAND = "python simulations/paper001.py"
-FIGURES = ROOT / "simulations" / "results" / "figures"
 
 SURVEY_SECONDS = 10 * 3600.0  # paper 001, sec. VI-B: a 10-hour survey
 T_REF = 2 * 3600.0  # one-shot MDAV on everything: 2 hours
@@ -138,16 +136,6 @@ QUICK_RUN = RunSize(data_n=5_000, repeat=1, arrivals_n=20_000, seeds=(0,),
                     calibration_seconds=1.0, calibration_first_n=2_000)
 
 
-def _clock(seconds: float) -> str:
-    """``1 h 27 min 32 s`` / ``2 min 33 s`` / ``0.4 s``."""
-    if seconds < 60:
-        return f"{seconds:.3g} s" if seconds < 10 else f"{seconds:.0f} s"
-    whole = round(seconds)
-    h, rest = divmod(whole, 3600)
-    m, s = divmod(rest, 60)
-    return (f"{h} h {m:02d} min {s:02d} s" if h else f"{m} min {s:02d} s")
-
-
 def _pct(x: float, digits: int = 2) -> str:
     return f"{100 * x:.{digits}f} %"
 
@@ -168,7 +156,8 @@ class Schedule:
 
     @property
     def release_after_close(self) -> float:
-        return max(self.base_seconds - self.head_start, 0.0) + self.incremental_seconds
+        return float(planner.release_after_close(self.head_start, self.base_seconds,
+                                                 self.incremental_seconds))
 
 
 def closed_form_schedule(nu: float, s: float = S_PAPER, t_ref: float = T_REF) -> Schedule:
@@ -216,7 +205,7 @@ def measure_tradeoff(n: int, nus: tuple[float, ...], repeat: int,
     Returns the points and the median one-shot MDAV time. Rows in order are the arrival
     order: the first (1 - nu) n are the base snapshot.
     """
-    Z = standardise(np.random.default_rng(seed).standard_normal((n, M)))
+    Z = gaussian(n, M, seed)
     runners = {"2mdav": TwoStageRun(K, "mdav", "two_stage"),
                "nnse": TwoStageRun(K, "mdav", "nn_split_end")}
     for runner in runners.values():
@@ -275,21 +264,17 @@ def _timeline(ax, rows: list[tuple[str, list[tuple[float, float]], str, str]]) -
     ax.grid(axis="x", alpha=0.3)
 
 
-def _hms(seconds: float) -> str:
-    h, rest = divmod(round(seconds), 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
-
-
 def _two_stage_rows(sched: Schedule, tag: str, colors: tuple[str, str]):
     close = SURVEY_SECONDS
     start = close - sched.head_start
     inc_start = max(start + sched.base_seconds, close)
     return [
         (f"base MDAV, (1-nu) n, {tag}", [(start, sched.base_seconds)], colors[0],
-         f"snapshot {_hms(sched.head_start)} before close, runs {_hms(sched.base_seconds)}"),
+         f"snapshot {clock_hms(sched.head_start)} before close, "
+         f"runs {clock_hms(sched.base_seconds)}"),
         (f"incremental 2MDAV, nu n, {tag}", [(inc_start, sched.incremental_seconds)], colors[1],
-         f"runs {_hms(sched.incremental_seconds)}: release {_hms(sched.release_after_close)} "
-         "after close"),
+         f"runs {clock_hms(sched.incremental_seconds)}: "
+         f"release {clock_hms(sched.release_after_close)} after close"),
     ]
 
 
@@ -297,7 +282,7 @@ def plot_fig24(example: dict[str, Schedule], path: Path) -> Path:
     opt, half = example["optimal"], example["half"]
     rows = [("data collection", [(0.0, SURVEY_SECONDS)], "0.8", "10 h, uniform arrivals"),
             ("traditional MDAV, all n", [(SURVEY_SECONDS, T_REF)], "tab:grey",
-             f"release {_hms(T_REF)} after close"),
+             f"release {clock_hms(T_REF)} after close"),
             *_two_stage_rows(opt, f"nu* = {_pct(opt.nu, 1)}", ("tab:blue", "tab:red")),
             *_two_stage_rows(half, "nu = 50 %", ("lightsteelblue", "lightsalmon"))]
     fig, ax = plt.subplots(figsize=(11, 3.8))
@@ -313,7 +298,7 @@ def plot_fig25(example: dict[str, Schedule], path: Path) -> Path:
     end, opt = example["deadline"], example["optimal"]
     rows = [("data collection", [(0.0, SURVEY_SECONDS)], "0.8", "10 h, uniform arrivals"),
             ("traditional MDAV, all n", [(SURVEY_SECONDS, T_REF)], "tab:grey",
-             f"release {_hms(T_REF)} after close: late"),
+             f"release {clock_hms(T_REF)} after close: late"),
             *_two_stage_rows(end, f"nu_end = {_pct(end.nu, 1)}", ("tab:blue", "tab:red")),
             *_two_stage_rows(opt, f"nu* = {_pct(opt.nu, 1)}", ("lightsteelblue", "lightsalmon"))]
     fig, ax = plt.subplots(figsize=(11, 3.8))
@@ -386,31 +371,31 @@ def _paper_table(example: dict[str, Schedule], points: list[TradeoffPoint],
          f"{_pct(gen.nu, 4)} (|diff| {abs(gen.nu - opt.nu):.1e})",
          "plan_optimal, quadratic PowerLaw, UniformForecast"),
         ("Fig. 24: head start (snapshot before close)", PAPER["head_start"],
-         _clock(opt.head_start), "s nu* t_ref"),
-        ("Fig. 24: base run (1 - nu*)^2 t_ref", "ends at close", _clock(opt.base_seconds),
+         clock(opt.head_start), "s nu* t_ref"),
+        ("Fig. 24: base run (1 - nu*)^2 t_ref", "ends at close", clock(opt.base_seconds),
          "= head start: nu* = nu_-"),
         ("Fig. 24: incremental nu*^2 t_ref", f"{PAPER['incremental']:.0f} s (2 min 33 s)",
          f"{opt.incremental_seconds:.1f} s", "closed form"),
         ("Fig. 24: relative time nu*^2", f"≈ {_pct(PAPER['tau_plus_star'], 1)}",
          _pct(opt.nu**2), "closed form"),
-        ("Fig. 24: release after close at nu*", "2 min 33 s", _clock(opt.release_after_close),
+        ("Fig. 24: release after close at nu*", "2 min 33 s", clock(opt.release_after_close),
          "1 - dtau*"),
         ("Fig. 24: release after close at nu = 50 %", "later than at nu*",
-         _clock(example["half"].release_after_close), "closed form"),
+         clock(example["half"].release_after_close), "closed form"),
         ("Fig. 2: release after close at nu = 10 %, 1 h head start", "-",
-         _clock(example["fig2"].release_after_close), "closed form (s nu t_ref = 1 h)"),
+         clock(example["fig2"].release_after_close), "closed form (s nu t_ref = 1 h)"),
         ("Fig. 24: delta at nu* (2MDAV)", f"≈ {_pct(PAPER['delta_star'], 0)}",
          _pct(p_star.delta_2mdav), f"TwoStageRun, {data_n:,} x {M} Gaussian, k = {K}"),
         ("Fig. 25: nu_end (1 h deadline, tau_end = 0.5)", f"{_pct(PAPER['nu_end'], 1)}",
          _pct(end.nu, 2), "deadline_ratio(5, 0.5)"),
         ("Fig. 25: general planner nu_end", "-",
          f"{_pct(gen_end.nu, 4)} (|diff| {abs(gen_end.nu - end.nu):.1e})", "plan_deadline"),
-        ("Fig. 25: head start at nu_end", "-", _clock(end.head_start), "s nu_end t_ref"),
-        ("Fig. 25: base run at nu_end", "-", _clock(end.base_seconds), "(1 - nu_end)^2 t_ref"),
+        ("Fig. 25: head start at nu_end", "-", clock(end.head_start), "s nu_end t_ref"),
+        ("Fig. 25: base run at nu_end", "-", clock(end.base_seconds), "(1 - nu_end)^2 t_ref"),
         ("Fig. 25: incremental at nu_end", "-", f"{end.incremental_seconds:.1f} s",
          "nu_end^2 t_ref"),
         ("Fig. 25: release after close at nu_end", "1 h (the deadline)",
-         _clock(end.release_after_close), "closed form"),
+         clock(end.release_after_close), "closed form"),
         ("Fig. 25: delta at nu_end (2MDAV)", f"≈ {_pct(PAPER['delta_end'], 0)}",
          _pct(p_end.delta_2mdav), f"TwoStageRun, {data_n:,} x {M} Gaussian"),
         ("Fig. 2: delta at nu = 10 % (2MDAV)", f"≈ {_pct(PAPER['delta_2mdav_10'], 0)}",
@@ -452,13 +437,14 @@ def _fig26_table(points: list[TradeoffPoint]) -> list[str]:
 def release_after_close(times: np.ndarray, close: float, n_increment: int, base_cost,
                         incremental_cost) -> float:
     """Seconds from close to release when the snapshot is taken as ``n - n_increment``
-    records have arrived (``times`` sorted): ``max(snapshot + t_0(n_0), close) + t_+ - close``.
+    records have arrived (``times`` sorted): :func:`scheduler.planner.release_after_close`
+    with the head start ``close - snapshot``.
     """
     n = len(times)
     n_base = n - int(n_increment)
     snapshot = float(times[n_base - 1])
-    base_end = snapshot + base_cost(n_base)
-    return max(base_end, close) + incremental_cost(n_base, n - n_base) - close
+    return float(planner.release_after_close(close - snapshot, base_cost(n_base),
+                                             incremental_cost(n_base, n - n_base)))
 
 
 def brute_force(times: np.ndarray, close: float, base_cost, incremental_cost,
@@ -469,7 +455,7 @@ def brute_force(times: np.ndarray, close: float, base_cost, incremental_cost,
     n_base = n - n_plus
     base = np.array([base_cost(x) for x in n_base])
     inc = np.array([incremental_cost(a, b) for a, b in zip(n_base, n_plus, strict=True)])
-    release = np.maximum(times[n_base - 1] + base, close) + inc - close
+    release = planner.release_after_close(close - times[n_base - 1], base, inc)
     best = int(np.argmin(release))
     return int(n_plus[best]), float(release[best])
 
@@ -610,8 +596,8 @@ def _profile_table(outcomes: list[ProfileOutcome]) -> list[str]:
         lines.append(
             f"| {name} | {mean('s'):.3g} | {_pct(mean('nu_closed'))} | "
             f"{_pct(mean('nu_brute'))} | {_pct(mean('nu_forecast'))} | "
-            f"{_clock(mean('release_closed'))} | {_clock(mean('release_brute'))} | "
-            f"{_clock(mean('release_forecast'))} | {_clock(mean('predicted_closed'))} | "
+            f"{clock(mean('release_closed'))} | {clock(mean('release_brute'))} | "
+            f"{clock(mean('release_forecast'))} | {clock(mean('predicted_closed'))} | "
             f"{gain:+.0f} s ({100 * rel:+.0f} %) | "
             f"{expected.gain:+.0f} s ({100 * rel_expected:+.0f} %) |")
     return lines
@@ -692,9 +678,7 @@ def report(quick: bool = False, figures: Path | None = None) -> str:
         written = [plot_fig24(example, figures / "paper001_fig24.png"),
                    plot_fig25(example, figures / "paper001_fig25.png"),
                    plot_fig26(points, run.data_n, figures / "paper001_fig26.png")]
-        shown = [p.resolve().relative_to(ROOT) if p.resolve().is_relative_to(ROOT) else p
-                 for p in written]
-        lines.append("Figures: " + ", ".join(f"`{p}`" for p in shown) + ".")
+        lines.append("Figures: " + ", ".join(f"`{shown(p)}`" for p in written) + ".")
     return "\n".join(lines) + "\n"
 
 

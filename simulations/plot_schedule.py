@@ -16,19 +16,17 @@ Writes one PNG per figure:
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import matplotlib
+
+from simulations.common import FIGURES
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from scheduler.planner import (  # noqa: E402
+from scheduler.planner import (
     ARRIVAL_THRESHOLD,
     critical_ratio,
     critical_ratio_approx,
@@ -137,7 +135,7 @@ def figures(out: Path) -> list[Path]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Draw paper 001's Figs. 8-13 to PNG.")
-    parser.add_argument("--out", default=str(ROOT / "simulations" / "results" / "figures"))
+    parser.add_argument("--out", default=str(FIGURES))
     args = parser.parse_args()
     for path in figures(Path(args.out)):
         print(f"wrote {path}")

@@ -6,13 +6,8 @@ service and ``streamanon simulate`` import), and a plot of them all.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from scheduler.profiles import PROFILES, Profile, diurnal, from_file, get_profile, resolve  # noqa: E402
+from scheduler.profiles import PROFILES, Profile, diurnal, from_file, get_profile, resolve
+from simulations.common import FIGURES, shown
 
 __all__ = ["PROFILES", "Profile", "diurnal", "from_file", "get_profile", "resolve"]
 
@@ -32,10 +27,10 @@ def main() -> int:
     ax.set_xlabel("hours since opening (10 h survey)")
     ax.set_ylabel("share of responses arrived")
     ax.legend()
-    out = ROOT / "simulations" / "results" / "figures" / "arrival_profiles.png"
+    out = FIGURES / "arrival_profiles.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120, bbox_inches="tight")
-    print(f"wrote {out.relative_to(ROOT)}")
+    print(f"wrote {shown(out)}")
     return 0
 
 

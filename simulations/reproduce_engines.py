@@ -16,10 +16,8 @@ import argparse
 import importlib
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from simulations.common import RESULTS, shown
 
 PAPERS = ("004", "000", "002", "003")
 
@@ -42,10 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.perf_counter() - started
         sections.append(f"{text}\n\n(paper {paper}: {seconds:.0f} s)")
         print(sections[-1] + "\n", flush=True)
-    out = ROOT / "simulations" / "results" / "reproduce_engines.md"
+    out = RESULTS / "reproduce_engines.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n\n".join(sections) + "\n")
-    print(f"written to {out.relative_to(ROOT)}", file=sys.stderr)
+    print(f"written to {shown(out)}", file=sys.stderr)
     return 0
 
 

@@ -6,22 +6,27 @@
 
 Every cell is a 10 h survey (``--quick``: the same 10 h, fewer cells) whose n responses arrive
 along one profile of :data:`scheduler.profiles.PROFILES` (``Profile.times``, one draw per
-seed). The planner sees only what it would see live, as ``streamanon.service`` does: an
+seed). The planner sees only what it would see live and plans as the service does: an
 :class:`~scheduler.arrivals.ArrivalEstimator` with the service defaults (median pace over
-15 bins of 60 s) fed the arrivals up to each re-plan moment, a ``UniformForecast`` of the rest
-from that pace (no expected-total hint), and ``plan_optimal`` (deadline ``none``) or
-``plan_deadline``, with ``max_head_start`` = time left to close. It re-plans every 5 minutes of
-survey time (``--quick``: 20 minutes). The base trigger follows :mod:`scheduler.jobs`: the base
-fires at the planned moment ``close - head_start`` if that comes before the next re-plan, at
-once if it has already passed, never after close; a survey whose base never fired runs
-one-shot at close. The snapshot holds every record arrived by the firing moment, so the nu
-actually used is whatever arrived after it.
+15 bins of 60 s) fed the arrivals up to each re-plan moment, then the service's own policy,
+:func:`scheduler.live.forecast` (the survey's ``expected_records`` is n, as
+``streamanon simulate`` configures it; ``--no-expected-records`` leaves it unset, so the
+total is extrapolated from the pace) and :func:`scheduler.live.plan` (nu*, or nu_end for a
+deadline), with the time left to close. One difference, on purpose: the plan keeps no release
+overhead free of the deadline (``overhead=False``), because the release modelled here is the
+compute alone. It re-plans every 5 minutes of survey time (``--quick``: 20 minutes). The base
+trigger follows :mod:`scheduler.jobs` (:func:`scheduler.live.base_moment`): the base fires at
+the planned moment ``close - head_start`` if that comes before the next re-plan, at once if it
+has already passed, never after close; a survey whose base never fired runs one-shot at close.
+The snapshot holds every record arrived by the firing moment, so the nu actually used is
+whatever arrived after it.
 
 Run times are the cost models, taken as the truth: base ``t_0(n_0) = a n_0^b`` from
 :func:`scheduler.cost_model.calibrate` on our MDAV (m = 15, k = 10), the incremental NN-SE
-(``nn_split_end``) stage ``c n_0 n_+ / k`` with c timed once on 10,000 + 1,000 records (as the
+(``nn_split_end``) stage ``c n_0 n_+ / k`` with c timed once on 20,000 + 2,000 records (as the
 service fits it); with ``--incremental two_stage`` the increment costs ``t_0(n_+)`` (2MDAV).
-The release is out ``max(fire + t_0(n_0), close) + t_+(n_0, n_+) - close`` after close, and a
+The release is out ``max(t_0(n_0) - head_start, 0) + t_+(n_0, n_+)`` after close
+(:func:`scheduler.planner.release_after_close`, with ``head_start = close - fire``), and a
 deadline is met when that is <= the deadline (strictly: ``plan_deadline`` aims exactly at the
 deadline, so small forecast errors decide the side; the summary counts misses within 1 %).
 For the cells run for real the CSV also recomputes the release with the real seconds of the
@@ -53,11 +58,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
+import functools
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -68,25 +72,24 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from scheduler.arrivals import ArrivalEstimator, UniformForecast  # noqa: E402
-from scheduler.cost_model import (  # noqa: E402
+from scheduler import live
+from scheduler.arrivals import ArrivalEstimator
+from scheduler.cost_model import (
     NearestNeighbourCost,
     PowerLaw,
     TwoStageCost,
     calibrate,
+    incremental_cost_model,
 )
-from scheduler.planner import IncrementalCost, Plan, plan_deadline, plan_optimal  # noqa: E402
-from scheduler.profiles import PROFILES, resolve  # noqa: E402
-from streamanon.engines import get_engine, run_engine  # noqa: E402
-from streamanon.incremental.run import TwoStageRun  # noqa: E402
-from streamanon.metrics import distortion, standardise  # noqa: E402
-from streamanon.service import incremental_cost_model  # noqa: E402
+from scheduler.planner import IncrementalCost, Plan, release_after_close
+from scheduler.profiles import PROFILES, resolve
+from simulations.common import RESULTS, clock, gaussian, shown
+from streamanon.engines import get_engine, run_engine
+from streamanon.incremental import run_stage
+from streamanon.incremental.run import TwoStageRun
+from streamanon.metrics import distortion
 
 COMMAND = "python simulations/sweep.py"
-RESULTS = ROOT / "simulations" / "results"
 SURVEY_SECONDS = 10 * 3600.0
 K = 10
 M = 15
@@ -113,6 +116,7 @@ class Grid:
     measure_max_n: int  # real TwoStageRun up to here; the delta(nu) curve above
     calibration_seconds: float
     incremental: str = "nn_split_end"  # or "two_stage" (2MDAV)
+    expected_records: bool = True  # the survey declares n as its expected_records
 
 
 FULL = Grid(profiles=tuple(PROFILES), ns=(10_000, 50_000, 200_000), deadlines=(None, 60.0, 600.0),
@@ -152,7 +156,9 @@ def cost_models(calibration_seconds: float, stage: str = "nn_split_end") -> dict
         incremental: IncrementalCost = TwoStageCost(base)
         slow_incremental: IncrementalCost = TwoStageCost(slow_base)
     else:
-        incremental = incremental_cost_model(stage, base, M, K)  # as the service fits it
+        incremental = incremental_cost_model(  # as the service fits it
+            stage, base, M, K, partition=functools.partial(run_engine, "mdav"),
+            run_stage=functools.partial(run_stage, stage))
         slow_incremental = NearestNeighbourCost(c=incremental.c * factor, k=K, split=slow_base)
     return {
         "measured": CostModels("measured", base, incremental, 1.0, calibration.samples),
@@ -183,40 +189,22 @@ class LiveOutcome:
 
 
 def live_plan(estimator: ArrivalEstimator, received: int, now: float, close: float,
-              base: PowerLaw, incremental: IncrementalCost,
-              deadline: float | None) -> Plan:
-    """The plan the service makes at ``now`` (``streamanon.service``, ``_plan``)."""
-    pace = estimator.pace(now)
-    forecast = UniformForecast.from_current(received, pace, close - now)
-    total = max(forecast.total, 1.0)
-    if total != forecast.total and pace > 0:
-        forecast = UniformForecast(total=total, pace=pace)
-    kwargs = dict(k=K, max_head_start=max(close - now, 0.0),
-                  arrival_coefficient=forecast.arrival_coefficient(base(total)))
-    if deadline is None:
-        return plan_optimal(total, base, incremental, forecast.head_start, **kwargs)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # an infeasible deadline falls back to nu*
-        return plan_deadline(total, base, incremental, forecast.head_start, deadline, **kwargs)
-
-
-def base_moment(plan: Plan, now: float, close: float) -> float | None:
-    """When the base trigger is set (``scheduler.jobs.Planner._base_moment``)."""
-    if plan.mode == "one-shot":
-        return None
-    if math.isinf(plan.head_start):
-        return now
-    if plan.nu <= 0 and plan.head_start <= 0:
-        return None
-    return close - plan.head_start
+              base: PowerLaw, incremental: IncrementalCost, deadline: float | None,
+              expected_records: int | None = None) -> Plan:
+    """The plan the service makes at ``now`` (``streamanon.service``, ``_plan``), on a release
+    model without overhead."""
+    arrivals = live.forecast(received, estimator.pace(now), close - now, expected_records)
+    return live.plan(arrivals, base, incremental, k=K, deadline=deadline,
+                     seconds_to_close=close - now, overhead=False)
 
 
 def simulate_live(times: np.ndarray, close: float, base: PowerLaw,
                   incremental: IncrementalCost, deadline: float | None,
-                  replan_seconds: float) -> LiveOutcome:
+                  replan_seconds: float, expected_records: int | None = None) -> LiveOutcome:
     """Re-plan every ``replan_seconds`` on the arrivals so far; fire the base like the jobs do.
 
-    ``times`` are the sorted arrival moments in ``[0, close]``.
+    ``times`` are the sorted arrival moments in ``[0, close]``; ``expected_records`` is the
+    survey's setting (None: unset).
     """
     estimator = ArrivalEstimator(PACE_BIN_SECONDS, PACE_BINS)
     n = len(times)
@@ -227,17 +215,18 @@ def simulate_live(times: np.ndarray, close: float, base: PowerLaw,
         upto = int(np.searchsorted(times, now, side="right"))
         estimator.observe(times[seen:upto])
         seen = upto
-        plan = live_plan(estimator, seen, now, close, base, incremental, deadline)
+        plan = live_plan(estimator, seen, now, close, base, incremental, deadline,
+                         expected_records)
         replans += 1
-        fire = base_moment(plan, now, close)
+        fire = live.base_moment(plan, now, close)
         next_replan = min(now + replan_seconds, close)
         if fire is not None and fire < next_replan:
             fire = max(fire, now)
             n_base = int(np.searchsorted(times, fire, side="right"))
             if n_base >= 2 * K:  # as the service: a smaller snapshot waits for the close
                 n_plus = n - n_base
-                release = (max(fire + base(n_base), close)
-                           + (incremental(n_base, n_plus) if n_plus else 0.0) - close)
+                release = float(release_after_close(
+                    close - fire, base(n_base), incremental(n_base, n_plus) if n_plus else 0.0))
                 return LiveOutcome(close - fire, n_base, n_plus, plan.nu,
                                    plan.finish_after_close, release, replans)
         now += replan_seconds
@@ -272,7 +261,7 @@ class DeltaMeter:
     def data(self, n: int, seed: int) -> tuple[np.ndarray, float, float]:
         """Standardised records, one-shot distortion D and one-shot MDAV seconds."""
         if (n, seed) not in self._data:
-            Z = standardise(np.random.default_rng(10_000 + seed).standard_normal((n, M)))
+            Z = gaussian(n, M, 10_000 + seed)
             self.runner.warm_up(Z)
             small = Z[: 4 * K]  # and the path of an increment smaller than k, compiled apart
             self.runner.run_increment(small, run_engine("mdav", small, K), Z[4 * K: 4 * K + 1])
@@ -364,16 +353,16 @@ def _met(release: float | None, deadline: float | None) -> bool | None:
     return bool(release <= deadline)
 
 
-def _release_with(measured: Measured, live: LiveOutcome, scale: float) -> float | None:
+def _release_with(measured: Measured, outcome: LiveOutcome, scale: float) -> float | None:
     """The release after close had the stages taken their real seconds (times ``scale``)."""
     if measured.base_seconds is None:
         return None
     base = scale * measured.base_seconds
-    inc = scale * (measured.incremental_seconds or 0.0)
-    fired = live.fired_before_close
+    fired = outcome.fired_before_close
     if fired is None:  # one-shot at close
         return base
-    return max(base - fired, 0.0) + inc
+    return float(release_after_close(fired, base,
+                                     scale * (measured.incremental_seconds or 0.0)))
 
 
 def run_grid(grid: Grid, progress: Callable[[str], None] | None = None
@@ -389,25 +378,26 @@ def run_grid(grid: Grid, progress: Callable[[str], None] | None = None
                 for seed in grid.seeds:
                     times = profile.times(n, SURVEY_SECONDS, seed=seed)
                     for deadline in grid.deadlines:
-                        live = simulate_live(times, SURVEY_SECONDS, cm.base, cm.incremental,
-                                             deadline, grid.replan_seconds)
-                        measured = meter.delta(n, seed, live.n_base)
-                        real = _release_with(measured, live, cm.scale)
+                        outcome = simulate_live(times, SURVEY_SECONDS, cm.base,
+                                                cm.incremental, deadline, grid.replan_seconds,
+                                                n if grid.expected_records else None)
+                        measured = meter.delta(n, seed, outcome.n_base)
+                        real = _release_with(measured, outcome, cm.scale)
                         rows.append(Row(
                             cost=cost, profile=name, n=n, deadline=deadline_label(deadline),
                             seed=seed, t_ref=cm.base(n),
-                            fired_before_close=live.fired_before_close,
-                            planned_nu=live.planned_nu, nu=live.nu, n_base=live.n_base,
-                            n_increment=live.n_increment,
-                            predicted_release=live.predicted_release,
-                            release_after_close=live.release_after_close,
-                            deadline_met=_met(live.release_after_close, deadline),
+                            fired_before_close=outcome.fired_before_close,
+                            planned_nu=outcome.planned_nu, nu=outcome.nu, n_base=outcome.n_base,
+                            n_increment=outcome.n_increment,
+                            predicted_release=outcome.predicted_release,
+                            release_after_close=outcome.release_after_close,
+                            deadline_met=_met(outcome.release_after_close, deadline),
                             delta=measured.delta, delta_source=measured.source,
                             base_seconds_measured=measured.base_seconds,
                             incremental_seconds_measured=measured.incremental_seconds,
                             release_with_measured_times=real,
                             deadline_met_with_measured_times=_met(real, deadline),
-                            replans=live.replans))
+                            replans=outcome.replans))
                 if progress:
                     progress(f"{cost} {name} n={n}: done")
     return rows, models, meter
@@ -478,13 +468,6 @@ def heatmap(rows: list[Row], grid: Grid, path: Path) -> Path:
     return path
 
 
-def _clock(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.3g} s"
-    minutes = seconds / 60
-    return f"{minutes:.1f} min" if minutes < 120 else f"{minutes / 60:.2f} h"
-
-
 def summary(rows: list[Row], grid: Grid, models: dict[str, CostModels],
             meter: DeltaMeter) -> list[str]:
     lines = []
@@ -494,7 +477,7 @@ def summary(rows: list[Row], grid: Grid, models: dict[str, CostModels],
         for n in grid.ns:
             met, delta, nu, release = _cells(rows, grid, cost, n)
             sources = sorted({r.delta_source for r in rows if r.cost == cost and r.n == n})
-            lines += ["", f"n = {n:,}, t_ref = {_clock(cm.base(n))}; delta: "
+            lines += ["", f"n = {n:,}, t_ref = {clock(cm.base(n))}; delta: "
                           f"{', '.join(sources)}", ""]
             header = "| profile |" + "".join(
                 f" {deadline_label(d)}: met | nu | release | delta |" for d in grid.deadlines)
@@ -504,7 +487,7 @@ def summary(rows: list[Row], grid: Grid, models: dict[str, CostModels],
                 for j in range(len(grid.deadlines)):
                     share = "n/a" if np.isnan(met[i, j]) else f"{100 * met[i, j]:.0f} %"
                     cells.append(f" {share} | {100 * nu[i, j]:.3g} % | "
-                                 f"{_clock(release[i, j])} | {100 * delta[i, j]:.2f} % |")
+                                 f"{clock(release[i, j])} | {100 * delta[i, j]:.2f} % |")
                 lines.append(f"| {name} |" + "".join(cells))
         lines += ["", *_model_check(rows, cost, cm.scale)]
     if meter.curve_measured:
@@ -529,7 +512,7 @@ def _model_check(rows: list[Row], cost: str, scale: float) -> list[str]:
             f"Deadlines met under the cost model: {len(dl) - len(missed)} of {len(dl)} "
             f"cell-seeds; {len(narrow)} of the {len(missed)} misses are within 1 % of the "
             f"deadline (plan_deadline aims exactly at it); the worst release is "
-            f"{_clock(worst.release_after_close)} for {worst.deadline} ({worst.profile}, "
+            f"{clock(worst.release_after_close)} for {worst.deadline} ({worst.profile}, "
             f"n = {worst.n:,}, seed {worst.seed}).")
     real = [r for r in sel if r.release_with_measured_times is not None]
     if real:
@@ -540,8 +523,8 @@ def _model_check(rows: list[Row], cost: str, scale: float) -> list[str]:
             f"With the stages' real seconds on this machine (x {scale:.4g}) instead of the "
             f"cost model, for the {len(real)} cell-seeds run for real: release minus modelled "
             f"release median {np.median(gaps):+.3g} s; the largest gap is "
-            f"{_clock(worst.release_with_measured_times)} against "
-            f"{_clock(worst.release_after_close)} modelled ({worst.profile}, n = {worst.n:,}, "
+            f"{clock(worst.release_with_measured_times)} against "
+            f"{clock(worst.release_after_close)} modelled ({worst.profile}, n = {worst.n:,}, "
             f"{worst.deadline}, nu = {100 * worst.nu:.3g} %)"
             + (f"; deadlines met {sum(r.deadline_met_with_measured_times for r in real_dl)} "
                f"of {len(real_dl)} (model: {sum(r.deadline_met for r in real_dl)})."
@@ -550,9 +533,10 @@ def _model_check(rows: list[Row], cost: str, scale: float) -> list[str]:
 
 
 def report(quick: bool = False, out: Path | None = None,
-           incremental: str = "nn_split_end") -> str:
+           incremental: str = "nn_split_end", expected_records: bool = True) -> str:
     """Run the grid, write the CSV and the heatmap, return the Markdown summary."""
-    grid = replace(QUICK if quick else FULL, incremental=incremental)
+    grid = replace(QUICK if quick else FULL, incremental=incremental,
+                   expected_records=expected_records)
     if out is None:  # a smoke run never replaces the full run's results
         out = Path(tempfile.mkdtemp(prefix="sweep-quick-")) if quick else RESULTS
     started = time.perf_counter()
@@ -565,17 +549,19 @@ def report(quick: bool = False, out: Path | None = None,
         "### Live scheduler sweep: profiles x n x deadline",
         "",
         f"Command: `{COMMAND}" + (" --quick" if quick else "")
-        + ("" if incremental == "nn_split_end" else f" --incremental {incremental}") + "`",
+        + ("" if incremental == "nn_split_end" else f" --incremental {incremental}")
+        + ("" if expected_records else " --no-expected-records") + "`",
         "",
         f"10 h survey; profiles {', '.join(grid.profiles)}; n in "
         f"{', '.join(f'{n:,}' for n in grid.ns)}; deadlines "
         f"{', '.join(deadline_label(d) for d in grid.deadlines)}; seeds "
         f"{', '.join(map(str, grid.seeds))}; re-plan every {grid.replan_seconds / 60:g} min on "
         f"the arrivals so far (ArrivalEstimator, {PACE_BINS} bins of {PACE_BIN_SECONDS:g} s); "
-        f"mdav base + {grid.incremental} increment, k = {K}. Columns per deadline: share of "
-        "seeds whose "
-        "release met it, mean nu actually used, mean release after close, mean delta = D_T / "
-        "D_one_shot - 1.",
+        f"mdav base + {grid.incremental} increment, k = {K}; the service's plan "
+        "(scheduler.live) with the survey's expected_records "
+        + ("= n" if grid.expected_records else "unset (total extrapolated from the pace)")
+        + ". Columns per deadline: share of seeds whose release met it, mean nu actually "
+        "used, mean release after close, mean delta = D_T / D_one_shot - 1.",
         "",
         "MDAV calibration (m = 15, k = 10): "
         + ", ".join(f"{n:,} → {s:.3f} s" for n, s in models["measured"].calibration)
@@ -585,15 +571,10 @@ def report(quick: bool = False, out: Path | None = None,
         f"Deadlines met overall: {sum(r.deadline_met for r in with_deadline)} of "
         f"{len(with_deadline)} cell-seeds.",
         "",
-        f"Run time: {elapsed:.1f} s. Wrote `{_shown(csv_path)}` ({len(rows)} rows) and "
-        f"`{_shown(png_path)}`.",
+        f"Run time: {elapsed:.1f} s. Wrote `{shown(csv_path)}` ({len(rows)} rows) and "
+        f"`{shown(png_path)}`.",
     ]
     return "\n".join(lines) + "\n"
-
-
-def _shown(path: Path) -> Path:
-    path = path.resolve()
-    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -603,11 +584,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--incremental", choices=("nn_split_end", "two_stage"),
                         default="nn_split_end",
                         help="the incremental stage (default nn_split_end; two_stage is 2MDAV)")
+    parser.add_argument("--no-expected-records", dest="expected_records", action="store_false",
+                        help="leave the surveys' expected_records unset: the planner "
+                             "extrapolates the total from the pace")
     parser.add_argument("--out", type=Path, default=None,
                         help="results folder (default simulations/results; a temporary "
                              "folder with --quick)")
     args = parser.parse_args(argv)
-    print(report(quick=args.quick, out=args.out, incremental=args.incremental), end="")
+    print(report(quick=args.quick, out=args.out, incremental=args.incremental,
+                 expected_records=args.expected_records), end="")
     return 0
 
 

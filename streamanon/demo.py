@@ -130,7 +130,7 @@ def run_demo(n: int = N, m: int = M, k: int = K, out: str | Path = "demo-output"
     summary = run_simulation(profile="uniform", n=n, m=m, k=k, survey_duration=open_seconds,
                              speedup=1.0, engine=engine, incremental=incremental,
                              data="gaussian", out=out, seed=seed, http=http, linger=linger,
-                             survey=SURVEY)
+                             survey=SURVEY, progress=lambda message: print(message, flush=True))
     reference = (one_shot(make_data("gaussian", n, m, seed).X, k, "mdav")
                  if engine != "mdav" else None)
     print(side_by_side(summary, reference))

@@ -14,17 +14,24 @@ the one-shot time (measured on the same records after the release; the last resp
 2 % before the close, so all ``n`` are released); nu and the arrival
 coefficient; and D of the release against the one-shot release (delta = D / D_one_shot - 1).
 ``--dry-run`` runs only the planner on the profile's expected arrival curve and the calibrated
-cost model, without producing anything.
+cost model, without producing anything. Both plans, the predicted one and the live one, are
+:func:`scheduler.live.plan`.
+
+Nothing here prints: progress messages go to a ``progress`` callback (default: this module's
+logger), which the CLI sets to print them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import logging
 import secrets
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from importlib import resources
@@ -35,6 +42,11 @@ import numpy as np
 
 SURVEY = "sim"
 DATA_KINDS = ("gaussian", "census-like")
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+"""Receives one progress message at a time (the CLI prints them)."""
 
 
 @dataclass
@@ -131,7 +143,8 @@ def produce(bootstrap: str, topic: str, data: SurveyData, send_at: np.ndarray,
     producer.close()
 
 
-def calibrated_model(out: Path, engine: str, m: int, k: int) -> Any:
+def calibrated_model(out: Path, engine: str, m: int, k: int,
+                     progress: Progress = log.info) -> Any:
     """The engine's cost model for (m, k) in ``out/cost_models.json``, calibrated when missing."""
     from scheduler.cost_model import CostModelStore, calibrate
     from streamanon.engines import get_engine
@@ -139,17 +152,17 @@ def calibrated_model(out: Path, engine: str, m: int, k: int) -> Any:
     store = CostModelStore(out / "cost_models.json")
     model = store.get(engine, m, k)
     if model is None:
-        print(f"calibrating the {engine} cost model at m = {m}, k = {k} (the first run on a "
-              "machine also compiles the kernels, about 40 s) ...", flush=True)
+        progress(f"calibrating the {engine} cost model at m = {m}, k = {k} (the first run on a "
+                 "machine also compiles the kernels, about 40 s) ...")
         function = get_engine(engine).function
         model = store.put(engine, m, k, calibrate(function, m, k, budget_seconds=8.0))
     return model
 
 
-def fresh_output(out: Path, survey: str) -> None:
+def fresh_output(out: Path, survey: str, progress: Progress = log.info) -> None:
     """Remove the store and release of a previous run in ``out`` (not the cost models)."""
     if (out / "streamanon.db").exists() or (out / survey).exists():
-        print(f"removing the previous run in {out}")
+        progress(f"removing the previous run in {out}")
         for name in ("streamanon.db", "streamanon.db-wal", "streamanon.db-shm"):
             (out / name).unlink(missing_ok=True)
         shutil.rmtree(out / survey, ignore_errors=True)
@@ -160,7 +173,8 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
                  engine: str = "mdav", incremental: str = "nn_split_end",
                  deadline: float | None = None, http: str | None = None, linger: float = 0.0,
                  survey: str = SURVEY, log_every: float = 5.0,
-                 dashboard: dict[str, Any] | None = None) -> dict[str, Any]:
+                 dashboard: dict[str, Any] | None = None,
+                 progress: Progress = log.info) -> dict[str, Any]:
     """Broker, service and producer: the survey is open ``open_seconds`` (wall clock), response
     ``i`` is sent at ``send_at[i]``; returns the release report with ``opened_at``.
 
@@ -176,7 +190,7 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
     report: dict[str, Any] = {}
     dashboard = {} if dashboard is None else dashboard
     with EmbeddedBroker() as broker:
-        print(f"embedded broker at {broker.bootstrap}", flush=True)
+        progress(f"embedded broker at {broker.bootstrap}")
         placeholder = datetime.now(timezone.utc) + timedelta(days=1)  # set once ready
         bind = http or f"127.0.0.1:{free_port()}"
         raw = service_config(broker.bootstrap, out, n=n, m=m, k=k, close=placeholder,
@@ -204,9 +218,9 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
             opened = time.time()
             close = datetime.fromtimestamp(opened + open_seconds, timezone.utc)
             service.set_close_time(survey, close)
-            print(f"dashboard at http://{bind}/ (also /api/status and /metrics)", flush=True)
-            print(f"survey open for {open_seconds:.0f} s: producing {n:,} responses "
-                  f"(m = {m}, k = {k}); close at {close:%H:%M:%S} UTC", flush=True)
+            progress(f"dashboard at http://{bind}/ (also /api/status and /metrics)")
+            progress(f"survey open for {open_seconds:.0f} s: producing {n:,} responses "
+                     f"(m = {m}, k = {k}); close at {close:%H:%M:%S} UTC")
             halt = threading.Event()
             producer = threading.Thread(target=produce, args=(
                 broker.bootstrap, topic, data, send_at, halt), daemon=True)
@@ -217,19 +231,18 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
                     status = (await service.status())["surveys"][0]
                     base_at = status["base_at"]
                     nu = status["nu"]
-                    print(f"  {status['state']:<12} stored {status['stored']:>8,}   plan: nu = "
-                          f"{'-' if nu is None else f'{nu:.4f}'}, base snapshot at "
-                          f"{'-' if base_at is None else f'{base_at - opened:+.1f} s'}",
-                          flush=True)
+                    progress(f"  {status['state']:<12} stored {status['stored']:>8,}   plan: "
+                             f"nu = {'-' if nu is None else f'{nu:.4f}'}, base snapshot at "
+                             f"{'-' if base_at is None else f'{base_at - opened:+.1f} s'}")
                     if status["error"]:
                         raise RuntimeError(status["error"])
-                release = await service._in_store(service.store.load_release, survey)
+                release = await service.load_release(survey)
                 report.update(release.report)
                 report["opened_at"] = opened
                 dashboard["status"] = await service.status()
                 if linger > 0:
-                    print(f"released; the dashboard stays at http://{bind}/ for {linger:.0f} s "
-                          "(Ctrl-C to stop)", flush=True)
+                    progress(f"released; the dashboard stays at http://{bind}/ for "
+                             f"{linger:.0f} s (Ctrl-C to stop)")
                     await asyncio.wait([server], timeout=linger)  # or until interrupted
             finally:
                 halt.set()
@@ -257,28 +270,23 @@ def one_shot(X: np.ndarray, k: int, engine: str) -> tuple[float, float]:
 
 def predict(profile: Any, n: int, duration: float, deadline: float | None, model: Any,
             incremental_model: Any, k: int) -> dict[str, Any]:
-    """The plan on the profile's expected arrival curve (compressed seconds): what the planner
-    would choose if the forecast were exact."""
+    """The service's plan (:func:`scheduler.live.plan`, ``deadline`` after close) on the
+    profile's expected arrival curve (compressed seconds): what the planner would choose if
+    the forecast were exact."""
+    from scheduler import live
     from scheduler.arrivals import CumulativeForecast
-    from scheduler.planner import plan_deadline, plan_optimal
 
     grid = np.linspace(0.0, 1.0, 2001)
     forecast = CumulativeForecast.piecewise(grid * duration - duration,  # close at t = 0
                                             profile.cumulative(grid) * n)
-    s = forecast.arrival_coefficient(model(n))
-    if deadline is not None:
-        plan = plan_deadline(n, model, incremental_model, forecast.head_start, deadline, k=k,
-                             max_head_start=duration, arrival_coefficient=s)
-    else:
-        plan = plan_optimal(n, model, incremental_model, forecast.head_start, k=k,
-                            max_head_start=duration, arrival_coefficient=s)
-    from streamanon.service import release_overhead
-
+    plan = live.plan(forecast, model, incremental_model, k=k, deadline=deadline,
+                     seconds_to_close=duration)
     return {"nu": plan.nu, "head_start_seconds": plan.head_start,
             "finish_after_close_seconds": plan.finish_after_close,
-            "release_after_close_seconds": plan.finish_after_close + release_overhead(n),
+            "release_after_close_seconds": plan.finish_after_close + live.release_overhead(n),
             "t_ref_seconds": model(n),
-            "arrival_coefficient": plan.arrival_coefficient, "mode": plan.mode}
+            "arrival_coefficient": plan.arrival_coefficient, "mode": plan.mode,
+            "warnings": list(plan.warnings)}
 
 
 def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k: int = 10,
@@ -287,13 +295,15 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
                    incremental: str = "nn_split_end", data: str = "gaussian",
                    out: str | Path = "simulation", dry_run: bool = False, seed: int = 7,
                    http: str | None = None, linger: float = 0.0,
-                   survey: str = SURVEY) -> dict[str, Any]:
+                   survey: str = SURVEY, progress: Progress = log.info) -> dict[str, Any]:
     """Run one simulation (see the module docstring); returns the summary it writes.
 
     Besides the report, ``out/dashboard.html`` is the dashboard's final state as one
     self-contained page (it opens without the service)."""
+    from scheduler.cost_model import incremental_cost_model
     from scheduler.profiles import resolve
-    from streamanon.service import compute_budget, incremental_cost_model
+    from streamanon.engines import run_engine
+    from streamanon.incremental import run_stage
 
     if n < 3 * k or k < 1 or survey_duration <= 0 or speedup <= 0:
         raise ValueError("need n >= 3k, k >= 1, a positive survey duration and speedup")
@@ -304,11 +314,12 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
     open_seconds = survey_duration / speedup
     compressed_deadline = None if deadline is None else deadline / speedup
     out.mkdir(parents=True, exist_ok=True)
-    model = calibrated_model(out, engine, m, k)
-    prediction = predict(arrivals, n, open_seconds,
-                         None if compressed_deadline is None
-                         else compute_budget(compressed_deadline, n), model,
-                         incremental_cost_model(incremental, model, m, k), k)
+    model = calibrated_model(out, engine, m, k, progress)
+    incremental_model = incremental_cost_model(
+        incremental, model, m, k, partition=functools.partial(run_engine, "mdav"),
+        run_stage=functools.partial(run_stage, incremental))
+    prediction = predict(arrivals, n, open_seconds, compressed_deadline, model,
+                         incremental_model, k)
     summary: dict[str, Any] = {
         "profile": arrivals.name, "n": n, "m": m, "k": k, "engine": engine,
         "incremental": incremental, "data": survey_data.description,
@@ -325,14 +336,14 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
         summary["one_shot_estimate_seconds"] = model(n)
         write_report(out, summary, times, None)
         return summary
-    fresh_output(out, survey)
+    fresh_output(out, survey, progress)
     dashboard: dict[str, Any] = {}
     report = run_pipeline(survey_data, times, out=out, k=k, open_seconds=open_seconds,
                           engine=engine, incremental=incremental,
                           deadline=compressed_deadline, http=http, linger=linger,
-                          survey=survey, dashboard=dashboard)
-    print(f"released; timing the one-shot {engine} run on the same {n:,} records for "
-          "comparison ...", flush=True)
+                          survey=survey, dashboard=dashboard, progress=progress)
+    progress(f"released; timing the one-shot {engine} run on the same {n:,} records for "
+             "comparison ...")
     one_shot_seconds, one_shot_d = one_shot(survey_data.X, k, engine)
     summary["release"] = {key: report.get(key) for key in (
         "release_id", "n", "mode", "nu", "n_base", "planned_nu", "arrival_coefficient",

@@ -42,28 +42,24 @@ import argparse
 import functools
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numba
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from streamanon.engines import run_engine  # noqa: E402
-from streamanon.engines.mdav import mdav  # noqa: E402
-from streamanon.engines.pca_mdav import (  # noqa: E402
+from simulations.common import ROOT
+from streamanon.engines import run_engine
+from streamanon.engines.mdav import mdav
+from streamanon.engines.pca_mdav import (
     DEFAULT_MACROCELL_RATIO,
     DEFAULT_MACROCELL_SIZE,
     auto_distal_cells,
     fit_principal_components,
     rank_macrocells,
 )
-from streamanon.errors import InputError  # noqa: E402
-from streamanon.metrics import distortion, standardise  # noqa: E402
+from streamanon.errors import InputError
+from streamanon.metrics import distortion, standardise
 
 CENSUS = ROOT.parent / "shared" / "datasets" / "census.csv"
 COMMAND = "python simulations/repro/paper000.py"

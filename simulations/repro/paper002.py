@@ -4,7 +4,7 @@
     python simulations/repro/paper002.py --quick    # k = 5, lam in {0, 0.1, 1}; a few seconds
 
 Rebollo-Monedero et al., "k-Anonymous Microaggregation with Preservation of Statistical
-Dependence" (``/work/shared/papers/002_846561cb4299ef38.txt``, section V; digest
+Dependence" (``papers/002_846561cb4299ef38.txt``, section V; digest
 ``papers/notes/002_dependence.md``). Census (1080 x 13): the first 6 attributes are the
 quasi-identifiers X, the last 7 the confidential attributes Y, every column standardised
 (population standard deviation). For every k and lambda the ``dependence`` engine wraps ``mdav``
@@ -20,7 +20,6 @@ full run, writes ``results/figures/paper002_tradeoff.png`` (D_Y against D_X per 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import dataclass
 from itertools import pairwise
@@ -28,24 +27,23 @@ from pathlib import Path
 
 import matplotlib
 
+from simulations.common import FIGURES, ROOT, shown
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from streamanon.engines import run_engine  # noqa: E402
-from streamanon.engines.dependence import (  # noqa: E402
+from streamanon.engines import run_engine
+from streamanon.engines.dependence import (
     confidential_distortion,
     dependence_beta,
     quasi_identifier_distortion,
 )
-from streamanon.metrics import standardise  # noqa: E402
+from streamanon.metrics import standardise
 
 CENSUS = ROOT.parent / "shared" / "datasets" / "census.csv"
-FIGURE = ROOT / "simulations" / "results" / "figures" / "paper002_tradeoff.png"
+FIGURE = FIGURES / "paper002_tradeoff.png"
 COMMAND = "python simulations/repro/paper002.py"
 M_X = 6  # paper 002 section V.A: the first 6 attributes are the quasi-identifiers
 DIVERSITY_BIN = 0.02  # section V.B; digest section 2.6 (round, not floor)
@@ -377,9 +375,7 @@ def report(quick: bool = False, figure: Path | None = None) -> str:
     if figure is None:
         lines.append("Figure: none written (`--quick`).")
     else:
-        written = plot(results, Path(figure)).resolve()
-        shown = written.relative_to(ROOT) if written.is_relative_to(ROOT) else written
-        lines.append(f"Figure: `{shown}`.")
+        lines.append(f"Figure: `{shown(plot(results, Path(figure)))}`.")
     return "\n".join(lines) + "\n"
 
 
@@ -388,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="k = 5 and lambda in {0, 0.1, 1} only; writes no figure")
     parser.add_argument("--figure", type=Path, default=None,
-                        help=f"where to save the plot (default {FIGURE.relative_to(ROOT)}; "
+                        help=f"where to save the plot (default {shown(FIGURE)}; "
                              f"none with --quick)")
     args = parser.parse_args(argv)
     print(report(quick=args.quick, figure=args.figure))

@@ -31,10 +31,8 @@ paper's Fig. 4 variant; the two differ only in the last cells.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from scipy import stats
@@ -42,11 +40,8 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold, train_test_split
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from streamanon.engines import run_engine  # noqa: E402
-from streamanon.metrics import aggregate, fit_standardisation, information_loss  # noqa: E402
+from streamanon.engines import run_engine
+from streamanon.metrics import aggregate, fit_standardisation, information_loss
 
 ALPHAS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 KS = (5, 10, 25, 50)

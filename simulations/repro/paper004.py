@@ -16,18 +16,14 @@ Three tables:
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from streamanon.engines import run_engine  # noqa: E402
-from streamanon.metrics import information_loss, standardise  # noqa: E402
+from simulations.common import ROOT, gaussian
+from streamanon.engines import run_engine
+from streamanon.metrics import information_loss, standardise
 
 DATASETS = ROOT.parent / "shared" / "datasets"
 KS = (2, 3, 4, 5, 7, 10)
@@ -99,7 +95,7 @@ def mona_scaling(sizes: list[int], rhos: list[float], k: int = 10) -> str:
     for rho in rhos:
         seconds, losses = [], []
         for n in sizes:
-            X = standardise(np.random.default_rng(n).standard_normal((n, 15)))
+            X = gaussian(n, 15, n)
             started = time.perf_counter()
             labels = run_engine("mona", X, k, rho=rho)
             seconds.append(time.perf_counter() - started)

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import warnings
 from typing import Any
 
+from scheduler import live
 from scheduler.arrivals import UniformForecast
 from scheduler.cost_model import CostModelStore, PowerLaw, TwoStageCost, calibrate
 from scheduler.durations import format_duration, parse_duration
 from scheduler.planner import (
     ARRIVAL_THRESHOLD,
-    InfeasibleDeadlineWarning,
     Plan,
     critical_ratio,
+    deadline_feasible,
     deadline_ratio,
     min_relative_deadline,
     optimal_gain,
     optimal_ratio,
-    plan_deadline,
-    plan_optimal,
+    release_after_close,
 )
 from streamanon.cli._args import positive_int
 from streamanon.errors import ParameterError
@@ -145,15 +144,12 @@ def _closed_form(s: float, t_ref: float | None, deadline: float | None) -> dict[
         tau_end = deadline / t_ref
         out["relative_deadline"] = tau_end
         out["min_relative_deadline"] = min_relative_deadline(s)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", InfeasibleDeadlineWarning)
-            nu_end = deadline_ratio(s, tau_end)
+        nu_end = deadline_ratio(s, tau_end, warn=False)
         out["deadline_ratio"] = nu_end
-        out["deadline_feasible"] = not caught
+        out["deadline_feasible"] = deadline_feasible(s, tau_end)
         out["deadline_head_start_relative"] = s * nu_end
-        out["deadline_finish_after_close_relative"] = (
-            max((1 - nu_end) ** 2 - s * nu_end, 0.0) + nu_end**2
-        )
+        out["deadline_finish_after_close_relative"] = float(
+            release_after_close(s * nu_end, (1 - nu_end) ** 2, nu_end**2))
     return out
 
 
@@ -207,14 +203,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         incremental = TwoStageCost(model)
         report["cost_model"] = {"engine": args.engine, "a": model.a, "b": model.b,
                                 "residual": model.residual}
-        report["optimal"] = _plan_dict(plan_optimal(
-            args.n, model, incremental, forecast.head_start, k=args.k, arrival_coefficient=s))
+        # the compute against the deadline, as the closed forms above: no release overhead
+        report["optimal"] = _plan_dict(live.plan(forecast, model, incremental, k=args.k,
+                                                 overhead=False))
         if args.deadline is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", InfeasibleDeadlineWarning)
-                report["deadline"] = _plan_dict(plan_deadline(
-                    args.n, model, incremental, forecast.head_start, args.deadline, k=args.k,
-                    arrival_coefficient=s))
+            report["deadline"] = _plan_dict(live.plan(forecast, model, incremental, k=args.k,
+                                                      deadline=args.deadline, overhead=False))
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -89,7 +89,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             profile=args.profile, n=args.n, m=args.m, k=args.k,
             survey_duration=args.survey_duration, speedup=args.speedup, deadline=args.deadline,
             engine=args.engine, incremental=args.incremental, data=args.data, out=args.out,
-            dry_run=args.dry_run, seed=args.seed, http=args.http)
+            dry_run=args.dry_run, seed=args.seed, http=args.http,
+            progress=lambda message: print(message, flush=True))
     except ValueError as exc:
         raise StreamanonError(str(exc)) from None
     from pathlib import Path

@@ -134,23 +134,38 @@ def test_nearest_neighbour_cost_counts_the_splitting_of_grown_cells():
     assert split(n0, n_plus) > 0.2 * engine(100_000) > 10 * plain(n0, n_plus)
 
 
-def test_release_overhead_is_kept_out_of_the_compute_budget():
-    from streamanon.service import compute_budget, release_overhead
+def test_two_stage_costs_the_base_engine_on_the_increment_and_times_nothing():
+    from scheduler.cost_model import TwoStageCost, incremental_cost_model
 
-    assert release_overhead(200_000) == pytest.approx(9.0)
-    assert compute_budget(12.0, 200_000) == pytest.approx(3.0)
-    assert compute_budget(5.0, 200_000) == 0.0
+    def fail(*args: object) -> None:
+        raise AssertionError("two_stage needs no timing run")
+
+    engine = PowerLaw(a=1e-6, b=1.5)
+    model = incremental_cost_model("two_stage", engine, 5, 10, partition=fail, run_stage=fail)
+    assert model == TwoStageCost(engine)
 
 
-def test_live_forecast_takes_the_expected_total_over_pace_extrapolation():
-    from streamanon.service import live_forecast
+@pytest.mark.parametrize(("stage", "splits"), [("nn", False), ("nn_inertial", False),
+                                              ("nn_split_mid", True), ("nn_split_end", True)])
+def test_nearest_neighbour_stage_is_timed_once_on_synthetic_data(stage, splits):
+    """c comes from the faster of two runs (the first also loads the kernels), on a base of
+    max(20k, 20000) records labelled by the engine passed in and max(k, 2000) new ones."""
+    from scheduler.cost_model import NearestNeighbourCost, incremental_cost_model
 
-    # an invitation burst: 100 records/s now, 10 h left, 20,000 expected in all
-    burst = live_forecast(5_000, 100.0, 36_000.0, 20_000)
-    assert burst.total == 20_000 and burst.pace == 100.0
-    assert live_forecast(5_000, 100.0, 36_000.0, None).total == 5_000 + 100.0 * 36_000
-    # more than expected have come: what has arrived counts
-    assert live_forecast(25_000, 1.0, 100.0, 20_000).total == 25_000
-    # no pace yet: the pace that brings the expected total by close
-    quiet = live_forecast(0, 0.0, 1_000.0, 20_000)
-    assert quiet.pace == pytest.approx(20.0) and quiet.total == 20_000
+    engine = PowerLaw(a=1e-6, b=1.5)
+    ticks = iter([0.0, 5.0, 10.0, 12.0])  # first run 5 s (compiling), second 2 s
+    calls = []
+
+    def partition(X: np.ndarray, k: int) -> np.ndarray:
+        calls.append(("partition", X.shape, k))
+        return np.arange(len(X)) // k
+
+    def run_stage(base, labels, increment, k):
+        calls.append(("stage", base.shape, labels.shape, increment.shape, k))
+
+    model = incremental_cost_model(stage, engine, 4, 10, partition=partition,
+                                   run_stage=run_stage, clock=lambda: next(ticks))
+    assert calls == [("partition", (20_000, 4), 10)] + [
+        ("stage", (20_000, 4), (20_000,), (2_000, 4), 10)] * 2
+    assert model == NearestNeighbourCost(c=2.0 * 10 / (20_000 * 2_000), k=10,
+                                         split=engine if splits else None)

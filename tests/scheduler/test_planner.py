@@ -15,6 +15,7 @@ from scheduler.planner import (
     InfeasibleDeadlineWarning,
     critical_ratio,
     critical_ratio_approx,
+    deadline_feasible,
     deadline_ratio,
     deadline_ratio_approx,
     head_start,
@@ -24,6 +25,7 @@ from scheduler.planner import (
     plan_deadline,
     plan_optimal,
     relative_gain,
+    release_after_close,
 )
 
 # ---------------------------------------------------------------- closed forms, paper's numbers
@@ -281,3 +283,28 @@ def test_infeasible_warning_is_a_warning_not_an_error():
         warnings.simplefilter("error")
         with pytest.raises(InfeasibleDeadlineWarning):
             deadline_ratio(5, 0.0)
+
+
+def test_deadline_feasible_says_beforehand_what_deadline_ratio_would_warn_about():
+    assert deadline_feasible(5, 0.5) and deadline_feasible(5, 3.0)
+    assert deadline_feasible(5, min_relative_deadline(5))
+    assert not deadline_feasible(5, 0.001)
+
+
+@pytest.mark.filterwarnings("error")
+def test_without_warn_an_infeasible_deadline_issues_no_python_warning():
+    assert deadline_ratio(5, 0.001, warn=False) == optimal_ratio(5)
+    plan = plan_deadline(N, QUADRATIC, TwoStageCost(QUADRATIC), _uniform(5).head_start, 10.0,
+                         k=K, warn=False)
+    assert plan.meets_deadline is False and any("cannot be met" in w for w in plan.warnings)
+
+
+def test_release_after_close_waits_for_the_base_run_and_works_on_arrays():
+    assert release_after_close(600.0, 500.0, 20.0) == 20.0  # base done before close
+    assert release_after_close(600.0, 900.0, 20.0) == 320.0  # base runs 300 s past close
+    np.testing.assert_array_equal(
+        release_after_close(np.array([600.0, 100.0]), np.array([500.0, 900.0]), 1.0),
+        [1.0, 801.0])
+    plan = plan_optimal(N, QUADRATIC, TwoStageCost(QUADRATIC), _uniform(5).head_start, k=K)
+    assert plan.finish_after_close == release_after_close(
+        plan.head_start, plan.base_seconds, plan.incremental_seconds)

@@ -71,3 +71,23 @@ def test_unknown_profile_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("kind", ["gaussian", "census-like"])
 def test_data_description_names_the_seed(kind):
     assert make_data(kind, 200, 13, seed=31).description.endswith("seed 31")
+
+
+def test_a_dry_run_prints_nothing_and_reports_progress_and_plan_warnings(tmp_path, capsys):
+    """The library returns data and reports progress through a callback; the CLI prints."""
+    from scheduler.cost_model import CostModelStore, PowerLaw
+    from streamanon.simulate import run_simulation
+
+    out = tmp_path / "dry"
+    out.mkdir()
+    store = CostModelStore(out / "cost_models.json")
+    store.path.write_text(json.dumps({store.key("mdav", 3, 5): {"a": 1e-6, "b": 2.0}}))
+    messages: list[str] = []
+    summary = run_simulation(profile="uniform", n=5000, m=3, k=5, survey_duration=3600.0,
+                             speedup=100.0, deadline=1.0, incremental="two_stage",
+                             out=out, dry_run=True, progress=messages.append)
+    assert capsys.readouterr().out == ""
+    assert summary["cost_model"] == {"a": 1e-6, "b": 2.0}
+    assert store.get("mdav", 3, 5) == PowerLaw(a=1e-6, b=2.0)
+    # a 1 s deadline (0.01 s compressed) leaves no compute budget: the plan says so
+    assert any("cannot be met" in w for w in summary["prediction"]["warnings"])

@@ -104,3 +104,26 @@ def test_a_deadline_the_one_shot_meets_runs_one_shot_at_close(paper_example):
     live = sweep.simulate_live(times, sweep.SURVEY_SECONDS, base, inc, 7200.0, 1800.0)
     assert live.fired_before_close is None and live.nu == 0.0
     assert live.release_after_close == pytest.approx(7200.0)
+
+
+def test_the_sweep_plans_with_the_services_policy_including_expected_records():
+    """``live_plan`` is :func:`scheduler.live.plan` on :func:`scheduler.live.forecast`, so the
+    survey's expected_records replaces the pace extrapolation, as in the service."""
+    import numpy as np
+
+    from scheduler import live
+    from scheduler.arrivals import ArrivalEstimator
+
+    estimator = ArrivalEstimator(sweep.PACE_BIN_SECONDS, sweep.PACE_BINS)
+    estimator.observe(np.arange(0.0, 3600.0, 0.5))  # 2 per second for the first hour
+    base = PowerLaw.quadratic(7200.0, 20_000)
+    plans = {}
+    for expected in (None, 20_000):
+        plans[expected] = sweep.live_plan(estimator, 7200, 3600.0, sweep.SURVEY_SECONDS, base,
+                                          TwoStageCost(base), 600.0, expected)
+        forecast = live.forecast(7200, estimator.pace(3600.0), 32_400.0, expected)
+        assert plans[expected] == live.plan(forecast, base, TwoStageCost(base), k=sweep.K,
+                                            deadline=600.0, seconds_to_close=32_400.0,
+                                            overhead=False)
+    assert plans[None].n_total == 7200 + 2.0 * 32_400  # the pace extrapolated to close
+    assert plans[20_000].n_total == 20_000

@@ -1,0 +1,132 @@
+"""The live planning policy: what the service decides every few seconds (SPEC section 6, step 4).
+
+:mod:`scheduler.planner` solves for nu given cost models and a forecast; this module is the
+policy around it that the service, the APScheduler jobs, ``streamanon simulate``, the
+``streamanon plan`` command and ``simulations/sweep.py`` share, so that each of them plans
+exactly as the service does:
+
+- :func:`forecast`: the arrivals still to come, from the measured pace and the survey's
+  ``expected_records``;
+- :func:`release_overhead` and :func:`compute_budget`: the part of a deadline that the compute
+  may use, the rest being kept for draining, the k-anonymity gate, the files and publishing;
+- :func:`plan`: nu* (earliest release) or, with a deadline, nu_end, returning a
+  :class:`~scheduler.planner.Plan` whose ``warnings`` say what could not be met;
+- :func:`base_moment`: when the base snapshot is taken for a plan.
+
+Everything here is pure: numbers in, numbers out; no clock, no store, no service.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from typing import Protocol, TypeVar
+
+from scheduler.arrivals import UniformForecast
+from scheduler.planner import (
+    BaseCost,
+    IncrementalCost,
+    Plan,
+    plan_deadline,
+    plan_optimal,
+)
+
+# What a release costs besides the compute: draining the topic, the k-anonymity gate, the files
+# and publishing one message per record. Measured on the 2-core development machine: 7.8 s for
+# 200,000 records (streamanon simulate, README); the planner keeps this much of a deadline free.
+RELEASE_OVERHEAD_SECONDS = 1.0
+RELEASE_OVERHEAD_PER_RECORD = 4e-5
+
+Moment = TypeVar("Moment", float, datetime)
+
+
+class Forecast(Protocol):
+    """What :func:`plan` needs of an arrival forecast (:mod:`scheduler.arrivals`)."""
+
+    @property
+    def total(self) -> float: ...
+
+    def head_start(self, nu: float) -> float: ...
+
+    def arrival_coefficient(self, t_ref: float) -> float: ...
+
+
+def release_overhead(n: float) -> float:
+    """Seconds after close that are not compute, for a release of ``n`` records."""
+    return RELEASE_OVERHEAD_SECONDS + RELEASE_OVERHEAD_PER_RECORD * n
+
+
+def compute_budget(deadline: float, n: float) -> float:
+    """The part of a deadline the compute may use: the deadline less the release overhead."""
+    return max(deadline - release_overhead(n), 0.0)
+
+
+def forecast(received: int, pace: float, seconds_to_close: float,
+             expected_records: int | None) -> UniformForecast:
+    """The live forecast: the measured ``pace`` until close, and as the total the survey's
+    ``expected_records`` when given (at least what has arrived), else what has arrived plus
+    the pace until close.
+
+    Extrapolating the pace overshoots during an invitation burst (and undershoots in a lull),
+    so an operator's expected total wins when there is one. With no pace measured yet, the
+    pace is the one that would bring the expected total by close.
+    """
+    expected = float(expected_records or 0)
+    if pace == 0 and expected > received and seconds_to_close > 0:
+        pace = (expected - received) / seconds_to_close
+    extrapolated = UniformForecast.from_current(received, pace, seconds_to_close)
+    if expected > 0 and pace > 0:
+        return UniformForecast(total=max(expected, float(received)), pace=pace)
+    return extrapolated
+
+
+def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalCost, *,
+         k: int, deadline: float | None = None, seconds_to_close: float | None = None,
+         overhead: bool = True) -> Plan:
+    """The plan for the records ``arrivals`` expects: nu*, or nu_end under a ``deadline``.
+
+    Parameters
+    ----------
+    arrivals
+        The forecast: :func:`forecast` live, or any :mod:`scheduler.arrivals` forecast (a
+        profile's expected curve, a uniform pace from an arrival coefficient).
+    base_cost, incremental_cost
+        The cost models (:mod:`scheduler.cost_model`); ``t_ref = base_cost(total)``.
+    k
+        Anonymity parameter.
+    deadline
+        Seconds allowed from close to release, or None for the earliest release.
+    seconds_to_close
+        Time left until close: the base snapshot cannot be taken before now. None: no limit
+        (a plan made before the survey opens).
+    overhead
+        Keep the release overhead free of the deadline (:func:`compute_budget`), as the
+        service does. False plans the compute alone against the deadline, for callers whose
+        release is the compute alone (``streamanon plan``, the sweep's release model).
+
+    An infeasible deadline falls back to nu* and says so in ``Plan.warnings``; no Python
+    warning is issued, so callers need no process-wide warnings filter.
+    """
+    total = max(arrivals.total, 1.0)
+    kwargs = dict(k=k, arrival_coefficient=arrivals.arrival_coefficient(base_cost(total)),
+                  max_head_start=None if seconds_to_close is None else max(seconds_to_close, 0.0))
+    if deadline is None:
+        return plan_optimal(total, base_cost, incremental_cost, arrivals.head_start, **kwargs)
+    budget = compute_budget(deadline, total) if overhead else deadline
+    return plan_deadline(total, base_cost, incremental_cost, arrivals.head_start, budget,
+                         warn=False, **kwargs)
+
+
+def base_moment(plan: Plan, now: Moment, close: Moment | None) -> Moment | None:
+    """When to take the base snapshot for ``plan``: ``close - head_start`` (in the past when
+    the snapshot is overdue: take it at once), ``now`` when no more arrivals are expected, or
+    None when the plan is one-shot at close. Moments are datetimes or seconds, both alike."""
+    if plan.mode == "one-shot" or close is None:
+        return None
+    if math.isinf(plan.head_start):
+        return now
+    if plan.nu <= 0 and plan.head_start <= 0:
+        return None
+    if isinstance(close, datetime):
+        return close - timedelta(seconds=plan.head_start)
+    return close - plan.head_start
