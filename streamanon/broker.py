@@ -60,10 +60,12 @@ def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:
 
 
 def ensure_topics(bootstrap: str, names: Iterable[str] | dict[str, int],
-                  partitions: int = 4, **client: Any) -> None:
+                  partitions: int = 4, *, configs: dict[str, dict[str, str]] | None = None,
+                  **client: Any) -> None:
     """Create the topics that do not exist yet (idempotent); ``names`` may map each topic to
-    its number of partitions. ``client`` is passed on to the admin client (security options:
-    ``Config.kafka_options``)."""
+    its number of partitions, ``configs`` a topic to its settings (``{"retention.ms": ...}``;
+    a topic that exists keeps its own). ``client`` is passed on to the admin client (security
+    options: ``Config.kafka_options``)."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
@@ -72,7 +74,8 @@ def ensure_topics(bootstrap: str, names: Iterable[str] | dict[str, int],
     try:
         existing = set(admin.list_topics())
         wanted = names if isinstance(names, dict) else dict.fromkeys(names, partitions)
-        new = [NewTopic(n, num_partitions=p, replication_factor=1)
+        new = [NewTopic(n, num_partitions=p, replication_factor=1,
+                        topic_configs=(configs or {}).get(n))
                for n, p in wanted.items() if n not in existing]
         if new:
             with contextlib.suppress(TopicAlreadyExistsError):

@@ -28,7 +28,8 @@ bytes (a null stays null), and headers ``streamanon-reason`` (one of :data:`REAS
 escaped and bounded) and ``streamanon-source`` (``topic:partition:offset``). A value longer than
 :data:`DEAD_LETTER_VALUE_BYTES` is cut to that prefix with header ``streamanon-truncated`` (the
 original length), so that every dead letter fits the broker's 1 MiB request limit; see
-:func:`dead_letter`.
+:func:`dead_letter`. A survey with ``dead_letter_identifier = "redact"`` gets no raw respondent
+id in its dead letters (:func:`redact_dead_letter`).
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ import numpy as np
 import orjson
 
 from streamanon.config import Config, SurveyConfig
+from streamanon.health import pool_health
 from streamanon.offsets import GroupOffsets, broker_errors
-from streamanon.store import RecordRow, Store, record_digest
+from streamanon.store import RecordRow, Store, StoreUnavailable, record_digest
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +139,7 @@ class Rejection:
     message: Message
     reason: str
     detail: str
+    redacted: str | None = None  # what redaction did to the message (redact_dead_letter)
 
 
 class Invalid(Exception):
@@ -567,6 +570,8 @@ def dead_letter(rejection: Rejection) -> tuple[bytes | None, bytes | None, list[
     headers = [("streamanon-reason", rejection.reason.encode()),
                ("streamanon-detail", detail[:DETAIL_CHARS].encode()),
                ("streamanon-source", f"{msg.topic}:{msg.partition}:{msg.offset}".encode())]
+    if rejection.redacted is not None:
+        headers.append(("streamanon-redacted", rejection.redacted.encode()))
     key, value = msg.key, msg.value
     if value is not None and len(value) > DEAD_LETTER_VALUE_BYTES:
         headers.append(("streamanon-truncated", str(len(value)).encode()))
@@ -578,6 +583,43 @@ def dead_letter(rejection: Rejection) -> tuple[bytes | None, bytes | None, list[
         headers.append(("streamanon-null", b"value" if key is not None else b"key,value"))
         key = b"" if key is None else key
     return key, value, headers
+
+
+def redact_dead_letter(rejection: Rejection, validator: Validator) -> Rejection:
+    """The rejection as its survey's ``dead_letter_identifier`` wants it dead-lettered.
+
+    ``"keep"`` returns it as it is. ``"redact"`` leaves no raw respondent id in the dead
+    letter: the key (producers often set it to the id) and, in a value that parses as a JSON
+    object, the identifier field and every field outside the schema (an id under a misspelt
+    name) become pseudonyms: the hex of :meth:`Validator.pseudonym` of their text (a string
+    itself, any other value its JSON), the HMAC the store keeps, so an operator holding an id
+    can still find its dead letters. Any other value (invalid JSON, too deep, too large, not an
+    object) may hold the id anywhere and is withheld: sent empty. ``redacted`` (header
+    ``streamanon-redacted``) is ``pseudonymised`` or ``withheld: <why>``. The value is parsed
+    as the validator parses responses, bounded in size and nesting."""
+    if validator.survey.dead_letter_identifier == "keep":
+        return rejection
+    msg = rejection.message
+    key = msg.key and validator.pseudonym(msg.key.decode("utf-8", "replace")).hex().encode()
+    value, redacted = msg.value, "pseudonymised"
+    if value:
+        try:
+            obj = validator._parse(value)
+            for name, field_value in obj.items():
+                if field_value is not None and (name == validator.identifier
+                                                or name not in validator.known):
+                    text = (field_value if isinstance(field_value, str)
+                            else orjson.dumps(field_value).decode())
+                    obj[name] = validator.pseudonym(text).hex()
+            value = orjson.dumps(obj)
+        except Invalid as exc:
+            value, redacted = b"", f"withheld: {exc.detail}"
+        except orjson.JSONEncodeError:  # orjson writes at most 254 levels, reads 1,024
+            value, redacted = b"", "withheld: nested too deeply to write again"
+        except Exception as exc:  # fail closed: a redaction that did not finish sends nothing
+            value, redacted = b"", f"withheld: {type(exc).__name__}"
+    return Rejection(msg._replace(key=key, value=value), rejection.reason, rejection.detail,
+                     redacted)
 
 
 @dataclass
@@ -751,12 +793,25 @@ class KafkaCollector:
     process, not a thread: validation is pure Python, and SQLite releases the interpreter lock
     for every row it writes, so two threads of one process mostly wait for each other.
     ``on_stored(survey_id, arrival_times)`` is called for each committed batch.
+
+    No broker, worker or store fault ends the loop; it waits and goes on, and what it read
+    again is recognised by identity. A failed fetch is retried with exponential backoff (at
+    most :attr:`MAX_BACKOFF` s); a failed commit is logged and left out. A record that cannot
+    be decoded (a corrupt or unreadable compressed batch) is found by reading each partition
+    alone, dead-lettered ``unprocessable`` and skipped. An ingest worker that dies is replaced
+    (``on_restart("collector")``) and handed the same batches; a batch that kills or fails it
+    :attr:`WORKER_ATTEMPTS` times is split until the message responsible is alone, which is
+    then dead-lettered ``unprocessable``. A store that refuses writes
+    (:class:`~streamanon.store.StoreUnavailable`) pauses consumption: the batch is kept and
+    retried, nothing is committed, and :attr:`store_paused` reports the store down.
     """
 
     def __init__(self, config: Config, surveys: dict[str, SurveyIngest],
                  dead_letters: DeadLetterSink, *, on_stored: Callable[[str, list[float]], None],
                  consumer_factory: Callable[..., Any] | None = None,
-                 on_control: Callable[[bytes | None], None] | None = None) -> None:
+                 on_control: Callable[[bytes | None], None] | None = None,
+                 worker_pool_factory: Callable[[], concurrent.futures.Executor] | None = None,
+                 on_restart: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.surveys = surveys
         self.dead_letters = dead_letters
@@ -771,32 +826,91 @@ class KafkaCollector:
         self._marking = asyncio.Lock()  # held while a close mark is taken (see take_close)
         self.batches = 0
         self._worker: Any = None
+        self._worker_pool_factory = worker_pool_factory or self._default_worker_pool
+        self.on_restart = on_restart
+        self.store_paused = False  # the store refuses writes: ingest waits (see health)
+        self.worker_restarts = 0
+        self._generation = 0  # rebalances of the group (see _commit)
+        self._next_offset: dict[Any, int] = {}  # after the last record handed on, by partition
+        self._rewind_needed = False
+        self._suspects: dict[Any, int | None] | None = None  # partitions read alone, see _fetch
+        self._fetch_failures = self._store_failures = 0
+        self._paused_at = self._isolated_until = 0.0
+
+    WORKER_ATTEMPTS = 3  # tries of a batch that kills or fails the worker before it is split
+    MAX_BACKOFF = 5.0  # seconds, at most, between tries while the broker or the store is away
+    COMMIT_TIMEOUT = 30.0  # a commit the broker does not answer in time is left out
+    ISOLATION_SECONDS = 2.0  # partitions read alone this long after the last unreadable fetch
+
+    @dataclass
+    class _Batch:
+        """A fetched batch on its way through the worker: the offsets to commit after it, its
+        messages by survey, the worker's jobs, and the group generation it was read in."""
+
+        offsets: dict[Any, int]
+        work: dict[str, list[Message]]
+        jobs: list[tuple[str, Columns, Closure | None]]
+        generation: int
+        future: asyncio.Future | None = None
+        pool: Any = None  # the worker pool the future runs in
+
+        def ready(self) -> bool:
+            return self.future is None or self.future.done()
 
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer
 
-        from streamanon.processes import worker_pool
-
-        self._worker = worker_pool(1, _worker_start, (
-            self.config.model_dump_json(by_alias=True), self.config.hmac_key))
+        self._worker = self._worker_pool_factory()
         await asyncio.get_running_loop().run_in_executor(self._worker, _worker_ingest, [])
 
         factory = self._consumer_factory or AIOKafkaConsumer
         self._consumer = factory(
-            *self._topics, self.config.control_topic,
             **self.config.kafka_options(),
             group_id=self.config.kafka.group_id, enable_auto_commit=False,
             auto_offset_reset="earliest", max_partition_fetch_bytes=8 * 1024 * 1024,
-            fetch_max_bytes=64 * 1024 * 1024, session_timeout_ms=30_000,
+            fetch_max_bytes=64 * 1024 * 1024,
+            # The embedded broker holds a new group's first join for half the session timeout
+            # and a join after a killed member for 1.8 times it: 5 s and 18 s at 10 s, 15 s
+            # and 54 s at 30 s (measured). Kafka's own floor is 6 s.
+            session_timeout_ms=10_000, heartbeat_interval_ms=3_000,
         )
+        self._consumer.subscribe([*self._topics, self.config.control_topic],
+                                 listener=self._rebalance_listener())
         await self._consumer.start()
         self._task = asyncio.create_task(self._run(), name="collector")
         self._task.add_done_callback(self._report_death)
 
+    def _default_worker_pool(self) -> concurrent.futures.Executor:
+        from streamanon.processes import worker_pool
+
+        return worker_pool(1, _worker_start, (self.config.model_dump_json(by_alias=True),
+                                              self.config.hmac_key))
+
+    def _rebalance_listener(self) -> Any:
+        """Counts the group's rebalances in :attr:`_generation`, and forgets where the
+        revoked partitions were read to: what a partition holds after a rebalance is the
+        group's business again (a broker restarted without durable storage starts its logs
+        over)."""
+        from aiokafka.abc import ConsumerRebalanceListener
+
+        collector = self
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            async def on_partitions_revoked(self, revoked: Any) -> None:
+                collector._generation += 1
+                for tp in revoked:
+                    collector._next_offset.pop(tp, None)
+
+            async def on_partitions_assigned(self, assigned: Any) -> None:
+                collector._generation += 1
+
+        return Listener()
+
     @staticmethod
     def _report_death(task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None:
-            log.critical("the collector stopped: %r; restart the service", task.exception())
+            log.critical("the collector stopped (%s); restart the service",
+                         type(task.exception()).__name__)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -811,40 +925,343 @@ class KafkaCollector:
         await self.offsets.stop()
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        pending: deque[tuple[asyncio.Future, dict[Any, int], dict[str, list[Message]]]] = deque()
+        pending: deque[KafkaCollector._Batch] = deque()
         while True:
-            batches = await self._consumer.getmany(
-                timeout_ms=20 if pending else 200,
-                max_records=self.config.kafka.batch_max_records)
-            offsets: dict[Any, int] = {}
+            if not pending and not pool_health(self._worker, "ingest worker").ok:
+                await self._restart_worker()  # it died while idle
+            records, skipped = await self._fetch(20 if pending else 200)
+            offsets: dict[Any, int] = dict(skipped)
             work: dict[str, list[Message]] = {}
-            for tp, records in batches.items():
-                msgs = [message_of(r) for r in records]
+            for tp, batch in records.items():
+                msgs = [message_of(r) for r in batch]
                 if tp.topic == self.config.control_topic:
                     for m in msgs:
                         self._control(m)
                 elif tp.topic in self._topics:
                     work.setdefault(self._topics[tp.topic], []).extend(msgs)
-                offsets[tp] = records[-1].offset + 1
-            if work:
-                jobs = await self._jobs(work)
-                pending.append((loop.run_in_executor(self._worker, _worker_ingest, jobs),
-                                offsets, work))
-            elif offsets:
-                done = loop.create_future()
-                done.set_result([])
-                pending.append((done, offsets, {}))
-            while pending and (pending[0][0].done() or len(pending) > 1):
-                future, done_offsets, done_work = pending.popleft()
-                await self._finish(await future, done_work)
-                await self._commit(done_offsets)
+                offsets[tp] = max(offsets.get(tp, 0), batch[-1].offset + 1)
+                self._next_offset[tp] = offsets[tp]
+            if offsets:
+                pending.append(self._Batch(offsets, work, await self._jobs(work) if work else [],
+                                           self._generation))
+                if work:
+                    pending[-1].future, pending[-1].pool = self._submit(pending[-1].jobs)
+            while pending and (pending[0].ready() or len(pending) > 1):
+                done = pending[0]
+                results = await self._results(done)
+                pending.popleft()
+                await self._finish(results, done.work)
+                await self._commit(done.offsets, done.generation)
 
-    async def _commit(self, offsets: dict[Any, int]) -> None:
-        if offsets:
-            await self._consumer.commit(offsets)
-            self._positions.update(offsets)
+    async def _commit(self, offsets: dict[Any, int], generation: int) -> None:
+        """Commit a handled batch's offsets. A commit that fails (the broker away or
+        restarted, the group rebalanced) is logged by type and left out: later commits cover
+        it, and what they do not is read again and recognised as stored. Offsets read before
+        the group last rebalanced are not committed at all: the partitions may be another
+        member's now, and after a restart of a broker without durable storage the offsets
+        would name other messages of the new logs."""
         self.batches += 1
+        if not offsets:
+            return
+        if generation != self._generation:
+            log.info("%d offset(s) not committed: the group rebalanced after they were read; "
+                     "their messages will be read again", len(offsets))
+            return
+        try:
+            await asyncio.wait_for(self._consumer.commit(offsets), self.COMMIT_TIMEOUT)
+        except broker_errors() as exc:
+            log.warning("offsets not committed (%s); ingest goes on, and what was not "
+                        "committed will be read again and recognised as stored",
+                        type(exc).__name__)
+            return
+        self._positions.update(offsets)
+
+    # -- faults ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _unreadable(exc: BaseException) -> bool:
+        """Whether a fetch failed on the data rather than on the broker: a corrupt or
+        undecodable record (aiokafka's ``CorruptRecordException``, ``UnsupportedCodecError``,
+        or whatever a decompressor raises, ``EOFError`` for a cut gzip stream)."""
+        from aiokafka.errors import CorruptRecordException, KafkaError, UnsupportedCodecError
+
+        return (isinstance(exc, (CorruptRecordException, UnsupportedCodecError))
+                or not isinstance(exc, (KafkaError, TimeoutError, ConnectionError)))
+
+    async def _fetch(self, timeout_ms: int) -> tuple[dict[Any, list[Any]], dict[Any, int]]:
+        """The next records by partition, and {partition: offset} of partitions moved past
+        records that could not be read (dead-lettered). A broker fault is waited out with
+        exponential backoff. After a record that cannot be decoded, each partition is read
+        alone until it is found (:meth:`_fetch_each`); the failed fetch lost what it had
+        taken from other partitions, so every partition is first put back to the last record
+        handed on (:meth:`_rewind`)."""
+        try:
+            if self._rewind_needed:
+                await self._rewind()
+            if self._suspects is not None:
+                found = await self._fetch_each(timeout_ms)
+            else:
+                found = await self._consumer.getmany(
+                    timeout_ms=timeout_ms, max_records=self.config.kafka.batch_max_records), {}
+        except Exception as exc:
+            if self._unreadable(exc):
+                log.error("a fetched batch could not be read (%s); reading each partition "
+                          "alone to find the record", type(exc).__name__)
+                self._rewind_needed = True
+                self._suspects = {}
+                self._isolated_until = time.monotonic() + self.ISOLATION_SECONDS
+            else:
+                self._fetch_failures += 1
+                if self._fetch_failures == 1:
+                    log.warning("fetching failed (%s); trying again with backoff while the "
+                                "broker is away", type(exc).__name__)
+                await asyncio.sleep(min(0.1 * 2 ** (self._fetch_failures - 1),
+                                        self.MAX_BACKOFF))
+            return {}, {}
+        if self._fetch_failures:
+            log.info("fetching again after %d failed attempt(s)", self._fetch_failures)
+            self._fetch_failures = 0
+        return found
+
+    async def _rewind(self) -> None:
+        """Every assigned partition back to just after the last record handed on, else to
+        the group's committed offset, else to its beginning."""
+        for tp in self._consumer.assignment():
+            if tp in self._next_offset:
+                self._consumer.seek(tp, self._next_offset[tp])
+                continue
+            committed = await self._consumer.committed(tp)
+            if committed is None:
+                await self._consumer.seek_to_beginning(tp)
+            else:
+                self._consumer.seek(tp, committed)
+        self._rewind_needed = False
+
+    async def _fetch_each(self, timeout_ms: int) -> tuple[dict[Any, list[Any]], dict[Any, int]]:
+        """One fetch per partition, so that a fault names its partition; a partition that
+        failed (a suspect) is then read one record at a time, so that the fault names its
+        offset. A record that fails twice at the same position is dead-lettered and skipped
+        (once only: a fetch garbled on the way fails once). Whole fetches again once no
+        partition has failed for :attr:`ISOLATION_SECONDS`."""
+        suspects = self._suspects
+        assert suspects is not None
+        limit = self.config.kafka.batch_max_records
+        found: dict[Any, list[Any]] = {}
+        skipped: dict[Any, int] = {}
+        assigned = self._consumer.assignment()
+        for tp in [tp for tp in suspects if tp not in assigned]:  # another member's now
+            suspects.pop(tp)
+        for tp in sorted(assigned - self._consumer.paused(), key=str):
+            walking = tp in suspects
+            got: list[Any] = []
+            try:
+                if walking:
+                    while len(got) < limit:
+                        more = (await self._consumer.getmany(tp, max_records=1)).get(tp)
+                        if not more:
+                            break
+                        got += more
+                    if got:  # read past where it failed
+                        suspects.pop(tp)
+                else:
+                    got = (await self._consumer.getmany(tp, max_records=limit)).get(tp, [])
+            except Exception as exc:
+                if not self._unreadable(exc):
+                    raise
+                position = await self._consumer.position(tp)
+                if walking and suspects[tp] == position:
+                    await self._skip_unreadable(tp, position, exc)
+                    self._consumer.seek(tp, position + 1)
+                    skipped[tp] = position + 1
+                    suspects[tp] = None
+                else:
+                    suspects[tp] = position
+                self._isolated_until = time.monotonic() + self.ISOLATION_SECONDS
+            if got:
+                found[tp] = got
+        if not suspects and time.monotonic() >= self._isolated_until:
+            self._suspects = None
+            log.info("whole fetches again: no partition fails")
+        elif not found and not skipped:
+            await asyncio.sleep(timeout_ms / 1000)
+        return found, skipped
+
+    async def _skip_unreadable(self, tp: Any, offset: int, exc: BaseException) -> None:
+        """Dead-letter a record that cannot be read (``unprocessable``, an empty value: its
+        bytes are unknown) and wait, as :meth:`_finish` does, for the broker to take it."""
+        log.error("%s:%d:%d cannot be read (%s); dead-lettered and skipped", tp.topic,
+                  tp.partition, offset, type(exc).__name__)
+        self._next_offset[tp] = offset + 1
+        survey_id = self._topics.get(tp.topic)
+        if survey_id is None:  # the control topic has no dead letters
+            return
+        ingest = self.surveys[survey_id]
+        sent = self.dead_letters.send(self.config.topic(survey_id, "deadletter"), Rejection(
+            Message(tp.topic, tp.partition, offset, None, b"", None), "unprocessable",
+            f"the record could not be read from the broker ({type(exc).__name__}); "
+            "its bytes are unknown"))
+        ingest.rejected["unprocessable"] = ingest.rejected.get("unprocessable", 0) + 1
+        ingest.received += 1
+        done, _ = await asyncio.wait({asyncio.wrap_future(sent)}, timeout=DEAD_LETTER_WAIT)
+        if not done or not done.pop().result():
+            ingest.dead_letters_unsent += 1
+
+    def _submit(self, jobs: list[tuple[str, Columns, Closure | None]]
+                ) -> tuple[asyncio.Future, Any]:
+        """Hand ``jobs`` to the worker: the future of its results, and the pool it runs in."""
+        loop = asyncio.get_running_loop()
+        pool = self._worker
+        try:
+            return loop.run_in_executor(pool, _worker_ingest, jobs), pool
+        except concurrent.futures.BrokenExecutor as exc:  # it died before we noticed
+            failed = loop.create_future()
+            failed.set_exception(exc)
+            return failed, pool
+
+    async def _results(self, batch: KafkaCollector._Batch
+                       ) -> list[Outcome]:
+        """The worker's results for a batch; if it kills or fails the worker
+        :attr:`WORKER_ATTEMPTS` times, for the batch in parts (:meth:`_bisect`)."""
+        if not batch.jobs:
+            return []
+        results = await self._attempts(batch.jobs, self.WORKER_ATTEMPTS, batch.future,
+                                       batch.pool)
+        if results is None:
+            results = await self._bisect(batch.work, batch.jobs)
+        return results
+
+    async def _attempts(self, jobs: list[tuple[str, Columns, Closure | None]], attempts: int,
+                        future: asyncio.Future | None = None, pool: Any = None
+                        ) -> list[Outcome] | None:
+        """The worker's results for ``jobs`` (already running as ``future`` in ``pool``, or
+        not yet handed over), or None once they killed or failed the worker ``attempts``
+        times. A worker that dies is replaced and given the jobs again: the store committed
+        their transaction or did not, and what it committed is recognised when it comes
+        again. A store that refuses writes is waited for as long as it takes
+        (:meth:`_store_refused`): it is no fault of the jobs."""
+        failures = 0
+        while True:
+            if future is None:
+                future, pool = self._submit(jobs)
+            try:
+                results = await future
+            except concurrent.futures.BrokenExecutor:
+                if pool is self._worker:  # not yet replaced: it died under these jobs
+                    failures += 1
+                    await self._restart_worker()
+            except StoreUnavailable as exc:
+                await self._store_refused(exc)
+            except Exception as exc:
+                failures += 1
+                log.error("the ingest worker failed on a batch (%s); try %d of %d",
+                          type(exc).__name__, failures, attempts)
+                await asyncio.sleep(min(0.1 * 2 ** failures, self.MAX_BACKOFF))
+            else:
+                if self.store_paused:
+                    self._store_back()
+                return results
+            if failures >= attempts:
+                return None
+            future = None
+
+    async def _bisect(self, work: dict[str, list[Message]],
+                      jobs: list[tuple[str, Columns, Closure | None]]
+                      ) -> list[Outcome]:
+        """A batch that kills or fails the worker, handled in halves, the halves that fail in
+        halves again, down to the message(s) responsible: each of those is tried
+        :attr:`WORKER_ATTEMPTS` times alone, then dead-lettered ``unprocessable``. Parts
+        keep the batch's order and its closures; each part is one store transaction."""
+        closures = {sid: closure for sid, _, closure in jobs}
+        log.error("a batch of %d message(s) failed the ingest worker %d times; handling it in "
+                  "parts to find the message(s) responsible",
+                  sum(map(len, work.values())), self.WORKER_ATTEMPTS)
+        results: list[Outcome] = []
+        stack = self._halves(list(work.items()))[::-1]
+        while stack:
+            part = stack.pop()
+            size = sum(len(msgs) for _, msgs in part)
+            got = await self._attempts([(sid, _columns(msgs), closures[sid])
+                                        for sid, msgs in part],
+                                       self.WORKER_ATTEMPTS if size == 1 else 1)
+            if got is not None:
+                results += got
+            elif size > 1:
+                stack += self._halves(part)[::-1]
+            else:
+                [(sid, [msg])] = part
+                log.error("survey %s: message %s:%d:%d failed the ingest worker %d times; "
+                          "dead-lettered", sid, msg.topic, msg.partition, msg.offset,
+                          self.WORKER_ATTEMPTS)
+                results.append(Outcome(sid, 0, 0, [(
+                    msg.partition, msg.offset, "unprocessable",
+                    f"the ingest worker died or failed on this message {self.WORKER_ATTEMPTS} "
+                    "times; please report it")], time.time()))
+        return results
+
+    @staticmethod
+    def _halves(part: list[tuple[str, list[Message]]]
+                ) -> list[list[tuple[str, list[Message]]]]:
+        """Two parts of about half the messages each: by survey, else by position."""
+        if len(part) > 1:
+            return [part[:len(part) // 2], part[len(part) // 2:]]
+        [(sid, msgs)] = part
+        return [[(sid, msgs[:len(msgs) // 2])], [(sid, msgs[len(msgs) // 2:])]]
+
+    async def _restart_worker(self) -> None:
+        """A new ingest worker process for one that died, counted by ``on_restart``; tried
+        again with backoff while a new one cannot start (its store cannot be opened)."""
+        loop = asyncio.get_running_loop()
+        delay = 0.1
+        while True:
+            old, self._worker = self._worker, self._worker_pool_factory()
+            old.shutdown(wait=False, cancel_futures=True)
+            self.worker_restarts += 1
+            log.error("the ingest worker process exited; started a new one (restart %d), "
+                      "which is handed the same batches", self.worker_restarts)
+            if self.on_restart is not None:
+                self.on_restart("collector")
+            try:
+                await loop.run_in_executor(self._worker, _worker_ingest, [])
+                return
+            except concurrent.futures.BrokenExecutor:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.MAX_BACKOFF)
+
+    async def _store_refused(self, exc: BaseException) -> None:
+        """Backpressure while the store refuses writes: the batch is kept and tried again
+        with backoff, no offset is committed, nothing is dead-lettered, and nothing new is
+        fetched (:meth:`_idle`). :attr:`store_paused` tells the health check."""
+        self._store_failures += 1
+        if not self.store_paused:
+            self.store_paused = True
+            self._paused_at = time.monotonic()
+            log.warning("the store refuses writes (%s); ingest paused, the batch is kept and "
+                        "tried again until the store takes it", type(exc).__name__)
+        await self._idle(min(0.1 * 2 ** (self._store_failures - 1), self.MAX_BACKOFF))
+
+    def _store_back(self) -> None:
+        self.store_paused = False
+        self._store_failures = 0
+        self._consumer.resume(*self._consumer.paused())
+        log.warning("the store takes writes again; ingest resumed after %.0f s",
+                    time.monotonic() - self._paused_at)
+
+    async def _idle(self, seconds: float) -> None:
+        """Wait ``seconds`` with every partition paused, polling all the while so that the
+        group keeps this member (a member that stops polling is dropped after
+        ``max_poll_interval_ms``). Records that come anyway (a partition assigned meanwhile)
+        are put back to be read after the pause."""
+        deadline = time.monotonic() + seconds
+        self._consumer.pause(*self._consumer.assignment())
+        try:
+            records = await self._consumer.getmany(timeout_ms=int(seconds * 1000))
+        except Exception as exc:  # the broker away too, or a bad record: read it later
+            log.debug("polling while paused failed (%s)", type(exc).__name__)
+            self._rewind_needed = True
+            records = {}
+        for tp, got in records.items():
+            self._consumer.seek(tp, got[0].offset)
+        await asyncio.sleep(max(deadline - time.monotonic(), 0.0))
 
     def _control(self, msg: Message) -> None:
         """Hand a control message to the service; one it cannot take is logged and skipped."""
@@ -874,8 +1291,9 @@ class KafkaCollector:
                 by_position = {(m.partition, m.offset): m for m in work[survey_id]}
                 dead_topic = self.config.topic(survey_id, "deadletter")
                 for partition, offset, reason, detail in rejections:
-                    deliveries.append((ingest, self.dead_letters.send(dead_topic, Rejection(
-                        by_position[(partition, offset)], reason, detail))))
+                    rejection = redact_dead_letter(Rejection(
+                        by_position[(partition, offset)], reason, detail), ingest.validator)
+                    deliveries.append((ingest, self.dead_letters.send(dead_topic, rejection)))
                     ingest.rejected[reason] = ingest.rejected.get(reason, 0) + 1
                 log.info("survey %s: %d message(s) dead-lettered", survey_id, len(rejections))
             ingest.stored += stored

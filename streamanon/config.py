@@ -73,6 +73,9 @@ class SurveyConfig(_Strict):
     incremental_params: dict[str, Any] = Field(default_factory=dict)
     duplicates: Literal["reject", "allow"] = "reject"
     expected_records: int | None = Field(default=None, ge=1)
+    # What a dead letter keeps of the respondent id: "keep" (the original bytes) or "redact"
+    # (pseudonyms instead, see ``collector.redact_dead_letter``).
+    dead_letter_identifier: Literal["keep", "redact"] = "keep"
     fields: dict[str, FieldSpec] = Field(alias="schema")
 
     @field_validator("deadline", mode="before")
@@ -113,6 +116,9 @@ class KafkaConfig(_Strict):
     batch_max_records: int = Field(default=10_000, ge=1)
     # A response longer than this is dead-lettered ``too_large`` unread (a prefix is kept).
     max_message_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # retention.ms of the dead-letter topics the service creates (-1: forever): a dead letter
+    # holds the raw response, respondent id and confidential answers included.
+    dead_letter_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=-1)
     # Security, for every client the service and the CLI make (see ``Config.kafka_options``).
     # The SASL password comes from STREAMANON_KAFKA_SASL_PASSWORD[_FILE], never from here.
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
@@ -202,6 +208,13 @@ class Config(_Strict):
     def topic(self, survey_id: str, kind: str) -> str:
         """``<prefix>.<survey>.<kind>``, kind in responses, deadletter, release."""
         return f"{self.kafka.topic_prefix}.{survey_id}.{kind}"
+
+    def topic_configs(self) -> dict[str, dict[str, str]]:
+        """Kafka settings of the topics the service creates, by topic: the dead-letter
+        topics keep raw responses for ``kafka.dead_letter_retention_ms`` only."""
+        retention = str(self.kafka.dead_letter_retention_ms)
+        return {self.topic(s.id, "deadletter"): {"retention.ms": retention}
+                for s in self.surveys}
 
     @property
     def control_topic(self) -> str:

@@ -7,8 +7,12 @@ producer). A dead process pool, a stopped task or a store that fails or does not
 reported as down with a fixed description; an exception's message is never shown, since it may
 carry a response value (only its type is named).
 
-The service does not restart a part in place: a part that is down stays down until the service
-restarts, which ``/healthz`` (Docker's ``HEALTHCHECK``) and the systemd watchdog make happen.
+The collector restarts its own ingest worker process in place when it dies (a kill, a crash on a
+corrupt batch) and hands it the same batches again; each restart counts as a failure of the
+collector (``streamanon_component_failures``). While the store refuses writes (full disk, lost
+connection) the collector pauses ingest and retries, and the store is reported down until it
+takes writes again. Any other part that is down stays down until the service restarts, which
+``/healthz`` (Docker's ``HEALTHCHECK``) and the systemd watchdog make happen.
 :class:`HealthMonitor` checks every few seconds and speaks systemd's notification protocol
 (``sd_notify(3)``: ``READY=1``, ``WATCHDOG=1`` only while every part is healthy, ``STATUS=``,
 ``STOPPING=1``) with one datagram on ``$NOTIFY_SOCKET``; outside systemd it is silent.
@@ -17,7 +21,6 @@ restarts, which ``/healthz`` (Docker's ``HEALTHCHECK``) and the systemd watchdog
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import multiprocessing.connection
 import os
@@ -114,16 +117,20 @@ def producer_health(producer: Any) -> PartHealth:
     return RUNNING
 
 
-async def store_health(query: Awaitable[Any],
-                       timeout: float = STORE_TIMEOUT_SECONDS) -> PartHealth:
+async def store_health(query: Awaitable[Any], timeout: float = STORE_TIMEOUT_SECONDS, *,
+                       writes_refused: bool = False) -> PartHealth:
     """The store answers a small query within ``timeout`` seconds. A store busy for longer
-    (its one worker thread loading a large survey) counts as down for that while."""
+    (its one worker thread loading a large survey) counts as down for that while, and so does
+    one that answers reads but refuses writes (``writes_refused``: a full disk, say, seen by
+    the collector)."""
     try:
         await asyncio.wait_for(query, timeout)
     except asyncio.TimeoutError:
         return PartHealth(False, f"no answer within {timeout:g} s")
     except Exception as exc:  # any failure of the store means it is down
         return PartHealth(False, f"a query failed ({type(exc).__name__})")
+    if writes_refused:
+        return PartHealth(False, "it refuses writes; ingest is paused until it takes them")
     return PartHealth(True, "answering")
 
 
@@ -187,10 +194,11 @@ class HealthMonitor:
 
     async def stop(self) -> None:
         sd_notify("STOPPING=1", self.env)
-        if self._task is not None:
+        # Cancelled until it ends: before Python 3.12, asyncio.wait_for swallows a cancellation
+        # that lands as the check finishes, and the monitor (and the shutdown) would run on.
+        while self._task is not None and not self._task.done():
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait({self._task}, timeout=0.1)
 
     async def _run(self) -> None:
         while True:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
 import math
@@ -40,16 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.arrivals import ArrivalEstimator, UniformForecast
-from scheduler.cost_model import (
-    CostModelStore,
-    NearestNeighbourCost,
-    PowerLaw,
-    TwoStageCost,
-    calibrate,
-)
+from scheduler import live
+from scheduler.arrivals import ArrivalEstimator
+from scheduler.cost_model import CostModelStore, PowerLaw, calibrate, incremental_cost_model
 from scheduler.jobs import Planner
-from scheduler.planner import Plan, plan_deadline, plan_optimal
+from scheduler.planner import Plan
 from streamanon.collector import (
     Closure,
     KafkaCollector,
@@ -116,64 +112,6 @@ def compute_increment(stage: str, base: np.ndarray, base_labels: np.ndarray,
     started = time.perf_counter()
     labels = run_stage(stage, base, base_labels, increment, k, **params)
     return labels, time.perf_counter() - started
-
-
-# What a release costs besides the compute: draining the topic, the k-anonymity gate, the files
-# and publishing one message per record. Measured on the 2-core development machine: 7.8 s for
-# 200,000 records (streamanon simulate, README); the planner keeps this much of a deadline free.
-RELEASE_OVERHEAD_SECONDS = 1.0
-RELEASE_OVERHEAD_PER_RECORD = 4e-5
-
-
-def release_overhead(n: float) -> float:
-    """Seconds after close that are not compute, for a release of ``n`` records."""
-    return RELEASE_OVERHEAD_SECONDS + RELEASE_OVERHEAD_PER_RECORD * n
-
-
-def compute_budget(deadline: float, n: float) -> float:
-    """The part of a deadline the compute may use: the deadline less the release overhead."""
-    return max(deadline - release_overhead(n), 0.0)
-
-
-def live_forecast(received: int, pace: float, seconds_to_close: float,
-                  expected_records: int | None) -> UniformForecast:
-    """The forecast the live planner uses: the measured ``pace`` until close, and as the total
-    the survey's ``expected_records`` when given (at least what has arrived), else what has
-    arrived plus the pace until close.
-
-    Extrapolating the pace overshoots during an invitation burst (and undershoots in a lull),
-    so an operator's expected total wins when there is one. With no pace measured yet, the
-    pace is the one that would bring the expected total by close.
-    """
-    expected = float(expected_records or 0)
-    if pace == 0 and expected > received and seconds_to_close > 0:
-        pace = (expected - received) / seconds_to_close
-    forecast = UniformForecast.from_current(received, pace, seconds_to_close)
-    if expected > 0 and pace > 0:
-        return UniformForecast(total=max(expected, float(received)), pace=pace)
-    return forecast
-
-
-def incremental_cost_model(stage: str, base: PowerLaw, m: int, k: int,
-                           params: dict[str, Any] | None = None) -> Any:
-    """The cost model of incremental ``stage``: 2MDAV's from the base model, or the
-    nearest-neighbour stages' ``c n_0 n_+ / k`` with ``c`` measured on one synthetic run."""
-    if stage == "two_stage":
-        return TwoStageCost(base)
-    from streamanon.engines import run_engine
-    from streamanon.incremental import run_stage
-
-    rng = np.random.default_rng(1)
-    n0, n_plus = max(20 * k, 20_000), max(k, 2_000)
-    Z = rng.standard_normal((n0 + n_plus, m))
-    labels = run_engine("mdav", Z[:n0], k)
-    seconds = math.inf
-    for _ in range(2):  # the first run also loads the compiled kernels: keep the faster
-        started = time.perf_counter()
-        run_stage(stage, Z[:n0], labels, Z[n0:], k, **(params or {}))
-        seconds = min(seconds, time.perf_counter() - started)
-    return NearestNeighbourCost(c=seconds * k / (n0 * n_plus), k=k,
-                                split=base if stage in ("nn_split_mid", "nn_split_end") else None)
 
 
 def warm_up_compute() -> bool:
@@ -259,7 +197,7 @@ class Service:
         cfg = self.config
         kafka = cfg.kafka_options()  # brokers and security, for every client
         await self._in_store(lambda: ensure_topics(cfg.kafka.bootstrap_servers, self._topics(),
-                                                   **kafka))
+                                                   configs=cfg.topic_configs(), **kafka))
         self.producer = KafkaProducer(**kafka,
                                       linger_ms=20, batch_size=512 * 1024, acks="all")
         self.release_producer = AIOKafkaProducer(
@@ -269,7 +207,8 @@ class Service:
         warm = self.loop.run_in_executor(self._pool, warm_up_compute)
         for sc in cfg.surveys:
             await self._in_store(self.store.ensure_survey, sc.id)
-            ingest = SurveyIngest(sc, Validator(sc, cfg.hmac_key))
+            ingest = SurveyIngest(sc, Validator(
+                sc, cfg.hmac_key, max_message_bytes=cfg.kafka.max_message_bytes))
             estimator = ArrivalEstimator(cfg.planner.arrival_bin_seconds,
                                          cfg.planner.arrival_bins)
             self.surveys[sc.id] = SurveyRuntime(sc, ingest, estimator)
@@ -279,7 +218,7 @@ class Service:
         self.collector = KafkaCollector(
             cfg, {sid: rt.ingest for sid, rt in self.surveys.items()},
             KafkaDeadLetters(self.producer), on_stored=self._on_stored,
-            on_control=self._on_control)
+            on_control=self._on_control, on_restart=self.telemetry.count_restart)
         await self._recover()
         await self.collector.start()
         await warm
@@ -329,6 +268,10 @@ class Service:
             names[self.config.topic(sc.id, "deadletter")] = parts
             names[self.config.topic(sc.id, "release")] = 1
         return names
+
+    async def load_release(self, sid: str) -> ReleaseRow | None:
+        """The survey's release as stored (written or published), or None before one."""
+        return await self._in_store(self.store.load_release, sid)
 
     async def _in_store(self, fn: Any, *args: Any) -> Any:
         assert self.loop is not None
@@ -380,7 +323,8 @@ class Service:
     # -- planning ------------------------------------------------------------------------------
     def _load_models(self, sc: SurveyConfig) -> None:
         """The base cost model (stored, or calibrated now) and the incremental one."""
-        from streamanon.engines import get_engine
+        from streamanon.engines import get_engine, run_engine
+        from streamanon.incremental import run_stage
 
         m = len(sc.quasi_identifiers)
         base = self.cost_models.get(sc.engine, m, sc.k)
@@ -390,7 +334,9 @@ class Service:
                                budget_seconds=self.config.planner.calibration_seconds)
             base = self.cost_models.put(sc.engine, m, sc.k, result)
         self._models[sc.id] = (base, incremental_cost_model(
-            sc.incremental, base, m, sc.k, sc.incremental_params))
+            sc.incremental, base, m, sc.k, partition=functools.partial(run_engine, "mdav"),
+            run_stage=functools.partial(run_stage, sc.incremental,
+                                        **(sc.incremental_params or {}))))
 
     def _plan(self, sid: str, now: datetime) -> Plan:
         rt = self.surveys[sid]
@@ -401,19 +347,9 @@ class Service:
         with self._lock:
             pace = rt.estimator.pace(t)
             received = rt.ingest.stored
-        forecast = live_forecast(received, pace, close - t, sc.expected_records)
-        total = max(forecast.total, 1.0)
-        s = forecast.arrival_coefficient(base(total)) if total > 0 else None
-        kwargs = dict(k=sc.k, max_head_start=max(close - t, 0.0), arrival_coefficient=s)
-        if sc.deadline is not None:
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                plan = plan_deadline(total, base, incremental, forecast.head_start,
-                                     compute_budget(sc.deadline, total), **kwargs)
-        else:
-            plan = plan_optimal(total, base, incremental, forecast.head_start, **kwargs)
+        plan = live.plan(live.forecast(received, pace, close - t, sc.expected_records),
+                         base, incremental, k=sc.k, deadline=sc.deadline,
+                         seconds_to_close=close - t)
         rt.last_plan = plan
         return plan
 
@@ -610,7 +546,7 @@ class Service:
         cp = await self._in_store(self.store.load_checkpoint, sid)
         base_model, _ = self._models[sid]
         fits_deadline = (sc.deadline is not None
-                         and base_model(n) <= 0.8 * compute_budget(sc.deadline, n))
+                         and base_model(n) <= 0.8 * live.compute_budget(sc.deadline, n))
         stage_started = time.time()
         if cp is None or cp.n_base < 2 * sc.k or cp.n_base > n or fits_deadline:
             log.info("survey %s: computing the release: %s on %d records", sid, sc.engine, n)
@@ -775,7 +711,8 @@ class Service:
                 if self.surveys else asyncio.sleep(0))
         parts = {"collector": collector_health(self.collector, self.producer),
                  "compute": pool_health(self._pool, "compute process"),
-                 "store": await store_health(ping),
+                 "store": await store_health(ping, writes_refused=getattr(
+                     self.collector, "store_paused", False)),
                  "publisher": producer_health(self.release_producer)}
         for name in self.telemetry.observe_health(parts):
             log.error("%s is down: %s (/healthz answers 503)", name, parts[name].detail)

@@ -39,7 +39,8 @@ import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -175,7 +176,8 @@ CREATE TABLE IF NOT EXISTS close_marks (
 
 
 class Store(ABC):
-    """The store interface. One connection, guarded by a lock: call from any thread."""
+    """The store interface: call from any thread. Transactions take the store's lock; SQLite
+    shares one connection behind it, PostgreSQL takes connections from a pool."""
 
     placeholder = "?"
 
@@ -438,12 +440,30 @@ class SQLiteStore(Store):
                 autoinc="INTEGER PRIMARY KEY", blob="BLOB"))  # rowid: increasing, no deletes
             self._upgrade(autoinc="INTEGER PRIMARY KEY", blob="BLOB")
 
+    # sqlite3.OperationalError texts of a store that cannot write now, whatever the statement
+    _UNAVAILABLE = ("database or disk is full", "disk i/o error", "unable to open",
+                    "database is locked")  # locked past busy_timeout: another writer holds it
+
+    @staticmethod
+    @contextmanager
+    def _faults() -> Iterator[None]:
+        """A full disk, an I/O failure or a file SQLite cannot open as
+        :class:`StoreUnavailable` (retry later); other errors unchanged."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            text = str(exc).lower()
+            reason = next((r for r in SQLiteStore._UNAVAILABLE if r in text), None)
+            if reason is None:
+                raise
+            raise StoreUnavailable(f"the SQLite store cannot write now ({reason})") from None
+
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+        with self._lock, self._faults():
             return self._conn.execute(sql, tuple(params)).fetchall()
 
     def _executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
-        with self._lock:
+        with self._lock, self._faults():
             return self._conn.executemany(sql, rows).rowcount
 
     def _record_columns(self) -> set[str]:
@@ -460,15 +480,31 @@ class SQLiteStore(Store):
 
         def __enter__(self) -> None:
             self.store._lock.acquire()
-            if self.store._depth == 0:
-                self.store._conn.execute("BEGIN IMMEDIATE")
+            try:
+                if self.store._depth == 0:
+                    with SQLiteStore._faults():
+                        self.store._conn.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                self.store._lock.release()
+                raise
             self.store._depth += 1
 
         def __exit__(self, exc_type: Any, *_: Any) -> None:
+            conn = self.store._conn
             try:
                 self.store._depth -= 1
                 if self.store._depth == 0:
-                    self.store._conn.execute("ROLLBACK" if exc_type else "COMMIT")
+                    # a full disk or an I/O error may have rolled the transaction back already
+                    try:
+                        with SQLiteStore._faults():
+                            if not exc_type:
+                                conn.execute("COMMIT")
+                            elif conn.in_transaction:
+                                conn.execute("ROLLBACK")
+                    except StoreUnavailable:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                        raise
             finally:
                 self.store._lock.release()
 
@@ -480,41 +516,128 @@ class SQLiteStore(Store):
             self._conn.close()
 
 
+_PG_UNAVAILABLE = ("the PostgreSQL store is unavailable (server down or restarting, or the "
+                   "connection was lost): the call did not complete; retry later")
+
+
+class _PgSession(threading.local):
+    """What one thread holds of a :class:`PostgresStore`: the connection of its open
+    transaction (or of the store's set-up), and how deep the transaction is nested."""
+
+    conn: Any = None
+    depth = 0
+    stack: ExitStack | None = None
+
+
 class PostgresStore(Store):
-    """PostgreSQL through psycopg 3, same tables and semantics."""
+    """PostgreSQL through psycopg 3, same tables and semantics.
+
+    Connections come from a pool (``psycopg_pool``): statements outside a transaction take
+    one for the statement; a thread's outermost transaction holds one until it ends, and the
+    transactions nested in it run on it. Each connection is checked as it leaves the pool, so
+    one cut by a server restart or an administrator is replaced, not used. While the server
+    cannot be reached the pool reconnects in the background with exponential backoff (1 s,
+    doubling, each series of attempts given up after ``reconnect_timeout`` and started again
+    by the next call), and a call waits at most ``timeout`` seconds for a connection before it
+    raises :class:`StoreUnavailable`, as does a statement whose connection is lost; a
+    transaction cut that way is rolled back by the server.
+
+    Transactions of one process still take the store's lock, as on SQLite: records get their
+    ``seq`` in the order they are committed (a snapshot by ``seq`` never misses a record
+    committed later with a smaller one), and the read-then-write steps of the state machine
+    stay atomic. Reads outside a transaction run in parallel on their own connections.
+    """
 
     placeholder = "%s"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, timeout: float = 5.0, reconnect_timeout: float = 5.0,
+                 max_connections: int = 4) -> None:
         super().__init__()
         try:
             import psycopg
+            from psycopg.conninfo import conninfo_to_dict
+            from psycopg_pool import ConnectionPool
         except ImportError as exc:  # pragma: no cover
-            raise StoreError("PostgreSQL needs psycopg: pip install 'psycopg[binary]'") from exc
+            raise StoreError("PostgreSQL needs psycopg and psycopg-pool: "
+                             "pip install 'psycopg[binary,pool]'") from exc
+        self._lost = psycopg.OperationalError  # connection refused or lost, server shutting down
+        self._session = _PgSession()
         try:
-            self._conn = psycopg.connect(url, autocommit=True)
-        except psycopg.Error as exc:
+            # Bounded waits unless the URL says otherwise: a server that does not answer a
+            # connect, or a peer gone without closing the connection (a network cut), is
+            # given up after seconds, not after the system's TCP timeouts (hours).
+            given = conninfo_to_dict(url)
+            kwargs: dict[str, Any] = {"autocommit": True}
+            for key, value in (("connect_timeout", max(2, round(timeout))),
+                               ("keepalives_idle", 10), ("keepalives_interval", 5),
+                               ("keepalives_count", 3), ("tcp_user_timeout", 30_000)):
+                if key not in given:
+                    kwargs[key] = value
+            conn = psycopg.connect(url, **kwargs)
+        except psycopg.Error as exc:  # the reason (refused, authentication) is for the operator
             raise StoreError(f"cannot connect to PostgreSQL: {str(exc).strip()}") from None
-        self._depth = 0
-        self._tx: Any = None
-        with self._lock:
-            self._conn.execute("SELECT pg_advisory_lock(727272)")  # schema creation, once
-            try:
-                for statement in _SCHEMA.format(autoinc="BIGSERIAL PRIMARY KEY",
-                                                blob="BYTEA").split(";"):
-                    if statement.strip():
-                        self._conn.execute(statement)
-                self._upgrade(autoinc="BIGSERIAL PRIMARY KEY", blob="BYTEA")
-            finally:
-                self._conn.execute("SELECT pg_advisory_unlock(727272)")
+        self._session.conn = conn  # the set-up runs on this one: the advisory lock is its own
+        try:
+            with self._lock, self._reachable():
+                conn.execute("SELECT pg_advisory_lock(727272)")  # schema creation, once
+                try:
+                    for statement in _SCHEMA.format(autoinc="BIGSERIAL PRIMARY KEY",
+                                                    blob="BYTEA").split(";"):
+                        if statement.strip():
+                            conn.execute(statement)
+                    self._upgrade(autoinc="BIGSERIAL PRIMARY KEY", blob="BYTEA")
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(727272)")
+        finally:
+            self._session.conn = None
+            conn.close()
+        self._pool = ConnectionPool(
+            url, kwargs=kwargs, min_size=1, max_size=max_connections, open=True,
+            check=self._check, timeout=timeout,
+            reconnect_timeout=reconnect_timeout, name="streamanon-store")
+
+    def _check(self, conn: Any) -> None:
+        """The pool's check of a connection it hands out. When one was cut, the others idle
+        in the pool most likely were too (a server restart): check them all at once rather
+        than one by one, with the pool's backoff between them."""
+        try:
+            self._pool.check_connection(conn)
+        except Exception:
+            self._pool.check()
+            raise
+
+    @contextmanager
+    def _reachable(self) -> Iterator[None]:
+        """Turn a lost server into :class:`StoreUnavailable`, with fixed text: the driver's
+        message is not passed on (a server's message can quote the data of a statement)."""
+        try:
+            yield
+        except self._lost as exc:
+            log.warning("PostgreSQL store unavailable (%s)", type(exc).__name__)
+            raise StoreUnavailable(_PG_UNAVAILABLE) from None
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """This thread's connection: the one of its open transaction, or one from the pool
+        for as long as the block lasts."""
+        if self._session.conn is not None:
+            yield self._session.conn
+            return
+        conn = self._pool.getconn()  # waits at most `timeout`, then PoolTimeout
+        self._session.conn = conn
+        try:
+            yield conn
+        finally:
+            self._session.conn = None
+            self._pool.putconn(conn)  # a broken connection is discarded and replaced
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            cur = self._conn.execute(sql, tuple(params))
+        with self._reachable(), self._connection() as conn:
+            cur = conn.execute(sql, tuple(params))
             return cur.fetchall() if cur.description else []
 
     def _executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
-        with self._lock, self._conn.cursor() as cur:
+        with self._reachable(), self._connection() as conn, conn.cursor() as cur:
             cur.executemany(sql, list(rows))
             return cur.rowcount
 
@@ -533,31 +656,40 @@ class PostgresStore(Store):
                 "VALUES ('{survey}', %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING")
 
     class _Tx:
+        """The outermost transaction of a thread holds a connection until it ends; nested
+        ones join it. A failure anywhere in it rolls all of it back."""
+
         def __init__(self, store: PostgresStore) -> None:
             self.store = store
 
         def __enter__(self) -> None:
-            self.store._lock.acquire()
-            if self.store._depth == 0:
-                self.store._tx = self.store._conn.transaction()
-                self.store._tx.__enter__()
-            self.store._depth += 1
+            session = self.store._session
+            if session.depth == 0:
+                with self.store._reachable():
+                    stack = ExitStack()
+                    try:
+                        conn = stack.enter_context(self.store._connection())
+                        stack.enter_context(conn.transaction())
+                    except BaseException:
+                        stack.close()
+                        raise
+                session.stack = stack
+            session.depth += 1
 
         def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-            try:
-                self.store._depth -= 1
-                if self.store._depth == 0:
-                    tx, self.store._tx = self.store._tx, None
-                    tx.__exit__(exc_type, exc, tb)
-            finally:
-                self.store._lock.release()
+            session = self.store._session
+            session.depth -= 1
+            if session.depth == 0:
+                stack, session.stack = session.stack, None
+                assert stack is not None
+                with self.store._reachable():  # a COMMIT that cannot reach the server
+                    stack.__exit__(exc_type, exc, tb)
 
     def _transaction(self) -> Any:
         return PostgresStore._Tx(self)
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._pool.close()
 
 
 def open_store(url: str) -> Store:

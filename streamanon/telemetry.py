@@ -61,9 +61,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "streamanon_release_distortion": ("histogram", "Distortion D = SSE/SST of each release"),
     "streamanon_component_up": ("gauge", "1 while the part (collector, compute, store, "
                                 "publisher) is healthy, 0 once it was found down"),
-    "streamanon_component_failures": ("counter", "Times the part was found down (the service "
-                                      "does not restart a part: /healthz and the systemd "
-                                      "watchdog get the service restarted)"),
+    "streamanon_component_failures": ("counter", "Times the part failed: found down by a "
+                                      "health check, or restarted in place (the collector's "
+                                      "ingest worker); one outage counts once"),
 }
 
 #: Metrics of the service's own parts (label ``component``, no survey).
@@ -125,6 +125,13 @@ class Telemetry:
         for name in went_down:
             self.part_failures[name] = self.part_failures.get(name, 0) + 1
         return went_down
+
+    def count_restart(self, part: str) -> None:
+        """Record that ``part`` was restarted in place: a failure, unless a health check
+        counted this outage already; the part is up again."""
+        if self.parts_up.get(part, True):
+            self.part_failures[part] = self.part_failures.get(part, 0) + 1
+        self.parts_up[part] = True
 
     def exposition(self, surveys: list[dict[str, Any]]) -> bytes:
         """The text exposition, with counters and gauges from ``surveys`` (the ``surveys``

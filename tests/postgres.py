@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from streamanon.broker import free_port
@@ -46,18 +47,55 @@ def why_unavailable() -> str | None:
 def postgres_server() -> Iterator[str]:
     """Start a server in a fresh directory (outside pytest's root-only tmp tree, which the
     postgres user could not enter); yield its URL; stop it and remove the directory."""
+    with controlled_postgres_server() as server:
+        yield server.url
+
+
+@dataclass
+class PostgresServer:
+    """A running test server that a test can take away and bring back (same data, same port)."""
+
+    url: str
+    pg_ctl: list[str]  # the pg_ctl command, as the server's user, with its data directory
+    start_options: list[str]
+
+    def stop(self) -> None:
+        """Fast shutdown: open sessions are cut, as in a server restart."""
+        subprocess.run([*self.pg_ctl, "-m", "fast", "-w", "stop"], check=True,
+                       capture_output=True)
+
+    def start(self) -> None:
+        subprocess.run([*self.pg_ctl, *self.start_options, "start"], check=True,
+                       capture_output=True)
+
+    def running(self) -> bool:
+        return subprocess.run([*self.pg_ctl, "status"], capture_output=True).returncode == 0
+
+    def terminate_backends(self) -> int:
+        """Cut every other client session (as a failover or an administrator would)."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            return len(conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'").fetchall())
+
+
+@contextmanager
+def controlled_postgres_server() -> Iterator[PostgresServer]:
+    """:func:`postgres_server`, yielding a :class:`PostgresServer`."""
     bindir = _bindir()
     assert bindir is not None
     base = Path(tempfile.mkdtemp(prefix="streamanon-pg-"))
     try:
-        with _server(bindir, base) as url:
-            yield url
+        with _server(bindir, base) as server:
+            yield server
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
 @contextmanager
-def _server(bindir: Path, base: Path) -> Iterator[str]:
+def _server(bindir: Path, base: Path) -> Iterator[PostgresServer]:
     data = base / "pgdata"
     data.mkdir(parents=True)
     as_user: list[str] = []
@@ -74,10 +112,13 @@ def _server(bindir: Path, base: Path) -> Iterator[str]:
     if as_user:
         log.touch()
         shutil.chown(log, "postgres")
-    run(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60", "-o",
-        f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+    server = PostgresServer(
+        url=f"postgresql://streamanon@127.0.0.1:{port}/postgres",
+        pg_ctl=[*as_user, str(bindir / "pg_ctl"), "-D", str(data)],
+        start_options=["-l", str(log), "-w", "-t", "60", "-o",
+                       f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off"])
+    server.start()
     try:
-        yield f"postgresql://streamanon@127.0.0.1:{port}/postgres"
+        yield server
     finally:
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast",
-                        "-w", "stop"], capture_output=True)
+        subprocess.run([*server.pg_ctl, "-m", "fast", "-w", "stop"], capture_output=True)

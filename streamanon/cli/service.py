@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Consume survey responses from Kafka, store them, start each survey's base run at "
             "the planned moment, and at close publish one k-anonymous release. Secrets come "
             "from STREAMANON_HMAC_KEY[_FILE] and STREAMANON_HTTP_TOKEN[_FILE]; any "
-            "STREAMANON_<SECTION>_<KEY> overrides the file. Stop with Ctrl-C or SIGTERM."
+            "STREAMANON_<SECTION>_<KEY> overrides the file. Stop with Ctrl-C, SIGTERM or "
+            "SIGHUP (each stops the service gracefully, and an embedded broker with it)."
         ),
     )
     se.add_argument("--config", required=True, metavar="FILE", help="streamanon.toml")
@@ -123,16 +124,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     _logging(args)
     broker = None
-    if args.embedded_broker:
-        broker = EmbeddedBroker()
-        bootstrap = broker.start()
-        config = config.model_copy(update={"kafka": config.kafka.model_copy(
-            update={"bootstrap_servers": bootstrap})})
-        print(f"embedded broker at {bootstrap}", flush=True)
     try:
+        if args.embedded_broker:
+            # Until the service's own handlers take over (``serve`` stops gracefully on
+            # SIGINT, SIGTERM and SIGHUP), a signal must still reach the ``finally`` below.
+            _stop_on_signals()
+            broker = EmbeddedBroker()
+            bootstrap = broker.start()
+            config = config.model_copy(update={"kafka": config.kafka.model_copy(
+                update={"bootstrap_servers": bootstrap})})
+            print(f"embedded broker at {bootstrap}", flush=True)
         asyncio.run(serve(config, on_ready=lambda service: print(
             f"serving {len(config.surveys)} survey(s); HTTP on http://{config.http.bind}",
             flush=True)))
+    except KeyboardInterrupt:
+        if broker is None:
+            raise
     finally:
         if broker is not None:
             broker.stop()
@@ -223,17 +230,22 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def cmd_broker(args: argparse.Namespace) -> int:
+def _stop_on_signals() -> None:
+    """Stop on SIGTERM (a supervisor, `kill`, `timeout`) and SIGHUP (the terminal closed) as
+    on Ctrl-C. Tansu runs in its own session (a Ctrl-C in the terminal reaches this process
+    only), so this process must live to stop it instead of dying and leaving it running."""
     import signal
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
     import time
 
     from streamanon.broker import EmbeddedBroker
 
-    # Tansu runs in its own session (a Ctrl-C in the terminal reaches this process only), so
-    # this process stops it: on SIGTERM (a supervisor, `kill`, `timeout`) and SIGHUP (the
-    # terminal closed) as on Ctrl-C, instead of dying and leaving it running.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupt)
+    _stop_on_signals()
     with EmbeddedBroker(port=args.port) as broker:
         print(f"embedded broker (Tansu, in-memory) at {broker.bootstrap}; Ctrl-C stops it",
               flush=True)
