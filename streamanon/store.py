@@ -50,18 +50,17 @@ import numpy as np
 import orjson
 
 from streamanon.errors import StreamanonError
+from streamanon.states import (  # noqa: F401 - re-exported: the store's vocabulary
+    BASE_DONE,
+    BASE_RUNNING,
+    CLOSING,
+    OPEN,
+    RELEASED,
+    TRANSITIONS,
+)
 
 log = logging.getLogger(__name__)
 
-OPEN, BASE_RUNNING, BASE_DONE, CLOSING, RELEASED = (
-    "OPEN", "BASE_RUNNING", "BASE_DONE", "CLOSING", "RELEASED")
-TRANSITIONS = {
-    OPEN: {BASE_RUNNING, CLOSING},
-    BASE_RUNNING: {BASE_DONE, OPEN},
-    BASE_DONE: {CLOSING},
-    CLOSING: {RELEASED},
-    RELEASED: set(),
-}
 
 
 _SURVEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")

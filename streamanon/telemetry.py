@@ -22,10 +22,9 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from streamanon.health import PARTS, PartHealth
-from streamanon.store import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
+from streamanon.states import STATES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-STATES = (OPEN, BASE_RUNNING, BASE_DONE, CLOSING, RELEASED)
 
 #: name -> (type, help). Counter names are given without the ``_total`` suffix that the
 #: exposition format adds; histograms expose ``_bucket``, ``_sum`` and ``_count``.

@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from streamanon.health import HealthMonitor, summary
-from streamanon.store import OPEN
+from streamanon.states import OPEN
 from streamanon.telemetry import CONTENT_TYPE
 
 STATIC = Path(__file__).with_name("static")
