@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import hashlib
 import hmac
 import json
@@ -54,7 +53,7 @@ import numpy as np
 import orjson
 
 from streamanon.config import Config, SurveyConfig
-from streamanon.health import pool_health
+from streamanon.health import cancel_task, pool_health
 from streamanon.offsets import GroupOffsets, broker_errors
 from streamanon.store import RecordRow, Store, StoreUnavailable, record_digest
 
@@ -842,6 +841,12 @@ class KafkaCollector:
     COMMIT_TIMEOUT = 30.0  # a commit the broker does not answer in time is left out
     ISOLATION_SECONDS = 2.0  # partitions read alone this long after the last unreadable fetch
 
+    @classmethod
+    def backoff(cls, failures: int) -> float:
+        """Seconds to wait after the ``failures``-th failure in a row: 0.1 s, doubling, at
+        most :attr:`MAX_BACKOFF`."""
+        return min(0.1 * 2.0 ** (max(failures, 1) - 1), cls.MAX_BACKOFF)
+
     @dataclass
     class _Batch:
         """A fetched batch on its way through the worker: the offsets to commit after it, its
@@ -913,10 +918,7 @@ class KafkaCollector:
                          type(task.exception()).__name__)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):  # shutting down
-                await self._task
+        await cancel_task(self._task)  # its exception, if any, was logged by _report_death
         if self._consumer is not None:
             await self._consumer.stop()
         if self._worker is not None:
@@ -1015,8 +1017,7 @@ class KafkaCollector:
                 if self._fetch_failures == 1:
                     log.warning("fetching failed (%s); trying again with backoff while the "
                                 "broker is away", type(exc).__name__)
-                await asyncio.sleep(min(0.1 * 2 ** (self._fetch_failures - 1),
-                                        self.MAX_BACKOFF))
+                await asyncio.sleep(self.backoff(self._fetch_failures))
             return {}, {}
         if self._fetch_failures:
             log.info("fetching again after %d failed attempt(s)", self._fetch_failures)
@@ -1155,7 +1156,7 @@ class KafkaCollector:
                 failures += 1
                 log.error("the ingest worker failed on a batch (%s); try %d of %d",
                           type(exc).__name__, failures, attempts)
-                await asyncio.sleep(min(0.1 * 2 ** failures, self.MAX_BACKOFF))
+                await asyncio.sleep(self.backoff(failures + 1))
             else:
                 if self.store_paused:
                     self._store_back()
@@ -1211,7 +1212,7 @@ class KafkaCollector:
         """A new ingest worker process for one that died, counted by ``on_restart``; tried
         again with backoff while a new one cannot start (its store cannot be opened)."""
         loop = asyncio.get_running_loop()
-        delay = 0.1
+        tries = 0
         while True:
             old, self._worker = self._worker, self._worker_pool_factory()
             old.shutdown(wait=False, cancel_futures=True)
@@ -1224,8 +1225,8 @@ class KafkaCollector:
                 await loop.run_in_executor(self._worker, _worker_ingest, [])
                 return
             except concurrent.futures.BrokenExecutor:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.MAX_BACKOFF)
+                tries += 1
+                await asyncio.sleep(self.backoff(tries))
 
     async def _store_refused(self, exc: BaseException) -> None:
         """Backpressure while the store refuses writes: the batch is kept and tried again
@@ -1237,7 +1238,7 @@ class KafkaCollector:
             self._paused_at = time.monotonic()
             log.warning("the store refuses writes (%s); ingest paused, the batch is kept and "
                         "tried again until the store takes it", type(exc).__name__)
-        await self._idle(min(0.1 * 2 ** (self._store_failures - 1), self.MAX_BACKOFF))
+        await self._idle(self.backoff(self._store_failures))
 
     def _store_back(self) -> None:
         self.store_paused = False

@@ -48,6 +48,15 @@ class PartHealth:
 RUNNING = PartHealth(True, "running")
 
 
+async def cancel_task(task: asyncio.Task | None) -> None:
+    """Cancel ``task`` and wait until it has ended, cancelling again as often as needed:
+    before Python 3.12, ``asyncio.wait_for`` swallows a cancellation that lands just as the
+    awaited call finishes, and a task cancelled once would run on (and a shutdown hang)."""
+    while task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
+
+
 def pool_health(pool: Executor | None, process: str) -> PartHealth:
     """A process pool is down once one of its processes has exited (the pool is then broken
     for good: every later task fails); other executors are taken as running."""
@@ -194,11 +203,7 @@ class HealthMonitor:
 
     async def stop(self) -> None:
         sd_notify("STOPPING=1", self.env)
-        # Cancelled until it ends: before Python 3.12, asyncio.wait_for swallows a cancellation
-        # that lands as the check finishes, and the monitor (and the shutdown) would run on.
-        while self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.wait({self._task}, timeout=0.1)
+        await cancel_task(self._task)
 
     async def _run(self) -> None:
         while True:
