@@ -876,8 +876,10 @@ class KafkaCollector:
             fetch_max_bytes=64 * 1024 * 1024,
             # The embedded broker holds a new group's first join for half the session timeout
             # and a join after a killed member for 1.8 times it: 5 s and 18 s at 10 s, 15 s
-            # and 54 s at 30 s (measured). Kafka's own floor is 6 s.
-            session_timeout_ms=10_000, heartbeat_interval_ms=3_000,
+            # and 54 s at 30 s (measured). 10 s was tried: test_crash_safety's drain phase
+            # (services killed while their collector joins) then never drained (measured twice;
+            # 30 s passes), so the default stays until that is understood.
+            session_timeout_ms=30_000,
         )
         self._consumer.subscribe([*self._topics, self.config.control_topic],
                                  listener=self._rebalance_listener())

@@ -132,7 +132,7 @@ class Restartable(ServiceProcess):
 
     def evict(self) -> None:
         """Remove the members a killed service left in the collector group, as the broker
-        does once their session times out (10 s): the next start then joins at once."""
+        does once their session times out (30 s): the next start then joins at once."""
         evict_group(self.bootstrap, self.group)
 
     @property

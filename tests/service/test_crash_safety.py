@@ -11,7 +11,7 @@ or by letting the service run in short steps. Each kill is then classified by wh
 had reached (its log and its store), and every phase must have been hit.
 
 Between a kill and the next start the test removes the dead member from the collector group,
-which the broker would do itself after the session timeout (10 s): the restarts then cost
+which the broker would do itself after the session timeout (30 s): the restarts then cost
 seconds, not a minute.
 """
 
