@@ -41,7 +41,8 @@ def invalid_messages(start: int) -> list[tuple[bytes, str]]:
         (response(start + 2, age="old"), "wrong_type"),
         (response(start + 3, height=170.5).replace(b"170.5", b"Infinity"), "not_finite"),
         (response(start + 4, age=200), "out_of_bounds"),
-        (response(7), "duplicate_respondent"),  # respondent R000007 already answered
+        # respondent R000007 already answered, and this is another answer
+        (response(7, age=99), "duplicate_respondent"),
     ]
 
 
@@ -52,14 +53,17 @@ def test_end_to_end_release_and_dead_letters(service_factory, broker, tmp_path):
     valid = [(f"R{i:06d}".encode(), response(i)) for i in range(n_valid)]
     invalid = invalid_messages(10_000)
     topic = f"{svc.prefix}.wellbeing.responses"
-    produce(broker.bootstrap, topic, valid[:300] + [(None, m) for m, _ in invalid] + valid[300:])
+    # R000008's answer is sent twice (a platform retrying): the same record, stored once
+    produce(broker.bootstrap, topic, valid[:300] + [(None, m) for m, _ in invalid] + valid[300:]
+            + [valid[8]])
 
-    svc.wait_for("wellbeing", lambda s: s["stored"] == n_valid
+    svc.wait_for("wellbeing", lambda s: s["stored"] == n_valid and s["redelivered"] == 1
                  and sum(s["dead_lettered"].values()) == len(invalid), what="ingest")
     before = scrape(svc)
     assert before[("streamanon_records_received_total", (("survey", "wellbeing"),))] \
-        == n_valid + len(invalid)
+        == n_valid + len(invalid) + 1
     assert before[("streamanon_records_stored_total", (("survey", "wellbeing"),))] == n_valid
+    assert before[("streamanon_records_redelivered_total", (("survey", "wellbeing"),))] == 1
     for _, reason in invalid:
         key = ("streamanon_records_dead_lettered_total",
                (("reason", reason), ("survey", "wellbeing")))
