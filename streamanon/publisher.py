@@ -5,8 +5,9 @@ the confidential values and the label, in a random order: no identifiers, no arr
 timestamps, no stage or cell ids. It goes to
 
 - ``<output>/<survey>/release.parquet`` and ``release.csv`` (written atomically),
-- ``<output>/<survey>/report.json`` (sizes, engines, timings, distortion, and every schema
-  field with its role and treatment; names and numbers about the run, never a response value),
+- ``<output>/<survey>/report.json`` (:class:`~streamanon.reports.ReleaseReport`: sizes,
+  engines, timings, distortion, and every schema field with its role and treatment; names and
+  numbers about the run, never a response value), written once the release is published,
 - topic ``<prefix>.<survey>.release`` (one partition, so order holds): one JSON message per
   record, then one manifest message
   (``{"type": "manifest", "release_id", "count", "sha256", ...}``). Every message carries the
@@ -37,7 +38,8 @@ import pandas as pd
 from streamanon.config import Config, SurveyConfig
 from streamanon.errors import StreamanonError
 from streamanon.io import write_json, write_table
-from streamanon.metrics import aggregate, require_k_anonymous
+from streamanon.release import Release, release_table
+from streamanon.reports import ReleaseReport
 from streamanon.store import Records
 
 
@@ -58,20 +60,18 @@ def release_columns(survey: SurveyConfig) -> list[dict[str, str]]:
 
 
 def build_release(records: Records, labels: np.ndarray, survey: SurveyConfig,
-                  seed: int) -> pd.DataFrame:
-    """The shuffled release table; raises :class:`KAnonymityError` if it is not k-anonymous."""
-    released = aggregate(records.qi, labels)
+                  seed: int) -> Release:
+    """The survey's release (:func:`streamanon.release.release_table`): the quasi-identifiers,
+    confidential fields and labels of ``records`` under the partition ``labels``, shuffled;
+    raises :class:`KAnonymityError` if it is not k-anonymous."""
     columns: dict[str, Any] = {}
     for j, name in enumerate(survey.quasi_identifiers):
-        columns[name] = released[:, j]
+        columns[name] = records.qi[:, j]
     for name in survey.names("confidential"):
         columns[name] = [row.get(name) for row in records.confidential]
     for name in survey.names("label"):
         columns[name] = records.labels
-    frame = pd.DataFrame(columns)
-    require_k_anonymous(frame[survey.quasi_identifiers].to_numpy(), survey.k)
-    order = np.random.default_rng(seed).permutation(len(frame))
-    return frame.iloc[order].reset_index(drop=True)
+    return release_table(pd.DataFrame(columns), labels, survey.quasi_identifiers, survey.k, seed)
 
 
 def sha256_file(path: Path) -> str:
@@ -86,25 +86,24 @@ def release_dir(output: Path, survey_id: str) -> Path:
     return Path(output) / survey_id
 
 
-def write_release_files(frame: pd.DataFrame, report: dict[str, Any], output: Path,
-                        survey_id: str) -> dict[str, Any]:
-    """Write Parquet, CSV and the report; return their paths and checksums."""
+def write_release_files(frame: pd.DataFrame, output: Path, survey_id: str) -> dict[str, str]:
+    """Write Parquet and CSV; return their paths and checksums, and the report's path (the
+    report is written once, when the release is published: :func:`write_report`)."""
     directory = release_dir(output, survey_id)
     directory.mkdir(parents=True, exist_ok=True)
     parquet, csv = directory / "release.parquet", directory / "release.csv"
     write_table(frame, parquet)
     write_table(frame, csv)
-    files = {"parquet": str(parquet), "csv": str(csv), "report": str(directory / "report.json"),
-             "sha256": sha256_file(parquet), "sha256_csv": sha256_file(csv)}
-    write_report({**report, "files": files}, output, survey_id)
-    return files
+    return {"parquet": str(parquet), "csv": str(csv), "report": str(directory / "report.json"),
+            "sha256": sha256_file(parquet), "sha256_csv": sha256_file(csv)}
 
 
-def write_report(report: dict[str, Any], output: Path, survey_id: str) -> None:
-    write_json(report, release_dir(output, survey_id) / "report.json")
+def write_report(report: ReleaseReport) -> None:
+    """``report.json`` of a published release, at the path its files name."""
+    write_json(report.to_json(), Path(report.files["report"]))
 
 
-def read_written_release(files: dict[str, Any]) -> pd.DataFrame:
+def read_written_release(files: dict[str, str]) -> pd.DataFrame:
     """The release table as :func:`write_release_files` wrote it (``files`` is what it
     returned): the Parquet file, if its checksum is still the one noted then."""
     path = Path(files["parquet"])
@@ -115,12 +114,12 @@ def read_written_release(files: dict[str, Any]) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
-def release_manifest(survey_id: str, report: dict[str, Any]) -> dict[str, Any]:
+def release_manifest(report: ReleaseReport) -> dict[str, Any]:
     """The manifest message of the release ``report`` describes (the same for every run)."""
-    return {"type": "manifest", "survey": survey_id, "release_id": report["release_id"],
-            "count": report["n"], "sha256": report["files"]["sha256"], "k": report["k"],
-            "engine": report["engine"], "incremental": report["incremental"],
-            "distortion": report["distortion"]}
+    return {"type": "manifest", "survey": report.survey, "release_id": report.release_id,
+            "count": report.n, "sha256": report.files["sha256"], "k": report.k,
+            "engine": report.engine, "incremental": report.incremental,
+            "distortion": report.distortion}
 
 
 def record_messages(frame: pd.DataFrame) -> list[bytes]:

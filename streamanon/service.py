@@ -63,7 +63,9 @@ from streamanon.health import (
     producer_health,
     store_health,
 )
-from streamanon.metrics import distortion, fit_standardisation
+from streamanon.incremental import base_is_usable
+from streamanon.incremental.run import TwoStageRun
+from streamanon.metrics import fit_standardisation
 from streamanon.offsets import broker_errors
 from streamanon.processes import worker_pool
 from streamanon.publisher import (
@@ -75,6 +77,16 @@ from streamanon.publisher import (
     release_manifest,
     write_release_files,
     write_report,
+)
+from streamanon.release import BaseSnapshot, release_partition
+from streamanon.reports import (
+    PlanStatus,
+    ProgressStatus,
+    Publication,
+    ReleaseReport,
+    ReleaseStatus,
+    ServiceStatus,
+    SurveyStatus,
 )
 from streamanon.store import (
     BASE_DONE,
@@ -96,34 +108,22 @@ log = logging.getLogger(__name__)
 # -- work done in the compute process (module level, so it pickles) -----------------------------
 
 
-def compute_base(engine: str, Z: np.ndarray, k: int, params: dict[str, Any]) -> tuple[Any, float]:
-    from streamanon.engines import run_engine
-
-    started = time.perf_counter()
-    labels = run_engine(engine, Z, k, **params)
-    return labels, time.perf_counter() - started
-
-
-def compute_increment(stage: str, base: np.ndarray, base_labels: np.ndarray,
-                      increment: np.ndarray, k: int,
-                      params: dict[str, Any]) -> tuple[Any, float]:
-    from streamanon.incremental import run_stage
-
-    started = time.perf_counter()
-    labels = run_stage(stage, base, base_labels, increment, k, **params)
-    return labels, time.perf_counter() - started
-
-
 def warm_up_compute() -> bool:
     """Load the compiled kernels in the compute process before they are needed."""
-    rng = np.random.default_rng(0)
-    Z = rng.standard_normal((60, 2))
-    labels, _ = compute_base("mdav", Z[:40], 5, {})
-    compute_increment("nn_split_end", Z[:40], labels, Z[40:], 5, {})
+    Z = np.random.default_rng(0).standard_normal((60, 2))
+    TwoStageRun(5, "mdav", "nn_split_end").run(Z, 40)
     return True
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def release_run(survey: SurveyConfig) -> TwoStageRun:
+    """The survey's base engine and incremental stage with their parameters; its methods run
+    in the compute process."""
+    return TwoStageRun(survey.k, survey.engine, survey.incremental,
+                       engine_params=survey.engine_params,
+                       incremental_params=survey.incremental_params)
 
 
 @dataclass
@@ -401,7 +401,7 @@ class Service:
             return False
         snapshot_seq = await self._in_store(self.store.max_seq, sid)
         n_base = await self._in_store(self.store.count, sid)
-        if n_base < 2 * rt.config.k:
+        if not base_is_usable(n_base, rt.config.k):
             log.info("survey %s: base snapshot of %d records is under 2k; one-shot at close",
                      sid, n_base)
             return False
@@ -426,7 +426,7 @@ class Service:
             scaling = fit_standardisation(records.qi)
             Z = scaling.apply(records.qi)
             labels, seconds = await self.loop.run_in_executor(
-                self._pool, compute_base, sc.engine, Z, sc.k, sc.engine_params)
+                self._pool, release_run(sc).run_base, Z)
             cp = Checkpoint(snapshot_seq=snapshot_seq, n_base=len(records), labels=labels,
                             mean=scaling.mean, scale=scaling.scale, engine=sc.engine,
                             seconds=seconds, started_at=started)
@@ -547,55 +547,48 @@ class Service:
         base_model, _ = self._models[sid]
         fits_deadline = (sc.deadline is not None
                          and base_model(n) <= 0.8 * live.compute_budget(sc.deadline, n))
-        stage_started = time.time()
-        if cp is None or cp.n_base < 2 * sc.k or cp.n_base > n or fits_deadline:
-            log.info("survey %s: computing the release: %s on %d records", sid, sc.engine, n)
-            scaling = fit_standardisation(records.qi)
-            labels, seconds = await self.loop.run_in_executor(
-                self._pool, compute_base, sc.engine, scaling.apply(records.qi), sc.k,
-                sc.engine_params)
-            mode, n_base, inc_seconds, base_seconds = "one-shot", n, 0.0, seconds
-        else:
+        base = None
+        if cp is not None and not fits_deadline and base_is_usable(cp.n_base, sc.k, n):
+            base = BaseSnapshot(cp.n_base, cp.labels, cp.mean, cp.scale, cp.seconds)
             log.info("survey %s: computing the release: %s on %d records after a base of %d",
                      sid, sc.incremental, n - cp.n_base, cp.n_base)
-            base = (records.qi[: cp.n_base] - cp.mean) / cp.scale
-            increment = (records.qi[cp.n_base:] - cp.mean) / cp.scale
-            labels, inc_seconds = await self.loop.run_in_executor(
-                self._pool, compute_increment, sc.incremental, base, cp.labels, increment,
-                sc.k, sc.incremental_params)
-            mode, n_base, base_seconds = "two-stage", cp.n_base, cp.seconds
+        else:
+            log.info("survey %s: computing the release: %s on %d records", sid, sc.engine, n)
+        stage_started = time.time()
+        partition = await self.loop.run_in_executor(
+            self._pool, release_partition, release_run(sc), records.qi, base)
         compute_done = time.time()
         rt.timings["compute"] = compute_done - stage_started
         step = time.perf_counter()
         seed = secrets.randbits(62)
         release_id = uuid.uuid4().hex
-        frame = build_release(records, np.asarray(labels), sc, seed)  # the k-anonymity gate
-        d = distortion(fit_standardisation(records.qi).apply(records.qi), np.asarray(labels))
+        release = build_release(records, partition.labels, sc, seed)  # the k-anonymity gate
         rt.timings["gate_and_table"] = time.perf_counter() - step
         closed_at = (await self._in_store(self.store.survey_state, sid)).close_requested_at
         plan = rt.last_plan
-        report = {
-            "survey": sid, "release_id": release_id, "n": n, "m": m, "k": sc.k,
-            "quasi_identifiers": list(sc.quasi_identifiers), "columns": release_columns(sc),
-            "engine": sc.engine, "incremental": sc.incremental if mode == "two-stage" else None,
-            "mode": mode, "nu": (n - n_base) / n, "n_base": n_base, "n_increment": n - n_base,
-            "arrival_coefficient": plan.arrival_coefficient if plan else None,
-            "planned_nu": plan.nu if plan else None,
-            "predicted_seconds_after_close": plan.finish_after_close if plan else None,
-            "one_shot_estimate_seconds": base_model(n),
-            "base_started_at": cp.started_at if cp is not None and mode == "two-stage" else None,
-            "closed_at": closed_at,
-            "base_seconds": base_seconds, "incremental_seconds": inc_seconds,
-            "compute_seconds_after_close": compute_done - (closed_at or stage_started),
-            "distortion": d, "information_loss": 100 * d,
-            "rejected": dict(rt.ingest.rejected),
-        }
         log.info("survey %s: writing the files of release %s", sid, release_id)
         step = time.perf_counter()
-        files = await self._in_loop_thread(write_release_files, frame, report,
+        files = await self._in_loop_thread(write_release_files, release.table,
                                            self.config.output.directory, sid)
         rt.timings["files"] = time.perf_counter() - step
-        row = ReleaseRow(release_id, "written", seed, {**report, "files": files})
+        two_stage = partition.mode == "two-stage"
+        report = ReleaseReport(
+            survey=sid, release_id=release_id, n=n, m=m, k=sc.k,
+            quasi_identifiers=list(sc.quasi_identifiers), columns=release_columns(sc),
+            engine=sc.engine, incremental=sc.incremental if two_stage else None,
+            mode=partition.mode, nu=partition.nu, n_base=partition.n_base,
+            n_increment=partition.n_increment,
+            arrival_coefficient=plan.arrival_coefficient if plan else None,
+            planned_nu=plan.nu if plan else None,
+            predicted_seconds_after_close=plan.finish_after_close if plan else None,
+            one_shot_estimate_seconds=base_model(n),
+            base_started_at=cp.started_at if cp is not None and two_stage else None,
+            closed_at=closed_at, base_seconds=partition.base_seconds,
+            incremental_seconds=partition.incremental_seconds,
+            compute_seconds_after_close=compute_done - (closed_at or stage_started),
+            distortion=release.distortion, information_loss=release.information_loss,
+            rejected=dict(rt.ingest.rejected), files=files)
+        row = ReleaseRow(release_id, "written", seed, report.to_json())
         await self._in_store(self.store.save_release, sid, row)
         return row
 
@@ -604,9 +597,9 @@ class Service:
         order, then the manifest; on a broker fault send it all again (the manifest marks the
         complete run), until it is through."""
         rt = self.surveys[sid]
-        report = dict(row.report)
-        frame = await self._in_loop_thread(read_written_release, report["files"])
-        manifest = release_manifest(sid, report)
+        report = ReleaseReport.from_json(row.report)
+        frame = await self._in_loop_thread(read_written_release, report.files)
+        manifest = release_manifest(report)
         topic = self.config.topic(sid, "release")
         log.info("survey %s: publishing release %s: %d records, then its manifest", sid,
                  row.release_id, len(frame))
@@ -628,33 +621,33 @@ class Service:
                 await asyncio.sleep(delay)
         rt.timings["publish"] = time.perf_counter() - step
         released_at = time.time()
-        closed_at = report.get("closed_at")
-        report["released_at"] = released_at
-        report["close_to_release_seconds"] = released_at - (closed_at or released_at)
-        report["close_steps_seconds"] = {key: round(rt.timings[key], 3) for key in (
-            "drain", "wait_for_base", "load", "compute", "gate_and_table", "files", "publish")
-            if key in rt.timings}
-        await self._in_loop_thread(write_report, report, self.config.output.directory, sid)
+        published = Publication(
+            released_at=released_at,
+            close_to_release_seconds=released_at - (report.closed_at or released_at),
+            close_steps_seconds={key: round(rt.timings[key], 3) for key in (
+                "drain", "wait_for_base", "load", "compute", "gate_and_table", "files",
+                "publish") if key in rt.timings})
+        report = report.published(published)
+        await self._in_loop_thread(write_report, report)
         await self._in_store(self.store.save_release, sid,
-                             ReleaseRow(row.release_id, "published", row.seed, report))
+                             ReleaseRow(row.release_id, "published", row.seed, report.to_json()))
         await self._in_store(self.store.transition, sid, RELEASED,
-                             f"{report['n']} records published")
+                             f"{report.n} records published")
         if failures:
             await self._in_store(self.store.set_error, sid, None)
         rt.timings["released_at"] = released_at
-        self.telemetry.observe_release(sid, {**report, "publish_seconds": rt.timings["publish"]})
-        log.info("survey %s: released %d records (%s), %.2f s after close", sid, report["n"],
-                 report["mode"], report["close_to_release_seconds"])
+        self.telemetry.observe_release(sid, report, rt.timings["publish"])
+        log.info("survey %s: released %d records (%s), %.2f s after close", sid, report.n,
+                 report.mode, published.close_to_release_seconds)
         rt.closed_event.set()
 
     # -- status --------------------------------------------------------------------------------
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> ServiceStatus:
         """What the dashboard, ``/api/status`` and ``/metrics`` show: states, counts, plans,
         timings, the health of each part. Counts and times only, never a data value."""
-        health = {name: {"ok": part.ok, "detail": part.detail}
-                  for name, part in (await self.health()).items()}
+        health = await self.health()
         now = time.time()
-        out = []
+        surveys = []
         for sid, rt in self.surveys.items():
             sc = rt.config
             st = await self._in_store(self.store.survey_state, sid)
@@ -667,42 +660,37 @@ class Service:
             close_ref = st.close_requested_at or close_at
             deadline_at = (close_ref + sc.deadline
                            if close_ref is not None and sc.deadline is not None else None)
-            base_at = (rt.planner.base_at.timestamp()
-                       if rt.planner and rt.planner.base_at else None)
+            base_at = rt.planner.base_at if rt.planner else None
             model = self._models.get(sid, (None, None))[0]
             published = release is not None and release.status == "published"
-            out.append({
-                "id": sid, "state": st.state, "error": st.error, "k": sc.k,
-                "engine": sc.engine, "incremental": sc.incremental,
-                "received": rt.ingest.received, "stored": rt.ingest.stored,
-                "redelivered": rt.ingest.redelivered,
-                "dead_lettered": dict(rt.ingest.rejected), "releases": int(published),
-                "pace": pace, "now": now,
-                "close_at": close_at, "close_requested_at": st.close_requested_at,
-                "deadline_seconds": sc.deadline, "deadline_at": deadline_at,
-                "base_at": base_at, "base_started_at": st.base_started_at,
-                "arrival_coefficient": _finite(plan.arrival_coefficient) if plan else None,
-                "nu": plan.nu if plan else None,
-                "cost_model": None if model is None else (sc.engine, model.a, model.b),
-                "arrivals": arrivals,
-                "forecast": self._forecast_points(rt, now, close_at),
-                "progress": self._progress(rt, st, model, now),
-                "plan": None if plan is None else {
-                    "mode": plan.mode, "nu": plan.nu, "n_total": plan.n_total,
-                    "head_start_seconds": _finite(plan.head_start),
-                    "finish_after_close_seconds": plan.finish_after_close,
-                    "arrival_coefficient": _finite(plan.arrival_coefficient),
-                    "base_at": rt.planner.base_at.isoformat()
-                    if rt.planner and rt.planner.base_at else None,
-                },
-                "release": None if release is None else {
-                    "status": release.status, **{key: release.report.get(key) for key in (
-                        "n", "k", "engine", "incremental", "mode", "nu", "n_base",
-                        "distortion", "information_loss", "close_to_release_seconds",
-                        "one_shot_estimate_seconds", "predicted_seconds_after_close",
-                        "base_seconds", "incremental_seconds", "released_at")}},
-            })
-        return {"surveys": out, "health": health, "started_at": self.started_at, "now": now}
+            surveys.append(SurveyStatus(
+                id=sid, state=st.state, error=st.error, k=sc.k,
+                engine=sc.engine, incremental=sc.incremental,
+                received=rt.ingest.received, stored=rt.ingest.stored,
+                redelivered=rt.ingest.redelivered,
+                dead_lettered=dict(rt.ingest.rejected), releases=int(published),
+                pace=pace, now=now,
+                close_at=close_at, close_requested_at=st.close_requested_at,
+                deadline_seconds=sc.deadline, deadline_at=deadline_at,
+                base_at=base_at.timestamp() if base_at else None,
+                base_started_at=st.base_started_at,
+                arrival_coefficient=_finite(plan.arrival_coefficient) if plan else None,
+                nu=plan.nu if plan else None,
+                cost_model=None if model is None else (sc.engine, model.a, model.b),
+                arrivals=arrivals,
+                forecast=self._forecast_points(rt, now, close_at),
+                progress=self._progress(rt, st, model, now),
+                plan=None if plan is None else PlanStatus(
+                    mode=plan.mode, nu=plan.nu, n_total=plan.n_total,
+                    head_start_seconds=_finite(plan.head_start),
+                    finish_after_close_seconds=plan.finish_after_close,
+                    arrival_coefficient=_finite(plan.arrival_coefficient),
+                    base_at=base_at.isoformat() if base_at else None),
+                release=None if release is None else ReleaseStatus.of(
+                    release.status, ReleaseReport.from_json(release.report)),
+            ))
+        return ServiceStatus(surveys=surveys, health=health, started_at=self.started_at,
+                             now=now)
 
     async def health(self) -> dict[str, PartHealth]:
         """Each part's health (``streamanon.health``): collector, compute, store, publisher.
@@ -730,18 +718,19 @@ class Service:
 
     @staticmethod
     def _progress(rt: SurveyRuntime, st: Any, model: PowerLaw | None,
-                  now: float) -> dict[str, Any] | None:
+                  now: float) -> ProgressStatus | None:
         """The running stage: its start and the cost model's estimate of its length."""
         if st.state == BASE_RUNNING and st.base_started_at:
             n = rt.last_plan.n_total * (1 - rt.last_plan.nu) if rt.last_plan else rt.ingest.stored
             expected = model(max(n, 1)) if model is not None else None
-            return {"stage": "base", "started_at": st.base_started_at,
-                    "elapsed_seconds": now - st.base_started_at, "expected_seconds": expected}
+            return ProgressStatus(stage="base", started_at=st.base_started_at,
+                                  elapsed_seconds=now - st.base_started_at,
+                                  expected_seconds=expected)
         if st.state == CLOSING and st.close_requested_at:
-            return {"stage": "release", "started_at": st.close_requested_at,
-                    "elapsed_seconds": now - st.close_requested_at,
-                    "expected_seconds": rt.last_plan.finish_after_close if rt.last_plan
-                    else None}
+            return ProgressStatus(stage="release", started_at=st.close_requested_at,
+                                  elapsed_seconds=now - st.close_requested_at,
+                                  expected_seconds=rt.last_plan.finish_after_close
+                                  if rt.last_plan else None)
         return None
 
     def check_token(self, presented: str) -> bool:

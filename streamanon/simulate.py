@@ -228,18 +228,17 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
             try:
                 while not service.surveys[survey].closed_event.is_set():
                     await asyncio.sleep(log_every)
-                    status = (await service.status())["surveys"][0]
-                    base_at = status["base_at"]
-                    nu = status["nu"]
-                    progress(f"  {status['state']:<12} stored {status['stored']:>8,}   plan: "
+                    status = (await service.status()).surveys[0]
+                    base_at, nu = status.base_at, status.nu
+                    progress(f"  {status.state:<12} stored {status.stored:>8,}   plan: "
                              f"nu = {'-' if nu is None else f'{nu:.4f}'}, base snapshot at "
                              f"{'-' if base_at is None else f'{base_at - opened:+.1f} s'}")
-                    if status["error"]:
-                        raise RuntimeError(status["error"])
+                    if status.error:
+                        raise RuntimeError(status.error)
                 release = await service.load_release(survey)
                 report.update(release.report)
                 report["opened_at"] = opened
-                dashboard["status"] = await service.status()
+                dashboard["status"] = (await service.status()).to_json()
                 if linger > 0:
                     progress(f"released; the dashboard stays at http://{bind}/ for "
                              f"{linger:.0f} s (Ctrl-C to stop)")

@@ -16,12 +16,12 @@ dashboard in ``deploy/grafana/`` may only use names from it (a test checks).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from streamanon.health import PARTS, PartHealth
+from streamanon.reports import ReleaseReport, SurveyStatus
 from streamanon.states import STATES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -103,14 +103,17 @@ class Telemetry:
                             else _SECONDS_BUCKETS)
             for name, (kind, _) in METRICS.items() if kind == "histogram"}
 
-    def observe_release(self, survey: str, report: dict[str, Any]) -> None:
+    def observe_release(self, survey: str, report: ReleaseReport,
+                        publish_seconds: float) -> None:
         """Record the timings and the distortion of a published release."""
-        for name, key in (("streamanon_base_seconds", "base_seconds"),
-                          ("streamanon_incremental_seconds", "incremental_seconds"),
-                          ("streamanon_publish_seconds", "publish_seconds"),
-                          ("streamanon_close_to_release_seconds", "close_to_release_seconds"),
-                          ("streamanon_release_distortion", "distortion")):
-            value = report.get(key)
+        published = report.publication
+        for name, value in (
+                ("streamanon_base_seconds", report.base_seconds),
+                ("streamanon_incremental_seconds", report.incremental_seconds),
+                ("streamanon_publish_seconds", publish_seconds),
+                ("streamanon_close_to_release_seconds",
+                 published.close_to_release_seconds if published else None),
+                ("streamanon_release_distortion", report.distortion)):
             if isinstance(value, (int, float)) and value >= 0:
                 self.histograms[name].labels(survey).observe(float(value))
 
@@ -132,9 +135,9 @@ class Telemetry:
             self.part_failures[part] = self.part_failures.get(part, 0) + 1
         self.parts_up[part] = True
 
-    def exposition(self, surveys: list[dict[str, Any]]) -> bytes:
+    def exposition(self, surveys: list[SurveyStatus]) -> bytes:
         """The text exposition, with counters and gauges from ``surveys`` (the ``surveys``
-        list of :meth:`Service.status`)."""
+        of :meth:`Service.status`)."""
         self._state.current = surveys
         try:
             return generate_latest(self.registry)
@@ -146,7 +149,7 @@ class _StateCollector:
     """Counters and gauges computed from the service state at scrape time."""
 
     def __init__(self) -> None:
-        self.current: list[dict[str, Any]] = []
+        self.current: list[SurveyStatus] = []
         self.parts: tuple[dict[str, bool], dict[str, int]] = ({}, {})
 
     def describe(self) -> Iterable[Metric]:
@@ -177,24 +180,24 @@ class _StateCollector:
         cost_a = gauge("streamanon_cost_model_coefficient", ["survey", "engine"])
         cost_b = gauge("streamanon_cost_model_exponent", ["survey", "engine"])
         for s in surveys:
-            sid = s["id"]
-            received.add_metric([sid], s["received"])
-            stored.add_metric([sid], s["stored"])
-            redelivered.add_metric([sid], s["redelivered"])
-            for reason, count in sorted(s["dead_lettered"].items()):
+            sid = s.id
+            received.add_metric([sid], s.received)
+            stored.add_metric([sid], s.stored)
+            redelivered.add_metric([sid], s.redelivered)
+            for reason, count in sorted(s.dead_lettered.items()):
                 dead.add_metric([sid, reason], count)
-            releases.add_metric([sid], s["releases"])
+            releases.add_metric([sid], s.releases)
             for name in STATES:
-                state.add_metric([sid, name], 1.0 if s["state"] == name else 0.0)
-            records.add_metric([sid], s["stored"])
-            pace.add_metric([sid], s["pace"])
-            for family, key in ((coefficient, "arrival_coefficient"), (nu, "nu"),
-                                (base_at, "base_at"), (close_at, "close_at"),
-                                (deadline, "deadline_at")):
-                if s.get(key) is not None:
-                    family.add_metric([sid], s[key])
-            if s.get("cost_model") is not None:
-                engine, a, b = s["cost_model"]
+                state.add_metric([sid, name], 1.0 if s.state == name else 0.0)
+            records.add_metric([sid], s.stored)
+            pace.add_metric([sid], s.pace)
+            for family, value in ((coefficient, s.arrival_coefficient), (nu, s.nu),
+                                  (base_at, s.base_at), (close_at, s.close_at),
+                                  (deadline, s.deadline_at)):
+                if value is not None:
+                    family.add_metric([sid], value)
+            if s.cost_model is not None:
+                engine, a, b = s.cost_model
                 cost_a.add_metric([sid, engine], a)
                 cost_b.add_metric([sid, engine], b)
         up = gauge("streamanon_component_up", ["component"])

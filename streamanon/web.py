@@ -70,11 +70,11 @@ def make_app(service: Any) -> web.Application:
                             headers={"Cache-Control": "no-store"})
 
     async def status(request: web.Request) -> web.Response:
-        return web.json_response(await service.status(),
+        return web.json_response((await service.status()).to_json(),
                                  headers={"Cache-Control": "no-store"})
 
     async def metrics(request: web.Request) -> web.Response:
-        surveys = (await service.status())["surveys"]
+        surveys = (await service.status()).surveys
         return web.Response(body=service.telemetry.exposition(surveys),
                             headers={"Content-Type": CONTENT_TYPE})
 
@@ -99,8 +99,8 @@ def make_app(service: Any) -> web.Application:
         sid = _survey(request)
         started = await service.start_base(sid, None)
         if not started:
-            state = (await service.status())["surveys"]
-            current = next(s["state"] for s in state if s["id"] == sid)
+            surveys = (await service.status()).surveys
+            current = next(s.state for s in surveys if s.id == sid)
             return web.json_response(
                 {"survey": sid, "started": False,
                  "reason": "a base run needs an open survey with at least 2k records"

@@ -113,8 +113,9 @@ def _with_progress(label: str, run: Callable[[Any], T], enabled: bool) -> T:
 
 
 def cmd_anonymize(args: argparse.Namespace) -> int:
-    from streamanon.api import microaggregate, shuffle_rows
+    from streamanon.api import microaggregate
     from streamanon.io import read_table, report_path, table_format, write_json, write_table
+    from streamanon.release import release_table
 
     table_format(args.out)
     frame = read_table(args.input)
@@ -155,13 +156,14 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
                                         **two_stage),
         show,
     )
-    release = shuffle_rows(result.data, args.seed)
+    release = release_table(frame.drop(columns=args.drop), result.labels, args.qi, args.k,
+                            args.seed)
     report = result.report()
     report["confidential"] = list(args.confidential)
     report["input"] = str(args.input)
     report["output"] = str(args.out)
     report["total_seconds"] = time.perf_counter() - started
-    write_table(release, args.out)
+    write_table(release.table, args.out)
     rpath = report_path(args.out)
     write_json(report, rpath)
     if args.incremental is None:

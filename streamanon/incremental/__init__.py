@@ -13,7 +13,8 @@ increment, in arrival order) in which every cell holds at least k records. Paper
 | ``nn_split_end`` | as ``nn``, then splitting every cell of 2k or more with MDAV |
 
 Edge cases (SPEC section 5): an empty increment returns the base labels; a base of fewer than
-2k records is one cell at most, so the whole union is microaggregated one-shot with MDAV; an
+2k records is one cell at most, so the whole union is microaggregated one-shot with MDAV (the
+small-base rule, :func:`base_is_usable`, which the release and the service follow too); an
 increment smaller than k cannot form a cell of its own, so ``two_stage`` adjoins it (``nn``).
 """
 
@@ -56,6 +57,17 @@ def run_stage(name: str, base: np.ndarray, base_labels: np.ndarray, increment: n
     labels = np.asarray(info.function(base, base_labels, increment, k, **params))
     check_partition(labels, n, k)
     return labels
+
+
+def base_is_usable(n_base: int | None, k: int, n: int | None = None) -> bool:
+    """The small-base rule: whether a release builds on a base snapshot of ``n_base`` records.
+
+    A base of fewer than 2k records holds one cell at most, which leaves the increment nothing
+    to join, and a base larger than the ``n`` records released (when ``n`` is given) is not a
+    snapshot of them; with either, or with no base at all (``None``), the release is one-shot:
+    one engine run on all records (SPEC section 5).
+    """
+    return n_base is not None and 2 * k <= n_base and (n is None or n_base <= n)
 
 
 def union_one_shot(base: np.ndarray, increment: np.ndarray, k: int, engine: str = "mdav",

@@ -23,7 +23,7 @@ from scipy.spatial import cKDTree
 
 from streamanon.engines import get_engine, run_engine
 from streamanon.errors import ParameterError
-from streamanon.incremental import register_stage, union_one_shot
+from streamanon.incremental import base_is_usable, register_stage, union_one_shot
 from streamanon.incremental._nn_kernels import (
     adjoin,
     apply_split,
@@ -74,7 +74,7 @@ def adjoin_increment(base: np.ndarray, base_labels: np.ndarray, increment: np.nd
     use_tree = _use_tree(index, m)
     if n_plus == 0:
         return base_labels.copy()
-    if n0 < 2 * k:
+    if not base_is_usable(n0, k):
         return union_one_shot(base, increment, k)
     X = np.ascontiguousarray(np.concatenate([base, increment]))
     n = n0 + n_plus

@@ -6,6 +6,9 @@ distortion ``D_T`` is one SSE over the whole release divided by its SST (which e
 ``(1 - nu) D_0 + nu D_+`` in the paper's notation). Asked to, it also runs the one-shot
 ("traditional") reference on all records and reports ``delta = (D_T - D) / D`` and the
 relative times ``tau_0``, ``tau_+`` of paper 001.
+
+A base snapshot too small to build on (:func:`~streamanon.incremental.base_is_usable`, fewer
+than 2k records) is not run: the stage microaggregates the whole union one-shot.
 """
 
 from __future__ import annotations
@@ -18,27 +21,38 @@ import numpy as np
 
 from streamanon.engines import get_engine, run_engine
 from streamanon.errors import ParameterError
-from streamanon.incremental import get_stage, run_stage
+from streamanon.incremental import base_is_usable, get_stage, run_stage
 from streamanon.metrics import distortion, relative_distortion_increase
 
 
 @dataclass
-class TwoStageResult:
-    """Labels of the union (arrival order) and what each stage cost."""
+class Partition:
+    """Labels of the union (arrival order), how they were made and what each stage cost.
+
+    ``mode`` is ``"two-stage"`` (base cells, then the incremental stage) or ``"one-shot"``
+    (one engine run on all records: no base, or one too small to build on).
+    """
 
     labels: np.ndarray
+    mode: str
     n_base: int
     n_increment: int
     base_seconds: float
     incremental_seconds: float
-    distortion: float  # D_T, one SSE over the whole release
-    one_shot_seconds: float | None = None
-    one_shot_distortion: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def nu(self) -> float:
         return self.n_increment / (self.n_base + self.n_increment)
+
+
+@dataclass
+class TwoStageResult(Partition):
+    """A partition with its distortion, and optionally the one-shot reference's."""
+
+    distortion: float  # D_T, one SSE over the whole release
+    one_shot_seconds: float | None = None
+    one_shot_distortion: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tau_0(self) -> float | None:
@@ -131,9 +145,21 @@ class TwoStageRun:
                            **self.incremental_params)
         return labels, time.perf_counter() - started
 
-    def run(self, Z: np.ndarray, n_base: int, *, compare_one_shot: bool = False,
-            base_result: tuple[np.ndarray, float] | None = None) -> TwoStageResult:
-        """Run both stages on standardised records ``Z`` in arrival order.
+    def run_one_shot(self, Z: np.ndarray) -> tuple[np.ndarray, float]:
+        """The engine on all records: the one-shot ("traditional") labels and their time."""
+        started = time.perf_counter()
+        labels = run_engine(self.engine, Z, self.k, **self.engine_params)
+        return labels, time.perf_counter() - started
+
+    def one_shot(self, Z: np.ndarray) -> Partition:
+        """The one-shot partition of standardised records ``Z``: no base snapshot."""
+        labels, seconds = self.run_one_shot(Z)
+        return Partition(labels=labels, mode="one-shot", n_base=len(Z), n_increment=0,
+                         base_seconds=seconds, incremental_seconds=0.0)
+
+    def partition(self, Z: np.ndarray, n_base: int,
+                  base_result: tuple[np.ndarray, float] | None = None) -> Partition:
+        """Both stages on standardised records ``Z`` in arrival order, unmeasured.
 
         ``base_result`` (labels, seconds) reuses a base run already made on ``Z[:n_base]``.
         """
@@ -141,21 +167,28 @@ class TwoStageRun:
         n = Z.shape[0]
         if not 0 <= n_base <= n:
             raise ParameterError(f"n_base must be between 0 and {n}, got {n_base}")
-        if compare_one_shot:
-            self.warm_up(Z)
         base, increment = Z[:n_base], Z[n_base:]
-        if n_base >= self.k:
+        usable = base_is_usable(n_base, self.k, n)
+        if usable:
             base_labels, base_seconds = base_result or self.run_base(base)
-        else:  # nothing to build on: the stage's fallback runs one-shot
+        else:  # nothing to build on: the stage's fallback runs one-shot on the union
             base_labels, base_seconds = np.zeros(n_base, dtype=np.int64), 0.0
         labels, inc_seconds = self.run_increment(base, base_labels, increment)
-        result = TwoStageResult(labels=labels, n_base=n_base, n_increment=n - n_base,
-                                base_seconds=base_seconds, incremental_seconds=inc_seconds,
-                                distortion=distortion(Z, labels))
+        return Partition(labels=labels, mode="two-stage" if usable else "one-shot",
+                         n_base=n_base, n_increment=n - n_base, base_seconds=base_seconds,
+                         incremental_seconds=inc_seconds)
+
+    def run(self, Z: np.ndarray, n_base: int, *, compare_one_shot: bool = False,
+            base_result: tuple[np.ndarray, float] | None = None) -> TwoStageResult:
+        """Run both stages on standardised records ``Z`` in arrival order (:meth:`partition`)
+        and measure the release; ``compare_one_shot`` also runs the one-shot reference."""
+        Z = np.ascontiguousarray(Z, dtype=np.float64)
         if compare_one_shot:
-            started = time.perf_counter()
-            one_shot = run_engine(self.engine, Z, self.k, **self.engine_params)
-            result.one_shot_seconds = time.perf_counter() - started
+            self.warm_up(Z)
+        part = self.partition(Z, n_base, base_result)
+        result = TwoStageResult(**vars(part), distortion=distortion(Z, part.labels))
+        if compare_one_shot:
+            one_shot, result.one_shot_seconds = self.run_one_shot(Z)
             result.one_shot_distortion = distortion(Z, one_shot)
         return result
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamanon.engines import run_engine
-from streamanon.incremental import register_stage, union_one_shot
+from streamanon.incremental import base_is_usable, register_stage, union_one_shot
 from streamanon.incremental.nn import adjoin_increment
 
 
@@ -33,7 +33,7 @@ def two_stage(base: np.ndarray, base_labels: np.ndarray, increment: np.ndarray, 
     n0, n_plus = base.shape[0], increment.shape[0]
     if n_plus == 0:
         return base_labels.copy()
-    if n0 < 2 * k:
+    if not base_is_usable(n0, k):
         return union_one_shot(base, increment, k, engine, engine_params)
     if n_plus < k:
         return adjoin_increment(base, base_labels, increment, k)

@@ -85,17 +85,17 @@ def test_a_writer_failure_on_a_value_shows_nowhere(broker, tmp_path, monkeypatch
             await asyncio.to_thread(produce, broker.bootstrap, config.topic(SURVEY, "responses"),
                                     [(None, response(i)) for i in range(40)])
             deadline = time.monotonic() + 60
-            while (await service.status())["surveys"][0]["stored"] < 40:
+            while (await service.status()).surveys[0].stored < 40:
                 assert time.monotonic() < deadline, "records not stored"
                 await asyncio.sleep(0.1)
             await service.close(SURVEY)
-            while (status := await service.status())["surveys"][0]["error"] is None:
+            while (status := await service.status()).surveys[0].error is None:
                 assert time.monotonic() < deadline + 60, "the close neither failed nor ended"
                 await asyncio.sleep(0.1)
             return {name: await asyncio.to_thread(fetch, http + route) for name, route in (
                 ("status", "/api/status"), ("metrics", "/metrics"), ("dashboard", "/"),
-                ("healthz", "/healthz"))} | {"snapshot": snapshot_html(status),
-                                             "error": status["surveys"][0]["error"]}
+                ("healthz", "/healthz"))} | {"snapshot": snapshot_html(status.to_json()),
+                                             "error": status.surveys[0].error}
         finally:
             await runner.cleanup()
             await service.stop()

@@ -44,7 +44,7 @@ def test_release_columns_give_every_field_in_schema_order_with_its_role(survey):
 
 
 def test_the_release_holds_exactly_the_columns_not_dropped(survey):
-    frame = build_release(records(12), np.repeat(np.arange(4), 3), survey, seed=1)
+    frame = build_release(records(12), np.repeat(np.arange(4), 3), survey, seed=1).table
     assert sorted(frame.columns) == sorted(
         c["name"] for c in release_columns(survey) if c["treatment"] != "dropped")
 

@@ -4,10 +4,10 @@ two-stage close, is stopped before any file is written or any message is publish
 survey reports the error instead of RELEASED.
 
 The service runs in this process against the embedded broker, with its compute pool in a
-thread so that the engine entry point the release path calls (``run_engine`` or
-``run_stage``) can be replaced by one that splits a record off into a cell of its own. That
-replacement also skips the engines' own partition check, so the release gate is the only thing
-left between the bad partition and the output.
+thread so that the engine entry point the release path calls (``run_engine`` or ``run_stage``,
+as :mod:`streamanon.incremental.run` calls them) can be replaced by one that splits a record off
+into a cell of its own. That replacement also skips the engines' own partition check, so the
+release gate is the only thing left between the bad partition and the output.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-import streamanon.engines
-import streamanon.incremental
+import streamanon.incremental.run
 from streamanon.config import load_config
+from streamanon.reports import SurveyStatus
 from streamanon.service import Service
 from tests.service.conftest import write_config
 from tests.service.kafka_helpers import end_offsets, produce, read_topic, response
@@ -45,11 +45,11 @@ def splitting_off_one_record(run: Callable[..., np.ndarray],
     return broken
 
 
-async def survey_status(service: Service, until: Callable[[dict], bool],
-                        timeout: float = 60) -> dict:
+async def survey_status(service: Service, until: Callable[[SurveyStatus], bool],
+                        timeout: float = 60) -> SurveyStatus:
     deadline = time.monotonic() + timeout
     while True:
-        status = next(s for s in (await service.status())["surveys"] if s["id"] == SURVEY)
+        status = next(s for s in (await service.status()).surveys if s.id == SURVEY)
         if until(status):
             return status
         if time.monotonic() > deadline:
@@ -66,28 +66,30 @@ def test_a_cell_under_k_is_never_released(mode, broker, tmp_path, monkeypatch):
     n_base, n_increment = 200, 40
     calls: list[int] = []
 
-    async def close_with_a_broken_partition() -> dict:
+    async def close_with_a_broken_partition() -> SurveyStatus:
         service = Service(config, compute_pool=ThreadPoolExecutor(1))
         await service.start()
         try:
             await asyncio.to_thread(produce, broker.bootstrap, responses,
                                     [(None, response(i)) for i in range(n_base)])
-            await survey_status(service, lambda s: s["stored"] == n_base)
+            await survey_status(service, lambda s: s.stored == n_base)
             if mode == "two-stage":  # an honest base run, then a broken incremental stage
                 assert await service.start_base(SURVEY, None)
-                await survey_status(service, lambda s: s["state"] == "BASE_DONE")
+                await survey_status(service, lambda s: s.state == "BASE_DONE")
                 await asyncio.to_thread(
                     produce, broker.bootstrap, responses,
                     [(None, response(n_base + i)) for i in range(n_increment)])
-                await survey_status(service, lambda s: s["stored"] == n_base + n_increment)
-                monkeypatch.setattr(streamanon.incremental, "run_stage", splitting_off_one_record(
-                    streamanon.incremental.run_stage, calls))
+                await survey_status(service, lambda s: s.stored == n_base + n_increment)
+                monkeypatch.setattr(streamanon.incremental.run, "run_stage",
+                                    splitting_off_one_record(streamanon.incremental.run.run_stage,
+                                                             calls))
             else:
-                monkeypatch.setattr(streamanon.engines, "run_engine", splitting_off_one_record(
-                    streamanon.engines.run_engine, calls))
+                monkeypatch.setattr(streamanon.incremental.run, "run_engine",
+                                    splitting_off_one_record(streamanon.incremental.run.run_engine,
+                                                             calls))
             await service.close(SURVEY)
             return await survey_status(
-                service, lambda s: s["state"] == "RELEASED" or s["error"] is not None)
+                service, lambda s: s.state == "RELEASED" or s.error is not None)
         finally:
             await service.stop()
 
@@ -96,10 +98,10 @@ def test_a_cell_under_k_is_never_released(mode, broker, tmp_path, monkeypatch):
     assert calls == [n]  # the broken partition of all n records reached the release path
 
     # the survey reports why instead of being released
-    assert status["state"] == "CLOSING"
-    assert status["error"].startswith(f"close failed: release is not {K}-anonymous: ")
-    assert status["releases"] == 0 and status["release"] is None
-    assert "R0" not in status["error"]  # counts, never a response value
+    assert status.state == "CLOSING"
+    assert status.error.startswith(f"close failed: release is not {K}-anonymous: ")
+    assert status.releases == 0 and status.release is None
+    assert "R0" not in status.error  # counts, never a response value
 
     # nothing written: no release.parquet, release.csv, report.json, nor a temporary file
     releases = tmp_path / "releases"

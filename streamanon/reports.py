@@ -1,0 +1,182 @@
+"""What the service tells about a survey: the release report and the status.
+
+:class:`ReleaseReport` is ``report.json`` and the report kept with the stored release;
+:class:`ServiceStatus` is ``/api/status``, read by the dashboard (``static/app.js``) and turned
+into ``/metrics``. Both are typed here; ``to_json()`` gives the documents' JSON objects, whose
+keys and their order are part of the interface. Names and numbers about the run only, never a
+response value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from streamanon.health import PartHealth
+
+
+@dataclass(frozen=True)
+class Publication:
+    """When the release was published, and how long each close step took (seconds)."""
+
+    released_at: float
+    close_to_release_seconds: float
+    close_steps_seconds: dict[str, float]
+
+
+@dataclass(frozen=True)
+class ReleaseReport:
+    """One release: sizes, engines, the plan it followed, timings, distortion, the schema's
+    columns and what the release did with each, the dead-letter counts, its files; once it
+    is published also :class:`Publication` (``to_json`` puts its keys last, at top level)."""
+
+    survey: str
+    release_id: str
+    n: int
+    m: int
+    k: int
+    quasi_identifiers: list[str]
+    columns: list[dict[str, str]]
+    engine: str
+    incremental: str | None  # the stage, in a two-stage release
+    mode: str  # "one-shot" or "two-stage"
+    nu: float
+    n_base: int
+    n_increment: int
+    arrival_coefficient: float | None
+    planned_nu: float | None
+    predicted_seconds_after_close: float | None
+    one_shot_estimate_seconds: float
+    base_started_at: float | None
+    closed_at: float | None
+    base_seconds: float
+    incremental_seconds: float
+    compute_seconds_after_close: float
+    distortion: float
+    information_loss: float
+    rejected: dict[str, int]
+    files: dict[str, str]
+    publication: Publication | None = None
+
+    def published(self, publication: Publication) -> ReleaseReport:
+        return replace(self, publication=publication)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "publication"}
+        return out | ({} if self.publication is None else asdict(self.publication))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ReleaseReport:
+        """The report :meth:`to_json` gave (as stored with the release)."""
+        own = {f.name: data[f.name] for f in fields(cls) if f.name != "publication"}
+        publication = (Publication(**{f.name: data[f.name] for f in fields(Publication)})
+                       if "released_at" in data else None)
+        return cls(**own, publication=publication)
+
+
+@dataclass(frozen=True)
+class ReleaseStatus:
+    """The survey's release as the dashboard shows it: ``status`` is ``written`` (files on
+    disk) or ``published``; times after the close are ``None`` until it is published."""
+
+    status: str
+    n: int
+    k: int
+    engine: str
+    incremental: str | None
+    mode: str
+    nu: float
+    n_base: int
+    distortion: float
+    information_loss: float
+    close_to_release_seconds: float | None
+    one_shot_estimate_seconds: float
+    predicted_seconds_after_close: float | None
+    base_seconds: float
+    incremental_seconds: float
+    released_at: float | None
+
+    @classmethod
+    def of(cls, status: str, report: ReleaseReport) -> ReleaseStatus:
+        published = report.publication
+        return cls(
+            status=status, n=report.n, k=report.k, engine=report.engine,
+            incremental=report.incremental, mode=report.mode, nu=report.nu,
+            n_base=report.n_base, distortion=report.distortion,
+            information_loss=report.information_loss,
+            close_to_release_seconds=None if published is None
+            else published.close_to_release_seconds,
+            one_shot_estimate_seconds=report.one_shot_estimate_seconds,
+            predicted_seconds_after_close=report.predicted_seconds_after_close,
+            base_seconds=report.base_seconds, incremental_seconds=report.incremental_seconds,
+            released_at=None if published is None else published.released_at)
+
+
+@dataclass(frozen=True)
+class PlanStatus:
+    """The planner's last plan (``scheduler.planner.Plan``) with the base moment it set."""
+
+    mode: str
+    nu: float
+    n_total: float
+    head_start_seconds: float | None
+    finish_after_close_seconds: float
+    arrival_coefficient: float | None
+    base_at: str | None  # ISO 8601
+
+
+@dataclass(frozen=True)
+class ProgressStatus:
+    """The stage running now (``base`` or ``release``) and the cost model's estimate of it."""
+
+    stage: str
+    started_at: float
+    elapsed_seconds: float
+    expected_seconds: float | None
+
+
+@dataclass(frozen=True)
+class SurveyStatus:
+    """One survey: state, counts, the plan, moments (Unix seconds), the arrival curve and its
+    forecast, the running stage, the release. Counts and times only, never a data value."""
+
+    id: str
+    state: str
+    error: str | None
+    k: int
+    engine: str
+    incremental: str
+    received: int
+    stored: int
+    redelivered: int
+    dead_lettered: dict[str, int]
+    releases: int  # published: 0 or 1
+    pace: float
+    now: float
+    close_at: float | None
+    close_requested_at: float | None
+    deadline_seconds: float | None
+    deadline_at: float | None
+    base_at: float | None
+    base_started_at: float | None
+    arrival_coefficient: float | None
+    nu: float | None
+    cost_model: tuple[str, float, float] | None  # engine, a, b of t = a n^b
+    arrivals: list[tuple[float, int]]
+    forecast: list[tuple[float, float]]
+    progress: ProgressStatus | None
+    plan: PlanStatus | None
+    release: ReleaseStatus | None
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """Every survey, the health of each part of the service, and the clock."""
+
+    surveys: list[SurveyStatus]
+    health: dict[str, PartHealth]
+    started_at: float
+    now: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
