@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from simulations.common import RESULTS
-from streamanon.broker import EmbeddedBroker
-from streamanon.config import parse_config
-from streamanon.service import Service
+from streamanon.service.broker import EmbeddedBroker
+from streamanon.service.config import parse_config
+from streamanon.service.lifecycle import Service
 
 M = 15
 
@@ -82,7 +82,7 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> float:
 
 
 def ensure(bootstrap: str, config: Any) -> None:
-    from streamanon.broker import ensure_topics
+    from streamanon.service.broker import ensure_topics
 
     ensure_topics(bootstrap, [config.topic(s.id, "responses") for s in config.surveys], 4)
 

@@ -191,7 +191,8 @@ class LiveOutcome:
 def live_plan(estimator: ArrivalEstimator, received: int, now: float, close: float,
               base: PowerLaw, incremental: IncrementalCost, deadline: float | None,
               expected_records: int | None = None) -> Plan:
-    """The plan the service makes at ``now`` (``streamanon.service``, ``_plan``), on a release
+    """The plan the service makes at ``now`` (``Service._plan`` in
+    ``streamanon.service.lifecycle``), on a release
     model without overhead."""
     arrivals = live.forecast(received, estimator.pace(now), close - now, expected_records)
     return live.plan(arrivals, base, incremental, k=K, deadline=deadline,

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamanon.broker import free_port
+from streamanon.service.broker import free_port
 
 
 def _bindir() -> Path | None:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from streamanon.control import ControlRejected, ControlVerifier, sign
+from streamanon.service.control import ControlRejected, ControlVerifier, sign
 
 TOKEN = "t" * 32
 

@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-from streamanon.config import parse_config
+from streamanon.service.config import parse_config
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -13,7 +13,7 @@ from streamanon.errors import StreamanonError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from streamanon import demo
+    from streamanon.service import demo
 
     se = sub.add_parser(
         "serve",
@@ -111,15 +111,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _logging(args: argparse.Namespace) -> None:
-    from streamanon.logs import setup_logging
+    from streamanon.service.logs import setup_logging
 
     setup_logging(args.log_level, args.log_format)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from streamanon.broker import EmbeddedBroker
-    from streamanon.config import load_config
-    from streamanon.service import serve
+    from streamanon.service.broker import EmbeddedBroker
+    from streamanon.service.config import load_config
+    from streamanon.service.lifecycle import serve
 
     config = load_config(args.config)
     _logging(args)
@@ -161,8 +161,8 @@ def _close_via_kafka(args: argparse.Namespace) -> int:
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
-    from streamanon.config import load_config
-    from streamanon.control import sign
+    from streamanon.service.config import load_config
+    from streamanon.service.control import sign
 
     if not args.config:
         raise StreamanonError("--via-kafka needs --config (brokers and topic prefix)")
@@ -188,7 +188,7 @@ def cmd_close(args: argparse.Namespace) -> int:
     if args.via_kafka:
         return _close_via_kafka(args)
     if args.config:
-        from streamanon.config import load_config
+        from streamanon.service.config import load_config
 
         config = load_config(args.config, require_secrets=False)
         base = f"http://{config.http.bind}"
@@ -209,9 +209,9 @@ def cmd_close(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from streamanon.demo import run_demo
     from streamanon.engines import get_engine
     from streamanon.incremental import get_stage
+    from streamanon.service.demo import run_demo
 
     if args.n < 3 * args.k or args.m < 1 or args.k < 1 or args.open_seconds <= 0:
         raise StreamanonError("need --n >= 3k, --m >= 1, --k >= 1 and --open-seconds > 0")
@@ -243,7 +243,7 @@ def _stop_on_signals() -> None:
 def cmd_broker(args: argparse.Namespace) -> int:
     import time
 
-    from streamanon.broker import EmbeddedBroker
+    from streamanon.service.broker import EmbeddedBroker
 
     _stop_on_signals()
     with EmbeddedBroker(port=args.port) as broker:

@@ -76,8 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from streamanon.engines import get_engine
     from streamanon.incremental import get_stage
-    from streamanon.logs import setup_logging
-    from streamanon.simulate import run_simulation
+    from streamanon.service.logs import setup_logging
+    from streamanon.service.simulate import run_simulation
 
     get_engine(args.engine)
     get_stage(args.incremental)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from streamanon.broker import free_port
+from streamanon.service.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

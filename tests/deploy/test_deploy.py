@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from streamanon.config import load_config
-from streamanon.telemetry import METRICS, SERVICE_WIDE, exported_names
+from streamanon.service.config import load_config
+from streamanon.service.telemetry import METRICS, SERVICE_WIDE, exported_names
 
 try:
     import yaml
@@ -325,7 +325,7 @@ def test_prometheus_scrapes_the_compose_service_at_metrics(compose):
 
 def test_dashboard_uses_only_exported_metric_names(dashboard):
     unknown = _dashboard_metrics(dashboard) - exported_names()
-    assert not unknown, f"not exported by streamanon.telemetry: {sorted(unknown)}"
+    assert not unknown, f"not exported by streamanon.service.telemetry: {sorted(unknown)}"
 
 
 def test_dashboard_uses_at_least_ten_metric_names(dashboard):

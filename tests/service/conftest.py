@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from streamanon.broker import EmbeddedBroker, free_port
+from streamanon.service.broker import EmbeddedBroker, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

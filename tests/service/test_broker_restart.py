@@ -20,7 +20,7 @@ import urllib.request
 
 from kafka import KafkaProducer
 
-from streamanon.broker import EmbeddedBroker, ensure_topics, free_port
+from streamanon.service.broker import EmbeddedBroker, ensure_topics, free_port
 from tests.service.conftest import ServiceProcess, write_config
 from tests.service.kafka_helpers import headers, read_topic, response
 from tests.service.restart_helpers import helper_processes

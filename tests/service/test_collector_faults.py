@@ -32,14 +32,14 @@ from aiokafka.errors import (
     RequestTimedOutError,
 )
 
-from streamanon import collector as collector_module
-from streamanon.broker import ensure_topics
-from streamanon.collector import KafkaCollector, SurveyIngest, Validator
-from streamanon.config import parse_config
-from streamanon.health import PartHealth, store_health
-from streamanon.processes import worker_pool
-from streamanon.store import SQLiteStore, StoreUnavailable, open_store
-from streamanon.telemetry import Telemetry
+from streamanon.service import collector as collector_module
+from streamanon.service.broker import ensure_topics
+from streamanon.service.collector import KafkaCollector, SurveyIngest, Validator
+from streamanon.service.config import parse_config
+from streamanon.service.health import PartHealth, store_health
+from streamanon.service.processes import worker_pool
+from streamanon.service.store import SQLiteStore, StoreUnavailable, open_store
+from streamanon.service.telemetry import Telemetry
 from tests.service.kafka_helpers import response
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
@@ -328,7 +328,7 @@ def test_commit_failures_are_logged_by_type_and_ingest_goes_on(tmp_path, caplog)
             assert h.alive()
         return h
 
-    with caplog.at_level(logging.INFO, "streamanon.collector"):
+    with caplog.at_level(logging.INFO, "streamanon.service.collector"):
         h = asyncio.run(run())
     assert h.stored_tickets() == list(range(60))
     assert not consumer.commit_faults  # every scripted failure was met
@@ -380,7 +380,7 @@ def test_an_unreadable_record_is_dead_lettered_and_the_rest_stored_once(tmp_path
             assert h.alive()
         return h
 
-    with caplog.at_level(logging.INFO, "streamanon.collector"):
+    with caplog.at_level(logging.INFO, "streamanon.service.collector"):
         h = asyncio.run(run())
     assert h.stored_tickets() == [0, 1, 4, 5, 6, 100, 101, 102, 103]
     assert h.dead_letters() == [(0, 2, "unprocessable"), (0, 3, "unprocessable")]
@@ -441,7 +441,7 @@ def test_corrupt_batches_from_the_broker_are_dead_lettered_and_skipped(broker, t
             assert h.alive()
         return h
 
-    with caplog.at_level(logging.INFO, "streamanon.collector"):
+    with caplog.at_level(logging.INFO, "streamanon.service.collector"):
         h = asyncio.run(run())
     assert h.stored_tickets() == list(range(6))
     assert h.dead_letters() == [(0, 3, "unprocessable"), (0, 4, "unprocessable"),
@@ -510,7 +510,7 @@ def test_a_poison_message_is_dead_lettered_alone_and_the_rest_stored_once(tmp_pa
             assert h.alive()
         return h
 
-    with caplog.at_level(logging.INFO, "streamanon.collector"):
+    with caplog.at_level(logging.INFO, "streamanon.service.collector"):
         h = asyncio.run(run())
     assert h.stored_tickets() == [0, 1, 2, 3, 4, 6, 7, 8]
     assert h.dead_letters() == [(0, 5, "unprocessable")]
@@ -549,7 +549,7 @@ def test_a_store_that_cannot_write_pauses_ingest_until_it_can(tmp_path, caplog):
             assert not h.collector.store_paused and consumer.paused() == set()
         return h
 
-    with caplog.at_level(logging.INFO, "streamanon.collector"):
+    with caplog.at_level(logging.INFO, "streamanon.service.collector"):
         h = asyncio.run(run())
     assert h.stored_tickets() == list(range(30))
     assert h.dead.sent == [] and h.restarts == []

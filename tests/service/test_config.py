@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamanon.config import ConfigError, load_config, parse_config
+from streamanon.service.config import ConfigError, load_config, parse_config
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 

@@ -85,7 +85,7 @@ def test_dashboard_shows_live_status_and_the_release(service_factory, broker, br
 
     # the same final state as one self-contained page (what the demo writes): it renders
     # without the service and fetches nothing
-    from streamanon.simulate import write_dashboard_snapshot
+    from streamanon.service.simulate import write_dashboard_snapshot
 
     with urllib.request.urlopen(f"{svc.http}/api/status") as r:
         final = json.loads(r.read())

@@ -10,7 +10,7 @@ import secrets
 
 import pytest
 
-from streamanon.collector import (
+from streamanon.service.collector import (
     Invalid,
     KafkaDeadLetters,
     Message,
@@ -19,7 +19,7 @@ from streamanon.collector import (
     dead_letter,
     redact_dead_letter,
 )
-from streamanon.config import ConfigError, parse_config
+from streamanon.service.config import ConfigError, parse_config
 from tests.service.kafka_helpers import read_topic
 from tests.service.test_messages_dead_letters import service_producer
 
@@ -134,7 +134,7 @@ def test_the_collector_redacts_what_it_dead_letters():
     import asyncio
     import concurrent.futures
 
-    from streamanon.collector import KafkaCollector, Outcome, SurveyIngest
+    from streamanon.service.collector import KafkaCollector, Outcome, SurveyIngest
 
     class Sink:
         def __init__(self):
@@ -185,7 +185,7 @@ def test_the_dead_letter_topics_are_created_with_a_bounded_retention():
 def test_ensure_topics_passes_the_topic_settings_to_the_broker(monkeypatch):
     import kafka
 
-    from streamanon.broker import ensure_topics
+    from streamanon.service.broker import ensure_topics
 
     created = []
 
@@ -210,7 +210,7 @@ def test_ensure_topics_passes_the_topic_settings_to_the_broker(monkeypatch):
 
 
 def test_a_redacted_dead_letter_goes_through_kafka(broker):
-    from streamanon.broker import ensure_topics
+    from streamanon.service.broker import ensure_topics
 
     v = validator()
     topic = f"dl{secrets.token_hex(4)}"

@@ -10,8 +10,8 @@ import time
 import urllib.request
 from datetime import datetime, timedelta, timezone
 
-from streamanon.broker import free_port
-from streamanon.control import sign
+from streamanon.service.broker import free_port
+from streamanon.service.control import sign
 from tests.conftest import REPO
 from tests.service.kafka_helpers import produce, read_topic, response
 

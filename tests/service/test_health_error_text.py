@@ -24,14 +24,14 @@ from typing import Any
 
 import pyarrow as pa
 
-import streamanon.publisher
-import streamanon.service
-from streamanon.broker import free_port
-from streamanon.config import load_config
+import streamanon.service.lifecycle
+import streamanon.service.publisher
 from streamanon.errors import StreamanonError, describe_error, withheld
-from streamanon.logs import JsonFormatter
-from streamanon.service import Service
-from streamanon.web import snapshot_html, start_http
+from streamanon.service.broker import free_port
+from streamanon.service.config import load_config
+from streamanon.service.lifecycle import Service
+from streamanon.service.logs import JsonFormatter
+from streamanon.service.web import snapshot_html, start_http
 from tests.service.conftest import write_config
 from tests.service.kafka_helpers import produce, response
 
@@ -62,9 +62,10 @@ def fetch(url: str) -> str:
 def test_a_writer_failure_on_a_value_shows_nowhere(broker, tmp_path, monkeypatch):
     path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5)
     config = load_config(path, env)
-    bad_writer = planting_a_value(streamanon.publisher.write_release_files)
-    monkeypatch.setattr(streamanon.service, "write_release_files", bad_writer, raising=False)
-    monkeypatch.setattr(streamanon.publisher, "write_release_files", bad_writer)
+    bad_writer = planting_a_value(streamanon.service.publisher.write_release_files)
+    monkeypatch.setattr(streamanon.service.lifecycle, "write_release_files", bad_writer,
+                        raising=False)
+    monkeypatch.setattr(streamanon.service.publisher, "write_release_files", bad_writer)
     text_log, json_log = io.StringIO(), io.StringIO()
     handlers = [logging.StreamHandler(text_log), logging.StreamHandler(json_log)]
     handlers[0].setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from streamanon.health import HealthMonitor, PartHealth
+from streamanon.service.health import HealthMonitor, PartHealth
 
 
 def test_the_monitor_stops_when_cancelled_as_its_check_finishes():

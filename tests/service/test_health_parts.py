@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from streamanon.health import (
+from streamanon.service.health import (
     HealthMonitor,
     PartHealth,
     pool_health,
@@ -22,8 +22,8 @@ from streamanon.health import (
     store_health,
     task_health,
 )
-from streamanon.processes import worker_pool
-from streamanon.telemetry import Telemetry
+from streamanon.service.processes import worker_pool
+from streamanon.service.telemetry import Telemetry
 
 SECRET = "respondent-value-4711"
 
@@ -163,8 +163,8 @@ def test_the_watchdog_is_off_when_it_is_meant_for_another_process():
 
 
 def test_the_collector_is_down_when_its_dead_letter_thread_stopped():
-    from streamanon.collector import KafkaDeadLetters
-    from streamanon.health import collector_health
+    from streamanon.service.collector import KafkaDeadLetters
+    from streamanon.service.health import collector_health
 
     class Collector:  # a running loop and worker, so only the dead letters can fail
         def __init__(self, letters: KafkaDeadLetters) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamanon.collector import Message, process_batch
-from streamanon.store import open_store, record_digest
+from streamanon.service.collector import Message, process_batch
+from streamanon.service.store import open_store, record_digest
 from tests.service.test_collector import body, make
 
 

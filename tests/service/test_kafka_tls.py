@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import trustme
 
-from streamanon.broker import BrokerError, broker_binary, free_port, wait_for_kafka
-from streamanon.config import parse_config
+from streamanon.service.broker import BrokerError, broker_binary, free_port, wait_for_kafka
+from streamanon.service.config import parse_config
 from tests.service.conftest import ServiceProcess, write_config
 from tests.service.kafka_helpers import headers, produce, read_topic, response
 

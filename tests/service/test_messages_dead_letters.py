@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from streamanon.collector import (
+from streamanon.service.collector import (
     DEAD_LETTER_VALUE_BYTES,
     Invalid,
     KafkaDeadLetters,
@@ -18,7 +18,7 @@ from streamanon.collector import (
     Rejection,
     Validator,
 )
-from streamanon.config import parse_config
+from streamanon.service.config import parse_config
 from tests.service.kafka_helpers import read_topic
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from streamanon.broker import ensure_topics
-from streamanon.collector import KafkaCollector, SurveyIngest, Validator
-from streamanon.config import parse_config
-from streamanon.store import open_store
+from streamanon.service.broker import ensure_topics
+from streamanon.service.collector import KafkaCollector, SurveyIngest, Validator
+from streamanon.service.config import parse_config
+from streamanon.service.store import open_store
 from tests.service.kafka_helpers import response
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}

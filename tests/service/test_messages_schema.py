@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamanon.config import ConfigError, parse_config
+from streamanon.service.config import ConfigError, parse_config
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 

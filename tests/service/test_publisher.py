@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamanon.config import parse_config
 from streamanon.errors import KAnonymityError
-from streamanon.publisher import build_release, release_columns
-from streamanon.store import Records
+from streamanon.service.config import parse_config
+from streamanon.service.publisher import build_release, release_columns
+from streamanon.service.store import Records
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 K = 3

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 import streamanon.incremental.run
-from streamanon.config import load_config
-from streamanon.reports import SurveyStatus
-from streamanon.service import Service
+from streamanon.service.config import load_config
+from streamanon.service.lifecycle import Service
+from streamanon.service.reports import SurveyStatus
 from tests.service.conftest import write_config
 from tests.service.kafka_helpers import end_offsets, produce, read_topic, response
 

@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import streamanon.publisher
-from streamanon.config import load_config
-from streamanon.service import Service
+import streamanon.service.publisher
+from streamanon.service.config import load_config
+from streamanon.service.lifecycle import Service
 from tests.service.conftest import write_config
 from tests.service.kafka_helpers import produce, response
 
@@ -29,13 +29,13 @@ def test_report_json_is_written_once_and_is_the_final_report(broker, tmp_path, m
     path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5)
     config = load_config(path, env)
     writes: Counter[str] = Counter()
-    write_json = streamanon.publisher.write_json
+    write_json = streamanon.service.publisher.write_json
 
     def counting(obj: Any, target: Path) -> None:
         writes[Path(target).name] += 1
         write_json(obj, target)
 
-    monkeypatch.setattr(streamanon.publisher, "write_json", counting)
+    monkeypatch.setattr(streamanon.service.publisher, "write_json", counting)
 
     async def close_and_release() -> tuple[Any, dict]:
         service = Service(config, compute_pool=ThreadPoolExecutor(1))

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pandas as pd
 
-from streamanon.health import PartHealth
-from streamanon.publisher import write_release_files, write_report
-from streamanon.reports import (
+from streamanon.service.health import PartHealth
+from streamanon.service.publisher import write_release_files, write_report
+from streamanon.service.reports import (
     PlanStatus,
     ProgressStatus,
     Publication,

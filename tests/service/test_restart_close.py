@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from streamanon.store import CLOSING, open_store
+from streamanon.service.store import CLOSING, open_store
 from tests.service.kafka_helpers import headers, produce, read_topic, response
 from tests.service.restart_helpers import evict_group
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from kafka import KafkaProducer
 
-from streamanon.collector import (
+from streamanon.service.collector import (
     LOG_APPEND_TIME,
     Closure,
     Message,
@@ -20,7 +20,7 @@ from streamanon.collector import (
     check_batch,
     message_of,
 )
-from streamanon.config import parse_config
+from streamanon.service.config import parse_config
 from tests.service.kafka_helpers import headers, produce, read_topic, response
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}

@@ -8,7 +8,7 @@ import hashlib
 
 import pandas as pd
 
-from streamanon.publisher import record_messages
+from streamanon.service.publisher import record_messages
 from tests.service.kafka_helpers import produce
 from tests.service.restart_helpers import (
     complete_run,

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from streamanon.store import (
+from streamanon.service.store import (
     BASE_DONE,
     BASE_RUNNING,
     CLOSING,

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from streamanon.store import (
+from streamanon.service.store import (
     BASE_RUNNING,
     OPEN,
     RecordRow,

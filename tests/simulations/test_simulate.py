@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from streamanon.metrics import check_k_anonymity
-from streamanon.simulate import make_data
+from streamanon.service.simulate import make_data
 
 
 def test_simulate_runs_the_pipeline_and_reports_consistently(tmp_path):
@@ -76,7 +76,7 @@ def test_data_description_names_the_seed(kind):
 def test_a_dry_run_prints_nothing_and_reports_progress_and_plan_warnings(tmp_path, capsys):
     """The library returns data and reports progress through a callback; the CLI prints."""
     from scheduler.cost_model import CostModelStore, PowerLaw
-    from streamanon.simulate import run_simulation
+    from streamanon.service.simulate import run_simulation
 
     out = tmp_path / "dry"
     out.mkdir()

@@ -46,29 +46,30 @@ from scheduler.arrivals import ArrivalEstimator
 from scheduler.cost_model import CostModelStore, PowerLaw, calibrate, incremental_cost_model
 from scheduler.jobs import Planner
 from scheduler.planner import Plan
-from streamanon.collector import (
+from streamanon.errors import describe_error, withheld
+from streamanon.incremental import base_is_usable
+from streamanon.incremental.run import TwoStageRun
+from streamanon.metrics import fit_standardisation
+from streamanon.release import BaseSnapshot, release_partition
+from streamanon.service.collector import (
     Closure,
     KafkaCollector,
     KafkaDeadLetters,
     SurveyIngest,
     Validator,
 )
-from streamanon.config import Config, SurveyConfig
-from streamanon.control import ControlRejected, ControlVerifier
-from streamanon.errors import describe_error, withheld
-from streamanon.health import (
+from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.control import ControlRejected, ControlVerifier
+from streamanon.service.health import (
     PartHealth,
     collector_health,
     pool_health,
     producer_health,
     store_health,
 )
-from streamanon.incremental import base_is_usable
-from streamanon.incremental.run import TwoStageRun
-from streamanon.metrics import fit_standardisation
-from streamanon.offsets import broker_errors
-from streamanon.processes import worker_pool
-from streamanon.publisher import (
+from streamanon.service.offsets import broker_errors
+from streamanon.service.processes import worker_pool
+from streamanon.service.publisher import (
     build_release,
     manifest_is_last,
     publish_to_topic,
@@ -78,8 +79,7 @@ from streamanon.publisher import (
     write_release_files,
     write_report,
 )
-from streamanon.release import BaseSnapshot, release_partition
-from streamanon.reports import (
+from streamanon.service.reports import (
     PlanStatus,
     ProgressStatus,
     Publication,
@@ -88,7 +88,7 @@ from streamanon.reports import (
     ServiceStatus,
     SurveyStatus,
 )
-from streamanon.store import (
+from streamanon.service.store import (
     BASE_DONE,
     BASE_RUNNING,
     CLOSING,
@@ -100,7 +100,7 @@ from streamanon.store import (
     StoreError,
     open_store,
 )
-from streamanon.telemetry import Telemetry
+from streamanon.service.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ class Service:
         from apscheduler.schedulers.background import BackgroundScheduler
         from kafka import KafkaProducer
 
-        from streamanon.broker import ensure_topics
+        from streamanon.service.broker import ensure_topics
 
         self.loop = asyncio.get_running_loop()
         cfg = self.config
@@ -360,7 +360,8 @@ class Service:
             rt.history.add(time.time(), rt.ingest.stored)
 
     def _on_control(self, raw: bytes | None) -> None:
-        """A signed control message (:mod:`streamanon.control`): close or start the base run."""
+        """A signed control message (:mod:`streamanon.service.control`): close or start the
+        base run."""
         try:
             command, sid = self.control_verifier.verify(raw)
         except ControlRejected as exc:
@@ -693,7 +694,7 @@ class Service:
                              now=now)
 
     async def health(self) -> dict[str, PartHealth]:
-        """Each part's health (``streamanon.health``): collector, compute, store, publisher.
+        """Each part's health (``streamanon.service.health``): collector, compute, store, publisher.
         A part found down is logged and counted once per outage."""
         ping = (self._in_store(self.store.survey_state, next(iter(self.surveys)))
                 if self.surveys else asyncio.sleep(0))
@@ -748,7 +749,7 @@ async def serve(config: Config, *, stop: asyncio.Event | None = None,
     SIGHUP: each stops the service gracefully)."""
     import signal
 
-    from streamanon.web import start_http
+    from streamanon.service.web import start_http
 
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()

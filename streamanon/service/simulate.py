@@ -179,10 +179,10 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
     ``i`` is sent at ``send_at[i]``; returns the release report with ``opened_at``.
 
     ``dashboard``, when given, receives the service's final ``/api/status`` (counts and times
-    only) under ``"status"``, for :func:`streamanon.web.snapshot_html`."""
-    from streamanon.broker import EmbeddedBroker, free_port
-    from streamanon.config import parse_config
-    from streamanon.service import serve
+    only) under ``"status"``, for :func:`streamanon.service.web.snapshot_html`."""
+    from streamanon.service.broker import EmbeddedBroker, free_port
+    from streamanon.service.config import parse_config
+    from streamanon.service.lifecycle import serve
 
     n, m = data.X.shape
     env = {"STREAMANON_HMAC_KEY": secrets.token_hex(32),
@@ -369,7 +369,7 @@ def write_dashboard_snapshot(path: Path, status: dict[str, Any], survey: str,
     """The dashboard's final state as one page; the one-shot time measured after the release
     is added to the survey's release box."""
     from streamanon.io import atomic_write
-    from streamanon.web import snapshot_html
+    from streamanon.service.web import snapshot_html
 
     for entry in status["surveys"]:
         if entry["id"] == survey and entry.get("release"):

@@ -3,11 +3,11 @@
 Counters and gauges are read from the service's state when Prometheus scrapes (a custom
 collector over :meth:`Service.status`-like snapshots), so no code path can forget to update
 them; the stage timings and the distortion of each release are histograms observed when a
-release is published. The health of the service's parts (``streamanon.health``) is recorded
+release is published. The health of the service's parts (``streamanon.service.health``) is recorded
 at each health check (``/healthz``, ``/metrics``, the watchdog's checks): whether each part is
 up, and how many times it was found down. Labels are bounded sets only: the survey id (from the
 configuration), the dead-letter reason (a fixed vocabulary), the survey state, the engine name
-and the part (``streamanon.health.PARTS``).
+and the part (``streamanon.service.health.PARTS``).
 
 :data:`METRICS` is the catalogue: every exported name with its type and help. The Grafana
 dashboard in ``deploy/grafana/`` may only use names from it (a test checks).
@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from streamanon.health import PARTS, PartHealth
-from streamanon.reports import ReleaseReport, SurveyStatus
-from streamanon.states import STATES
+from streamanon.service.health import PARTS, PartHealth
+from streamanon.service.reports import ReleaseReport, SurveyStatus
+from streamanon.service.states import STATES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

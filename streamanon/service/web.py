@@ -1,17 +1,17 @@
 """HTTP interface of the service: status for people and tools, control with a bearer token.
 
-- ``GET /``: the dashboard (static HTML, CSS and JS shipped in ``streamanon/static``).
+- ``GET /``: the dashboard (static HTML, CSS and JS shipped in ``streamanon/service/static``).
 - ``GET /healthz``: 200 ``ok`` while every part of the service (collector, compute process,
   store, publisher) works; 503 ``unhealthy: PART, ...`` and one line per failing part
-  otherwise (``streamanon.health``).
+  otherwise (``streamanon.service.health``).
 - ``GET /api/status``: JSON of every survey's state, counts, plan and release summary, and
   the health of each part (``health``).
-- ``GET /metrics``: Prometheus metrics (``streamanon.telemetry``).
+- ``GET /metrics``: Prometheus metrics (``streamanon.service.telemetry``).
 - ``POST /api/surveys/{id}/close``: close now (``Authorization: Bearer TOKEN``).
 - ``POST /api/surveys/{id}/base``: take the base snapshot and start the base run now (token).
 
 Binds to loopback by default (``http.bind``). Responses never contain survey data.
-:func:`start_http` also runs the :class:`~streamanon.health.HealthMonitor`, which feeds the
+:func:`start_http` also runs the :class:`~streamanon.service.health.HealthMonitor`, which feeds the
 systemd watchdog while the service is healthy, for as long as the HTTP server runs.
 """
 
@@ -22,9 +22,9 @@ from typing import Any
 
 from aiohttp import web
 
-from streamanon.health import HealthMonitor, summary
-from streamanon.states import OPEN
-from streamanon.telemetry import CONTENT_TYPE
+from streamanon.service.health import HealthMonitor, summary
+from streamanon.service.states import OPEN
+from streamanon.service.telemetry import CONTENT_TYPE
 
 STATIC = Path(__file__).with_name("static")
 

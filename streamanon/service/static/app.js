@@ -201,7 +201,7 @@ async function poll() {
   setTimeout(poll, POLL_MS);
 }
 
-// a page written by streamanon.web.snapshot_html carries its status and does not poll
+// a page written by streamanon.service.web.snapshot_html carries its status and does not poll
 if (window.STREAMANON_SNAPSHOT) {
   const conn = document.getElementById("connection");
   render(window.STREAMANON_SNAPSHOT);

@@ -52,10 +52,10 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import orjson
 
-from streamanon.config import Config, SurveyConfig
-from streamanon.health import cancel_task, pool_health
-from streamanon.offsets import GroupOffsets, broker_errors
-from streamanon.store import RecordRow, Store, StoreUnavailable, record_digest
+from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.health import cancel_task, pool_health
+from streamanon.service.offsets import GroupOffsets, broker_errors
+from streamanon.service.store import RecordRow, Store, StoreUnavailable, record_digest
 
 log = logging.getLogger(__name__)
 
@@ -738,7 +738,7 @@ _WORKER: dict[str, Any] = {}
 
 
 def _worker_start(config_json: str, hmac_key: bytes) -> None:
-    from streamanon.store import open_store
+    from streamanon.service.store import open_store
 
     config = Config.model_validate_json(config_json)
     _WORKER["validators"] = {
@@ -801,7 +801,7 @@ class KafkaCollector:
     (``on_restart("collector")``) and handed the same batches; a batch that kills or fails it
     :attr:`WORKER_ATTEMPTS` times is split until the message responsible is alone, which is
     then dead-lettered ``unprocessable``. A store that refuses writes
-    (:class:`~streamanon.store.StoreUnavailable`) pauses consumption: the batch is kept and
+    (:class:`~streamanon.service.store.StoreUnavailable`) pauses consumption: the batch is kept and
     retried, nothing is committed, and :attr:`store_paused` reports the store down.
     """
 
@@ -888,7 +888,7 @@ class KafkaCollector:
         self._task.add_done_callback(self._report_death)
 
     def _default_worker_pool(self) -> concurrent.futures.Executor:
-        from streamanon.processes import worker_pool
+        from streamanon.service.processes import worker_pool
 
         return worker_pool(1, _worker_start, (self.config.model_dump_json(by_alias=True),
                                               self.config.hmac_key))

@@ -50,7 +50,7 @@ import numpy as np
 import orjson
 
 from streamanon.errors import StreamanonError
-from streamanon.states import (  # noqa: F401 - re-exported: the store's vocabulary
+from streamanon.service.states import (  # noqa: F401 - re-exported: the store's vocabulary
     BASE_DONE,
     BASE_RUNNING,
     CLOSING,

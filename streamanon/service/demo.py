@@ -1,7 +1,7 @@
 """The end-to-end demo: embedded broker, a synthetic survey, the scheduled base run, the release.
 
-``streamanon demo`` (``make demo``) is :func:`streamanon.simulate.run_simulation` with a scenario
-chosen to show the idea of paper 001 in about three minutes on a two-core machine: 15,000
+``streamanon demo`` (``make demo``) is :func:`streamanon.service.simulate.run_simulation` with
+a scenario chosen to show the idea of paper 001 in about three minutes on a two-core machine: 15,000
 responses with 15 quasi-identifiers arrive uniformly over a survey open for 100 s (plus a few
 malformed ones, which go to the dead-letter topic); the base engine is ONA* (paper 004), whose
 one-shot run on all records takes about half a minute here, so the arrival coefficient s (time
@@ -124,7 +124,7 @@ def run_demo(n: int = N, m: int = M, k: int = K, out: str | Path = "demo-output"
     ``http`` (HOST:PORT, default a free loopback port) is where the dashboard, ``/api/status``
     and ``/metrics`` are served; ``linger`` keeps them up that many seconds after the release.
     """
-    from streamanon.simulate import make_data, one_shot, run_simulation
+    from streamanon.service.simulate import make_data, one_shot, run_simulation
 
     out = Path(out)
     summary = run_simulation(profile="uniform", n=n, m=m, k=k, survey_duration=open_seconds,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from streamanon.health import PartHealth
+from streamanon.service.health import PartHealth
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ the confidential values and the label, in a random order: no identifiers, no arr
 timestamps, no stage or cell ids. It goes to
 
 - ``<output>/<survey>/release.parquet`` and ``release.csv`` (written atomically),
-- ``<output>/<survey>/report.json`` (:class:`~streamanon.reports.ReleaseReport`: sizes,
+- ``<output>/<survey>/report.json`` (:class:`~streamanon.service.reports.ReleaseReport`: sizes,
   engines, timings, distortion, and every schema field with its role and treatment; names and
   numbers about the run, never a response value), written once the release is published,
 - topic ``<prefix>.<survey>.release`` (one partition, so order holds): one JSON message per
@@ -35,12 +35,12 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from streamanon.config import Config, SurveyConfig
 from streamanon.errors import StreamanonError
 from streamanon.io import write_json, write_table
 from streamanon.release import Release, release_table
-from streamanon.reports import ReleaseReport
-from streamanon.store import Records
+from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.reports import ReleaseReport
+from streamanon.service.store import Records
 
 
 class ReleaseFilesError(StreamanonError):
@@ -160,7 +160,7 @@ async def publish_to_topic(producer: Any, topic: str, frame: pd.DataFrame,
 async def manifest_is_last(config: Config, topic: str, release_id: str) -> bool:
     """Whether the last message on ``topic`` is the manifest of ``release_id``: a publish
     that was complete before the service could note it, which need not be sent again."""
-    from streamanon.offsets import last_message
+    from streamanon.service.offsets import last_message
 
     last = await asyncio.to_thread(last_message, config, topic)
     found = dict(last.headers or []) if last is not None else {}

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from streamanon.config import Config
+from streamanon.service.config import Config
 
 FETCH_TIMEOUT_SECONDS = 30.0
 
