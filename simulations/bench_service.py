@@ -127,8 +127,7 @@ async def release_run(bootstrap: str, X: np.ndarray) -> dict[str, Any]:
         await service.start()
         await wait_stored(service, "twostage", n_base)
         assert await service.start_base("twostage", None)
-        while (await service._in_store(service.store.survey_state, "twostage")).state \
-                != "BASE_DONE":
+        while (await service.survey_state("twostage")).state != "BASE_DONE":
             await asyncio.sleep(0.05)
         produce(bootstrap, config.topic("twostage", "responses"), values[n_base:])
         await wait_stored(service, "twostage", n)

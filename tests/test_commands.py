@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 
 from tests.conftest import REPO
 
@@ -50,3 +51,19 @@ def test_make_bench_runs_the_benchmark(tmp_path):
     assert [(r["n"], r["k"]) for r in rows] == [(2000, 5), (3000, 5)]
     assert rows[0]["same_partition"] is True  # the fast MDAV against the NumPy baseline
     assert "| 2,000 | 5 |" in result.stdout and f"wrote {out}" in result.stdout
+
+
+def test_the_service_benchmark_runs(tmp_path):
+    """``python simulations/bench_service.py`` (README, Benchmarks), on a small load."""
+    out = tmp_path / "bench_service.json"
+    result = subprocess.run(
+        [sys.executable, "simulations/bench_service.py", "--n", "4000", "--repeat", "1",
+         "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    two, one = report["release"]["twostage"], report["release"]["oneshot"]
+    assert two["n"] == one["n"] == 4000
+    assert two["mode"] == "two-stage" and one["mode"] == "one-shot"
+    assert 0 < two["n_increment"] < 4000 and one["n_increment"] == 0
+    assert len(report["ingest"]) == 1 and report["one_shot_seconds"] > 0
+    assert "close to release, two-stage" in result.stdout and f"wrote {out}" in result.stdout

@@ -98,6 +98,7 @@ from streamanon.service.store import (
     ReleaseRow,
     Store,
     StoreError,
+    SurveyState,
     open_store,
 )
 from streamanon.service.telemetry import Telemetry
@@ -268,6 +269,10 @@ class Service:
             names[self.config.topic(sc.id, "deadletter")] = parts
             names[self.config.topic(sc.id, "release")] = 1
         return names
+
+    async def survey_state(self, sid: str) -> SurveyState:
+        """The survey's state as stored."""
+        return await self._in_store(self.store.survey_state, sid)
 
     async def load_release(self, sid: str) -> ReleaseRow | None:
         """The survey's release as stored (written or published), or None before one."""

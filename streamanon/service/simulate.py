@@ -40,6 +40,19 @@ from typing import Any
 
 import numpy as np
 
+from scheduler import live
+from scheduler.arrivals import CumulativeForecast
+from scheduler.cost_model import CostModelStore, calibrate, incremental_cost_model
+from scheduler.profiles import resolve
+from streamanon.engines import get_engine, run_engine
+from streamanon.incremental import run_stage
+from streamanon.io import atomic_write, write_json
+from streamanon.metrics import distortion, standardise
+from streamanon.service.broker import EmbeddedBroker, free_port
+from streamanon.service.config import parse_config
+from streamanon.service.lifecycle import serve
+from streamanon.service.web import snapshot_html
+
 SURVEY = "sim"
 DATA_KINDS = ("gaussian", "census-like")
 
@@ -146,8 +159,6 @@ def produce(bootstrap: str, topic: str, data: SurveyData, send_at: np.ndarray,
 def calibrated_model(out: Path, engine: str, m: int, k: int,
                      progress: Progress = log.info) -> Any:
     """The engine's cost model for (m, k) in ``out/cost_models.json``, calibrated when missing."""
-    from scheduler.cost_model import CostModelStore, calibrate
-    from streamanon.engines import get_engine
 
     store = CostModelStore(out / "cost_models.json")
     model = store.get(engine, m, k)
@@ -180,9 +191,6 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
 
     ``dashboard``, when given, receives the service's final ``/api/status`` (counts and times
     only) under ``"status"``, for :func:`streamanon.service.web.snapshot_html`."""
-    from streamanon.service.broker import EmbeddedBroker, free_port
-    from streamanon.service.config import parse_config
-    from streamanon.service.lifecycle import serve
 
     n, m = data.X.shape
     env = {"STREAMANON_HMAC_KEY": secrets.token_hex(32),
@@ -254,8 +262,6 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
 
 def one_shot(X: np.ndarray, k: int, engine: str) -> tuple[float, float]:
     """Seconds and distortion of the one-shot release of all records (after a warm-up)."""
-    from streamanon.engines import run_engine
-    from streamanon.metrics import distortion, standardise
 
     Z = standardise(X)
     run_engine(engine, Z[: min(len(Z), 10 * k)], k)
@@ -272,8 +278,6 @@ def predict(profile: Any, n: int, duration: float, deadline: float | None, model
     """The service's plan (:func:`scheduler.live.plan`, ``deadline`` after close) on the
     profile's expected arrival curve (compressed seconds): what the planner would choose if
     the forecast were exact."""
-    from scheduler import live
-    from scheduler.arrivals import CumulativeForecast
 
     grid = np.linspace(0.0, 1.0, 2001)
     forecast = CumulativeForecast.piecewise(grid * duration - duration,  # close at t = 0
@@ -299,10 +303,6 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
 
     Besides the report, ``out/dashboard.html`` is the dashboard's final state as one
     self-contained page (it opens without the service)."""
-    from scheduler.cost_model import incremental_cost_model
-    from scheduler.profiles import resolve
-    from streamanon.engines import run_engine
-    from streamanon.incremental import run_stage
 
     if n < 3 * k or k < 1 or survey_duration <= 0 or speedup <= 0:
         raise ValueError("need n >= 3k, k >= 1, a positive survey duration and speedup")
@@ -368,8 +368,6 @@ def write_dashboard_snapshot(path: Path, status: dict[str, Any], survey: str,
                              one_shot_seconds: float) -> Path:
     """The dashboard's final state as one page; the one-shot time measured after the release
     is added to the survey's release box."""
-    from streamanon.io import atomic_write
-    from streamanon.service.web import snapshot_html
 
     for entry in status["surveys"]:
         if entry["id"] == survey and entry.get("release"):
@@ -387,7 +385,6 @@ def write_report(out: Path, summary: dict[str, Any], times: np.ndarray,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from streamanon.io import write_json
 
     write_json(summary, out / "simulation.json")
     fig, ax = plt.subplots(figsize=(8, 4.2))
