@@ -3,11 +3,13 @@ supervisor, a terminal closing or ``timeout`` never leaves an orphaned Tansu pro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,24 +41,18 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_the_broker_command_stops_its_broker_on(sig):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamanon", "broker", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, text=True)
-    tansu: list[int] = []
+def tansu_children(pid: int) -> list[int]:
+    """The Tansu broker processes ``pid`` started."""
+    return [child for child in _children(pid)
+            if "tansu" in Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace")]
+
+
+@contextlib.contextmanager
+def reaping(proc: subprocess.Popen, tansu: list[int]) -> Iterator[None]:
+    """Whatever the test finds, leave neither ``proc`` nor the brokers in ``tansu`` (filled
+    in by the test) running."""
     try:
-        line = proc.stdout.readline()
-        assert f"127.0.0.1:{port}" in line, line + proc.stdout.read()
-        tansu = [pid for pid in _children(proc.pid)
-                 if "tansu" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
-        assert len(tansu) == 1 and _running(tansu[0])
-        proc.send_signal(sig)
-        assert proc.wait(timeout=30) == 0
-        deadline = time.monotonic() + 10
-        while _running(tansu[0]) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _running(tansu[0]), "the broker outlived the command"
+        yield
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -64,3 +60,26 @@ def test_the_broker_command_stops_its_broker_on(sig):
         for pid in tansu:
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def assert_gone(pid: int, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(pid), f"the broker outlived {what}"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_the_broker_command_stops_its_broker_on(sig):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "streamanon", "broker", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, text=True)
+    tansu: list[int] = []
+    with reaping(proc, tansu):
+        line = proc.stdout.readline()
+        assert f"127.0.0.1:{port}" in line, line + proc.stdout.read()
+        tansu += tansu_children(proc.pid)
+        assert len(tansu) == 1 and _running(tansu[0])
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 0
+        assert_gone(tansu[0], "the command")

@@ -5,24 +5,17 @@ service runs or while it is still starting."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.deploy.test_broker_command import _children, _running
+from tests.deploy.test_broker_command import _running, assert_gone, reaping, tansu_children
 from tests.service.conftest import write_config
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tansu(pid: int) -> list[int]:
-    return [child for child in _children(pid)
-            if "tansu" in Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace")]
 
 
 @pytest.mark.parametrize("when", ["serving", "starting"])
@@ -34,10 +27,10 @@ def test_serve_with_an_embedded_broker_stops_both_on(sig, when, tmp_path):
          "--embedded-broker", "--log-level", "warning"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, text=True)
     tansu: list[int] = []
-    try:
+    with reaping(proc, tansu):
         line = proc.stdout.readline()
         assert line.startswith("embedded broker at"), line + proc.stdout.read()
-        tansu = _tansu(proc.pid)
+        tansu += tansu_children(proc.pid)
         assert len(tansu) == 1 and _running(tansu[0])
         if when == "serving":
             line = proc.stdout.readline()
@@ -47,14 +40,4 @@ def test_serve_with_an_embedded_broker_stops_both_on(sig, when, tmp_path):
         output = proc.stdout.read()
         assert status == 0, output
         assert "Traceback" not in output, output
-        deadline = time.monotonic() + 10
-        while _running(tansu[0]) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _running(tansu[0]), "the broker outlived the service"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in tansu:
-            if _running(pid):
-                os.kill(pid, signal.SIGKILL)
+        assert_gone(tansu[0], "the service")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 from typing import Any
@@ -76,3 +77,34 @@ def end_offsets(bootstrap: str, topic: str, timeout: float = 30) -> dict[int, in
         return {tp.partition: offset for tp, offset in offsets.items()}
     finally:
         consumer.close()
+
+
+# The survey the collector tests use (responses as made by :func:`response`).
+ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
+SCHEMA = {
+    "respondent_id": {"role": "identifier"},
+    "age": {"role": "quasi_identifier", "type": "int", "min": 16, "max": 110},
+    "income": {"role": "quasi_identifier", "type": "float", "min": 0},
+    "height": {"role": "quasi_identifier", "type": "float"},
+    "satisfaction": {"role": "confidential", "type": "int", "min": 1, "max": 5},
+    "ticket": {"role": "confidential", "type": "int"},
+}
+
+
+class MemoryDeadLetters:
+    """A dead-letter sink that keeps what it is sent, acknowledged at once."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Any]] = []
+
+    def send(self, topic: str, rejection: Any) -> concurrent.futures.Future[bool]:
+        self.sent.append((topic, rejection))
+        done: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        done.set_result(True)
+        return done
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return True
+
+    def close(self, timeout: float | None = None) -> None:
+        pass

@@ -11,7 +11,6 @@ corrupt batch from the embedded broker.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import os
 import secrets
@@ -40,17 +39,8 @@ from streamanon.service.health import PartHealth, store_health
 from streamanon.service.processes import worker_pool
 from streamanon.service.store import SQLiteStore, StoreUnavailable, open_store
 from streamanon.service.telemetry import Telemetry
-from tests.service.kafka_helpers import response
+from tests.service.kafka_helpers import ENV, SCHEMA, MemoryDeadLetters, response
 
-ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
-SCHEMA = {
-    "respondent_id": {"role": "identifier"},
-    "age": {"role": "quasi_identifier", "type": "int", "min": 16, "max": 110},
-    "income": {"role": "quasi_identifier", "type": "float", "min": 0},
-    "height": {"role": "quasi_identifier", "type": "float"},
-    "satisfaction": {"role": "confidential", "type": "int", "min": 1, "max": 5},
-    "ticket": {"role": "confidential", "type": "int"},
-}
 SECRET = b"R0000"  # respondent ids: never in a log line
 
 
@@ -183,23 +173,6 @@ class FakeConsumer:
 def fake_consumer(config: Any, partitions: int = 2) -> FakeConsumer:
     topic = config.topic("s", "responses")
     return FakeConsumer({TopicPartition(topic, p): [] for p in range(partitions)})
-
-
-class MemoryDeadLetters:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, Any]] = []
-
-    def send(self, topic: str, rejection: Any) -> concurrent.futures.Future[bool]:
-        self.sent.append((topic, rejection))
-        done: concurrent.futures.Future[bool] = concurrent.futures.Future()
-        done.set_result(True)
-        return done
-
-    def flush(self, timeout: float | None = None) -> bool:
-        return True
-
-    def close(self, timeout: float | None = None) -> None:
-        pass
 
 
 class Harness:

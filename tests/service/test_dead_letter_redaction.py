@@ -132,23 +132,14 @@ def test_a_key_that_is_not_utf8_is_pseudonymised_too():
 
 def test_the_collector_redacts_what_it_dead_letters():
     import asyncio
-    import concurrent.futures
 
     from streamanon.service.collector import KafkaCollector, Outcome, SurveyIngest
+    from tests.service.kafka_helpers import MemoryDeadLetters
 
-    class Sink:
-        def __init__(self):
-            self.sent = []
-
-        def send(self, topic, rejection):
-            self.sent.append((topic, rejection))
-            done = concurrent.futures.Future()
-            done.set_result(True)
-            return done
 
     v = validator()
     cfg = parse_config({"surveys": [v.survey.model_dump(by_alias=True)]}, ENV)
-    sink = Sink()
+    sink = MemoryDeadLetters()
     message = Message("streamanon.s.responses", 0, 7, RID.encode(),
                       json.dumps({"rid": RID, "age": 9}).encode(), None)
 

@@ -4,7 +4,6 @@ poison on the control topic, consumed without stopping."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import secrets
 import time
@@ -15,35 +14,9 @@ from streamanon.service.broker import ensure_topics
 from streamanon.service.collector import KafkaCollector, SurveyIngest, Validator
 from streamanon.service.config import parse_config
 from streamanon.service.store import open_store
-from tests.service.kafka_helpers import response
+from tests.service.kafka_helpers import ENV, SCHEMA, MemoryDeadLetters, response
 
-ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
-SCHEMA = {
-    "respondent_id": {"role": "identifier"},
-    "age": {"role": "quasi_identifier", "type": "int", "min": 16, "max": 110},
-    "income": {"role": "quasi_identifier", "type": "float", "min": 0},
-    "height": {"role": "quasi_identifier", "type": "float"},
-    "satisfaction": {"role": "confidential", "type": "int", "min": 1, "max": 5},
-    "ticket": {"role": "confidential", "type": "int"},
-}
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-
-
-class MemoryDeadLetters:
-    def __init__(self):
-        self.sent = []
-
-    def send(self, topic, rejection):
-        self.sent.append((topic, rejection))
-        done = concurrent.futures.Future()
-        done.set_result(True)
-        return done
-
-    def flush(self, timeout=None):
-        return True
-
-    def close(self, timeout=None):
-        pass
 
 
 def make_config(broker, tmp_path):

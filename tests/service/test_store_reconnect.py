@@ -9,18 +9,16 @@ from __future__ import annotations
 import threading
 import time
 
-import numpy as np
 import pytest
 
 from streamanon.service.store import (
     BASE_RUNNING,
     OPEN,
-    RecordRow,
     StoreUnavailable,
     open_store,
-    record_digest,
 )
 from tests.postgres import controlled_postgres_server, why_unavailable
+from tests.service.test_store import rows
 
 _PG_REASON = why_unavailable()
 HANG_GUARD = 30.0  # seconds: generous, only to catch a call that waits forever
@@ -46,13 +44,6 @@ def store(server):
     if not server.running():
         server.start()
     s.close()
-
-
-def rows(n, start=0, m=3):
-    return [RecordRow(arrived_at=1000.0 + i, partition=0, offset=i, rid_hash=i.to_bytes(32, "big"),
-                      digest=record_digest(np.full(m, float(i)).tobytes(), f'{{"v": {i}}}', None),
-                      qi=np.full(m, float(i)).tobytes(), confidential=f'{{"v": {i}}}',
-                      label=None) for i in range(start, start + n)]
 
 
 def unavailable_within_bound(call):
