@@ -35,6 +35,7 @@ region = { role = "label", type = "str" }
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 DEEP = b"[" * 5000 + b"]" * 5000
 STORED = "stored"
+REDELIVERED = "redelivered"  # the same record again: recognised by identity, stored once
 
 
 def census(i: int, **override) -> bytes:
@@ -130,8 +131,10 @@ def wellbeing_corpus() -> list[Kind]:
     ]
     first = next(n)
     kinds += [Kind("respondent, first answer", response(first), STORED, key=b"dup"),
-              Kind("respondent, second answer", response(first), "duplicate_respondent",
-                   key=b"dup")]
+              Kind("respondent, the same answer again", response(first), REDELIVERED,
+                   key=b"dup"),
+              Kind("respondent, another answer", response(first, age=77),
+                   "duplicate_respondent", key=b"dup")]
     for codec in CODECS:
         kinds += [Kind(f"{codec} batch, valid", response(next(n)), STORED, codec=codec)
                   for _ in range(5)]
@@ -188,9 +191,11 @@ class Producers:
         self.producers.clear()
 
 
-def expected_counts(kinds: list[Kind]) -> tuple[int, collections.Counter]:
+def expected_counts(kinds: list[Kind]) -> tuple[int, int, collections.Counter]:
     stored = sum(k.expected == STORED for k in kinds)
-    return stored, collections.Counter(k.expected for k in kinds if k.expected != STORED)
+    redelivered = sum(k.expected == REDELIVERED for k in kinds)
+    return stored, redelivered, collections.Counter(
+        k.expected for k in kinds if k.expected not in (STORED, REDELIVERED))
 
 
 def test_hostile_corpus_across_two_surveys(service_factory, broker):
@@ -227,12 +232,13 @@ def answered_and_up(svc, broker, producers: Producers) -> None:
 
     for sid, kinds in (("wellbeing", hostile), ("census", [*waves[0], *waves[1],
                                                            *bad_census, *waves[2]])):
-        stored, rejected = expected_counts(kinds)
+        stored, redelivered, rejected = expected_counts(kinds)
         produced = len(kinds)
-        status = svc.wait_for(sid, lambda s, n=produced: s["stored"]
+        status = svc.wait_for(sid, lambda s, n=produced: s["stored"] + s["redelivered"]
                               + sum(s["dead_lettered"].values()) >= n, timeout=180,
                               what=f"{sid}: every message answered")
         assert status["stored"] == stored, sid
+        assert status["redelivered"] == redelivered, sid
         assert collections.Counter(status["dead_lettered"]) == rejected, sid
         assert status["state"] == "OPEN"  # the poisoned close command did nothing
 
