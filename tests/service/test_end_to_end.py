@@ -54,8 +54,11 @@ def test_end_to_end_release_and_dead_letters(service_factory, broker, tmp_path):
     invalid = invalid_messages(10_000)
     topic = f"{svc.prefix}.wellbeing.responses"
     # R000008's answer is sent twice (a platform retrying): the same record, stored once
-    produce(broker.bootstrap, topic, valid[:300] + [(None, m) for m, _ in invalid] + valid[300:]
-            + [valid[8]])
+    # R000007's second answer goes with R000007's key, so to the same partition after the first
+    # (across partitions Kafka keeps no order, and "first" would be whichever is read first)
+    produce(broker.bootstrap, topic, valid[:300] + [
+        (b"R000007" if reason == "duplicate_respondent" else None, m) for m, reason in invalid]
+        + valid[300:] + [valid[8]])
 
     svc.wait_for("wellbeing", lambda s: s["stored"] == n_valid and s["redelivered"] == 1
                  and sum(s["dead_lettered"].values()) == len(invalid), what="ingest")
