@@ -12,6 +12,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,16 +152,23 @@ class ServiceProcess:
                 self.kill()
 
 
-@pytest.fixture
-def service_factory(tmp_path: Path, broker: EmbeddedBroker):
-    started: list[ServiceProcess] = []
+def services(tmp_path: Path, broker: EmbeddedBroker, kind: type, configure: Any) -> Iterator[Any]:
+    """A fixture's body: yields ``make(**kwargs)``, which writes a configuration with
+    ``configure(tmp_path, bootstrap, **kwargs)`` and returns a ``kind`` service on it; every
+    service made is stopped at the end."""
+    started: list[Any] = []
 
-    def make(**kwargs) -> ServiceProcess:
-        config, env = write_config(tmp_path, broker.bootstrap, **kwargs)
-        svc = ServiceProcess(config, env, tmp_path / "service.log")
+    def make(**kwargs: Any) -> Any:
+        config, env = configure(tmp_path, broker.bootstrap, **kwargs)
+        svc = kind(config, env, tmp_path / "service.log")
         started.append(svc)
         return svc
 
     yield make
     for svc in started:
         svc.stop()
+
+
+@pytest.fixture
+def service_factory(tmp_path: Path, broker: EmbeddedBroker):
+    yield from services(tmp_path, broker, ServiceProcess, write_config)

@@ -280,14 +280,4 @@ def complete_run(run: dict[str, Any]) -> list[bytes]:
 @pytest.fixture
 def restartable(tmp_path: Path, broker: Any):
     """Makes :class:`Restartable` services (the schema above); stops them at the end."""
-    made: list[Restartable] = []
-
-    def make(**kwargs: Any) -> Restartable:
-        config, env = write_config(tmp_path, broker.bootstrap, **kwargs)
-        svc = Restartable(config, env, tmp_path / "service.log")
-        made.append(svc)
-        return svc
-
-    yield make
-    for svc in made:
-        svc.stop()
+    yield from conftest.services(tmp_path, broker, Restartable, write_config)

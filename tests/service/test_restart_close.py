@@ -25,13 +25,19 @@ def manifests(bootstrap: str, topic: str, count: int) -> list[dict]:
     return [json.loads(r.value) for r in records if headers(r)["streamanon-type"] == "manifest"]
 
 
-def test_a_close_after_a_graceful_restart_needs_no_new_message(service_factory, broker):
+def ingested_then_stopped(service_factory, broker):
+    """A service that stored N responses, then stopped gracefully (every offset committed)."""
     svc = service_factory(k=5)
     svc.start()
     produce(broker.bootstrap, f"{svc.prefix}.wellbeing.responses",
             [(None, response(i)) for i in range(N)])
     svc.wait_for("wellbeing", lambda s: s["stored"] == N, what="ingest")
     svc.stop()
+    return svc
+
+
+def test_a_close_after_a_graceful_restart_needs_no_new_message(service_factory, broker):
+    svc = ingested_then_stopped(service_factory, broker)
     restart(svc, broker.bootstrap)  # every offset is committed; no message will come
     code, _ = svc.post("/api/surveys/wellbeing/close")
     assert code == 202
@@ -42,12 +48,7 @@ def test_a_close_after_a_graceful_restart_needs_no_new_message(service_factory, 
 
 def test_a_survey_left_closing_is_released_when_the_service_comes_back(service_factory, broker,
                                                                        tmp_path):
-    svc = service_factory(k=5)
-    svc.start()
-    produce(broker.bootstrap, f"{svc.prefix}.wellbeing.responses",
-            [(None, response(i)) for i in range(N)])
-    svc.wait_for("wellbeing", lambda s: s["stored"] == N, what="ingest")
-    svc.stop()
+    svc = ingested_then_stopped(service_factory, broker)
     store = open_store(f"sqlite:///{tmp_path / 'store' / 'streamanon.db'}")
     store.request_close("wellbeing")  # what a service killed in the middle of a close leaves
     store.transition("wellbeing", CLOSING, "closing")
