@@ -21,8 +21,10 @@ import numpy as np
 
 from streamanon.engines import get_engine, run_engine, validate_input
 from streamanon.errors import InputError, ParameterError
-from streamanon.metrics import aggregate, distortion, fit_standardisation
+from streamanon.mixed import partition_groups
 from streamanon.progress import Progress
+from streamanon.release import prepare, release_prepared, shuffle_rows  # noqa: F401 (API)
+from streamanon.schema import Schema, as_schema, quick_schema
 
 try:  # pandas is a dependency, but keep the numerical API importable without it
     import pandas as pd
@@ -50,6 +52,11 @@ class Microaggregation:
     dropped: list[str] = field(default_factory=list)
     incremental: str | None = None
     two_stage: dict[str, Any] | None = None
+    columns: dict[str, dict[str, Any]] = field(default_factory=dict)
+    loss: dict[str, Any] = field(default_factory=dict)
+    strata: list[str] = field(default_factory=list)
+    strata_merged: list[dict[str, Any]] = field(default_factory=list)
+    weight: str | None = None
 
     @property
     def information_loss(self) -> float:
@@ -80,6 +87,15 @@ class Microaggregation:
             "distortion": self.distortion,
             "information_loss": self.information_loss,
             "seconds": self.seconds,
+            "columns": self.columns,
+            "information_loss_by_type": {
+                kind: (None if self.loss.get(kind) is None else 100.0 * self.loss[kind])
+                for kind in ("numeric", "ordinal", "nominal")},
+            "values_withheld": self.loss.get("withheld", 0),
+            "values_imputed": self.loss.get("imputed", 0),
+            "strata": list(self.strata),
+            "strata_merged": list(self.strata_merged),
+            "weight": self.weight,
         } | ({"incremental": self.incremental, **self.two_stage} if self.two_stage else {})
 
 
@@ -96,8 +112,16 @@ def microaggregate(
     k: int,
     engine: str = "mdav",
     *,
-    qi: Sequence[str] | None = None,
-    drop: Sequence[str] = (),
+    schema: Any = None,
+    qi: Sequence[str] | str | None = None,
+    confidential: Sequence[str] | str = (),
+    drop: Sequence[str] | str = (),
+    strata: Sequence[str] | str = (),
+    weight: str | None = None,
+    missing: str | None = None,
+    shuffle: bool | None = None,
+    seed: int | None = None,
+    keep_index: bool = False,
     progress: Progress | None = None,
     incremental: str | None = None,
     nu: float = 0.0,
@@ -115,11 +139,27 @@ def microaggregate(
     k
         Minimum number of records per cell.
     engine
-        Registered engine name (``streamanon engines`` lists them).
-    qi
-        DataFrame columns that are quasi-identifiers; default every column not in ``drop``.
-    drop
-        DataFrame columns to remove from the release (identifiers).
+        Registered engine name (``streamanon engines``).
+    schema
+        The data set's schema (:mod:`streamanon.schema`: a mapping of column name to role,
+        type, levels, ``required``, ``missing``; or a schema file's path): categorical,
+        ordinal, integer, boolean and missing quasi-identifiers, a weight, strata. Every
+        column needs a role.
+    qi, confidential, drop
+        The quick form for numeric data without a schema: quasi-identifier columns (default
+        every column not named elsewhere), columns published unchanged, columns removed
+        (identifiers). A single name is one column. A column named in none of them is an
+        error.
+    strata, weight, missing
+        Microaggregate within each stratum (strata under k records join the most similar);
+        a sampling-weight column (weighted cell values and losses, published unchanged); the
+        quick form's policy for missing quasi-identifier values (``"group"`` or ``"impute"``;
+        default: a missing value is an error).
+    shuffle, seed, keep_index
+        A DataFrame comes back in a random row order (``seed``) with a fresh index, so that
+        neither order nor index (which may be a respondent id) tells anything; ``shuffle=False``
+        keeps the input order, ``keep_index=True`` the index. A matrix is not shuffled by
+        default (it is the quasi-identifiers only; ``labels`` follow its rows).
     progress
         Optional progress counter the engine advances.
     incremental, nu, incremental_params, compare_one_shot
@@ -133,90 +173,126 @@ def microaggregate(
         ``dependence``'s ``engine``). Per-record parameters (``streamanon engines`` shows them
         as ``COLUMN``) may name DataFrame columns: ``labels="smoker"``, ``Y="a,b"``.
 
+    ``labels`` are in the input's row order, also when ``data`` comes back shuffled.
+
     Raises
     ------
-    InputError, ParameterError
-        With a message naming the problem (unknown column, non-numeric or non-finite
-        quasi-identifier, fewer than ``k`` rows, bad ``k`` or engine).
+    InputError, ParameterError, KAnonymityError
+        With a message naming the problem (unknown column, a column without a role,
+        non-numeric quasi-identifier in the quick form, a value outside its levels, a missing
+        value in a required field, fewer than ``k`` rows, bad ``k`` or engine).
     """
     info = get_engine(engine)
     params = {**(engine_params or {}), **params}
     report_params = dict(params)
-    if pd is not None and isinstance(data, pd.DataFrame):
-        qi_cols = _resolve_columns(data, qi, drop)
-        values = _numeric_matrix(data, qi_cols)
-        params = _resolve_per_record(info, params, data)
-    else:
-        if qi is not None or drop:
-            raise ParameterError("qi= and drop= name DataFrame columns; pass a DataFrame")
+    frame_input = pd is not None and isinstance(data, pd.DataFrame)
+    if not frame_input:
+        if schema is not None or qi is not None or drop or confidential or strata or weight:
+            raise ParameterError("schema=, qi=, confidential=, drop=, strata= and weight= "
+                                 "describe DataFrame columns; pass a DataFrame")
         values = np.asarray(data)
-        qi_cols = [f"x{j}" for j in range(values.shape[1] if values.ndim == 2 else 0)]
-    X = validate_input(values, k)
-
-    scaling = fit_standardisation(X)
-    Z = scaling.apply(X)
+        frame = pd.DataFrame(validate_input(values, k),
+                             columns=[f"x{j}" for j in range(values.shape[1])])
+        spec = quick_schema(list(frame.columns), list(frame.columns),
+                            missing=missing)
+    else:
+        frame = data
+        spec = _schema_of(frame, schema, qi, confidential, drop, strata, weight, missing)
+        params = _resolve_per_record(info, params, frame)
+    prepared = prepare(frame, spec, k, engine)
     two_stage = None
     started = time.perf_counter()
     if incremental is None:
-        labels = run_engine(engine, Z, k, progress=progress, **params)
+        if prepared.groups is None:
+            labels = run_engine(engine, prepared.Z, k, progress=progress, **params)
+        else:
+            labels = partition_groups(
+                prepared.Z, prepared.groups, prepared.encoding,
+                lambda rows, Zg: run_engine(engine, Zg, k, **_rows_of(info, params, rows)))
     else:
         from streamanon.incremental.run import TwoStageRun, split_by_ratio
 
+        if prepared.groups is not None and compare_one_shot:
+            raise ParameterError("compare_one_shot works on data without strata or "
+                                 "missing-value groups")
         run = TwoStageRun(k, engine, incremental, engine_params=params,
                           incremental_params=incremental_params)
-        result = run.run(Z, split_by_ratio(len(Z), nu), compare_one_shot=compare_one_shot)
-        labels, two_stage = result.labels, result.report()
+        n_base = split_by_ratio(len(prepared.Z), nu)
+        if prepared.groups is None:
+            result = run.run(prepared.Z, n_base, compare_one_shot=compare_one_shot)
+            labels, two_stage = result.labels, result.report()
+        else:
+            labels = partition_groups(
+                prepared.Z, prepared.groups, prepared.encoding,
+                lambda rows, Zg: run.partition(Zg, int(np.sum(rows < n_base))).labels)
+            two_stage = {"nu": nu, "n_0": n_base, "n_plus": len(prepared.Z) - n_base}
     seconds = time.perf_counter() - started
-    released = aggregate(X, labels)
 
-    if pd is not None and isinstance(data, pd.DataFrame):
-        out = data.drop(columns=list(drop)).copy()
-        out[qi_cols] = released
-    else:
-        out = released
+    shuffle = frame_input if shuffle is None else shuffle
+    released = release_prepared(frame, prepared, labels, k, seed=seed, shuffle=shuffle,
+                                keep_index=keep_index)
+    if two_stage is not None and "distortion_two_stage" in two_stage:
+        two_stage["distortion_two_stage"] = released.distortion
     return Microaggregation(
-        data=out,
+        data=released.table if frame_input else released.table.to_numpy(dtype=np.float64),
         labels=labels,
         k=int(k),
         engine=engine,
         params=report_params,
-        qi=list(qi_cols),
-        distortion=distortion(Z, labels),
+        qi=list(spec.quasi_identifiers),
+        distortion=released.distortion,
         seconds=seconds,
-        dropped=list(drop),
+        dropped=list(spec.dropped),
         incremental=incremental,
         two_stage=two_stage,
+        columns={name: {"role": f.role, "type": f.type or
+                        ("float" if f.role == "quasi_identifier" else None)}
+                 for name, f in spec.fields.items()},
+        loss=released.loss,
+        strata=list(spec.strata),
+        strata_merged=[] if prepared.groups is None else prepared.groups.merged_strata,
+        weight=spec.weight,
     )
 
 
-def shuffle_rows(data: Any, seed: int | None = None) -> Any:
-    """Rows in a random order (numpy array or DataFrame, index reset), so that row order tells
-    nothing about arrival order or cells."""
-    rng = np.random.default_rng(seed)
-    if pd is not None and isinstance(data, pd.DataFrame):
-        order = rng.permutation(len(data))
-        return data.iloc[order].reset_index(drop=True)
-    return np.asarray(data)[rng.permutation(len(data))]
-
-
-def _resolve_columns(frame: Any, qi: Sequence[str] | None, drop: Sequence[str]) -> list[str]:
+def _schema_of(frame: Any, schema: Any, qi: Any, confidential: Any, drop: Any, strata: Any,
+               weight: str | None, missing: str | None) -> Schema:
+    """The schema of ``frame``: the one given (every column needs a role), or the quick
+    form's."""
+    strata = [strata] if isinstance(strata, str) else list(strata)
     columns = [str(c) for c in frame.columns]
-    named = list(qi or []) + list(drop)
-    missing = [c for c in named if c not in columns]
-    if missing:
-        raise InputError(
-            f"unknown column(s): {', '.join(missing)}; the data has: {', '.join(columns)}"
-        )
-    if qi is None:
-        qi = [c for c in columns if c not in set(drop)]
-    clash = sorted(set(qi) & set(drop))
-    if clash:
-        raise InputError(
-            f"column(s) {', '.join(clash)} cannot be both quasi-identifier and dropped"
-        )
-    if not qi:
+    if schema is not None:
+        if qi is not None or drop or confidential or missing is not None:
+            raise ParameterError("give either schema= or the quick form (qi=, confidential=, "
+                                 "drop=, missing=), not both")
+        spec = as_schema(schema, strata)
+        if weight is not None:
+            raise ParameterError("with schema=, the weight is the field of role 'weight'")
+        spec.check_columns(columns)
+        return spec
+    def one(names: Any) -> list[str]:
+        return [names] if isinstance(names, str) else list(names)
+
+    drop, confidential = one(drop), one(confidential)
+    named = set(drop) | set(confidential) | set(strata) | ({weight} if weight else set())
+    qi_cols = one(qi) if qi is not None else [c for c in columns if c not in named]
+    if not qi_cols:
         raise InputError("no quasi-identifier columns given")
-    return list(qi)
+    roles = set(qi_cols) | set(drop) | set(confidential) | ({weight} if weight else set())
+    spec = quick_schema(columns, qi_cols, confidential, drop, weight=weight, missing=missing,
+                        strata=[s for s in strata if s in roles] or ())
+    extra = [s for s in strata if s not in roles]
+    if extra:
+        raise InputError(f"stratum column(s) {', '.join(extra)} have no role; name them in "
+                         "qi= or confidential=")
+    spec.check_columns(columns, "name each in qi=, confidential= or drop=")
+    return spec
+
+
+def _rows_of(info: Any, params: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
+    """Engine parameters for some records: per-record ones cut to those rows."""
+    return {name: (np.asarray(value)[rows] if name in info.per_record else value)
+            for name, value in params.items()}
 
 
 def _resolve_per_record(info: Any, params: dict[str, Any], frame: Any) -> dict[str, Any]:

@@ -29,6 +29,14 @@ def table_format(path: str | os.PathLike[str]) -> str:
     return suffix
 
 
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths name the same file (also through links and ``..``)."""
+    pa, pb = Path(a), Path(b)
+    if pa.exists() and pb.exists():
+        return os.path.samefile(pa, pb)
+    return pa.resolve() == pb.resolve()
+
+
 def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Load a CSV or Parquet file into a DataFrame."""
     fmt = table_format(path)

@@ -1,6 +1,6 @@
 """Standardisation, distortion and the k-anonymity gate (SPEC section 3).
 
-All functions are pure: arrays in, numbers or arrays out.
+All functions are pure: arrays (or, for the table checks, a DataFrame) in, numbers or arrays out.
 
 Distortion follows the microaggregation literature: on the standardised data (each
 quasi-identifier shifted to mean 0 and scaled to population standard deviation 1), the sum of
@@ -11,9 +11,11 @@ to the global mean (SST, which equals n*m after standardisation when no column i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from streamanon.errors import InputError, KAnonymityError
 
@@ -144,6 +146,29 @@ class KAnonymityReport:
         return self.groups_below_k == 0 and self.n_records >= self.k
 
 
+def _report_from_sizes(sizes: np.ndarray, n: int, k: int) -> KAnonymityReport:
+    if n == 0:
+        return KAnonymityReport(k, 0, 0, 0, 0, 0)
+    small = sizes < k
+    return KAnonymityReport(
+        k=k,
+        n_records=n,
+        n_groups=len(sizes),
+        smallest_group=int(sizes.min()),
+        groups_below_k=int(small.sum()),
+        records_below_k=int(sizes[small].sum()),
+    )
+
+
+def _pass_gate(report: KAnonymityReport) -> KAnonymityReport:
+    if not report.ok:
+        raise KAnonymityError(
+            f"release is not {report.k}-anonymous: {report.groups_below_k} quasi-identifier "
+            f"groups ({report.records_below_k} records) occur fewer than {report.k} times"
+        )
+    return report
+
+
 def check_k_anonymity(released_qi: np.ndarray, k: int) -> KAnonymityReport:
     """Group the released quasi-identifier tuples; every distinct tuple must occur ``k`` times.
 
@@ -152,27 +177,64 @@ def check_k_anonymity(released_qi: np.ndarray, k: int) -> KAnonymityReport:
     Q = np.asarray(released_qi)
     if Q.ndim == 1:
         Q = Q[:, None]
-    n = Q.shape[0]
-    if n == 0:
-        return KAnonymityReport(k, 0, 0, 0, 0, 0)
     _, counts = np.unique(Q, axis=0, return_counts=True)
-    small = counts < k
-    return KAnonymityReport(
-        k=k,
-        n_records=n,
-        n_groups=len(counts),
-        smallest_group=int(counts.min()),
-        groups_below_k=int(small.sum()),
-        records_below_k=int(counts[small].sum()),
-    )
+    return _report_from_sizes(counts, Q.shape[0], k)
 
 
 def require_k_anonymous(released_qi: np.ndarray, k: int) -> KAnonymityReport:
     """The gate: return the report, or raise :class:`KAnonymityError` if the table fails."""
-    report = check_k_anonymity(released_qi, k)
-    if not report.ok:
-        raise KAnonymityError(
-            f"release is not {k}-anonymous: {report.groups_below_k} quasi-identifier groups "
-            f"({report.records_below_k} records) occur fewer than {k} times"
+    return _pass_gate(check_k_anonymity(released_qi, k))
+
+
+def _qi_group_keys(frame: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
+    """One integer per row, equal for two rows exactly when their ``columns`` tuples are equal.
+
+    Values are compared as they are stored: floats exactly, text as text, categories by their
+    category. Every missing value (NaN, None, ``pd.NA``, NaT) is one value of its own per column,
+    equal to the other missing values and to nothing else: a reader of the release sees the same
+    blank in both rows.
+    """
+    unknown = [c for c in columns if c not in frame.columns]
+    if unknown:
+        raise InputError(
+            f"unknown column(s): {', '.join(map(str, unknown))}; the table has: "
+            f"{', '.join(map(str, frame.columns))}"
         )
-    return report
+    keys = np.zeros(len(frame), dtype=np.int64)
+    for column in columns:
+        codes, uniques = pd.factorize(frame[column])  # missing -> -1
+        codes = np.where(codes < 0, len(uniques), codes).astype(np.int64)
+        # Re-factorising after each column keeps keys below n, so the product never overflows.
+        keys, _ = pd.factorize(keys * (len(uniques) + 1) + codes)
+    return keys
+
+
+def check_table_k_anonymity(
+    frame: pd.DataFrame, columns: Sequence[str], k: int
+) -> KAnonymityReport:
+    """Group the rows of ``frame`` by their tuple of values in ``columns``; every distinct tuple
+    must occur ``k`` times.
+
+    The table form of :func:`check_k_anonymity` for releases with text, categorical or missing
+    quasi-identifiers: tuples are compared exactly, and a missing value is a value of its own
+    (all missing values of a column are equal to each other and to no other value).
+    """
+    keys = _qi_group_keys(frame, columns)
+    return _report_from_sizes(np.bincount(keys), len(frame), k)
+
+
+def require_k_anonymous_table(
+    frame: pd.DataFrame, columns: Sequence[str], k: int
+) -> KAnonymityReport:
+    """The gate for tables: return the report, or raise :class:`KAnonymityError` if ``frame``
+    is not k-anonymous on ``columns``."""
+    return _pass_gate(check_table_k_anonymity(frame, columns, k))
+
+
+def sample_unique_share(frame: pd.DataFrame, columns: Sequence[str]) -> float:
+    """Share of the rows whose tuple of values in ``columns`` occurs exactly once in ``frame``
+    (missing values compared as in :func:`check_table_k_anonymity`); 0 for an empty table."""
+    if len(frame) == 0:
+        return 0.0
+    sizes = np.bincount(_qi_group_keys(frame, columns))
+    return float(sizes[sizes == 1].sum() / len(frame))

@@ -20,16 +20,48 @@ partition :func:`~streamanon.api.microaggregate` makes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from streamanon.api import shuffle_rows
 from streamanon.errors import InputError
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import Partition, TwoStageRun
-from streamanon.metrics import aggregate, distortion, fit_standardisation, require_k_anonymous
+from streamanon.metrics import (
+    Standardisation,
+    aggregate,
+    distortion,
+    fit_standardisation,
+    require_k_anonymous,
+    require_k_anonymous_table,
+)
+from streamanon.mixed import (
+    Encoding,
+    Groups,
+    check_engine,
+    embed,
+    encoding_for,
+    fit_embedding,
+    loss_by_type,
+    make_groups,
+    partition_groups,
+    release_codes,
+    stratum_ids,
+)
+from streamanon.schema import Schema
+
+
+def shuffle_rows(data: Any, seed: int | None = None, *, keep_index: bool = False) -> Any:
+    """Rows in a random order (numpy array or DataFrame, index reset unless ``keep_index``),
+    so that row order tells nothing about arrival order or cells."""
+    rng = np.random.default_rng(seed)
+    if isinstance(data, pd.DataFrame):
+        order = rng.permutation(len(data))
+        out = data.iloc[order]
+        return out if keep_index else out.reset_index(drop=True)
+    return np.asarray(data)[rng.permutation(len(data))]
 
 
 @dataclass(frozen=True)
@@ -44,19 +76,66 @@ class BaseSnapshot:
     seconds: float
 
 
-def release_partition(run: TwoStageRun, X: np.ndarray, base: BaseSnapshot | None) -> Partition:
+def release_partition(run: TwoStageRun, X: np.ndarray, base: BaseSnapshot | None,
+                      prepared: Prepared | None = None) -> Partition:
     """The cells of the records ``X`` (n x m, original units, arrival order).
 
     Two stages when ``base`` is usable for these n records: its cells stay, the records after
     it join through ``run``'s incremental stage, all standardised as the base was. Otherwise
     (no base, fewer than 2k base records, or more than n) one-shot: ``run``'s engine on all
     records, standardised as a whole. The result's ``mode`` says which.
+
+    ``prepared`` (:func:`prepare_codes` of ``X``, embedded as the base was when there is one)
+    describes mixed data: with groups (strata, missing values), each group is partitioned on
+    its own, two-stage where the base cells of its records lie wholly inside it and are
+    usable, one-shot otherwise.
     """
     X = np.asarray(X, dtype=np.float64)
-    if base is None or not base_is_usable(base.n_base, run.k, X.shape[0]):
-        return run.one_shot(fit_standardisation(X).apply(X))
-    Z = (X - base.mean) / base.scale
-    return run.partition(Z, base.n_base, base_result=(base.labels, base.seconds))
+    if prepared is None or (prepared.groups is None and prepared.encoding.numeric_only
+                            and not np.isnan(X).any()):
+        if base is None or not base_is_usable(base.n_base, run.k, X.shape[0]):
+            return run.one_shot(fit_standardisation(X).apply(X))
+        Z = (X - base.mean) / base.scale
+        return run.partition(Z, base.n_base, base_result=(base.labels, base.seconds))
+    if prepared.groups is None:
+        if base is None or not base_is_usable(base.n_base, run.k, X.shape[0]):
+            return run.one_shot(prepared.Z)
+        return run.partition(prepared.Z, base.n_base, base_result=(base.labels, base.seconds))
+    n_base = 0 if base is None else min(base.n_base, X.shape[0])
+    modes: list[str] = []
+    times = [0.0, 0.0]
+
+    def one(rows: np.ndarray, Zg: np.ndarray) -> np.ndarray:
+        nb = int(np.sum(rows < n_base))
+        base_labels = _base_cells_inside(base, rows[:nb], run.k, len(rows))
+        part = (run.partition(Zg, nb, base_result=(base_labels, 0.0))
+                if base_labels is not None else run.one_shot(Zg))
+        modes.append(part.mode)
+        times[0] += part.base_seconds
+        times[1] += part.incremental_seconds
+        return part.labels
+
+    labels = partition_groups(prepared.Z, prepared.groups, prepared.encoding, one)
+    return Partition(labels=labels,
+                     mode="two-stage" if "two-stage" in modes else "one-shot",
+                     n_base=n_base, n_increment=X.shape[0] - n_base,
+                     base_seconds=(base.seconds if base is not None and "two-stage" in modes
+                                   else times[0]),
+                     incremental_seconds=times[1])
+
+
+def _base_cells_inside(base: BaseSnapshot | None, rows: np.ndarray, k: int,
+                       n_group: int) -> np.ndarray | None:
+    """The base cells of a group's base records ``rows``, numbered from 0, when every such
+    cell lies wholly inside the group and they are usable; else None (one-shot)."""
+    if base is None or not base_is_usable(len(rows), k, n_group):
+        return None
+    cells = base.labels[rows]
+    touched = np.unique(cells)
+    if np.bincount(base.labels, minlength=int(base.labels.max()) + 1)[touched].sum() \
+            != len(rows):
+        return None  # a cell of the base run crosses into another group
+    return np.searchsorted(touched, cells).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -65,6 +144,7 @@ class Release:
 
     table: pd.DataFrame
     distortion: float
+    loss: dict[str, Any] = field(default_factory=dict)
 
     @property
     def information_loss(self) -> float:
@@ -96,3 +176,95 @@ def release_table(records: pd.DataFrame, labels: np.ndarray, quasi_identifiers: 
     require_k_anonymous(table[qi].to_numpy(), k)  # the gate
     return Release(table=shuffle_rows(table, seed),
                    distortion=distortion(fit_standardisation(X).apply(X), labels))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A table's quasi-identifiers ready for the engines (:func:`prepare`): their encoding
+    and codes, the embedding and its scaling, the groups (None: one group, as for complete
+    data without strata) and the weights."""
+
+    schema: Schema
+    encoding: Encoding
+    C: np.ndarray
+    scaling: Standardisation
+    Z: np.ndarray
+    groups: Groups | None
+    weights: np.ndarray | None
+
+
+def prepare(frame: pd.DataFrame, schema: Schema, k: int, engine: str = "mdav") -> Prepared:
+    """Encode, check and embed ``frame``'s quasi-identifiers under ``schema``
+    (:mod:`streamanon.mixed`)."""
+    encoding = encoding_for(frame, schema)
+    check_engine(engine, encoding)
+    C = encoding.codes(frame)
+    encoding.check_required(C)
+    strata = stratum_ids(frame, schema.strata) if schema.strata else None
+    return prepare_codes(C, schema, encoding, k, strata, _weights(frame, schema.weight))
+
+
+def prepare_codes(C: np.ndarray, schema: Schema, encoding: Encoding, k: int,
+                  strata: tuple[np.ndarray, list[str]] | None = None,
+                  weights: np.ndarray | None = None,
+                  scaling: Standardisation | None = None) -> Prepared:
+    """:func:`prepare` from codes (the service stores them): the embedding (in ``scaling``,
+    default fitted to ``C``) and the groups of ``strata`` (ids, names) and missing values."""
+    if len(C) < k:
+        raise InputError(f"{len(C)} records cannot form a cell of k = {k}: no "
+                         f"{k}-anonymous release exists")
+    scaling = fit_embedding(C, encoding) if scaling is None else scaling
+    Z = embed(C, encoding, scaling)
+    grouped = [j for j, c in enumerate(encoding.columns) if c.missing == "group"]
+    groups = None
+    if strata is not None or np.isnan(C[:, grouped]).any():
+        ids, names = strata if strata is not None else (None, [])
+        groups = make_groups(C, Z, encoding, k, ids, names)
+    return Prepared(schema, encoding, C, scaling, Z, groups, weights)
+
+
+def _weights(frame: pd.DataFrame, name: str | None) -> np.ndarray | None:
+    if name is None:
+        return None
+    column = frame[name]
+    if not pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column):
+        raise InputError(f"weight column {name} is not numeric")
+    w = column.to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~(np.isfinite(w) & (w > 0))
+    if bad.any():
+        raise InputError(f"{int(bad.sum())} weight(s) in {name} are missing, zero, negative "
+                         "or infinite; a sampling weight is a positive number")
+    return w
+
+
+def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray, k: int, *,
+                     seed: int | None, shuffle: bool = True,
+                     keep_index: bool = False) -> Release:
+    """The release of ``frame`` under the partition ``labels``: dropped roles removed, each
+    quasi-identifier replaced by its cell's value per type (withheld where the record's group
+    withholds it), the k-anonymity gate (a missing value is a value of its own), the rows
+    shuffled unless told not to, and the loss per type."""
+    labels = np.asarray(labels)
+    if labels.shape != (len(frame),):
+        raise InputError(f"{labels.shape} labels for {len(frame)} records; one per record")
+    enc, C, groups = prepared.encoding, prepared.C, prepared.groups
+    withheld = None if groups is None else groups.withheld[groups.ids]
+    R = release_codes(C, labels, enc, withheld, prepared.weights)
+    table = frame.drop(columns=prepared.schema.dropped)
+    if not keep_index:
+        table = table.reset_index(drop=True)
+    table = table.copy()
+    for name, values in enc.decode(R, like=frame).items():
+        table[name] = values.to_numpy() if values.dtype == object else values.array
+    qi = enc.names
+    legacy = (all(c.kind == "float" for c in enc.columns) and not np.isnan(C).any()
+              and prepared.weights is None)
+    if legacy:  # complete numeric data: exactly the literature's D, as before issue 15
+        require_k_anonymous(table[qi].to_numpy(), k)
+    else:
+        require_k_anonymous_table(table, qi, k)
+    loss = loss_by_type(C, R, enc, prepared.scaling, prepared.weights)
+    d = distortion(prepared.Z, labels) if legacy else loss["distortion"]
+    if shuffle:
+        table = shuffle_rows(table, seed, keep_index=keep_index)
+    return Release(table=table, distortion=d, loss=loss)

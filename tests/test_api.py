@@ -20,7 +20,8 @@ def _frame(n=60, seed=0):
 
 def test_dataframe_release_keeps_confidential_and_drops_identifiers():
     frame = _frame()
-    result = microaggregate(frame, 5, qi=["age", "income"], drop=["id"])
+    result = microaggregate(frame, 5, qi=["age", "income"], confidential="answer", drop=["id"],
+                            shuffle=False)
     out = result.data
     assert list(out.columns) == ["age", "income", "answer"]
     assert (out["answer"] == frame["answer"]).all()  # same row order, unchanged
@@ -42,7 +43,8 @@ def test_numpy_release_is_cell_means():
 
 def test_report_holds_no_data_values():
     frame = _frame()
-    report = microaggregate(frame, 5, qi=["age", "income"], drop=["id"]).report()
+    report = microaggregate(frame, 5, qi=["age", "income"], confidential=["answer"],
+                            drop=["id"]).report()
     text = repr(report)
     assert "p1" not in text and "income" in text
     assert report["n"] == 60 and report["k"] == 5 and report["engine"] == "mdav"
@@ -54,15 +56,16 @@ def test_unknown_column():
 
 
 def test_non_numeric_qi():
-    with pytest.raises(InputError, match="not numeric: answer"):
-        microaggregate(_frame(), 5, qi=["age", "answer"], drop=["id"])
+    with pytest.raises(InputError, match="column answer is not numeric; declare it as "
+                                         "category or ordinal"):
+        microaggregate(_frame(), 5, qi=["age", "answer"], confidential="income", drop=["id"])
 
 
 def test_missing_value_in_qi_names_the_column():
     frame = _frame()
     frame.loc[7, "income"] = np.nan
     with pytest.raises(InputError, match="column\\(s\\) income \\(first at row 8\\)"):
-        microaggregate(frame, 5, qi=["age", "income"], drop=["id"])
+        microaggregate(frame, 5, qi=["age", "income"], confidential="answer", drop=["id"])
 
 
 def test_shuffle_rows_permutes_and_is_seeded():

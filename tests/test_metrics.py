@@ -1,18 +1,22 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from streamanon.errors import KAnonymityError
+from streamanon.errors import InputError, KAnonymityError
 from streamanon.metrics import (
     aggregate,
     check_k_anonymity,
     check_partition,
+    check_table_k_anonymity,
     distortion,
     fit_standardisation,
     information_loss,
     relative_distortion_increase,
     require_k_anonymous,
+    require_k_anonymous_table,
+    sample_unique_share,
     sse,
     sst,
     standardise,
@@ -101,3 +105,78 @@ def test_k_anonymity_gate_raises():
 
 def test_fewer_records_than_k_is_not_k_anonymous():
     assert not check_k_anonymity(np.array([[1.0], [1.0]]), 3).ok
+
+
+def test_table_check_counts_groups_of_text_and_numbers():
+    frame = pd.DataFrame({"region": ["n", "n", "n", "s", "s", "s", "s"],
+                          "age": [30.0, 30.0, 30.0, 30.0, 30.0, 41.0, 41.0]})
+    report = check_table_k_anonymity(frame, ["region", "age"], 3)
+    assert (report.n_records, report.n_groups, report.smallest_group) == (7, 3, 2)
+    assert (report.groups_below_k, report.records_below_k) == (2, 4)
+    assert check_table_k_anonymity(frame, ["region", "age"], 2).ok
+    assert check_table_k_anonymity(frame, ["region"], 3).ok
+
+
+def test_nan_equals_nan_when_grouping():
+    frame = pd.DataFrame({"a": [np.nan, np.nan, 1.0, 1.0], "b": [2.0, 2.0, np.nan, np.nan]})
+    report = check_table_k_anonymity(frame, ["a", "b"], 2)
+    assert report.ok and report.n_groups == 2
+
+
+def test_missing_value_differs_from_every_value():
+    frame = pd.DataFrame({"a": [np.nan, np.nan, 0.0, 0.0], "b": ["", "", None, None]})
+    assert check_table_k_anonymity(frame, ["a"], 1).n_groups == 2
+    assert check_table_k_anonymity(frame, ["b"], 1).n_groups == 2
+
+
+def test_none_nan_and_pd_na_in_an_object_column_are_one_missing_value():
+    frame = pd.DataFrame({"job": pd.Series(["a", None, np.nan, pd.NA, "a"], dtype=object)})
+    report = check_table_k_anonymity(frame, ["job"], 2)
+    assert report.n_groups == 2 and report.smallest_group == 2 and report.ok
+
+
+def test_floats_are_compared_exactly():
+    frame = pd.DataFrame({"a": [1.0, 1.0000000001]})
+    assert check_table_k_anonymity(frame, ["a"], 1).n_groups == 2
+
+
+def test_categorical_columns_group_by_category_and_missing():
+    frame = pd.DataFrame({"sex": pd.Categorical(["f", None, "f", None], categories=["f", "m"])})
+    report = check_table_k_anonymity(frame, ["sex"], 2)
+    assert report.ok and report.n_groups == 2
+
+
+def test_table_check_agrees_with_the_array_check_on_numeric_data():
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n, m, k = int(rng.integers(1, 300)), int(rng.integers(1, 4)), int(rng.integers(1, 6))
+        X = rng.integers(0, 4, (n, m)) + rng.choice([0.0, 0.5, 1e-9], (n, m))
+        cols = [f"q{j}" for j in range(m)]
+        assert check_table_k_anonymity(pd.DataFrame(X, columns=cols), cols, k) == \
+            check_k_anonymity(X, k)
+
+
+def test_table_check_of_an_empty_table():
+    report = check_table_k_anonymity(pd.DataFrame({"a": []}), ["a"], 2)
+    assert report.n_records == 0 and not report.ok
+
+
+def test_table_gate_raises():
+    frame = pd.DataFrame({"a": ["x"] * 3 + [None] * 4})
+    with pytest.raises(KAnonymityError, match=r"not 4-anonymous: 1 quasi-identifier groups "
+                                              r"\(3 records\)"):
+        require_k_anonymous_table(frame, ["a"], 4)
+    assert require_k_anonymous_table(frame, ["a"], 3).n_groups == 2
+
+
+def test_table_check_rejects_unknown_columns():
+    with pytest.raises(InputError, match=r"unknown column\(s\): b"):
+        check_table_k_anonymity(pd.DataFrame({"a": [1]}), ["a", "b"], 1)
+
+
+def test_sample_unique_share():
+    frame = pd.DataFrame({"a": [1.0, 1.0, 2.0, np.nan, np.nan, 3.0],
+                          "b": ["x", "x", "x", None, None, "y"]})
+    assert sample_unique_share(frame, ["a", "b"]) == pytest.approx(2 / 6)
+    assert sample_unique_share(frame, ["b"]) == pytest.approx(1 / 6)
+    assert sample_unique_share(frame.iloc[:0], ["a"]) == 0.0

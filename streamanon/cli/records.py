@@ -1,4 +1,4 @@
-"""One-shot microaggregation of files: ``anonymize``, ``verify``, ``engines``."""
+"""One-shot microaggregation of files: ``anonymize``, ``engines``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ EXIT_CHECK_FAILED = 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``anonymize``, ``verify`` and ``engines``."""
+    """Add ``anonymize`` and ``engines``."""
     an = sub.add_parser(
         "anonymize",
         help="microaggregate a CSV or Parquet file into a k-anonymous release",
@@ -26,18 +26,35 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Replace the quasi-identifiers of every record by the mean of a cell of at least k "
             "similar records (original units), keep confidential columns unchanged, drop "
             "identifiers, shuffle the rows, and write the release atomically together with a "
-            "JSON report OUTPUT_STEM.report.json. Every column of the input must be named in "
-            "--qi, --confidential or --drop, so that no identifier slips through by accident."
+            "JSON report OUTPUT_STEM.report.json. Describe the data with --schema FILE (a TOML "
+            "file with a [schema] table: each column's role and type, as in the service's "
+            "[surveys.schema]; categorical, ordinal, integer, boolean and missing values, a "
+            "weight, strata), or for all-numeric data with the quick form --qi/--confidential/"
+            "--drop. Every column of the input must have a role, so that no identifier slips "
+            "through by accident."
         ),
     )
     an.add_argument("input", metavar="INPUT", help="input file (.csv or .parquet)")
     an.add_argument("--k", type=positive_int, required=True, help="minimum cell size")
-    an.add_argument("--qi", type=columns, required=True, metavar="COLS",
-                    help="comma-separated numeric quasi-identifier columns")
+    an.add_argument("--schema", metavar="FILE",
+                    help="TOML schema file ([schema] table, optional strata = [...]); "
+                         "replaces --qi/--confidential/--drop")
+    an.add_argument("--qi", type=columns, default=None, metavar="COLS",
+                    help="quick form: comma-separated numeric quasi-identifier columns")
     an.add_argument("--confidential", type=columns, default=[], metavar="COLS",
                     help="comma-separated columns published unchanged")
     an.add_argument("--drop", type=columns, default=[], metavar="COLS",
                     help="comma-separated columns removed from the release (identifiers)")
+    an.add_argument("--missing", choices=("group", "impute"), default=None,
+                    help="quick form: what a missing quasi-identifier value becomes: 'group' "
+                         "(kept missing, microaggregated with records missing the same fields) "
+                         "or 'impute' (its cell's value); default: an error")
+    an.add_argument("--strata", type=columns, default=[], metavar="COLS",
+                    help="microaggregate within each stratum of these columns (strata under k "
+                         "records join the most similar one, reported)")
+    an.add_argument("--weight", metavar="COL", default=None,
+                    help="quick form: sampling-weight column (weighted cell means and losses; "
+                         "published unchanged)")
     an.add_argument("--engine", default="mdav",
                     help="microaggregation engine (default mdav; see 'streamanon engines')")
     an.add_argument("--param", type=param, action="append", default=[], metavar="NAME=VALUE",
@@ -59,20 +76,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="seed of the row shuffle (default: fresh randomness)")
     an.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
     an.set_defaults(handler=cmd_anonymize)
-
-    ve = sub.add_parser(
-        "verify",
-        help="check that a released file is k-anonymous",
-        description=(
-            "Group the rows of FILE by their quasi-identifier tuple; the file is k-anonymous "
-            "when every distinct tuple occurs at least k times. Exit status 0 if it is, 1 if not."
-        ),
-    )
-    ve.add_argument("file", metavar="FILE", help="released file (.csv or .parquet)")
-    ve.add_argument("--k", type=positive_int, required=True, help="required minimum group size")
-    ve.add_argument("--qi", type=columns, required=True, metavar="COLS",
-                    help="comma-separated quasi-identifier columns")
-    ve.set_defaults(handler=cmd_verify)
 
     en = sub.add_parser("engines", help="list the microaggregation engines",
                         description="List every registered engine with its source and parameters.")
@@ -114,29 +117,36 @@ def _with_progress(label: str, run: Callable[[Any], T], enabled: bool) -> T:
 
 def cmd_anonymize(args: argparse.Namespace) -> int:
     from streamanon.api import microaggregate
-    from streamanon.io import read_table, report_path, table_format, write_json, write_table
-    from streamanon.release import release_table
+    from streamanon.io import (
+        read_table,
+        report_path,
+        same_file,
+        table_format,
+        write_json,
+        write_table,
+    )
+    from streamanon.schema import load_schema
 
     table_format(args.out)
+    if same_file(args.input, args.out):
+        raise InputError(f"--out {args.out} is the input file; the release would overwrite "
+                         "the raw data: choose another output")
+    quick = {"qi": args.qi, "confidential": args.confidential, "drop": args.drop,
+             "missing": args.missing, "weight": args.weight}
+    if args.schema is not None:
+        given = [f"--{name}" for name, value in quick.items() if value]
+        if given:
+            raise ParameterError(f"{', '.join(given)} and --schema: the schema gives every "
+                                 "column's role; use one or the other")
+        described: dict[str, Any] = {"schema": load_schema(args.schema)}
+    elif args.qi is None:
+        raise ParameterError("describe the data: --schema FILE, or --qi COLS (quick form for "
+                             "numeric data)")
+    else:
+        described = quick
     frame = read_table(args.input)
-    columns = [str(c) for c in frame.columns]
-    roles: dict[str, str] = {}
-    for role, cols in (("qi", args.qi), ("confidential", args.confidential), ("drop", args.drop)):
-        for c in cols:
-            if c in roles:
-                raise InputError(f"column {c!r} is given two roles: --{roles[c]} and --{role}")
-            roles[c] = role
-    unknown = [c for c in roles if c not in columns]
-    if unknown:
-        raise InputError(
-            f"unknown column(s): {', '.join(unknown)}; the file has: {', '.join(columns)}"
-        )
-    unassigned = [c for c in columns if c not in roles]
-    if unassigned:
-        raise InputError(
-            f"column(s) {', '.join(unassigned)} have no role; name each in --qi, --confidential "
-            "or --drop (identifiers must be dropped explicitly)"
-        )
+    if args.schema is None:
+        _check_roles(frame, args)
     params = dict(args.param)
     if (args.incremental is None) != (args.nu is None):
         raise ParameterError("--incremental and --nu go together")
@@ -151,19 +161,21 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     result = _with_progress(
         f"{args.engine} k={args.k}",
-        lambda progress: microaggregate(frame, args.k, args.engine, qi=args.qi, drop=args.drop,
+        lambda progress: microaggregate(frame, args.k, args.engine, **described,
+                                        strata=args.strata, seed=args.seed,
                                         progress=progress, engine_params=params,
                                         **two_stage),
         show,
     )
-    release = release_table(frame.drop(columns=args.drop), result.labels, args.qi, args.k,
-                            args.seed)
     report = result.report()
-    report["confidential"] = list(args.confidential)
+    report["confidential"] = [c for c, spec in report["columns"].items()
+                              if spec["role"] in ("confidential", "label")]
     report["input"] = str(args.input)
     report["output"] = str(args.out)
     report["total_seconds"] = time.perf_counter() - started
-    write_table(release.table, args.out)
+    for warning in _publication_warnings(frame, report["columns"]):
+        print(f"streamanon: warning: {warning}", file=sys.stderr)
+    write_table(result.data, args.out)
     rpath = report_path(args.out)
     write_json(report, rpath)
     if args.incremental is None:
@@ -181,6 +193,75 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_roles(frame: Any, args: argparse.Namespace) -> None:
+    """The quick form's roles: each column named once, every column named."""
+    columns = [str(c) for c in frame.columns]
+    roles: dict[str, str] = {}
+    named = (("qi", args.qi), ("confidential", args.confidential), ("drop", args.drop),
+             ("weight", [args.weight] if args.weight else []))
+    for role, cols in named:
+        for c in cols:
+            if c in roles:
+                raise InputError(f"column {c!r} is given two roles: --{roles[c]} and --{role}")
+            roles[c] = role
+    unknown = [c for c in [*roles, *args.strata] if c not in columns]
+    if unknown:
+        raise InputError(
+            f"unknown column(s): {', '.join(unknown)}; the file has: {', '.join(columns)}"
+        )
+    unassigned = [c for c in columns if c not in roles]
+    if unassigned:
+        raise InputError(
+            f"column(s) {', '.join(unassigned)} have no role; name each in --qi, --confidential "
+            "or --drop (identifiers must be dropped explicitly)"
+        )
+
+
+def _publication_warnings(frame: Any, columns: dict[str, dict[str, Any]]) -> list[str]:
+    """Columns published unchanged that can identify a respondent by themselves: timestamps
+    (declared, or datetime values) and free text (declared, or strings mostly unique)."""
+    import pandas as pd
+
+    out = []
+    for name, spec in columns.items():
+        if spec["role"] not in ("confidential", "label") or name not in frame.columns:
+            continue
+        column = frame[name]
+        kind = spec.get("type")
+        if (kind == "timestamp" or pd.api.types.is_datetime64_any_dtype(column)
+                or (kind in (None, "str") and _timestamps(column))):
+            out.append(f"confidential column {name} is a timestamp, published unchanged: a "
+                       "submission time can identify a respondent; drop or coarsen it")
+        elif kind == "text" or (kind in (None, "str") and _free_text(column)):
+            out.append(f"confidential column {name} is free text, published unchanged: it may "
+                       "name or describe a respondent; drop it or review it by hand")
+    return out
+
+
+def _timestamps(column: Any) -> bool:
+    """Strings that all read as dates and times (ISO 8601), judged on the first hundred."""
+    import pandas as pd
+
+    sample = column.dropna().iloc[:100]
+    if sample.empty or not all(isinstance(v, str) and len(v) >= 10 for v in sample):
+        return False
+    parsed = pd.to_datetime(sample, errors="coerce", format="ISO8601", utc=True)
+    return bool(parsed.notna().all())
+
+
+def _free_text(column: Any) -> bool:
+    """Strings, most of them different: free text rather than a coded answer."""
+    import pandas as pd
+
+    values = column.dropna()
+    if values.empty or not (pd.api.types.is_object_dtype(values)
+                            or pd.api.types.is_string_dtype(values)):
+        return False
+    if not all(isinstance(v, str) for v in values.iloc[:1000]):
+        return False
+    return values.nunique() > max(20, len(values) // 2)
+
+
 def _record_timing(result: Any) -> None:
     """Add this run to the engine's cost model (what `plan` and the scheduler read)."""
     from scheduler.cost_model import CostModelStore
@@ -191,35 +272,6 @@ def _record_timing(result: Any) -> None:
     except (OSError, ValueError) as exc:
         print(f"streamanon: warning: timing not recorded in {store.path}: {exc}",
               file=sys.stderr)
-
-
-def cmd_verify(args: argparse.Namespace) -> int:
-    from streamanon.io import read_table
-    from streamanon.metrics import check_k_anonymity
-
-    frame = read_table(args.file)
-    missing = [c for c in args.qi if c not in frame.columns]
-    if missing:
-        raise InputError(
-            f"unknown column(s): {', '.join(missing)}; the file has: "
-            f"{', '.join(map(str, frame.columns))}"
-        )
-    report = check_k_anonymity(frame[args.qi].to_numpy(), args.k)
-    if report.ok:
-        print(
-            f"{args.file}: {args.k}-anonymous ({report.n_records} records, {report.n_groups} "
-            f"quasi-identifier groups, smallest {report.smallest_group})"
-        )
-        return 0
-    reason = (
-        f"only {report.n_records} records"
-        if report.n_records < args.k
-        else f"{report.groups_below_k} of {report.n_groups} quasi-identifier groups "
-        f"({report.records_below_k} records) occur fewer than {args.k} times, smallest "
-        f"{report.smallest_group}"
-    )
-    print(f"{args.file}: NOT {args.k}-anonymous: {reason}", file=sys.stderr)
-    return EXIT_CHECK_FAILED
 
 
 def cmd_engines(args: argparse.Namespace) -> int:

@@ -27,13 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from scheduler.durations import parse_duration
 from streamanon.errors import StreamanonError
+from streamanon.schema import FieldSpec, Schema, parse_schema
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-ROLES = ("identifier", "quasi_identifier", "confidential", "label", "ignore")
 SECRET_KEYS = {"hmac_key", "http_token", "token", "secret", "hmac_key_file", "http_token_file",
                "password", "sasl_password", "sasl_password_file", "sasl_plain_password"}
 _SECTIONS = ("kafka", "store", "output", "http", "planner")
@@ -52,16 +52,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class FieldSpec(_Strict):
-    """One JSON field of a survey response."""
-
-    role: Literal["identifier", "quasi_identifier", "confidential", "label", "ignore"]
-    type: Literal["int", "float", "str", "bool"] | None = None
-    min: float | None = None
-    max: float | None = None
-    required: bool = True
-
-
 class SurveyConfig(_Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     close: datetime | Literal["on-command"] = "on-command"
@@ -77,6 +67,8 @@ class SurveyConfig(_Strict):
     # (pseudonyms instead, see ``collector.redact_dead_letter``).
     dead_letter_identifier: Literal["keep", "redact"] = "keep"
     fields: dict[str, FieldSpec] = Field(alias="schema")
+    # Microaggregate within each stratum of these fields (streamanon.mixed).
+    strata: list[str] = Field(default_factory=list)
 
     @field_validator("deadline", mode="before")
     @classmethod
@@ -106,6 +98,11 @@ class SurveyConfig(_Strict):
     @property
     def quasi_identifiers(self) -> list[str]:
         return self.names("quasi_identifier")
+
+    @property
+    def schema(self) -> Schema:
+        """The survey's schema as the core reads it (``streamanon.schema``)."""
+        return Schema(fields=self.fields, strata=tuple(self.strata))
 
 
 class KafkaConfig(_Strict):
@@ -284,6 +281,7 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
     """Validate a parsed TOML document with environment overrides and secrets."""
     from streamanon.engines import available_engines
     from streamanon.incremental import available_stages
+    from streamanon.mixed import MIXED_ENGINES
 
     env = os.environ if env is None else env
     raw = {key: (dict(value) if isinstance(value, dict) else value) for key, value in raw.items()}
@@ -336,28 +334,35 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
             if len(survey.names("identifier")) != 1:
                 problems.append(f"{where}.schema: exactly one field must have role "
                                 "'identifier' (the respondent id)")
-            if not survey.quasi_identifiers:
-                problems.append(f"{where}.schema: no field has role 'quasi_identifier'")
+            problems += [f"{where}.schema: {p}" if p.startswith(("no field", "more than"))
+                         else f"{where}.{p}" if p.startswith("strata") else f"{where}.schema.{p}"
+                         for p in survey.schema.problems()]
+            nominal = [n for n in survey.quasi_identifiers
+                       if survey.fields[n].type in ("category", "bool")]
+            if nominal and survey.engine not in MIXED_ENGINES:
+                problems.append(f"{where}.engine: {survey.engine} works on numeric and ordinal "
+                                f"quasi-identifiers only, and {', '.join(nominal)} are "
+                                f"categorical; engines for mixed data: "
+                                f"{', '.join(sorted(MIXED_ENGINES))}")
             for name, spec in survey.fields.items():
                 key = f"{where}.schema.{name}"
-                if spec.role == "quasi_identifier":
-                    if spec.type not in (None, "int", "float"):
-                        problems.append(f"{key}.type: a quasi-identifier must be int or float")
-                    if not spec.required:
-                        problems.append(f"{key}.required: quasi-identifiers are required")
-                if (spec.min is not None and spec.max is not None and spec.min > spec.max):
-                    problems.append(f"{key}: min is larger than max")
+                if spec.type in ("category", "ordinal") and not spec.levels \
+                        and spec.role == "quasi_identifier":
+                    # stored as level numbers from the first response on
+                    problems.append(f"{key}.levels: the service needs the levels of a "
+                                    f"{spec.type} quasi-identifier")
                 if spec.role in ("confidential", "label") and spec.type is None:
                     # The release publishes these columns as they are: an untyped one could
                     # mix strings and numbers, which the Parquet writer refuses at close.
                     problems.append(f"{key}: a {spec.role} field needs a type "
-                                    "(int, float, str or bool)")
+                                    "(int, float, str, bool, timestamp or text)")
+                if spec.role in ("confidential", "label") and spec.type in ("category",
+                                                                           "ordinal"):
+                    problems.append(f"{key}.type: {spec.type} is a quasi-identifier type; a "
+                                    f"{spec.role} field is int, float, str, bool, timestamp "
+                                    "or text")
                 if spec.role == "identifier" and spec.type not in (None, "str", "int"):
                     problems.append(f"{key}.type: an identifier is str or int")
-                if ((spec.min is not None or spec.max is not None)
-                        and spec.type not in ("int", "float")
-                        and not (spec.type is None and spec.role == "quasi_identifier")):
-                    problems.append(f"{key}: bounds need a numeric type (int or float)")
                 if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name):
                     problems.append(f"{key}: field names must be identifiers")
     if problems:

@@ -1,0 +1,254 @@
+"""The one way to describe a data set: every field's role and type (SPEC section 6, issue 15).
+
+The service's ``[surveys.schema]`` table, a schema file for ``streamanon anonymize --schema``
+and ``microaggregate(df, schema=...)`` all use this format: a mapping of field name to a
+:class:`FieldSpec` (``role``, ``type``, bounds, ``levels``, ``required``, ``missing``). A
+schema file is TOML with a ``[schema]`` table and, optionally, ``strata = ["region"]``::
+
+    strata = ["region"]
+
+    [schema]
+    respondent_id = {role = "identifier"}
+    age = {role = "quasi_identifier", type = "int", min = 16, max = 110}
+    region = {role = "quasi_identifier", type = "category"}
+    education = {role = "quasi_identifier", type = "ordinal",
+                 levels = ["primary", "secondary", "tertiary"]}
+    income = {role = "quasi_identifier", type = "float", required = false}
+    q1 = {role = "confidential", type = "int", required = false}
+    weight = {role = "weight", type = "float"}
+
+Roles: ``identifier`` (removed from the release; the service keeps only its HMAC),
+``quasi_identifier`` (microaggregated), ``confidential`` (published unchanged), ``label``
+(the service's published label; a confidential column elsewhere), ``weight`` (a sampling
+weight: weighted cell means, published unchanged), ``ignore`` (removed; the service accepts
+and discards it). Pure: no I/O but :func:`load_schema`, which reads the file it is given.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from streamanon.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROLES = ("identifier", "quasi_identifier", "confidential", "label", "weight", "ignore")
+TYPES = ("int", "float", "str", "bool", "category", "ordinal", "timestamp", "text")
+#: Types a quasi-identifier may have (None: a number, as in the all-numeric quick form).
+QI_TYPES = (None, "int", "float", "bool", "category", "ordinal")
+#: Roles whose columns are removed from a released table.
+DROPPED_ROLES = ("identifier", "ignore")
+
+Level = str | int | float | bool
+
+
+class FieldSpec(BaseModel):
+    """One field (column) of a data set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["identifier", "quasi_identifier", "confidential", "label", "weight", "ignore"]
+    type: Literal["int", "float", "str", "bool", "category", "ordinal", "timestamp",
+                  "text"] | None = None
+    min: float | None = None
+    max: float | None = None
+    #: The values of a ``category`` (optional: otherwise the values seen) or, in order, of an
+    #: ``ordinal`` (required).
+    levels: list[Level] | None = None
+    required: bool = True
+    #: What a missing quasi-identifier value becomes (see ``streamanon.mixed``): ``group``
+    #: (kept missing; microaggregated with records of the same missingness pattern) or
+    #: ``impute`` (filled with its cell's value).
+    missing: Literal["group", "impute"] = "group"
+
+    def problems(self, name: str) -> list[str]:
+        """What is wrong with this field's declaration, each naming ``name``."""
+        out = []
+        if self.role == "quasi_identifier" and self.type not in QI_TYPES:
+            out.append(f"{name}.type: a quasi-identifier is int, float, bool, category or "
+                       f"ordinal, not {self.type}")
+        if self.type == "ordinal" and not self.levels:
+            out.append(f"{name}.levels: an ordinal field needs its levels, in order")
+        if self.levels is not None:
+            if self.type not in ("category", "ordinal"):
+                out.append(f"{name}.levels: only category and ordinal fields have levels")
+            elif len(set(map(repr, self.levels))) != len(self.levels):
+                out.append(f"{name}.levels: a level is listed twice")
+            elif not self.levels:
+                out.append(f"{name}.levels: the list is empty")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            out.append(f"{name}: min is larger than max")
+        if (self.min is not None or self.max is not None) and self.type not in (
+                "int", "float", None):
+            out.append(f"{name}: bounds need a numeric type (int or float)")
+        if self.role == "weight" and self.type not in (None, "int", "float"):
+            out.append(f"{name}.type: a weight is a number (int or float)")
+        return out
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The fields of a data set, in order, and the strata (fields whose values split it)."""
+
+    fields: Mapping[str, FieldSpec]
+    strata: tuple[str, ...] = ()
+
+    def names(self, *roles: str) -> list[str]:
+        return [name for name, spec in self.fields.items() if spec.role in roles]
+
+    @property
+    def quasi_identifiers(self) -> list[str]:
+        return self.names("quasi_identifier")
+
+    @property
+    def dropped(self) -> list[str]:
+        return self.names(*DROPPED_ROLES)
+
+    @property
+    def weight(self) -> str | None:
+        names = self.names("weight")
+        return names[0] if names else None
+
+    def problems(self) -> list[str]:
+        out = [p for name, spec in self.fields.items() for p in spec.problems(name)]
+        if not self.quasi_identifiers:
+            out.append("no field has role 'quasi_identifier'")
+        if len(self.names("weight")) > 1:
+            out.append(f"more than one weight field: {', '.join(self.names('weight'))}")
+        for name in self.strata:
+            spec = self.fields.get(name)
+            if spec is None:
+                out.append(f"strata: {name!r} is not a field of the schema")
+            elif spec.role in DROPPED_ROLES or spec.role == "weight":
+                out.append(f"strata: {name!r} has role {spec.role}; a stratum is a "
+                           "quasi-identifier or confidential field")
+        if len(set(self.strata)) != len(self.strata):
+            out.append("strata: a field is listed twice")
+        return out
+
+    def check_columns(self, columns: Sequence[str],
+                      hint: str = "give each a role in the schema") -> None:
+        """Raise :class:`InputError` unless every column has a role and every required field
+        is a column; ``hint`` says where roles are given."""
+        have = [str(c) for c in columns]
+        no_role = [c for c in have if c not in self.fields]
+        if no_role:
+            raise InputError(f"column(s) {', '.join(no_role)} have no role; {hint} "
+                             "(identifiers must be dropped explicitly)")
+        absent = [n for n, spec in self.fields.items() if n not in have and spec.required]
+        if absent:
+            raise InputError(f"required field(s) {', '.join(absent)} are not columns of the "
+                             f"data; it has: {', '.join(have)}")
+
+
+def parse_schema(mapping: Mapping[str, Any], strata: Sequence[str] = (),
+                 source: str = "schema") -> Schema:
+    """A :class:`Schema` from a mapping of field name to spec (dicts or :class:`FieldSpec`).
+
+    Raises
+    ------
+    InputError
+        Naming every problem, each with its field.
+    """
+    if not isinstance(mapping, Mapping) or not mapping:
+        raise InputError(f"{source}: expected a non-empty table of fields")
+    if isinstance(strata, str):
+        strata = [strata]
+    fields: dict[str, FieldSpec] = {}
+    problems: list[str] = []
+    for name, raw in mapping.items():
+        if isinstance(raw, FieldSpec):
+            fields[str(name)] = raw
+            continue
+        try:
+            fields[str(name)] = FieldSpec.model_validate(raw)
+        except ValidationError as exc:
+            for error in exc.errors():
+                where = ".".join(str(p) for p in error["loc"])
+                problems.append(f"{name}{'.' + where if where else ''}: {error['msg']}")
+    schema = Schema(fields=fields, strata=tuple(str(s) for s in strata))
+    if not problems:
+        problems = schema.problems()
+    if problems:
+        raise InputError(f"invalid {source} ({len(problems)} problem(s)): "
+                         + "; ".join(problems))
+    return schema
+
+
+def load_schema(path: str | os.PathLike[str]) -> Schema:
+    """The schema in a TOML file: a ``[schema]`` table and optionally ``strata = [...]``."""
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such schema file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, IsADirectoryError) as exc:
+        raise InputError(f"{path}: not a TOML schema file: {exc}") from None
+    unknown = sorted(set(raw) - {"schema", "strata"})
+    if unknown or "schema" not in raw:
+        raise InputError(f"{path}: a schema file has a [schema] table and optionally "
+                         f"strata = [...]" + (f"; unknown key(s) {', '.join(unknown)}"
+                                              if unknown else ""))
+    return parse_schema(raw["schema"], raw.get("strata", ()), source=f"schema {path}")
+
+
+def as_schema(schema: Schema | Mapping[str, Any] | str | os.PathLike[str],
+              strata: Sequence[str] = ()) -> Schema:
+    """A :class:`Schema` from a schema, a mapping of fields, or a schema file's path."""
+    if isinstance(schema, Schema):
+        if strata:
+            return parse_schema(schema.fields, strata)
+        return schema
+    if isinstance(schema, (str, os.PathLike)):
+        loaded = load_schema(schema)
+        return parse_schema(loaded.fields, strata) if strata else loaded
+    if isinstance(schema, Mapping) and "schema" in schema and isinstance(
+            schema["schema"], Mapping) and not isinstance(schema.get("schema"), FieldSpec) \
+            and "role" not in schema["schema"]:
+        return parse_schema(schema["schema"], strata or schema.get("strata", ()))
+    return parse_schema(schema, strata)
+
+
+def quick_schema(columns: Sequence[str], qi: Sequence[str], confidential: Sequence[str] = (),
+                 drop: Sequence[str] = (), *, weight: str | None = None,
+                 missing: str | None = None, strata: Sequence[str] = ()) -> Schema:
+    """The schema the quick form (``--qi/--confidential/--drop``) describes: numeric
+    quasi-identifiers (``required`` unless ``missing`` is given), the rest by name.
+
+    Raises
+    ------
+    InputError
+        A column named twice, a name that is not a column.
+    """
+    roles: dict[str, str] = {}
+    for role, names in (("quasi_identifier", qi), ("confidential", confidential),
+                        ("identifier", drop), ("weight", [weight] if weight else [])):
+        for name in names:
+            if name in roles:
+                raise InputError(f"column {name!r} is given two roles: {roles[name]} and "
+                                 f"{role}")
+            roles[name] = role
+    have = [str(c) for c in columns]
+    unknown = [c for c in roles if c not in have]
+    if unknown:
+        raise InputError(f"unknown column(s): {', '.join(unknown)}; the data has: "
+                         f"{', '.join(have)}")
+    fields: dict[str, Any] = {}
+    for name in have:
+        if name not in roles:
+            continue
+        spec: dict[str, Any] = {"role": roles[name]}
+        if roles[name] == "quasi_identifier" and missing is not None:
+            spec |= {"required": False, "missing": missing}
+        fields[name] = spec
+    return parse_schema(fields, strata, source="columns")

@@ -1,0 +1,121 @@
+"""``streamanon verify`` on text, categorical and missing quasi-identifiers."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from streamanon.cli.verify import EXIT_CHECK_FAILED, cmd_verify, register
+from streamanon.errors import InputError
+
+
+def verify(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["verify", *argv])
+    return args.handler(args)
+
+
+def write(frame: pd.DataFrame, path: Path) -> str:
+    if path.suffix == ".csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path, index=False)
+    return str(path)
+
+
+def test_text_quasi_identifier_is_grouped_as_text(tmp_path, capsys):
+    frame = pd.DataFrame({"region": ["north"] * 3 + ["south"] * 3, "age": [30.5] * 6})
+    path = write(frame, tmp_path / "release.csv")
+    assert verify(path, "--k", "3", "--qi", "region,age") == 0
+    assert capsys.readouterr().out.strip() == (
+        f"{path}: 3-anonymous (6 records, 2 quasi-identifier groups, smallest 3)"
+    )
+
+
+def test_categorical_column_in_parquet(tmp_path, capsys):
+    frame = pd.DataFrame({
+        "sex": pd.Categorical(["f", "f", "m", "m", "m"], categories=["f", "m", "x"]),
+        "band": pd.Categorical(["a", "a", "b", "b", "b"]),
+    })
+    path = write(frame, tmp_path / "release.parquet")
+    assert pd.read_parquet(path)["sex"].dtype == "category"
+    assert verify(path, "--k", "2", "--qi", "sex,band") == 0
+    assert "2 quasi-identifier groups, smallest 2" in capsys.readouterr().out
+    assert verify(path, "--k", "3", "--qi", "sex,band") == EXIT_CHECK_FAILED
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_rows_missing_the_same_value_form_one_group(tmp_path, capsys, suffix):
+    frame = pd.DataFrame({
+        "region": ["north", "north", None, None],
+        "income": [np.nan, np.nan, 10.0, 10.0],
+    })
+    path = write(frame, tmp_path / f"release{suffix}")
+    assert verify(path, "--k", "2", "--qi", "region,income") == 0
+    assert "(4 records, 2 quasi-identifier groups, smallest 2)" in capsys.readouterr().out
+
+
+def test_file_that_is_not_k_anonymous_exits_1_and_names_the_counts(tmp_path, capsys):
+    frame = pd.DataFrame({"region": ["a"] * 3 + ["b"] * 2 + ["c"] + [None] * 3})
+    path = write(frame, tmp_path / "release.csv")
+    assert verify(path, "--k", "3", "--qi", "region") == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == (
+        f"{path}: NOT 3-anonymous: 2 of 4 quasi-identifier groups (3 of 9 records) occur "
+        "fewer than 3 times, smallest 1"
+    )
+
+
+def test_fewer_records_than_k(tmp_path, capsys):
+    path = write(pd.DataFrame({"a": ["x", "x"]}), tmp_path / "release.csv")
+    assert verify(path, "--k", "3", "--qi", "a") == 1
+    assert "NOT 3-anonymous: only 2 records" in capsys.readouterr().err
+
+
+def test_original_reports_sample_uniques_before_and_after(tmp_path, capsys):
+    # Original: (30, a) x2, (31, a), (32, b), (NaN, b), (NaN, b), (33, None), (34, None):
+    # 4 of 8 rows are sample uniques, 50.0 %.  The release has 2 groups of 4: 0.0 %.
+    original = pd.DataFrame({
+        "age": [30, 30, 31, 32, np.nan, np.nan, 33, 34],
+        "job": ["a", "a", "a", "b", "b", "b", None, None],
+    })
+    release = pd.DataFrame({"age": [30.75] * 4 + [33.0] * 4, "job": ["a"] * 4 + [None] * 4})
+    raw = write(original, tmp_path / "raw.csv")
+    out = write(release, tmp_path / "release.parquet")
+    assert verify(out, "--k", "4", "--qi", "age,job", "--original", raw) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "sample uniques: 50.0 % before, 0.0 % after"
+
+
+def test_original_uniques_are_reported_when_the_check_fails(tmp_path, capsys):
+    raw = write(pd.DataFrame({"a": ["x", "y", "z"]}), tmp_path / "raw.csv")
+    out = write(pd.DataFrame({"a": ["x", "x", "z"]}), tmp_path / "release.csv")
+    assert verify(out, "--k", "2", "--qi", "a", "--original", raw) == 1
+    # 1 of 3 release rows is unique: 33.3 %
+    assert capsys.readouterr().out.strip() == "sample uniques: 100.0 % before, 33.3 % after"
+
+
+def test_unknown_column_is_named_with_the_columns_of_the_file(tmp_path):
+    path = write(pd.DataFrame({"age": [1], "job": ["a"]}), tmp_path / "release.csv")
+    with pytest.raises(InputError, match=r"unknown column\(s\): salary; .* has: age, job"):
+        verify(path, "--k", "1", "--qi", "age,salary")
+
+
+def test_unknown_column_in_the_original_names_that_file(tmp_path):
+    out = write(pd.DataFrame({"age": [1, 1]}), tmp_path / "release.csv")
+    raw = write(pd.DataFrame({"years": [1, 2]}), tmp_path / "raw.csv")
+    with pytest.raises(InputError, match=r"unknown column\(s\): age; .*raw\.csv has: years"):
+        verify(out, "--k", "1", "--qi", "age", "--original", raw)
+
+
+def test_cmd_verify_takes_a_namespace(tmp_path, capsys):
+    path = write(pd.DataFrame({"a": [1.0, 1.0]}), tmp_path / "release.csv")
+    args = argparse.Namespace(file=path, k=2, qi=["a"], original=None)
+    assert cmd_verify(args) == 0
+    assert "2-anonymous" in capsys.readouterr().out
