@@ -67,3 +67,21 @@ def test_the_service_benchmark_runs(tmp_path):
     assert 0 < two["n_increment"] < 4000 and one["n_increment"] == 0
     assert len(report["ingest"]) == 1 and report["one_shot_seconds"] > 0
     assert "close to release, two-stage" in result.stdout and f"wrote {out}" in result.stdout
+
+
+def test_the_survey_data_commands_run(tmp_path):
+    """The three commands of the README's "Survey data" section, as written there."""
+    section = README.split("## Survey data", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
+    commands = [line.split() for line in block.splitlines() if line.strip()]
+    assert [c[:2] for c in commands] == [["python", "-m"], ["streamanon", "anonymize"],
+                                         ["streamanon", "verify"]]
+    outputs = []
+    for words in commands:
+        argv = ([sys.executable, *words[1:]] if words[0] == "python"
+                else [sys.executable, "-m", "streamanon", *words[1:]])
+        result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        outputs.append(result.stdout + result.stderr)
+    assert "3000 records" in outputs[1]
+    assert "5-anonymous" in outputs[2] and "0.0 % after" in outputs[2]
