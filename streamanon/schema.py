@@ -89,7 +89,8 @@ class FieldSpec(BaseModel):
         if self.min is not None and self.max is not None and self.min > self.max:
             out.append(f"{name}: min is larger than max")
         if (self.min is not None or self.max is not None) and self.type not in (
-                "int", "float", None):
+                "int", "float") and not (self.type is None and self.role in (
+                    "quasi_identifier", "weight")):
             out.append(f"{name}: bounds need a numeric type (int or float)")
         if self.role == "weight" and self.type not in (None, "int", "float"):
             out.append(f"{name}.type: a weight is a number (int or float)")

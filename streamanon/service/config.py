@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from scheduler.durations import parse_duration
 from streamanon.errors import StreamanonError
-from streamanon.schema import FieldSpec, Schema, parse_schema
+from streamanon.schema import FieldSpec, Schema
 
 if sys.version_info >= (3, 11):
     import tomllib

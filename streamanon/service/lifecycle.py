@@ -11,8 +11,9 @@ Per survey::
       |                                                          |
       +--------------(close: time, CLI/HTTP, control msg)-------+--> CLOSING --> RELEASED
 
-Close: stop accepting (later messages are dead-lettered ``closed``), drain what was sent
-before, wait for a running base run, then run the incremental stage on the records after the
+Close (:mod:`~streamanon.service.closing`): stop accepting (later messages are dead-lettered
+``closed``), drain what was sent before, wait for a running base run, then release
+(:mod:`~streamanon.service.releasing`): run the incremental stage on the records after the
 base snapshot (or one engine run on everything when there is no usable base, or when the
 deadline leaves time for it), apply the k-anonymity gate, shuffle, publish.
 
@@ -30,12 +31,9 @@ import functools
 import hmac
 import logging
 import math
-import secrets
 import threading
 import time
-import uuid
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -50,14 +48,8 @@ from streamanon.errors import describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
 from streamanon.metrics import fit_standardisation
-from streamanon.release import BaseSnapshot, release_partition
-from streamanon.service.collector import (
-    Closure,
-    KafkaCollector,
-    KafkaDeadLetters,
-    SurveyIngest,
-    Validator,
-)
+from streamanon.service.closing import close_survey
+from streamanon.service.collector import KafkaCollector, KafkaDeadLetters, SurveyIngest
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.control import ControlRejected, ControlVerifier
 from streamanon.service.health import (
@@ -67,27 +59,17 @@ from streamanon.service.health import (
     producer_health,
     store_health,
 )
-from streamanon.service.offsets import broker_errors
 from streamanon.service.processes import worker_pool
-from streamanon.service.publisher import (
-    build_release,
-    manifest_is_last,
-    publish_to_topic,
-    read_written_release,
-    release_columns,
-    release_manifest,
-    write_release_files,
-    write_report,
-)
+from streamanon.service.releasing import Releaser, release_run
 from streamanon.service.reports import (
     PlanStatus,
     ProgressStatus,
-    Publication,
     ReleaseReport,
     ReleaseStatus,
     ServiceStatus,
     SurveyStatus,
 )
+from streamanon.service.runtime import SurveyRuntime
 from streamanon.service.store import (
     BASE_DONE,
     BASE_RUNNING,
@@ -102,6 +84,7 @@ from streamanon.service.store import (
     open_store,
 )
 from streamanon.service.telemetry import Telemetry
+from streamanon.service.validation import Closure, Validator
 
 log = logging.getLogger(__name__)
 
@@ -114,51 +97,6 @@ def warm_up_compute() -> bool:
     Z = np.random.default_rng(0).standard_normal((60, 2))
     TwoStageRun(5, "mdav", "nn_split_end").run(Z, 40)
     return True
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-def release_run(survey: SurveyConfig) -> TwoStageRun:
-    """The survey's base engine and incremental stage with their parameters; its methods run
-    in the compute process."""
-    return TwoStageRun(survey.k, survey.engine, survey.incremental,
-                       engine_params=survey.engine_params,
-                       incremental_params=survey.incremental_params)
-
-
-@dataclass
-class SurveyRuntime:
-    config: SurveyConfig
-    ingest: SurveyIngest
-    estimator: ArrivalEstimator
-    planner: Planner | None = None
-    last_plan: Plan | None = None
-    base_task: asyncio.Task | None = None
-    close_task: asyncio.Task | None = None
-    closed_event: asyncio.Event = field(default_factory=asyncio.Event)
-    timings: dict[str, float] = field(default_factory=dict)
-    history: ArrivalHistory = field(default_factory=lambda: ArrivalHistory())
-
-
-class ArrivalHistory:
-    """Cumulative stored records over time for the dashboard chart: at most ``limit`` points,
-    thinned by halving when full (so the whole survey stays on the chart). Counts only."""
-
-    def __init__(self, limit: int = 600) -> None:
-        self.limit = limit
-        self.points: list[tuple[float, int]] = []
-        self.spacing = 1.0  # seconds between kept points
-
-    def add(self, t: float, count: int) -> None:
-        if self.points and t - self.points[-1][0] < self.spacing:
-            self.points[-1] = (self.points[-1][0], count)  # latest count, same slot
-            return
-        self.points.append((t, count))
-        if len(self.points) > self.limit:
-            self.points = self.points[::2] + ([self.points[-1]] if len(self.points) % 2 == 0
-                                              else [])
-            self.spacing *= 2
 
 
 class Service:
@@ -178,6 +116,7 @@ class Service:
         self.surveys: dict[str, SurveyRuntime] = {}
         self.producer: Any = None  # kafka-python: dead letters, from the store thread
         self.release_producer: Any = None  # aiokafka: releases, in batches
+        self._releaser: Releaser | None = None  # made in start(), with the release producer
         self.collector: KafkaCollector | None = None
         self.scheduler: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -205,6 +144,8 @@ class Service:
             **kafka, acks="all",
             max_batch_size=1024 * 1024, linger_ms=5)
         await self.release_producer.start()
+        self._releaser = Releaser(cfg, self.store, self._in_store, self._pool,
+                                  self.release_producer, self.telemetry)
         warm = self.loop.run_in_executor(self._pool, warm_up_compute)
         for sc in cfg.surveys:
             await self._in_store(self.store.ensure_survey, sc.id)
@@ -456,7 +397,7 @@ class Service:
         finally:
             rt.base_task = None
 
-    # -- close and release ---------------------------------------------------------------------
+    # -- close and release (closing.py, releasing.py) ------------------------------------------
     async def close(self, sid: str) -> None:
         """Close the survey (idempotent); returns once the close request is stored (a restart
         carries it on) and the close sequence has been started."""
@@ -473,179 +414,11 @@ class Service:
 
     async def _close(self, sid: str) -> None:
         rt = self.surveys[sid]
-        try:
-            st = await self._in_store(self.store.survey_state, sid)
-            if st.state == RELEASED:
-                rt.closed_event.set()
-                return
-            if st.close_requested_at is None:
-                st = await self._in_store(self.store.request_close, sid, time.time())
-            rt.ingest.closed_at = st.close_requested_at
-            rt.timings["closed_at"] = st.close_requested_at
-            if rt.planner is not None:
-                rt.planner.closed = True
-                rt.planner.stop()
-            step = time.perf_counter()
-            assert self.collector is not None  # made before any close can start
-            marks = await self._in_store(self.store.close_marks, sid)
-            while marks is None:
-                try:
-                    marks = await self.collector.take_close(
-                        sid, st.close_requested_at,
-                        lambda ends: self._in_store(self.store.save_close_marks, sid, ends))
-                except broker_errors() as exc:
-                    log.warning("survey %s: close: cannot read the end offsets (%s); trying "
-                                "again in 5 s", sid, describe_error(exc))
-                    await asyncio.sleep(5.0)
-            log.info("survey %s: close: draining the responses sent before it (end offsets %s)",
-                     sid, marks)
-            await self.collector.drain(sid, marks)
-            rt.ingest.closure = Closure(st.close_requested_at, marks, final=True)
-            rt.timings["drain"] = time.perf_counter() - step
-            log.info("survey %s: close: drained", sid)
-            step = time.perf_counter()
-            if rt.base_task is not None:
-                await asyncio.shield(rt.base_task)
-            rt.timings["wait_for_base"] = time.perf_counter() - step
-            st = await self._in_store(self.store.survey_state, sid)
-            if st.state in (OPEN, BASE_DONE):
-                await self._in_store(self.store.transition, sid, CLOSING, "closing")
-            await self._release(sid)
-        except Exception as exc:
-            log.error("survey %s: close failed (%s)", sid, describe_error(exc),
-                      exc_info=withheld(exc))
-            await self._in_store(self.store.set_error, sid, f"close failed: {describe_error(exc)}")
-        finally:
-            rt.close_task = None if not rt.closed_event.is_set() else rt.close_task
-
-    async def _release(self, sid: str) -> None:
-        """Publish the survey's one release: compute it and write its files, unless a release
-        was written before (a restart, a failed publish), which is published again from its
-        files as written, never computed again."""
-        rt = self.surveys[sid]
-        row = await self._in_store(self.store.load_release, sid)
-        if row is not None and row.status == "published":
-            if (await self._in_store(self.store.survey_state, sid)).state != RELEASED:
-                await self._in_store(self.store.transition, sid, RELEASED, "already published")
-            rt.closed_event.set()
-            return
-        resumed = row is not None
-        if row is None:
-            row = await self._write_release(sid)
-        else:
-            log.info("survey %s: release %s was written before; publishing its files again",
-                     sid, row.release_id)
-        await self._publish_written(sid, row, resumed)
-
-    async def _write_release(self, sid: str) -> ReleaseRow:
-        """Compute the release, apply the k-anonymity gate, write its files, and note it as
-        written: from then on it is the survey's release, whatever happens."""
-        rt = self.surveys[sid]
-        sc = rt.config
-        m = len(sc.quasi_identifiers)
-        step = time.perf_counter()
-        records = await self._in_store(lambda: self.store.load_records(sid, m))
-        rt.timings["load"] = time.perf_counter() - step
-        n = len(records)
-        if n < sc.k:
-            raise StoreError(f"{n} valid records: no {sc.k}-anonymous release exists")
-        cp = await self._in_store(self.store.load_checkpoint, sid)
-        base_model, _ = self._models[sid]
-        fits_deadline = (sc.deadline is not None
-                         and base_model(n) <= 0.8 * live.compute_budget(sc.deadline, n))
-        base = None
-        if cp is not None and not fits_deadline and base_is_usable(cp.n_base, sc.k, n):
-            base = BaseSnapshot(cp.n_base, cp.labels, cp.mean, cp.scale, cp.seconds)
-            log.info("survey %s: computing the release: %s on %d records after a base of %d",
-                     sid, sc.incremental, n - cp.n_base, cp.n_base)
-        else:
-            log.info("survey %s: computing the release: %s on %d records", sid, sc.engine, n)
-        stage_started = time.time()
-        partition = await self.loop.run_in_executor(
-            self._pool, release_partition, release_run(sc), records.qi, base)
-        compute_done = time.time()
-        rt.timings["compute"] = compute_done - stage_started
-        step = time.perf_counter()
-        seed = secrets.randbits(62)
-        release_id = uuid.uuid4().hex
-        release = build_release(records, partition.labels, sc, seed)  # the k-anonymity gate
-        rt.timings["gate_and_table"] = time.perf_counter() - step
-        closed_at = (await self._in_store(self.store.survey_state, sid)).close_requested_at
-        plan = rt.last_plan
-        log.info("survey %s: writing the files of release %s", sid, release_id)
-        step = time.perf_counter()
-        files = await self._in_loop_thread(write_release_files, release.table,
-                                           self.config.output.directory, sid)
-        rt.timings["files"] = time.perf_counter() - step
-        two_stage = partition.mode == "two-stage"
-        report = ReleaseReport(
-            survey=sid, release_id=release_id, n=n, m=m, k=sc.k,
-            quasi_identifiers=list(sc.quasi_identifiers), columns=release_columns(sc),
-            engine=sc.engine, incremental=sc.incremental if two_stage else None,
-            mode=partition.mode, nu=partition.nu, n_base=partition.n_base,
-            n_increment=partition.n_increment,
-            arrival_coefficient=plan.arrival_coefficient if plan else None,
-            planned_nu=plan.nu if plan else None,
-            predicted_seconds_after_close=plan.finish_after_close if plan else None,
-            one_shot_estimate_seconds=base_model(n),
-            base_started_at=cp.started_at if cp is not None and two_stage else None,
-            closed_at=closed_at, base_seconds=partition.base_seconds,
-            incremental_seconds=partition.incremental_seconds,
-            compute_seconds_after_close=compute_done - (closed_at or stage_started),
-            distortion=release.distortion, information_loss=release.information_loss,
-            rejected=dict(rt.ingest.rejected), files=files)
-        row = ReleaseRow(release_id, "written", seed, report.to_json())
-        await self._in_store(self.store.save_release, sid, row)
-        return row
-
-    async def _publish_written(self, sid: str, row: ReleaseRow, resumed: bool) -> None:
-        """Send the written release file to the release topic, record by record in its row
-        order, then the manifest; on a broker fault send it all again (the manifest marks the
-        complete run), until it is through."""
-        rt = self.surveys[sid]
-        report = ReleaseReport.from_json(row.report)
-        frame = await self._in_loop_thread(read_written_release, report.files)
-        manifest = release_manifest(report)
-        topic = self.config.topic(sid, "release")
-        log.info("survey %s: publishing release %s: %d records, then its manifest", sid,
-                 row.release_id, len(frame))
-        step = time.perf_counter()
-        failures = 0
-        while True:
-            try:
-                if not (resumed and await manifest_is_last(self.config, topic, row.release_id)):
-                    await publish_to_topic(self.release_producer, topic, frame, manifest)
-                break
-            except broker_errors() as exc:
-                failures += 1
-                delay = min(2.0 ** failures, 60.0)
-                log.warning("survey %s: publishing release %s failed (%s); sending it again "
-                            "in %.0f s", sid, row.release_id, describe_error(exc), delay)
-                await self._in_store(self.store.set_error, sid,
-                                     f"publishing failed ({describe_error(exc)}); retrying")
-                resumed = True
-                await asyncio.sleep(delay)
-        rt.timings["publish"] = time.perf_counter() - step
-        released_at = time.time()
-        published = Publication(
-            released_at=released_at,
-            close_to_release_seconds=released_at - (report.closed_at or released_at),
-            close_steps_seconds={key: round(rt.timings[key], 3) for key in (
-                "drain", "wait_for_base", "load", "compute", "gate_and_table", "files",
-                "publish") if key in rt.timings})
-        report = report.published(published)
-        await self._in_loop_thread(write_report, report)
-        await self._in_store(self.store.save_release, sid,
-                             ReleaseRow(row.release_id, "published", row.seed, report.to_json()))
-        await self._in_store(self.store.transition, sid, RELEASED,
-                             f"{report.n} records published")
-        if failures:
-            await self._in_store(self.store.set_error, sid, None)
-        rt.timings["released_at"] = released_at
-        self.telemetry.observe_release(sid, report, rt.timings["publish"])
-        log.info("survey %s: released %d records (%s), %.2f s after close", sid, report.n,
-                 report.mode, published.close_to_release_seconds)
-        rt.closed_event.set()
+        assert self.collector is not None and self._releaser is not None  # made in start()
+        releaser = self._releaser
+        await close_survey(rt, store=self.store, in_store=self._in_store,
+                           collector=self.collector,
+                           release=lambda: releaser.release(rt, self._models[sid][0]))
 
     # -- status --------------------------------------------------------------------------------
     async def status(self) -> ServiceStatus:

@@ -8,9 +8,10 @@ import numpy as np
 import orjson
 import pytest
 
-from streamanon.service.collector import Invalid, Message, Validator, process_batch
+from streamanon.service.collector import process_batch
 from streamanon.service.config import parse_config
 from streamanon.service.store import open_store
+from streamanon.service.validation import Invalid, Message, Validator
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 SCHEMA = {
@@ -224,7 +225,7 @@ def test_deeply_nested_json_is_dead_lettered_not_raised(raw):
 
 def test_an_unexpected_error_for_one_message_dead_letters_only_that_message(tmp_path,
                                                                              monkeypatch):
-    from streamanon.service.collector import REASONS
+    from streamanon.service.validation import REASONS
 
     _, validator = make()
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
@@ -362,7 +363,7 @@ def _raised(validator, raw):
 
 
 def test_a_message_larger_than_max_message_bytes_is_too_large():
-    from streamanon.service.collector import REASONS
+    from streamanon.service.validation import REASONS
 
     cfg = parse_config({"kafka": {"max_message_bytes": 2048},
                         "surveys": [{"id": "s", "k": 3, "schema": SCHEMA}]}, ENV)

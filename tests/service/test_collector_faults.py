@@ -33,12 +33,13 @@ from aiokafka.errors import (
 
 from streamanon.service import collector as collector_module
 from streamanon.service.broker import ensure_topics
-from streamanon.service.collector import KafkaCollector, SurveyIngest, Validator
+from streamanon.service.collector import KafkaCollector, SurveyIngest
 from streamanon.service.config import parse_config
 from streamanon.service.health import PartHealth, store_health
 from streamanon.service.processes import worker_pool
 from streamanon.service.store import SQLiteStore, StoreUnavailable, open_store
 from streamanon.service.telemetry import Telemetry
+from streamanon.service.validation import Validator
 from tests.service.kafka_helpers import ENV, SCHEMA, MemoryDeadLetters, response
 
 SECRET = b"R0000"  # respondent ids: never in a log line

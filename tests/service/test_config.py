@@ -58,7 +58,8 @@ def test_semantic_problems_are_listed_together():
     text = str(exc.value)
     for fragment in ("unknown engine 'nope'", "unknown stage 'magic'",
                      "exactly one field must have role 'identifier'",
-                     "a quasi-identifier is int, float, bool, category or ordinal", "survey id used twice"):
+                     "a quasi-identifier is int, float, bool, category or ordinal",
+                     "survey id used twice"):
         assert fragment in text, fragment
 
 

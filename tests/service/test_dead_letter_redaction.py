@@ -10,16 +10,9 @@ import secrets
 
 import pytest
 
-from streamanon.service.collector import (
-    Invalid,
-    KafkaDeadLetters,
-    Message,
-    Rejection,
-    Validator,
-    dead_letter,
-    redact_dead_letter,
-)
+from streamanon.service.collector import KafkaDeadLetters, dead_letter, redact_dead_letter
 from streamanon.service.config import ConfigError, parse_config
+from streamanon.service.validation import Invalid, Message, Rejection, Validator
 from tests.service.kafka_helpers import read_topic
 from tests.service.test_messages_dead_letters import service_producer
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import pyarrow as pa
 
-import streamanon.service.lifecycle
 import streamanon.service.publisher
+import streamanon.service.releasing
 from streamanon.errors import StreamanonError, describe_error, withheld
 from streamanon.service.broker import free_port
 from streamanon.service.config import load_config
@@ -63,7 +63,7 @@ def test_a_writer_failure_on_a_value_shows_nowhere(broker, tmp_path, monkeypatch
     path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5)
     config = load_config(path, env)
     bad_writer = planting_a_value(streamanon.service.publisher.write_release_files)
-    monkeypatch.setattr(streamanon.service.lifecycle, "write_release_files", bad_writer,
+    monkeypatch.setattr(streamanon.service.releasing, "write_release_files", bad_writer,
                         raising=False)
     monkeypatch.setattr(streamanon.service.publisher, "write_release_files", bad_writer)
     text_log, json_log = io.StringIO(), io.StringIO()

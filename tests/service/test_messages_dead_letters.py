@@ -10,15 +10,9 @@ import time
 
 import pytest
 
-from streamanon.service.collector import (
-    DEAD_LETTER_VALUE_BYTES,
-    Invalid,
-    KafkaDeadLetters,
-    Message,
-    Rejection,
-    Validator,
-)
+from streamanon.service.collector import DEAD_LETTER_VALUE_BYTES, KafkaDeadLetters
 from streamanon.service.config import parse_config
+from streamanon.service.validation import Invalid, Message, Rejection, Validator
 from tests.service.kafka_helpers import read_topic
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}

@@ -21,7 +21,7 @@ def test_a_published_field_needs_a_type(field, role):
     with pytest.raises(ConfigError) as exc:
         parse_config(config(**{field: {"role": role}}), ENV)
     assert (f"surveys[0](s1).schema.{field}: a {role} field needs a type "
-            "(int, float, str or bool)") in str(exc.value)
+            "(int, float, str, bool, timestamp or text)") in str(exc.value)
     for kind in ("int", "float", "str", "bool"):
         parse_config(config(**{field: {"role": role, "type": kind}}), ENV)
 

@@ -12,15 +12,9 @@ from types import SimpleNamespace
 import pytest
 from kafka import KafkaProducer
 
-from streamanon.service.collector import (
-    LOG_APPEND_TIME,
-    Closure,
-    Message,
-    Validator,
-    check_batch,
-    message_of,
-)
+from streamanon.service.collector import LOG_APPEND_TIME, message_of
 from streamanon.service.config import parse_config
+from streamanon.service.validation import Closure, Message, Validator, check_batch
 from tests.service.kafka_helpers import headers, produce, read_topic, response
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}

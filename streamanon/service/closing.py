@@ -1,0 +1,76 @@
+"""The close of a survey (SPEC 6): stop taking responses, drain those sent before, release.
+
+The close is stored first, so a restart carries it on. Then each partition of the survey's
+response topic is marked at its end offset: a message at or past its mark is dead-lettered
+``closed``, one below it was sent before the close and is drained into the store
+(:meth:`~.collector.KafkaCollector.take_close`, :meth:`~.collector.KafkaCollector.drain`).
+A running base run is waited for; then the release (:mod:`streamanon.service.releasing`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from streamanon.errors import describe_error, withheld
+from streamanon.service.collector import KafkaCollector
+from streamanon.service.offsets import broker_errors
+from streamanon.service.runtime import StoreCall, SurveyRuntime
+from streamanon.service.store import BASE_DONE, CLOSING, OPEN, RELEASED, Store
+from streamanon.service.validation import Closure
+
+log = logging.getLogger(__name__)
+
+
+async def close_survey(rt: SurveyRuntime, *, store: Store, in_store: StoreCall,
+                       collector: KafkaCollector, release: Callable[[], Awaitable[None]]) -> None:
+    """The close sequence of ``rt``'s survey, from wherever it stopped before a restart: the
+    close request stored, the planner stopped, the close marks taken (or those stored), the
+    drain, the base run waited for, ``CLOSING``, then ``release()``. Store calls go through
+    ``in_store``. A failure is logged and stored as the survey's error, never raised."""
+    sid = rt.config.id
+    try:
+        st = await in_store(store.survey_state, sid)
+        if st.state == RELEASED:
+            rt.closed_event.set()
+            return
+        if st.close_requested_at is None:
+            st = await in_store(store.request_close, sid, time.time())
+        rt.ingest.closed_at = st.close_requested_at
+        rt.timings["closed_at"] = st.close_requested_at
+        if rt.planner is not None:
+            rt.planner.closed = True
+            rt.planner.stop()
+        step = time.perf_counter()
+        marks = await in_store(store.close_marks, sid)
+        while marks is None:
+            try:
+                marks = await collector.take_close(
+                    sid, st.close_requested_at,
+                    lambda ends: in_store(store.save_close_marks, sid, ends))
+            except broker_errors() as exc:
+                log.warning("survey %s: close: cannot read the end offsets (%s); trying "
+                            "again in 5 s", sid, describe_error(exc))
+                await asyncio.sleep(5.0)
+        log.info("survey %s: close: draining the responses sent before it (end offsets %s)",
+                 sid, marks)
+        await collector.drain(sid, marks)
+        rt.ingest.closure = Closure(st.close_requested_at, marks, final=True)
+        rt.timings["drain"] = time.perf_counter() - step
+        log.info("survey %s: close: drained", sid)
+        step = time.perf_counter()
+        if rt.base_task is not None:
+            await asyncio.shield(rt.base_task)
+        rt.timings["wait_for_base"] = time.perf_counter() - step
+        st = await in_store(store.survey_state, sid)
+        if st.state in (OPEN, BASE_DONE):
+            await in_store(store.transition, sid, CLOSING, "closing")
+        await release()
+    except Exception as exc:
+        log.error("survey %s: close failed (%s)", sid, describe_error(exc),
+                  exc_info=withheld(exc))
+        await in_store(store.set_error, sid, f"close failed: {describe_error(exc)}")
+    finally:
+        rt.close_task = None if not rt.closed_event.is_set() else rt.close_task

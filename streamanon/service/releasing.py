@@ -1,0 +1,200 @@
+"""A survey's one release: computed at close, its files written, then published (SPEC 6).
+
+:meth:`Releaser.write` computes the release once, with :func:`streamanon.release.release_partition`
+(the checkpointed base cells plus the incremental stage, or one engine run on everything when
+there is no usable base or when the deadline leaves time for it), applies the k-anonymity gate,
+writes the files and notes the release as written: from then on it is the survey's release.
+:meth:`Releaser.publish` sends the written file to the release topic, record by record, then
+its manifest, until it is through. A release written before (a restart, a failed publish) is
+published again from its files as written, never computed again (:meth:`Releaser.release`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+import uuid
+from concurrent.futures import Executor
+from typing import Any
+
+from scheduler import live
+from scheduler.cost_model import PowerLaw
+from streamanon.errors import describe_error
+from streamanon.incremental import base_is_usable
+from streamanon.incremental.run import TwoStageRun
+from streamanon.release import BaseSnapshot, release_partition
+from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.offsets import broker_errors
+from streamanon.service.publisher import (
+    build_release,
+    manifest_is_last,
+    publish_to_topic,
+    read_written_release,
+    release_columns,
+    release_manifest,
+    write_release_files,
+    write_report,
+)
+from streamanon.service.reports import Publication, ReleaseReport
+from streamanon.service.runtime import StoreCall, SurveyRuntime
+from streamanon.service.store import RELEASED, ReleaseRow, Store, StoreError
+from streamanon.service.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+def release_run(survey: SurveyConfig) -> TwoStageRun:
+    """The survey's base engine and incremental stage with their parameters; its methods run
+    in the compute process."""
+    return TwoStageRun(survey.k, survey.engine, survey.incremental,
+                       engine_params=survey.engine_params,
+                       incremental_params=survey.incremental_params)
+
+
+class Releaser:
+    """Computes, writes and publishes the surveys' releases.
+
+    Store calls go through ``in_store`` (the service's one store thread), the engines run in
+    ``compute_pool``, and the release topic is written with ``producer`` (aiokafka)."""
+
+    def __init__(self, config: Config, store: Store, in_store: StoreCall,
+                 compute_pool: Executor, producer: Any, telemetry: Telemetry) -> None:
+        self.config = config
+        self.store = store
+        self._in_store = in_store
+        self.compute_pool = compute_pool
+        self.producer = producer
+        self.telemetry = telemetry
+
+    async def release(self, rt: SurveyRuntime, base_model: PowerLaw) -> None:
+        """Publish the survey's one release: compute it and write its files, unless a release
+        was written before (a restart, a failed publish), which is published again from its
+        files as written, never computed again. ``base_model`` is the survey's base cost model."""
+        sid = rt.config.id
+        row = await self._in_store(self.store.load_release, sid)
+        if row is not None and row.status == "published":
+            if (await self._in_store(self.store.survey_state, sid)).state != RELEASED:
+                await self._in_store(self.store.transition, sid, RELEASED, "already published")
+            rt.closed_event.set()
+            return
+        resumed = row is not None
+        if row is None:
+            row = await self.write(rt, base_model)
+        else:
+            log.info("survey %s: release %s was written before; publishing its files again",
+                     sid, row.release_id)
+        await self.publish(rt, row, resumed)
+
+    async def write(self, rt: SurveyRuntime, base_model: PowerLaw) -> ReleaseRow:
+        """Compute the release, apply the k-anonymity gate, write its files, and note it as
+        written: from then on it is the survey's release, whatever happens."""
+        sc = rt.config
+        sid = sc.id
+        m = len(sc.quasi_identifiers)
+        step = time.perf_counter()
+        records = await self._in_store(lambda: self.store.load_records(sid, m))
+        rt.timings["load"] = time.perf_counter() - step
+        n = len(records)
+        if n < sc.k:
+            raise StoreError(f"{n} valid records: no {sc.k}-anonymous release exists")
+        cp = await self._in_store(self.store.load_checkpoint, sid)
+        fits_deadline = (sc.deadline is not None
+                         and base_model(n) <= 0.8 * live.compute_budget(sc.deadline, n))
+        base = None
+        if cp is not None and not fits_deadline and base_is_usable(cp.n_base, sc.k, n):
+            base = BaseSnapshot(cp.n_base, cp.labels, cp.mean, cp.scale, cp.seconds)
+            log.info("survey %s: computing the release: %s on %d records after a base of %d",
+                     sid, sc.incremental, n - cp.n_base, cp.n_base)
+        else:
+            log.info("survey %s: computing the release: %s on %d records", sid, sc.engine, n)
+        stage_started = time.time()
+        partition = await asyncio.get_running_loop().run_in_executor(
+            self.compute_pool, release_partition, release_run(sc), records.qi, base)
+        compute_done = time.time()
+        rt.timings["compute"] = compute_done - stage_started
+        step = time.perf_counter()
+        seed = secrets.randbits(62)
+        release_id = uuid.uuid4().hex
+        release = build_release(records, partition.labels, sc, seed)  # the k-anonymity gate
+        rt.timings["gate_and_table"] = time.perf_counter() - step
+        closed_at = (await self._in_store(self.store.survey_state, sid)).close_requested_at
+        plan = rt.last_plan
+        log.info("survey %s: writing the files of release %s", sid, release_id)
+        step = time.perf_counter()
+        files = await self._in_thread(write_release_files, release.table,
+                                           self.config.output.directory, sid)
+        rt.timings["files"] = time.perf_counter() - step
+        two_stage = partition.mode == "two-stage"
+        report = ReleaseReport(
+            survey=sid, release_id=release_id, n=n, m=m, k=sc.k,
+            quasi_identifiers=list(sc.quasi_identifiers), columns=release_columns(sc),
+            engine=sc.engine, incremental=sc.incremental if two_stage else None,
+            mode=partition.mode, nu=partition.nu, n_base=partition.n_base,
+            n_increment=partition.n_increment,
+            arrival_coefficient=plan.arrival_coefficient if plan else None,
+            planned_nu=plan.nu if plan else None,
+            predicted_seconds_after_close=plan.finish_after_close if plan else None,
+            one_shot_estimate_seconds=base_model(n),
+            base_started_at=cp.started_at if cp is not None and two_stage else None,
+            closed_at=closed_at, base_seconds=partition.base_seconds,
+            incremental_seconds=partition.incremental_seconds,
+            compute_seconds_after_close=compute_done - (closed_at or stage_started),
+            distortion=release.distortion, information_loss=release.information_loss,
+            rejected=dict(rt.ingest.rejected), files=files)
+        row = ReleaseRow(release_id, "written", seed, report.to_json())
+        await self._in_store(self.store.save_release, sid, row)
+        return row
+
+    async def publish(self, rt: SurveyRuntime, row: ReleaseRow, resumed: bool) -> None:
+        """Send the written release file to the release topic, record by record in its row
+        order, then the manifest; on a broker fault send it all again (the manifest marks the
+        complete run), until it is through."""
+        sid = rt.config.id
+        report = ReleaseReport.from_json(row.report)
+        frame = await self._in_thread(read_written_release, report.files)
+        manifest = release_manifest(report)
+        topic = self.config.topic(sid, "release")
+        log.info("survey %s: publishing release %s: %d records, then its manifest", sid,
+                 row.release_id, len(frame))
+        step = time.perf_counter()
+        failures = 0
+        while True:
+            try:
+                if not (resumed and await manifest_is_last(self.config, topic, row.release_id)):
+                    await publish_to_topic(self.producer, topic, frame, manifest)
+                break
+            except broker_errors() as exc:
+                failures += 1
+                delay = min(2.0 ** failures, 60.0)
+                log.warning("survey %s: publishing release %s failed (%s); sending it again "
+                            "in %.0f s", sid, row.release_id, describe_error(exc), delay)
+                await self._in_store(self.store.set_error, sid,
+                                     f"publishing failed ({describe_error(exc)}); retrying")
+                resumed = True
+                await asyncio.sleep(delay)
+        rt.timings["publish"] = time.perf_counter() - step
+        released_at = time.time()
+        published = Publication(
+            released_at=released_at,
+            close_to_release_seconds=released_at - (report.closed_at or released_at),
+            close_steps_seconds={key: round(rt.timings[key], 3) for key in (
+                "drain", "wait_for_base", "load", "compute", "gate_and_table", "files",
+                "publish") if key in rt.timings})
+        report = report.published(published)
+        await self._in_thread(write_report, report)
+        await self._in_store(self.store.save_release, sid,
+                             ReleaseRow(row.release_id, "published", row.seed, report.to_json()))
+        await self._in_store(self.store.transition, sid, RELEASED,
+                             f"{report.n} records published")
+        if failures:
+            await self._in_store(self.store.set_error, sid, None)
+        rt.timings["released_at"] = released_at
+        self.telemetry.observe_release(sid, report, rt.timings["publish"])
+        log.info("survey %s: released %d records (%s), %.2f s after close", sid, report.n,
+                 report.mode, published.close_to_release_seconds)
+        rt.closed_event.set()
+
+    @staticmethod
+    async def _in_thread(fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)

@@ -1,0 +1,52 @@
+"""A survey's state in the running service: its configuration, collector state, arrival
+estimate, planner, running tasks and timings, shared by the service, the close and the release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.arrivals import ArrivalEstimator
+from scheduler.jobs import Planner
+from scheduler.planner import Plan
+from streamanon.service.collector import SurveyIngest
+from streamanon.service.config import SurveyConfig
+
+StoreCall = Callable[..., Awaitable[Any]]  # runs a store method on the service's store thread
+
+
+@dataclass
+class SurveyRuntime:
+    config: SurveyConfig
+    ingest: SurveyIngest
+    estimator: ArrivalEstimator
+    planner: Planner | None = None
+    last_plan: Plan | None = None
+    base_task: asyncio.Task | None = None
+    close_task: asyncio.Task | None = None
+    closed_event: asyncio.Event = field(default_factory=asyncio.Event)
+    timings: dict[str, float] = field(default_factory=dict)
+    history: ArrivalHistory = field(default_factory=lambda: ArrivalHistory())
+
+
+class ArrivalHistory:
+    """Cumulative stored records over time for the dashboard chart: at most ``limit`` points,
+    thinned by halving when full (so the whole survey stays on the chart). Counts only."""
+
+    def __init__(self, limit: int = 600) -> None:
+        self.limit = limit
+        self.points: list[tuple[float, int]] = []
+        self.spacing = 1.0  # seconds between kept points
+
+    def add(self, t: float, count: int) -> None:
+        if self.points and t - self.points[-1][0] < self.spacing:
+            self.points[-1] = (self.points[-1][0], count)  # latest count, same slot
+            return
+        self.points.append((t, count))
+        if len(self.points) > self.limit:
+            self.points = self.points[::2] + ([self.points[-1]] if len(self.points) % 2 == 0
+                                              else [])
+            self.spacing *= 2

@@ -1,0 +1,433 @@
+"""Validation of survey responses: which messages are stored and which are dead-lettered why.
+
+:class:`Validator` checks one response against its survey's schema and pseudonymises the
+respondent id; :func:`check_batch` takes a batch of one survey's messages apart into the late
+(after the survey's :class:`Closure`), the invalid (:class:`Rejection`, with a reason from
+:data:`REASONS`) and the valid ones, pseudonymised and ready to store. Pure functions over
+bytes and the survey's configuration: no broker, no store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import orjson
+
+from streamanon.service.config import SurveyConfig
+
+log = logging.getLogger(__name__)
+
+REASONS = (
+    "invalid_json",  # not UTF-8 JSON
+    "not_an_object",  # JSON, but not an object
+    "missing_field",
+    "unexpected_field",
+    "wrong_type",
+    "not_finite",  # NaN or infinity
+    "out_of_bounds",
+    "duplicate_respondent",  # respondent already stored (duplicates = "reject")
+    "closed",  # sent after the survey closed
+    "unknown_survey",
+    "too_large",  # longer than kafka.max_message_bytes
+    "unprocessable",  # the collector failed on it: a bug, dead-lettered instead of stopping
+)
+
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # what an int column of the release holds
+# Largest quasi-identifier magnitude: standardisation sums squares, which must stay finite
+# over any number of records (one income of 1e200 made the whole release fail at close).
+QI_MAX_MAGNITUDE = 1e100
+
+
+class Message(NamedTuple):
+    """What the collector needs of a Kafka message."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    # The broker's log-append time in seconds when the topic keeps it (message.timestamp.type
+    # = LogAppendTime), else None: the producer's clock is never used.
+    timestamp: float | None
+
+
+class Closure(NamedTuple):
+    """Where a survey stopped taking responses: the service's decision, never the producer's.
+
+    ``marks`` maps each partition of the survey's response topic to its end offset when the
+    close was taken: a message at or past its partition's mark was appended to the log after
+    the close, one below it before, however long it then waited to be read (a backlog at the
+    close, a redelivery after a restart). ``final`` once the drain is done or the survey is
+    released: from then on nothing is on time. Without marks, the moment decides: the broker's
+    log-append time when the topic keeps it, else the time the collector received the message.
+    """
+
+    at: float
+    marks: dict[int, int] | None = None
+    final: bool = False
+
+    def is_late(self, msg: Message, received_at: float) -> bool:
+        if self.final:
+            return True
+        if self.marks is not None:
+            return msg.offset >= self.marks.get(msg.partition, 0)
+        return (msg.timestamp if msg.timestamp is not None else received_at) > self.at
+
+
+
+@dataclass(frozen=True)
+class Rejection:
+    message: Message
+    reason: str
+    detail: str
+    redacted: str | None = None  # what redaction did (collector.redact_dead_letter)
+
+
+class Invalid(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def _reject_constant(name: str) -> float:
+    raise Invalid("not_finite", f"{name} is not a finite number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise Invalid("not_finite", "a number too large for a 64-bit float")
+    return value
+
+
+def _float_sized_int(text: str) -> int:
+    if len(text) > 400:  # beyond any double; int() of thousands of digits is slow or refused
+        raise Invalid("out_of_bounds", "an integer too large for a 64-bit number")
+    value = int(text)
+    try:
+        float(value)
+    except OverflowError:
+        raise Invalid("out_of_bounds", "an integer too large for a 64-bit number") from None
+    return value
+
+
+def _why_not_json(raw: bytes) -> Invalid:
+    """Why orjson refused ``raw``. The stdlib parser accepts NaN, Infinity, numbers that
+    overflow a double and byte-order marks: its hooks tell those apart from garbage. It
+    recurses per nesting level, so a deeply nested message is caught here, not raised."""
+    try:
+        json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float,
+                   parse_int=_float_sized_int)
+    except Invalid as exc:
+        return exc
+    except RecursionError:
+        return Invalid("invalid_json", "nested too deeply")
+    except ValueError:  # UnicodeDecodeError included
+        pass
+    if raw[:3] == b"\xef\xbb\xbf":
+        return Invalid("invalid_json", "starts with a byte-order mark")
+    return Invalid("invalid_json", "not valid JSON")
+
+
+def field_names(names: Sequence[str], shown: int = 5, width: int = 64) -> str:
+    """Sender-chosen field names, fit for a header or a log line: at most ``shown`` of them,
+    each cut to ``width`` characters and quoted with every control, format (bidi) and
+    non-ASCII character escaped, then how many more there were."""
+    text = ", ".join(json.dumps(name[:width]) for name in names[:shown])
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+@dataclass
+class Validated:
+    rid_hash: bytes
+    qi: np.ndarray
+    confidential: dict[str, Any]
+    label: str | None
+
+
+_NUMBER = (int, float)
+# What an identifier of each declared type may be (bool is not an int here).
+_IDENTIFIER_TYPES: dict[str | None, tuple[type, ...]] = {
+    None: (str, int), "str": (str,), "int": (int,), "float": (), "bool": ()}
+
+
+class Validator:
+    """Checks one response against a survey's schema and pseudonymises its respondent id.
+
+    One set of checks, :meth:`_diagnose`, finds a response's first problem and names it.
+    :meth:`validate_batch` is the fast path for many responses: column-wise tests pick out
+    the responses that need a closer look, and only those go through :meth:`_diagnose`.
+    """
+
+    def __init__(self, survey: SurveyConfig, hmac_key: bytes, *,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        self.survey = survey
+        self.max_message_bytes = max_message_bytes
+        self._hmac = hmac.new(hmac_key, digestmod=hashlib.sha256)
+        self.fields = survey.fields
+        self.qi = survey.quasi_identifiers
+        self.identifier = survey.identifier
+        self._rid_types = _IDENTIFIER_TYPES[self.fields[self.identifier].type]
+        self.confidential = survey.names("confidential")
+        self.label = (survey.names("label") or [None])[0]
+        self.required = frozenset(n for n, spec in self.fields.items() if spec.required)
+        self.known = frozenset(self.fields)
+        self._qi_int = [self.fields[n].type == "int" for n in self.qi]
+        self._bounds = [(n, s.min, s.max) for n, s in self.fields.items()
+                        if s.min is not None or s.max is not None]
+        self._typed = [(n, {"int": (int,), "float": _NUMBER, "str": (str,), "bool": (bool,)}
+                        [s.type]) for n, s in self.fields.items()
+                       if s.type is not None and s.role not in ("quasi_identifier",
+                                                                "identifier")]
+
+    def pseudonym(self, respondent_id: str) -> bytes:
+        """HMAC-SHA256 (RFC 2104) of the id, truncated to 128 bits (collisions: about 2^-64
+        at 2^32 respondents), which keeps the de-duplication index small. The keyed state is
+        prepared once; a copy per id costs about half of ``hmac.digest``."""
+        mac = self._hmac.copy()
+        mac.update(respondent_id.encode("utf-8"))
+        return mac.digest()[:16]
+
+    def validate(self, raw: bytes | None) -> Validated:
+        """The record, or :class:`Invalid` with a reason from :data:`REASONS`: the checks of
+        :meth:`_diagnose`, one message at a time (:meth:`validate_batch` is the fast path,
+        tested to give the same outcome for every message)."""
+        obj = self.parse(raw)
+        self._diagnose(obj)
+        return self._record(obj)
+
+    def _record(self, obj: dict[str, Any]) -> Validated:
+        """The stored form of a response that passed the checks."""
+        label = obj.get(self.label) if self.label is not None else None
+        return Validated(
+            rid_hash=self.pseudonym(str(obj[self.identifier])),
+            qi=np.array([obj[n] for n in self.qi], dtype=np.float64),
+            confidential={n: obj.get(n) for n in self.confidential},
+            label=None if label is None else str(label),
+        )
+
+    def validate_batch(self, raws: Sequence[bytes | None]) -> list[Validated | Invalid]:
+        """:meth:`validate` for many messages at once, with the same outcome per message.
+
+        The checks run column by column over the responses that have exactly the schema's
+        fields (the common case), so the per-record Python work is a parse, a key comparison
+        and an HMAC; any response a column check flags goes through :meth:`validate` alone.
+        """
+        out: list[Validated | Invalid | None] = [None] * len(raws)
+        full: list[tuple[int, dict[str, Any]]] = []
+        for i, raw in enumerate(raws):
+            try:
+                obj = self.parse(raw)
+            except Invalid as exc:
+                out[i] = exc
+                continue
+            if obj.keys() == self.known:
+                full.append((i, obj))
+            else:
+                out[i] = self._one(obj)
+        if full:
+            objs = [o for _, o in full]
+            ok = np.ones(len(objs), dtype=bool)
+            columns = {name: [o[name] for o in objs] for name in self.known}
+            for name, values in columns.items():
+                self._check_column(name, values, ok)
+            qi = np.zeros((len(objs), len(self.qi)))
+            if ok.any():
+                for j, name in enumerate(self.qi):
+                    qi[:, j] = [v if good else 0.0
+                                for v, good in zip(columns[name], ok, strict=True)]
+                ok &= np.isfinite(qi).all(axis=1) & (np.abs(qi) <= QI_MAX_MAGNITUDE).all(axis=1)
+                for name, lo, hi in self._bounds:
+                    if name in self.qi:
+                        col = qi[:, self.qi.index(name)]
+                        if lo is not None:
+                            ok &= col >= lo
+                        if hi is not None:
+                            ok &= col <= hi
+            rids, labels = columns[self.identifier], columns.get(self.label) if self.label else None
+            for j, (i, obj) in enumerate(full):
+                if not ok[j]:
+                    out[i] = self._one(obj)
+                    continue
+                label = labels[j] if labels is not None else None
+                out[i] = Validated(
+                    rid_hash=self.pseudonym(str(rids[j])), qi=qi[j],
+                    confidential={n: obj[n] for n in self.confidential},
+                    label=None if label is None else str(label))
+        return out  # type: ignore[return-value]
+
+    def _one(self, obj: dict[str, Any]) -> Validated | Invalid:
+        try:
+            self._diagnose(obj)
+        except Invalid as exc:
+            return exc
+        return self._record(obj)
+
+    def _check_column(self, name: str, values: list[Any], ok: np.ndarray) -> None:
+        """Mark in ``ok`` the rows whose value for ``name`` needs a closer look."""
+        spec = self.fields[name]
+        kinds = set(map(type, values))
+        if spec.role == "identifier":
+            allowed = set(_IDENTIFIER_TYPES[spec.type])
+        elif spec.role == "quasi_identifier":
+            allowed = {int} if spec.type == "int" else {int, float}
+        else:
+            allowed = {None: {str, int, float, bool, type(None)}, "int": {int, type(None)},
+                       "float": {int, float, type(None)}, "str": {str, type(None)},
+                       "bool": {bool, type(None)}}[spec.type]
+            if spec.required:  # null is a missing answer
+                allowed = allowed - {type(None)}
+        if not kinds <= allowed:
+            for j, v in enumerate(values):
+                if type(v) not in allowed:
+                    ok[j] = False
+        if spec.role == "identifier" and str in kinds:
+            for j, v in enumerate(values):
+                if v == "":
+                    ok[j] = False
+        if spec.type == "int" and int in kinds:
+            ints = values if len(kinds) == 1 else [v for v in values if type(v) is int]
+            if min(ints) < _INT64_MIN or max(ints) > _INT64_MAX:
+                for j, v in enumerate(values):
+                    if type(v) is int and not _INT64_MIN <= v <= _INT64_MAX:
+                        ok[j] = False
+        if spec.role != "quasi_identifier" and (spec.min is not None or spec.max is not None):
+            for j, v in enumerate(values):
+                if v is not None and ok[j] and ((spec.min is not None and v < spec.min)
+                                                or (spec.max is not None and v > spec.max)):
+                    ok[j] = False
+        if spec.role != "quasi_identifier" and float in kinds:
+            for j, v in enumerate(values):
+                if type(v) is float and not math.isfinite(v):
+                    ok[j] = False
+
+    def parse(self, raw: bytes | None) -> dict[str, Any]:
+        """The message as a JSON object, or :class:`Invalid` (bounded in size and nesting)."""
+        if raw is None:
+            raise Invalid("invalid_json", "tombstone: the message value is null")
+        if not raw:
+            raise Invalid("invalid_json", "empty message")
+        if len(raw) > self.max_message_bytes:
+            raise Invalid("too_large", f"{len(raw)} bytes, more than kafka.max_message_bytes "
+                                       f"({self.max_message_bytes})")
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise _why_not_json(raw) from None
+        if not isinstance(obj, dict):
+            raise Invalid("not_an_object", f"expected a JSON object, got {type(obj).__name__}")
+        return obj
+
+    def _diagnose(self, obj: dict[str, Any]) -> None:
+        """Raise :class:`Invalid` for the first problem of ``obj`` (the slow path)."""
+        missing = [n for n in self.required if obj.get(n) is None]
+        if missing:
+            raise Invalid("missing_field", f"missing field(s): {', '.join(sorted(missing))}")
+        extra = [n for n in obj if n not in self.fields]
+        if extra:
+            raise Invalid("unexpected_field", f"unexpected field(s): {field_names(sorted(extra))}")
+        for name, value in obj.items():
+            if value is not None:
+                self._check(name, value)
+
+    def _check(self, name: str, value: Any) -> None:
+        spec = self.fields[name]
+        kind = spec.type or ("float" if spec.role == "quasi_identifier" else None)
+        if spec.role == "identifier":
+            if type(value) not in _IDENTIFIER_TYPES[spec.type] or value == "":
+                expected = {"str": "a non-empty string", "int": "an integer"}.get(
+                    spec.type or "", "a non-empty string or integer")
+                raise Invalid("wrong_type", f"{name}: expected {expected}")
+            return
+        if kind == "int":
+            if type(value) is float and value.is_integer() and abs(value) >= 2.0**63:
+                raise Invalid("out_of_bounds", f"{name}: outside the 64-bit integer range")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise Invalid("wrong_type", f"{name}: expected an integer")
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                raise Invalid("out_of_bounds", f"{name}: outside the 64-bit integer range")
+        elif kind == "float":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise Invalid("wrong_type", f"{name}: expected a number")
+            if not math.isfinite(value):
+                raise Invalid("not_finite", f"{name} is not a finite number")
+            if spec.role == "quasi_identifier" and abs(value) > QI_MAX_MAGNITUDE:
+                raise Invalid("out_of_bounds", f"{name}: beyond +-{QI_MAX_MAGNITUDE:g}, more "
+                                               "than microaggregation can compute with")
+        elif kind == "str":
+            if not isinstance(value, str):
+                raise Invalid("wrong_type", f"{name}: expected a string")
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                raise Invalid("wrong_type", f"{name}: expected true or false")
+        elif isinstance(value, (dict, list)):
+            raise Invalid("wrong_type", f"{name}: expected a scalar")
+        if spec.min is not None and value < spec.min:
+            raise Invalid("out_of_bounds", f"{name}: below the minimum {spec.min:g}")
+        if spec.max is not None and value > spec.max:
+            raise Invalid("out_of_bounds", f"{name}: above the maximum {spec.max:g}")
+
+
+
+def check_batch(messages: Sequence[Message], validator: Validator, closure: Closure | None,
+                received_at: float | None = None
+                ) -> tuple[list[Rejection], list[tuple[Message, Validated]]]:
+    """First half of :func:`~.collector.process_batch`, no store needed: late and invalid
+    messages out, the valid ones checked and pseudonymised. Late is decided by ``closure`` (see
+    :class:`Closure`); ``received_at`` is when the collector read the batch (default: now)."""
+    rejected: list[Rejection] = []
+    candidates: list[tuple[Message, Validated]] = []
+    open_messages = []
+    received = time.time() if received_at is None else received_at
+    for msg in messages:
+        if closure is not None and closure.is_late(msg, received):
+            rejected.append(Rejection(msg, "closed", "sent after the survey closed"))
+        else:
+            open_messages.append(msg)
+    outcomes = _validate_each(validator, [m.value for m in open_messages])
+    for msg, outcome in zip(open_messages, outcomes, strict=True):
+        if isinstance(outcome, Invalid):
+            rejected.append(Rejection(msg, outcome.reason, outcome.detail))
+        else:
+            candidates.append((msg, outcome))
+    return rejected, candidates
+
+
+def _validate_each(validator: Validator, raws: Sequence[bytes | None]
+                   ) -> list[Validated | Invalid]:
+    """:meth:`Validator.validate_batch`; if it fails unexpectedly, each message alone, so that
+    an error one message provokes dead-letters that message (``unprocessable``), not the
+    batch. Only the exception's type is logged: its text may quote a value."""
+    try:
+        return validator.validate_batch(raws)
+    except Exception as exc:
+        log.error("survey %s: batch validation failed (%s); validating one by one",
+                  validator.survey.id, type(exc).__name__)
+    out: list[Validated | Invalid] = []
+    for raw in raws:
+        try:
+            out.append(validator.validate(raw))
+        except Invalid as exc:
+            out.append(exc)
+        except Exception as exc:
+            log.error("survey %s: a message could not be validated (%s); dead-lettered",
+                      validator.survey.id, type(exc).__name__)
+            out.append(unprocessable(exc))
+    return out
+
+
+def unprocessable(exc: BaseException) -> Invalid:
+    """The rejection of a message the collector failed on (a bug): the error's type only."""
+    return Invalid("unprocessable", f"the collector failed on this message "
+                                    f"({type(exc).__name__}); please report it")
