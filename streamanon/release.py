@@ -91,8 +91,7 @@ def release_partition(run: TwoStageRun, X: np.ndarray, base: BaseSnapshot | None
     usable, one-shot otherwise.
     """
     X = np.asarray(X, dtype=np.float64)
-    if prepared is None or (prepared.groups is None and prepared.encoding.numeric_only
-                            and not np.isnan(X).any()):
+    if prepared is None or prepared.numeric_complete:
         if base is None or not base_is_usable(base.n_base, run.k, X.shape[0]):
             return run.one_shot(fit_standardisation(X).apply(X))
         Z = (X - base.mean) / base.scale
@@ -192,6 +191,13 @@ class Prepared:
     groups: Groups | None
     weights: np.ndarray | None
 
+    @property
+    def numeric_complete(self) -> bool:
+        """Numbers only, none missing, one group: the partition is the numeric one of before
+        mixed data (standardised values, no groups)."""
+        return (self.groups is None and self.encoding.numeric_only
+                and not np.isnan(self.C).any())
+
 
 def prepare(frame: pd.DataFrame, schema: Schema, k: int, engine: str = "mdav") -> Prepared:
     """Encode, check and embed ``frame``'s quasi-identifiers under ``schema``
@@ -223,6 +229,27 @@ def prepare_codes(C: np.ndarray, schema: Schema, encoding: Encoding, k: int,
     return Prepared(schema, encoding, C, scaling, Z, groups, weights)
 
 
+def prepare_stored(frame: pd.DataFrame, schema: Schema, k: int,
+                   scaling: Standardisation | None = None) -> Prepared:
+    """:func:`prepare` for a table whose quasi-identifiers are stored codes already (the
+    service stores a category or ordinal as its level's number, a missing answer as NaN; the
+    schema declares the levels), embedded in ``scaling`` (default: fitted to the table)."""
+    encoding = encoding_for(frame, schema)
+    C = np.ascontiguousarray(frame[encoding.names].to_numpy(dtype=np.float64))
+    strata = stratum_ids(frame, schema.strata) if schema.strata else None
+    return prepare_codes(C, schema, encoding, k, strata, _weights(frame, schema.weight),
+                         scaling)
+
+
+def base_partition(run: TwoStageRun, prepared: Prepared) -> tuple[np.ndarray, float]:
+    """The base run on a snapshot: ``run``'s engine on the embedded records (each group on its
+    own, as :func:`release_partition` will continue it), with its seconds."""
+    if prepared.groups is None:
+        return run.run_base(prepared.Z)
+    part = release_partition(run, prepared.C, None, prepared)
+    return part.labels, part.base_seconds
+
+
 def _weights(frame: pd.DataFrame, name: str | None) -> np.ndarray | None:
     if name is None:
         return None
@@ -250,7 +277,7 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
     enc, C, groups = prepared.encoding, prepared.C, prepared.groups
     withheld = None if groups is None else groups.withheld[groups.ids]
     R = release_codes(C, labels, enc, withheld, prepared.weights)
-    table = frame.drop(columns=prepared.schema.dropped)
+    table = frame.drop(columns=[c for c in prepared.schema.dropped if c in frame.columns])
     if not keep_index:
         table = table.reset_index(drop=True)
     table = table.copy()

@@ -361,6 +361,9 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
                     problems.append(f"{key}.type: {spec.type} is a quasi-identifier type; a "
                                     f"{spec.role} field is int, float, str, bool, timestamp "
                                     "or text")
+                if spec.role == "weight" and not spec.required:
+                    problems.append(f"{key}.required: a weight is required (every released "
+                                    "record needs one)")
                 if spec.role == "identifier" and spec.type not in (None, "str", "int"):
                     problems.append(f"{key}.type: an identifier is str or int")
                 if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name):

@@ -47,7 +47,7 @@ from scheduler.planner import Plan
 from streamanon.errors import describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
-from streamanon.metrics import fit_standardisation
+from streamanon.release import base_partition, prepare_stored
 from streamanon.service.closing import close_survey
 from streamanon.service.collector import KafkaCollector, KafkaDeadLetters, SurveyIngest
 from streamanon.service.config import Config, SurveyConfig
@@ -60,6 +60,7 @@ from streamanon.service.health import (
     store_health,
 )
 from streamanon.service.processes import worker_pool
+from streamanon.service.publisher import records_frame
 from streamanon.service.releasing import Releaser, release_run
 from streamanon.service.reports import (
     PlanStatus,
@@ -370,10 +371,10 @@ class Service:
         try:
             records = await self._in_store(
                 lambda: self.store.load_records(sid, m, upto_seq=snapshot_seq))
-            scaling = fit_standardisation(records.qi)
-            Z = scaling.apply(records.qi)
+            prepared = prepare_stored(records_frame(records, sc), sc.schema, sc.k)
             labels, seconds = await self.loop.run_in_executor(
-                self._pool, release_run(sc).run_base, Z)
+                self._pool, base_partition, release_run(sc), prepared)
+            scaling = prepared.scaling
             cp = Checkpoint(snapshot_seq=snapshot_seq, n_base=len(records), labels=labels,
                             mean=scaling.mean, scale=scaling.scale, engine=sc.engine,
                             seconds=seconds, started_at=started)

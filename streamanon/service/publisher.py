@@ -37,7 +37,7 @@ import pandas as pd
 
 from streamanon.errors import StreamanonError
 from streamanon.io import write_json, write_table
-from streamanon.release import Release, release_table
+from streamanon.release import Prepared, Release, release_prepared
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.reports import ReleaseReport
 from streamanon.service.store import Records
@@ -49,29 +49,41 @@ class ReleaseFilesError(StreamanonError):
 
 # What the release does with a field of each schema role (SPEC 6, step 7).
 TREATMENT = {"identifier": "dropped", "quasi_identifier": "microaggregated",
-             "confidential": "unchanged", "label": "unchanged", "ignore": "dropped"}
+             "confidential": "unchanged", "label": "unchanged", "weight": "unchanged",
+             "ignore": "dropped"}
 
 
 def release_columns(survey: SurveyConfig) -> list[dict[str, str]]:
     """Every schema field in schema order with its role and its treatment in the release
     (``microaggregated``, ``unchanged`` or ``dropped``): names and roles, never a value."""
-    return [{"name": name, "role": spec.role, "treatment": TREATMENT[spec.role]}
+    return [{"name": name, "role": spec.role,
+             "type": spec.type or ("float" if spec.role == "quasi_identifier" else None),
+             "treatment": TREATMENT[spec.role]}
             for name, spec in survey.fields.items()]
 
 
-def build_release(records: Records, labels: np.ndarray, survey: SurveyConfig,
-                  seed: int) -> Release:
-    """The survey's release (:func:`streamanon.release.release_table`): the quasi-identifiers,
-    confidential fields and labels of ``records`` under the partition ``labels``, shuffled;
-    raises :class:`KAnonymityError` if it is not k-anonymous."""
+def records_frame(records: Records, survey: SurveyConfig) -> pd.DataFrame:
+    """The stored records as a table in schema order: quasi-identifiers as stored (numbers,
+    level numbers, NaN for a missing answer), confidential values, weight and label."""
     columns: dict[str, Any] = {}
-    for j, name in enumerate(survey.quasi_identifiers):
-        columns[name] = records.qi[:, j]
-    for name in survey.names("confidential"):
-        columns[name] = [row.get(name) for row in records.confidential]
-    for name in survey.names("label"):
-        columns[name] = records.labels
-    return release_table(pd.DataFrame(columns), labels, survey.quasi_identifiers, survey.k, seed)
+    qi = survey.quasi_identifiers
+    for name, spec in survey.fields.items():
+        if spec.role == "quasi_identifier":
+            columns[name] = records.qi[:, qi.index(name)]
+        elif spec.role in ("confidential", "weight"):
+            columns[name] = [row.get(name) for row in records.confidential]
+        elif spec.role == "label":
+            columns[name] = records.labels
+    return pd.DataFrame(columns)
+
+
+def build_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray,
+                  survey: SurveyConfig, seed: int) -> Release:
+    """The survey's release (:func:`streamanon.release.release_prepared`) of the stored
+    records ``frame`` (:func:`records_frame`) under the partition ``labels``: each
+    quasi-identifier its cell's value per type (levels by name), the other columns unchanged,
+    shuffled; raises :class:`KAnonymityError` if it is not k-anonymous."""
+    return release_prepared(frame, prepared, labels, survey.k, seed=seed)
 
 
 def sha256_file(path: Path) -> str:
@@ -122,10 +134,19 @@ def release_manifest(report: ReleaseReport) -> dict[str, Any]:
             "distortion": report.distortion}
 
 
+def _json_values(column: pd.Series) -> list[Any]:
+    """A column's values for JSON: a missing value of a nullable integer, boolean or category
+    column (``pd.NA``) as None."""
+    values = column.tolist()
+    if isinstance(column.dtype, pd.api.extensions.ExtensionDtype) and column.hasnans:
+        return [None if v is pd.NA or (isinstance(v, float) and v != v) else v for v in values]
+    return values
+
+
 def record_messages(frame: pd.DataFrame) -> list[bytes]:
     """One JSON object per row, built column-wise for speed (orjson writes NaN as null)."""
     cols = [str(c) for c in frame.columns]
-    data = [frame[c].tolist() for c in frame.columns]
+    data = [_json_values(frame[c]) for c in frame.columns]
     return [orjson.dumps(dict(zip(cols, row, strict=True))) for row in zip(*data, strict=True)]
 
 

@@ -24,7 +24,8 @@ from scheduler.cost_model import PowerLaw
 from streamanon.errors import describe_error
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
-from streamanon.release import BaseSnapshot, release_partition
+from streamanon.metrics import Standardisation
+from streamanon.release import BaseSnapshot, prepare_stored, release_partition
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.offsets import broker_errors
 from streamanon.service.publisher import (
@@ -32,6 +33,7 @@ from streamanon.service.publisher import (
     manifest_is_last,
     publish_to_topic,
     read_written_release,
+    records_frame,
     release_columns,
     release_manifest,
     write_release_files,
@@ -108,15 +110,21 @@ class Releaser:
                      sid, sc.incremental, n - cp.n_base, cp.n_base)
         else:
             log.info("survey %s: computing the release: %s on %d records", sid, sc.engine, n)
+        frame = records_frame(records, sc)
+        prepared = prepare_stored(frame, sc.schema, sc.k, None if base is None else
+                                  Standardisation(base.mean, base.scale))
+        legacy = prepared.numeric_complete  # the partition exactly as before mixed data
         stage_started = time.time()
         partition = await asyncio.get_running_loop().run_in_executor(
-            self.compute_pool, release_partition, release_run(sc), records.qi, base)
+            self.compute_pool, release_partition, release_run(sc), records.qi, base,
+            None if legacy else prepared)
         compute_done = time.time()
         rt.timings["compute"] = compute_done - stage_started
         step = time.perf_counter()
         seed = secrets.randbits(62)
         release_id = uuid.uuid4().hex
-        release = build_release(records, partition.labels, sc, seed)  # the k-anonymity gate
+        release = build_release(frame, prepared if not legacy else prepare_stored(
+            frame, sc.schema, sc.k), partition.labels, sc, seed)  # the k-anonymity gate
         rt.timings["gate_and_table"] = time.perf_counter() - step
         closed_at = (await self._in_store(self.store.survey_state, sid)).close_requested_at
         plan = rt.last_plan
@@ -141,7 +149,13 @@ class Releaser:
             incremental_seconds=partition.incremental_seconds,
             compute_seconds_after_close=compute_done - (closed_at or stage_started),
             distortion=release.distortion, information_loss=release.information_loss,
-            rejected=dict(rt.ingest.rejected), files=files)
+            rejected=dict(rt.ingest.rejected), files=files,
+            information_loss_by_type={
+                kind: (None if release.loss.get(kind) is None else 100.0 * release.loss[kind])
+                for kind in ("numeric", "ordinal", "nominal")},
+            values_withheld=release.loss.get("withheld", 0),
+            values_imputed=release.loss.get("imputed", 0),
+            strata_merged=[] if prepared.groups is None else prepared.groups.merged_strata)
         row = ReleaseRow(release_id, "written", seed, report.to_json())
         await self._in_store(self.store.save_release, sid, row)
         return row

@@ -9,7 +9,7 @@ response value.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
 from streamanon.service.health import PartHealth
@@ -56,6 +56,12 @@ class ReleaseReport:
     information_loss: float
     rejected: dict[str, int]
     files: dict[str, str]
+    # mixed data (streamanon.mixed): IL per type in percent, values withheld or imputed by
+    # the missing-value policy, strata under k merged into others
+    information_loss_by_type: dict[str, float | None] | None = None
+    values_withheld: int = 0
+    values_imputed: int = 0
+    strata_merged: list[dict[str, Any]] = field(default_factory=list)
     publication: Publication | None = None
 
     def published(self, publication: Publication) -> ReleaseReport:
@@ -68,7 +74,9 @@ class ReleaseReport:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ReleaseReport:
         """The report :meth:`to_json` gave (as stored with the release)."""
-        own = {f.name: data[f.name] for f in fields(cls) if f.name != "publication"}
+        own = {f.name: data[f.name] for f in fields(cls)
+               if f.name != "publication" and (f.name in data or (f.default is MISSING
+                                               and f.default_factory is MISSING))}
         publication = (Publication(**{f.name: data[f.name] for f in fields(Publication)})
                        if "released_at" in data else None)
         return cls(**own, publication=publication)

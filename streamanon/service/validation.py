@@ -34,6 +34,7 @@ REASONS = (
     "wrong_type",
     "not_finite",  # NaN or infinity
     "out_of_bounds",
+    "out_of_levels",  # a category or ordinal value that is not one of the field's levels
     "duplicate_respondent",  # respondent already stored (duplicates = "reject")
     "closed",  # sent after the survey closed
     "unknown_survey",
@@ -156,7 +157,6 @@ class Validated:
     label: str | None
 
 
-_NUMBER = (int, float)
 # What an identifier of each declared type may be (bool is not an int here).
 _IDENTIFIER_TYPES: dict[str | None, tuple[type, ...]] = {
     None: (str, int), "str": (str,), "int": (int,), "float": (), "bool": ()}
@@ -178,18 +178,19 @@ class Validator:
         self.fields = survey.fields
         self.qi = survey.quasi_identifiers
         self.identifier = survey.identifier
-        self._rid_types = _IDENTIFIER_TYPES[self.fields[self.identifier].type]
-        self.confidential = survey.names("confidential")
+        # stored with the confidential answers: published unchanged
+        self.confidential = [n for n, s in self.fields.items()
+                             if s.role in ("confidential", "weight")]
         self.label = (survey.names("label") or [None])[0]
         self.required = frozenset(n for n, spec in self.fields.items() if spec.required)
         self.known = frozenset(self.fields)
-        self._qi_int = [self.fields[n].type == "int" for n in self.qi]
         self._bounds = [(n, s.min, s.max) for n, s in self.fields.items()
                         if s.min is not None or s.max is not None]
-        self._typed = [(n, {"int": (int,), "float": _NUMBER, "str": (str,), "bool": (bool,)}
-                        [s.type]) for n, s in self.fields.items()
-                       if s.type is not None and s.role not in ("quasi_identifier",
-                                                                "identifier")]
+        # A category, ordinal or boolean quasi-identifier is stored as its level's number
+        # (streamanon.mixed codes), keyed by (type, value): JSON 1 is not level "1" nor true.
+        self._levels = {n: {(type(v), v): float(i) for i, v in enumerate(
+            [False, True] if self.fields[n].type == "bool" else self.fields[n].levels or [])}
+            for n in self.qi if self.fields[n].type in ("category", "ordinal", "bool")}
 
     def pseudonym(self, respondent_id: str) -> bytes:
         """HMAC-SHA256 (RFC 2104) of the id, truncated to 128 bits (collisions: about 2^-64
@@ -212,10 +213,18 @@ class Validator:
         label = obj.get(self.label) if self.label is not None else None
         return Validated(
             rid_hash=self.pseudonym(str(obj[self.identifier])),
-            qi=np.array([obj[n] for n in self.qi], dtype=np.float64),
+            qi=np.array([self._code(n, obj.get(n)) for n in self.qi], dtype=np.float64),
             confidential={n: obj.get(n) for n in self.confidential},
             label=None if label is None else str(label),
         )
+
+    def _code(self, name: str, value: Any) -> float:
+        """A checked quasi-identifier value as stored: the number, the level's number, or
+        NaN for a missing answer (an optional field)."""
+        if value is None:
+            return math.nan
+        levels = self._levels.get(name)
+        return value if levels is None else levels[(type(value), value)]
 
     def validate_batch(self, raws: Sequence[bytes | None]) -> list[Validated | Invalid]:
         """:meth:`validate` for many messages at once, with the same outcome per message.
@@ -245,12 +254,22 @@ class Validator:
             qi = np.zeros((len(objs), len(self.qi)))
             if ok.any():
                 for j, name in enumerate(self.qi):
-                    qi[:, j] = [v if good else 0.0
-                                for v, good in zip(columns[name], ok, strict=True)]
-                ok &= np.isfinite(qi).all(axis=1) & (np.abs(qi) <= QI_MAX_MAGNITUDE).all(axis=1)
+                    levels = self._levels.get(name)
+                    if levels is None:
+                        qi[:, j] = [(math.nan if v is None else v) if good else 0.0
+                                    for v, good in zip(columns[name], ok, strict=True)]
+                    else:  # a value off the levels: the slow path names it
+                        qi[:, j] = [(math.nan if v is None else levels.get((type(v), v), math.inf))
+                                    if good else 0.0
+                                    for v, good in zip(columns[name], ok, strict=True)]
+                missing = np.isnan(qi)  # only where the field is optional (checked above)
+                seen = np.where(missing, 0.0, qi)
+                ok &= np.isfinite(seen).all(axis=1) & (np.abs(seen) <= QI_MAX_MAGNITUDE).all(
+                    axis=1)
                 for name, lo, hi in self._bounds:
                     if name in self.qi:
-                        col = qi[:, self.qi.index(name)]
+                        col = np.where(missing[:, self.qi.index(name)], lo if lo is not None
+                                       else hi, qi[:, self.qi.index(name)])
                         if lo is not None:
                             ok &= col >= lo
                         if hi is not None:
@@ -281,11 +300,17 @@ class Validator:
         if spec.role == "identifier":
             allowed = set(_IDENTIFIER_TYPES[spec.type])
         elif spec.role == "quasi_identifier":
-            allowed = {int} if spec.type == "int" else {int, float}
+            allowed = ({int} if spec.type == "int" else {bool} if spec.type == "bool"
+                       else {type(v) for v in spec.levels or []}
+                       if spec.type in ("category", "ordinal") else {int, float})
+            if not spec.required:
+                allowed = allowed | {type(None)}
         else:
             allowed = {None: {str, int, float, bool, type(None)}, "int": {int, type(None)},
                        "float": {int, float, type(None)}, "str": {str, type(None)},
-                       "bool": {bool, type(None)}}[spec.type]
+                       "bool": {bool, type(None)}, "timestamp": {str, type(None)},
+                       "text": {str, type(None)}}[
+                spec.type or ("float" if spec.role == "weight" else None)]
             if spec.required:  # null is a missing answer
                 allowed = allowed - {type(None)}
         if not kinds <= allowed:
@@ -306,6 +331,10 @@ class Validator:
             for j, v in enumerate(values):
                 if v is not None and ok[j] and ((spec.min is not None and v < spec.min)
                                                 or (spec.max is not None and v > spec.max)):
+                    ok[j] = False
+        if spec.role == "weight":
+            for j, v in enumerate(values):
+                if v is not None and ok[j] and not v > 0:
                     ok[j] = False
         if spec.role != "quasi_identifier" and float in kinds:
             for j, v in enumerate(values):
@@ -343,7 +372,7 @@ class Validator:
 
     def _check(self, name: str, value: Any) -> None:
         spec = self.fields[name]
-        kind = spec.type or ("float" if spec.role == "quasi_identifier" else None)
+        kind = spec.type or ("float" if spec.role in ("quasi_identifier", "weight") else None)
         if spec.role == "identifier":
             if type(value) not in _IDENTIFIER_TYPES[spec.type] or value == "":
                 expected = {"str": "a non-empty string", "int": "an integer"}.get(
@@ -365,9 +394,15 @@ class Validator:
             if spec.role == "quasi_identifier" and abs(value) > QI_MAX_MAGNITUDE:
                 raise Invalid("out_of_bounds", f"{name}: beyond +-{QI_MAX_MAGNITUDE:g}, more "
                                                "than microaggregation can compute with")
-        elif kind == "str":
+        elif kind in ("str", "timestamp", "text"):
             if not isinstance(value, str):
                 raise Invalid("wrong_type", f"{name}: expected a string")
+        elif kind in ("category", "ordinal"):
+            if isinstance(value, (dict, list)):
+                raise Invalid("wrong_type", f"{name}: expected one of its levels")
+            if (type(value), value) not in self._levels[name]:
+                raise Invalid("out_of_levels", f"{name}: not one of its "
+                                               f"{len(self._levels[name])} levels")
         elif kind == "bool":
             if not isinstance(value, bool):
                 raise Invalid("wrong_type", f"{name}: expected true or false")
@@ -377,6 +412,8 @@ class Validator:
             raise Invalid("out_of_bounds", f"{name}: below the minimum {spec.min:g}")
         if spec.max is not None and value > spec.max:
             raise Invalid("out_of_bounds", f"{name}: above the maximum {spec.max:g}")
+        if spec.role == "weight" and not value > 0:
+            raise Invalid("out_of_bounds", f"{name}: a sampling weight is positive")
 
 
 

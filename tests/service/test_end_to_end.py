@@ -109,9 +109,13 @@ def test_end_to_end_release_and_dead_letters(service_factory, broker, tmp_path):
     assert manifest["k"] == 5
     parquet = pd.read_parquet(release_dir / "release.parquet")
     assert len(parquet) == n_valid and check_k_anonymity(parquet[QI].to_numpy(), 5).ok
-    # centroids are in original units: the mean of each QI over the release is preserved
+    # centroids are in original units: the mean of each float QI over the release is
+    # preserved; the int QI (age) is released as its cell mean rounded, an integer within
+    # 0.5 of it, so its overall mean moves by at most 0.5
     originals = np.array([[json.loads(v)[c] for c in QI] for _, v in valid])
-    assert np.allclose(parquet[QI].mean().to_numpy(), originals.mean(axis=0))
+    assert np.allclose(parquet[QI[1:]].mean().to_numpy(), originals[:, 1:].mean(axis=0))
+    assert parquet["age"].dtype == np.int64
+    assert abs(parquet["age"].mean() - originals[:, 0].mean()) <= 0.5
     report_text = (release_dir / "report.json").read_text()
     report = json.loads(report_text)
     assert report["n"] == n_valid and report["k"] == 5
@@ -123,13 +127,16 @@ def test_end_to_end_release_and_dead_letters(service_factory, broker, tmp_path):
     # did with it, so a statistician can read the release without the service's config
     assert report["quasi_identifiers"] == QI
     assert report["columns"] == [
-        {"name": "respondent_id", "role": "identifier", "treatment": "dropped"},
-        {"name": "age", "role": "quasi_identifier", "treatment": "microaggregated"},
-        {"name": "income", "role": "quasi_identifier", "treatment": "microaggregated"},
-        {"name": "height", "role": "quasi_identifier", "treatment": "microaggregated"},
-        {"name": "satisfaction", "role": "confidential", "treatment": "unchanged"},
-        {"name": "ticket", "role": "confidential", "treatment": "unchanged"},
-        {"name": "comment", "role": "ignore", "treatment": "dropped"},
+        {"name": "respondent_id", "role": "identifier", "type": None, "treatment": "dropped"},
+        {"name": "age", "role": "quasi_identifier", "type": "int",
+         "treatment": "microaggregated"},
+        {"name": "income", "role": "quasi_identifier", "type": "float",
+         "treatment": "microaggregated"},
+        {"name": "height", "role": "quasi_identifier", "type": "float",
+         "treatment": "microaggregated"},
+        {"name": "satisfaction", "role": "confidential", "type": "int", "treatment": "unchanged"},
+        {"name": "ticket", "role": "confidential", "type": "int", "treatment": "unchanged"},
+        {"name": "comment", "role": "ignore", "type": "str", "treatment": "dropped"},
     ]
     assert {c["name"] for c in report["columns"] if c["treatment"] != "dropped"} \
         == set(rows[0]) == set(parquet.columns)
