@@ -71,7 +71,11 @@ def records_frame(records: Records, survey: SurveyConfig) -> pd.DataFrame:
         if spec.role == "quasi_identifier":
             columns[name] = records.qi[:, qi.index(name)]
         elif spec.role in ("confidential", "weight"):
-            columns[name] = [row.get(name) for row in records.confidential]
+            values = [row.get(name) for row in records.confidential]
+            nullable = {"int": "Int64", "bool": "boolean"}.get(spec.type or "")
+            if nullable is not None and any(v is None for v in values):  # not float64
+                values = pd.array(values, dtype=nullable)
+            columns[name] = values
         elif spec.role == "label":
             columns[name] = records.labels
     return pd.DataFrame(columns)
