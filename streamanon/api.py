@@ -23,7 +23,13 @@ from streamanon.engines import get_engine, run_engine, validate_input
 from streamanon.errors import InputError, ParameterError
 from streamanon.mixed import partition_groups
 from streamanon.progress import Progress
-from streamanon.release import prepare, release_prepared, shuffle_rows  # noqa: F401 (API)
+from streamanon.release import (  # noqa: F401 (shuffle_rows: API)
+    Privacy,
+    prepare,
+    release_prepared,
+    sensitive_codes,
+    shuffle_rows,
+)
 from streamanon.schema import Schema, as_schema, quick_schema
 
 try:  # pandas is a dependency, but keep the numerical API importable without it
@@ -57,6 +63,8 @@ class Microaggregation:
     strata: list[str] = field(default_factory=list)
     strata_merged: list[dict[str, Any]] = field(default_factory=list)
     weight: str | None = None
+    privacy: dict[str, Any] | None = None
+    risk: dict[str, Any] | None = None
 
     @property
     def information_loss(self) -> float:
@@ -96,6 +104,8 @@ class Microaggregation:
             "strata": list(self.strata),
             "strata_merged": list(self.strata_merged),
             "weight": self.weight,
+            "privacy": self.privacy,
+            "risk": self.risk,
         } | ({"incremental": self.incremental, **self.two_stage} if self.two_stage else {})
 
 
@@ -119,9 +129,13 @@ def microaggregate(
     strata: Sequence[str] | str = (),
     weight: str | None = None,
     missing: str | None = None,
+    sensitive: Sequence[str] | str = (),
+    l: int | None = None,  # noqa: E741 (the privacy model's name)
+    t: float | None = None,
     shuffle: bool | None = None,
     seed: int | None = None,
     keep_index: bool = False,
+    risk: bool = True,
     progress: Progress | None = None,
     incremental: str | None = None,
     nu: float = 0.0,
@@ -155,11 +169,21 @@ def microaggregate(
         a sampling-weight column (weighted cell values and losses, published unchanged); the
         quick form's policy for missing quasi-identifier values (``"group"`` or ``"impute"``;
         default: a missing value is an error).
+    sensitive, l, t
+        Beyond k-anonymity (:mod:`streamanon.privacy`): the sensitive answers (confidential
+        columns; a schema marks them ``sensitive = true``), and the distinct l-diversity and
+        the t-closeness (Earth Mover's Distance of each cell's answers to the whole release's)
+        every cell must have. Cells are merged where needed (Soria-Comas et al. 2015), or the
+        ``tclose_*`` engines build them so; the gate checks the release.
     shuffle, seed, keep_index
         A DataFrame comes back in a random row order (``seed``) with a fresh index, so that
         neither order nor index (which may be a respondent id) tells anything; ``shuffle=False``
         keeps the input order, ``keep_index=True`` the index. A matrix is not shuffled by
         default (it is the quasi-identifiers only; ``labels`` follow its rows).
+    risk
+        Measure disclosure risk and utility before and after (:mod:`streamanon.risk`: sample
+        uniques, groups under k, l and t, record linkage, interval disclosure, IL per
+        attribute, moments and correlations): ``result.risk`` and the report.
     progress
         Optional progress counter the engine advances.
     incremental, nu, incremental_params, compare_one_shot
@@ -200,6 +224,9 @@ def microaggregate(
         spec = _schema_of(frame, schema, qi, confidential, drop, strata, weight, missing)
         params = _resolve_per_record(info, params, frame)
     prepared = prepare(frame, spec, k, engine)
+    privacy = _privacy_of(frame, spec, sensitive, l, t)
+    if privacy is not None and "S" in info.per_record:
+        params.update(S=privacy.S, kinds=list(privacy.kinds), t=t, l=l)
     two_stage = None
     started = time.perf_counter()
     if incremental is None:
@@ -226,11 +253,13 @@ def microaggregate(
                 prepared.Z, prepared.groups, prepared.encoding,
                 lambda rows, Zg: run.partition(Zg, int(np.sum(rows < n_base))).labels)
             two_stage = {"nu": nu, "n_0": n_base, "n_plus": len(prepared.Z) - n_base}
+    if privacy is not None:
+        labels = privacy.enforce(prepared.Z, labels)
     seconds = time.perf_counter() - started
 
     shuffle = frame_input if shuffle is None else shuffle
     released = release_prepared(frame, prepared, labels, k, seed=seed, shuffle=shuffle,
-                                keep_index=keep_index)
+                                keep_index=keep_index, privacy=privacy, risk=risk)
     if two_stage is not None and "distortion_two_stage" in two_stage:
         two_stage["distortion_two_stage"] = released.distortion
     return Microaggregation(
@@ -252,7 +281,40 @@ def microaggregate(
         strata=list(spec.strata),
         strata_merged=[] if prepared.groups is None else prepared.groups.merged_strata,
         weight=spec.weight,
+        privacy=None if privacy is None else {
+            "l": l, "t": t, "sensitive": released.privacy},
+        risk=released.risk,
     )
+
+
+def _privacy_of(frame: Any, spec: Schema, sensitive: Sequence[str] | str, l: int | None,  # noqa: E741
+                t: float | None) -> Privacy | None:
+    """The sensitive answers and the l and t asked for, or None when there are none."""
+    extra = [sensitive] if isinstance(sensitive, str) else list(sensitive)
+    names = spec.sensitive + [s for s in extra if s not in spec.sensitive]
+    if l is not None and (isinstance(l, bool) or not isinstance(l, int) or l < 1):
+        raise ParameterError(f"l must be a positive integer, got {l!r}")
+    if t is not None and not (isinstance(t, (int, float)) and 0 <= t <= 1):
+        raise ParameterError(f"t must be between 0 and 1, got {t!r}")
+    if not names:
+        if l is not None or t is not None:
+            raise ParameterError("l and t are about sensitive answers: mark them "
+                                 "sensitive = true in the schema, or name them (sensitive=, "
+                                 "--sensitive)")
+        return None
+    roles = {n: spec.fields[n].role if n in spec.fields else None for n in names}
+    wrong = [n for n, role in roles.items() if role not in ("confidential", "label")]
+    if wrong:
+        raise InputError(f"sensitive column(s) {', '.join(wrong)} must be confidential answers "
+                         "(published unchanged)")
+    S, kinds = sensitive_codes(frame, spec, names)
+    if l is not None:
+        few = [f"{n} has {len(np.unique(S[:, j]))}" for j, n in enumerate(names)
+               if len(np.unique(S[:, j])) < l]
+        if few:
+            raise ParameterError(f"l = {l} distinct answers per cell cannot be met: "
+                                 f"{', '.join(few)} distinct answer(s) in all")
+    return Privacy(tuple(names), S, kinds, l, t)
 
 
 def _schema_of(frame: Any, schema: Any, qi: Any, confidential: Any, drop: Any, strata: Any,

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from streamanon.errors import InputError
+from streamanon.errors import InputError, KAnonymityError
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import Partition, TwoStageRun
 from streamanon.metrics import (
@@ -144,6 +144,8 @@ class Release:
     table: pd.DataFrame
     distortion: float
     loss: dict[str, Any] = field(default_factory=dict)
+    privacy: dict[str, dict[str, Any]] | None = None  # l and t achieved per sensitive answer
+    risk: dict[str, Any] | None = None  # streamanon.risk.measure(...).to_json()
 
     @property
     def information_loss(self) -> float:
@@ -265,17 +267,20 @@ def _weights(frame: pd.DataFrame, name: str | None) -> np.ndarray | None:
 
 
 def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray, k: int, *,
-                     seed: int | None, shuffle: bool = True,
-                     keep_index: bool = False) -> Release:
+                     seed: int | None, shuffle: bool = True, keep_index: bool = False,
+                     privacy: Privacy | None = None, risk: bool = False) -> Release:
     """The release of ``frame`` under the partition ``labels``: dropped roles removed, each
-    quasi-identifier replaced by its cell's value per type (withheld where the record's group
-    withholds it), the k-anonymity gate (a missing value is a value of its own), the rows
-    shuffled unless told not to, and the loss per type."""
+    quasi-identifier replaced by its cell's value per type (withheld where a member's group
+    withholds it), the gate (k-anonymity, a missing value being a value of its own; with
+    ``privacy``, also its l-diversity and t-closeness), the rows shuffled unless told not to,
+    and the loss per type; with ``risk``, the disclosure risk and utility measures of
+    :func:`streamanon.risk.measure` (before and after, record linkage included: measured
+    before the shuffle, when the rows still correspond)."""
     labels = np.asarray(labels)
     if labels.shape != (len(frame),):
         raise InputError(f"{labels.shape} labels for {len(frame)} records; one per record")
     enc, C, groups = prepared.encoding, prepared.C, prepared.groups
-    withheld = None if groups is None else groups.withheld[groups.ids]
+    withheld = None if groups is None else _cell_union(groups.withheld[groups.ids], labels)
     R = release_codes(C, labels, enc, withheld, prepared.weights)
     table = frame.drop(columns=[c for c in prepared.schema.dropped if c in frame.columns])
     if not keep_index:
@@ -290,8 +295,103 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
         require_k_anonymous(table[qi].to_numpy(), k)
     else:
         require_k_anonymous_table(table, qi, k)
+    achieved = None if privacy is None else privacy.gate(table, qi)
     loss = loss_by_type(C, R, enc, prepared.scaling, prepared.weights)
     d = distortion(prepared.Z, labels) if legacy else loss["distortion"]
+    measured = None
+    if risk:
+        from streamanon.risk import measure
+
+        measured = measure(frame, table, prepared.schema, k, aligned=True,
+                           sensitive=[] if privacy is None else list(privacy.names)).to_json()
     if shuffle:
         table = shuffle_rows(table, seed, keep_index=keep_index)
-    return Release(table=table, distortion=d, loss=loss)
+    return Release(table=table, distortion=d, loss=loss, privacy=achieved, risk=measured)
+
+
+def _cell_union(withheld: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per record, what its cell withholds: what any member's group withholds. Cells lie
+    within groups, except where the l/t merging joined cells of two groups; there the release
+    withholds what either withholds, so every member's released tuple is the same."""
+    cells = int(labels.max()) + 1 if labels.size else 0
+    union = np.zeros((cells, withheld.shape[1]), dtype=bool)
+    np.logical_or.at(union, labels, withheld)
+    return union[labels]
+
+
+@dataclass(frozen=True)
+class Privacy:
+    """The sensitive answers (``S``: n x s codes, the rank of each value in its column's
+    domain, a missing answer a value of its own) with their EMD ground distance (``kinds``:
+    ``ordered`` or ``equal``), and the l-diversity and t-closeness a release must have."""
+
+    names: tuple[str, ...]
+    S: np.ndarray
+    kinds: tuple[str, ...]
+    l: int | None = None  # noqa: E741 (the model's name)
+    t: float | None = None
+
+    def enforce(self, Z: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """``labels`` with cells merged until every cell is l-diverse and t-close
+        (``streamanon.privacy.enforce``, the merging of Soria-Comas et al.)."""
+        from streamanon.privacy import enforce
+
+        if self.l is None and self.t is None:
+            return labels
+        return enforce(Z, labels, self.S, list(self.kinds), t=self.t, l=self.l)
+
+    def achieved(self, groups: np.ndarray) -> dict[str, dict[str, Any]]:
+        """Per sensitive answer over the groups ``groups`` (one id per record): the smallest
+        number of distinct answers in a group (l) and the largest EMD to the whole (t)."""
+        from streamanon.privacy import cell_distinct, cell_emds
+
+        return {name: {"kind": kind, "l": int(cell_distinct(groups, self.S[:, j]).min()),
+                       "t": float(cell_emds(groups, self.S[:, j], kind).max())}
+                for j, (name, kind) in enumerate(zip(self.names, self.kinds, strict=True))}
+
+    def gate(self, table: pd.DataFrame, key: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The l/t part of the gate, on the groups a reader of ``table`` sees (records with the
+        same released key, a missing value a value of its own); ``table`` rows are the rows
+        of ``S``. Raises :class:`KAnonymityError` when l or t is not met."""
+        codes = [pd.factorize(table[c], use_na_sentinel=False)[0] for c in key]
+        groups = pd.MultiIndex.from_arrays(codes).factorize()[0] if len(codes) > 1 \
+            else codes[0]
+        achieved = self.achieved(np.asarray(groups, dtype=np.int64))
+        bad = [f"{name}: l = {a['l']} < {self.l}" for name, a in achieved.items()
+               if self.l is not None and a["l"] < self.l]
+        bad += [f"{name}: t = {a['t']:.4f} > {self.t}" for name, a in achieved.items()
+                if self.t is not None and a["t"] > self.t + 1e-12]
+        if bad:
+            raise KAnonymityError("release is not private enough: " + "; ".join(bad))
+        return achieved
+
+
+def sensitive_codes(frame: pd.DataFrame, schema: Schema, names: Sequence[str],
+                    kinds: dict[str, str] | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The sensitive answers ``names`` of ``frame`` as codes for the EMD: the rank of each
+    value in its column's sorted domain (an ordinal's levels in their order), a missing answer
+    the last value of its own; and each column's ground distance, ``ordered`` for numbers and
+    ordinals, ``equal`` for categories, booleans and text (``kinds`` overrides)."""
+    S = np.empty((len(frame), len(names)))
+    out_kinds = []
+    for j, name in enumerate(names):
+        if name not in frame.columns:
+            raise InputError(f"sensitive column {name} is not in the data")
+        column = frame[name]
+        spec = schema.fields.get(name)
+        kind_of = spec.type if spec is not None else None
+        numeric = (pd.api.types.is_numeric_dtype(column)
+                   and not pd.api.types.is_bool_dtype(column))
+        if kind_of == "ordinal" and spec is not None and spec.levels:
+            where = {level: i for i, level in enumerate(spec.levels)}
+            codes = np.array([where.get(v, len(where)) if not pd.isna(v) else len(where)
+                              for v in column.astype(object)], dtype=np.float64)
+            kind = "ordered"
+        else:
+            codes, _ = pd.factorize(column, sort=True, use_na_sentinel=True)
+            codes = np.where(codes < 0, codes.max(initial=-1) + 1, codes).astype(np.float64)
+            kind = "ordered" if numeric and kind_of not in ("category", "bool") else "equal"
+        S[:, j] = codes
+        out_kinds.append((kinds or {}).get(name, kind))
+    return S, tuple(out_kinds)
+

@@ -70,6 +70,9 @@ class FieldSpec(BaseModel):
     #: (kept missing; microaggregated with records of the same missingness pattern) or
     #: ``impute`` (filled with its cell's value).
     missing: Literal["group", "impute"] = "group"
+    #: A confidential answer whose disclosure the release must limit beyond k-anonymity:
+    #: l-diversity and t-closeness (``streamanon.privacy``) are checked on it.
+    sensitive: bool = False
 
     def problems(self, name: str) -> list[str]:
         """What is wrong with this field's declaration, each naming ``name``."""
@@ -92,6 +95,9 @@ class FieldSpec(BaseModel):
                 "int", "float") and not (self.type is None and self.role in (
                     "quasi_identifier", "weight")):
             out.append(f"{name}: bounds need a numeric type (int or float)")
+        if self.sensitive and self.role not in ("confidential", "label"):
+            out.append(f"{name}.sensitive: only a confidential answer is sensitive (a "
+                       f"{self.role} is not published as it is)")
         if self.role == "weight" and self.type not in (None, "int", "float"):
             out.append(f"{name}.type: a weight is a number (int or float)")
         return out
@@ -114,6 +120,10 @@ class Schema:
     @property
     def dropped(self) -> list[str]:
         return self.names(*DROPPED_ROLES)
+
+    @property
+    def sensitive(self) -> list[str]:
+        return [name for name, spec in self.fields.items() if spec.sensitive]
 
     @property
     def weight(self) -> str | None:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from streamanon import __version__
-from streamanon.cli import planning, records, service, simulate, verify
+from streamanon.cli import planning, records, report, service, simulate, verify
 from streamanon.errors import StreamanonError
 
 EXIT_CHECK_FAILED = 1
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     records.register(sub)
     verify.register(sub)
+    report.register(sub)
     planning.register(sub)
     service.register(sub)
     simulate.register(sub)

@@ -55,6 +55,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     an.add_argument("--weight", metavar="COL", default=None,
                     help="quick form: sampling-weight column (weighted cell means and losses; "
                          "published unchanged)")
+    an.add_argument("--sensitive", type=columns, default=[], metavar="COLS",
+                    help="sensitive confidential answers (besides those the schema marks "
+                         "sensitive = true): l and t are checked on them")
+    an.add_argument("--l", type=positive_int, default=None, metavar="L",
+                    help="distinct l-diversity: every cell holds at least L different answers "
+                         "of each sensitive column")
+    an.add_argument("--t", type=float, default=None, metavar="T",
+                    help="t-closeness: each cell's distribution of each sensitive answer is "
+                         "within Earth Mover's Distance T (0-1) of the whole release's")
     an.add_argument("--engine", default="mdav",
                     help="microaggregation engine (default mdav; see 'streamanon engines')")
     an.add_argument("--param", type=param, action="append", default=[], metavar="NAME=VALUE",
@@ -163,6 +172,7 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
         f"{args.engine} k={args.k}",
         lambda progress: microaggregate(frame, args.k, args.engine, **described,
                                         strata=args.strata, seed=args.seed,
+                                        sensitive=args.sensitive, l=args.l, t=args.t,
                                         progress=progress, engine_params=params,
                                         **two_stage),
         show,
@@ -187,6 +197,8 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
         f"({stages}), IL = {result.information_loss:.2f}%, {result.seconds:.2f} s; "
         f"report {rpath}"
     )
+    for name, got in ((report.get("privacy") or {}).get("sensitive") or {}).items():
+        print(f"{name}: l = {got['l']}, t = {got['t']:.3f} ({got['kind']} distance)")
     if report.get("delta") is not None:
         print(f"two-stage vs one-shot: delta = {100 * report['delta']:+.2f} %, "
               f"tau_0 = {report['tau_0']:.3f}, tau_+ = {report['tau_plus']:.3f}")

@@ -74,3 +74,4 @@ from streamanon.engines import mdav as _mdav  # noqa: E402,F401
 from streamanon.engines import mondrian as _mondrian  # noqa: E402,F401
 from streamanon.engines import ona as _ona  # noqa: E402,F401
 from streamanon.engines import pca_mdav as _pca_mdav  # noqa: E402,F401
+from streamanon.engines import tcloseness as _tcloseness  # noqa: E402,F401

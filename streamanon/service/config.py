@@ -69,6 +69,10 @@ class SurveyConfig(_Strict):
     fields: dict[str, FieldSpec] = Field(alias="schema")
     # Microaggregate within each stratum of these fields (streamanon.mixed).
     strata: list[str] = Field(default_factory=list)
+    # Beyond k-anonymity, on the fields marked sensitive = true (streamanon.privacy): distinct
+    # l-diversity and t-closeness of every cell, merged at close where needed; the gate checks.
+    l: int | None = Field(default=None, ge=1)  # noqa: E741 (the model's name)
+    t: float | None = Field(default=None, ge=0, le=1)
 
     @field_validator("deadline", mode="before")
     @classmethod
@@ -337,6 +341,9 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
             problems += [f"{where}.schema: {p}" if p.startswith(("no field", "more than"))
                          else f"{where}.{p}" if p.startswith("strata") else f"{where}.schema.{p}"
                          for p in survey.schema.problems()]
+            if (survey.l is not None or survey.t is not None) and not survey.schema.sensitive:
+                problems.append(f"{where}: l and t are about sensitive answers; mark the "
+                                "confidential fields they protect sensitive = true")
             nominal = [n for n in survey.quasi_identifiers
                        if survey.fields[n].type in ("category", "bool")]
             if nominal and survey.engine not in MIXED_ENGINES:

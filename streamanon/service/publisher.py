@@ -37,7 +37,7 @@ import pandas as pd
 
 from streamanon.errors import StreamanonError
 from streamanon.io import write_json, write_table
-from streamanon.release import Prepared, Release, release_prepared
+from streamanon.release import Prepared, Privacy, Release, release_prepared, sensitive_codes
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.reports import ReleaseReport
 from streamanon.service.store import Records
@@ -81,13 +81,23 @@ def records_frame(records: Records, survey: SurveyConfig) -> pd.DataFrame:
     return pd.DataFrame(columns)
 
 
+def survey_privacy(frame: pd.DataFrame, survey: SurveyConfig) -> Privacy | None:
+    """The survey's sensitive answers of the stored records ``frame`` and its l and t, or
+    None when no field is sensitive."""
+    names = survey.schema.sensitive
+    if not names:
+        return None
+    S, kinds = sensitive_codes(frame, survey.schema, names)
+    return Privacy(tuple(names), S, kinds, survey.l, survey.t)
+
+
 def build_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray,
-                  survey: SurveyConfig, seed: int) -> Release:
+                  survey: SurveyConfig, seed: int, privacy: Privacy | None = None) -> Release:
     """The survey's release (:func:`streamanon.release.release_prepared`) of the stored
     records ``frame`` (:func:`records_frame`) under the partition ``labels``: each
     quasi-identifier its cell's value per type (levels by name), the other columns unchanged,
     shuffled; raises :class:`KAnonymityError` if it is not k-anonymous."""
-    return release_prepared(frame, prepared, labels, survey.k, seed=seed)
+    return release_prepared(frame, prepared, labels, survey.k, seed=seed, privacy=privacy)
 
 
 def sha256_file(path: Path) -> str:

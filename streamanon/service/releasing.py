@@ -36,6 +36,7 @@ from streamanon.service.publisher import (
     records_frame,
     release_columns,
     release_manifest,
+    survey_privacy,
     write_release_files,
     write_report,
 )
@@ -123,8 +124,11 @@ class Releaser:
         step = time.perf_counter()
         seed = secrets.randbits(62)
         release_id = uuid.uuid4().hex
+        privacy = survey_privacy(frame, sc)
+        labels = partition.labels if privacy is None else await self._in_thread(
+            privacy.enforce, prepared.Z, partition.labels)  # cells merged until l, t hold
         release = build_release(frame, prepared if not legacy else prepare_stored(
-            frame, sc.schema, sc.k), partition.labels, sc, seed)  # the k-anonymity gate
+            frame, sc.schema, sc.k), labels, sc, seed, privacy)  # the gate
         rt.timings["gate_and_table"] = time.perf_counter() - step
         closed_at = (await self._in_store(self.store.survey_state, sid)).close_requested_at
         plan = rt.last_plan
@@ -155,7 +159,9 @@ class Releaser:
                 for kind in ("numeric", "ordinal", "nominal")},
             values_withheld=release.loss.get("withheld", 0),
             values_imputed=release.loss.get("imputed", 0),
-            strata_merged=[] if prepared.groups is None else prepared.groups.merged_strata)
+            strata_merged=[] if prepared.groups is None else prepared.groups.merged_strata,
+            privacy=None if privacy is None else {"l": sc.l, "t": sc.t,
+                                                  "sensitive": release.privacy})
         row = ReleaseRow(release_id, "written", seed, report.to_json())
         await self._in_store(self.store.save_release, sid, row)
         return row

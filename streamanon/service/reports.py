@@ -62,6 +62,8 @@ class ReleaseReport:
     values_withheld: int = 0
     values_imputed: int = 0
     strata_merged: list[dict[str, Any]] = field(default_factory=list)
+    # l and t asked for, and achieved per sensitive answer (streamanon.privacy)
+    privacy: dict[str, Any] | None = None
     publication: Publication | None = None
 
     def published(self, publication: Publication) -> ReleaseReport:

@@ -47,6 +47,9 @@ def per_record_params(name: str, n: int, seed: int) -> dict[str, object]:
             params[parameter] = y if n > 1 else None
         elif parameter == "Y":
             params[parameter] = rng.standard_normal((n, 2))
+        elif parameter == "S":  # a sensitive answer on five levels, t-closeness 0.3
+            params[parameter] = rng.integers(0, 5, n)
+            params["t"] = 0.3
         else:  # a new per-record parameter needs a generator here
             raise AssertionError(f"no test values for per-record parameter {parameter!r}")
     return {key: value for key, value in params.items() if value is not None}

@@ -1,0 +1,131 @@
+"""``streamanon report``: an HTML page on a release's disclosure risk and utility."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from streamanon.cli._args import columns, positive_int
+from streamanon.errors import InputError
+
+EXIT_CHECK_FAILED = 1
+
+
+def share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``report``."""
+    rp = sub.add_parser(
+        "report",
+        help="write an HTML report on a release's disclosure risk and utility",
+        description=(
+            "Compare RELEASE with the ORIGINAL it was made from on the schema's "
+            "quasi-identifiers (the key) and write one self-contained HTML page: the settings, "
+            "a verdict in plain words with a warning for every bad measure, the groups with "
+            "the same key before and after (sample uniques, groups below k, smallest group), "
+            "l-diversity and t-closeness of every sensitive attribute (the schema's fields "
+            "with sensitive = true, and --sensitive), means, variances and correlations "
+            "before and after, and each attribute's distribution before and after as a "
+            "picture. The page shows aggregates only, never a record. The released file is "
+            "shuffled, so measures that need the row-to-row link (record linkage, interval "
+            "disclosure, per-record loss) are not taken. The engine, and l and t unless "
+            "given, are read from the release's RELEASE_STEM.report.json when it is there. "
+            "Exit status 0 if the release has no warning (k-anonymous, no sample unique, the "
+            "l and t asked), 1 if it has one; the page is written either way."
+        ),
+    )
+    rp.add_argument("original", metavar="ORIGINAL", help="raw file (.csv or .parquet)")
+    rp.add_argument("release", metavar="RELEASE", help="released file (.csv or .parquet)")
+    rp.add_argument("--schema", metavar="FILE", required=True,
+                    help="the TOML schema the release was made with ([schema] table)")
+    rp.add_argument("--k", type=positive_int, required=True,
+                    help="the k the release must meet (smallest group with the same key)")
+    rp.add_argument("--l", type=positive_int, default=None,
+                    help="the l asked of every sensitive attribute (distinct l-diversity; default: "
+                         "the release's, from its report.json)")
+    rp.add_argument("--t", type=share, default=None,
+                    help="the t asked of every sensitive attribute (t-closeness, 0 to 1; default: "
+                         "the release's, from its report.json)")
+    rp.add_argument("--sensitive", type=columns, default=[], metavar="COLS",
+                    help="comma-separated sensitive columns, besides the schema's")
+    rp.add_argument("--out", metavar="FILE", default=None,
+                    help="the page (default: RELEASE_STEM.report.html next to the release)")
+    rp.set_defaults(handler=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from streamanon.io import atomic_write, read_table, same_file
+    from streamanon.report_html import render, verdict
+    from streamanon.risk import measure
+    from streamanon.schema import load_schema
+
+    release_path = Path(args.release)
+    out = Path(args.out) if args.out else release_path.with_name(
+        release_path.stem + ".report.html")
+    for given, what in ((args.original, "the original"), (args.release, "the release"),
+                        (args.schema, "the schema")):
+        if same_file(given, out):
+            raise InputError(f"--out {out} is {what} file; the report would overwrite it: "
+                             "choose another output")
+    schema = load_schema(args.schema)
+    original = read_table(args.original)
+    release = read_table(args.release)
+    sensitive = [name for name, spec in schema.fields.items()
+                 if getattr(spec, "sensitive", False)]
+    sensitive += [name for name in args.sensitive if name not in sensitive]
+    absent = [name for name in sensitive if name not in release.columns]
+    if absent:
+        raise InputError(f"sensitive column(s) {', '.join(absent)} are not in {args.release}; "
+                         f"it has: {', '.join(map(str, release.columns))}")
+    measures = measure(original, release, schema, args.k, aligned=False,
+                       sensitive=sensitive).to_json()
+    made = _release_report(release_path)
+    privacy = made.get("privacy") or {}
+    settings = {"k": args.k, "l": privacy.get("l") if args.l is None else args.l,
+                "t": privacy.get("t") if args.t is None else args.t, "engine": _engine(made),
+                "original": args.original, "release": args.release, "schema": args.schema,
+                "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    page = render(measures, original, release, schema, settings)
+    atomic_write(out, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
+    warnings = [s.text for s in verdict(measures, settings) if s.warning]
+    after = measures["risk"]["after"]
+    print(f"wrote {out}: smallest group {after['smallest_group']}, sample uniques "
+          f"{100 * after['sample_uniques']:.1f} % (before "
+          f"{100 * measures['risk']['before']['sample_uniques']:.1f} %), "
+          f"{len(warnings)} warning(s)")
+    for text in warnings:
+        print(f"streamanon: warning: {text}", file=sys.stderr)
+    return EXIT_CHECK_FAILED if warnings else 0
+
+
+def _release_report(release: Path) -> dict[str, Any]:
+    """The release's report.json (written by ``anonymize``), or {} if absent or unreadable."""
+    from streamanon.io import report_path
+
+    try:
+        report = json.loads(report_path(release).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return report if isinstance(report, dict) else {}
+
+
+def _engine(report: dict[str, Any]) -> str | None:
+    """The engine of the release's report, with its incremental stage if it had one."""
+    if "engine" not in report:
+        return None
+    engine = str(report["engine"])
+    if report.get("incremental"):
+        engine += f" + {report['incremental']} (nu = {report.get('nu')})"
+    return engine
