@@ -302,11 +302,21 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
     if risk:
         from streamanon.risk import measure
 
-        measured = measure(frame, table, prepared.schema, k, aligned=True,
+        measured = measure(decoded_original(frame, prepared), table, prepared.schema, k,
+                           aligned=True,
                            sensitive=[] if privacy is None else list(privacy.names)).to_json()
     if shuffle:
         table = shuffle_rows(table, seed, keep_index=keep_index)
     return Release(table=table, distortion=d, loss=loss, privacy=achieved, risk=measured)
+
+
+def decoded_original(frame: pd.DataFrame, prepared: Prepared) -> pd.DataFrame:
+    """``frame`` with its quasi-identifiers as values (levels by name) rather than codes, as
+    the release gives them: the original a report compares the release with."""
+    original = frame.reset_index(drop=True).copy()
+    for name, values in prepared.encoding.decode(prepared.C, like=frame).items():
+        original[name] = values.to_numpy() if values.dtype == object else values.array
+    return original
 
 
 def _cell_union(withheld: np.ndarray, labels: np.ndarray) -> np.ndarray:

@@ -36,8 +36,15 @@ import orjson
 import pandas as pd
 
 from streamanon.errors import StreamanonError
-from streamanon.io import write_json, write_table
-from streamanon.release import Prepared, Privacy, Release, release_prepared, sensitive_codes
+from streamanon.io import atomic_write, write_json, write_table
+from streamanon.release import (
+    Prepared,
+    Privacy,
+    Release,
+    decoded_original,
+    release_prepared,
+    sensitive_codes,
+)
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.reports import ReleaseReport
 from streamanon.service.store import Records
@@ -92,12 +99,31 @@ def survey_privacy(frame: pd.DataFrame, survey: SurveyConfig) -> Privacy | None:
 
 
 def build_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray,
-                  survey: SurveyConfig, seed: int, privacy: Privacy | None = None) -> Release:
+                  survey: SurveyConfig, seed: int, privacy: Privacy | None = None,
+                  risk: bool = False) -> Release:
     """The survey's release (:func:`streamanon.release.release_prepared`) of the stored
     records ``frame`` (:func:`records_frame`) under the partition ``labels``: each
     quasi-identifier its cell's value per type (levels by name), the other columns unchanged,
     shuffled; raises :class:`KAnonymityError` if it is not k-anonymous."""
-    return release_prepared(frame, prepared, labels, survey.k, seed=seed, privacy=privacy)
+    return release_prepared(frame, prepared, labels, survey.k, seed=seed, privacy=privacy,
+                            risk=risk)
+
+
+def write_risk_page(release: Release, frame: pd.DataFrame, prepared: Prepared,
+                    survey: SurveyConfig, files: dict[str, str]) -> str:
+    """``report.html`` beside the release files (``streamanon.report_html``): the risk and
+    utility measures of ``release`` (made with ``risk=True``), distributions before and after,
+    never a record; returns its path."""
+    from streamanon.report_html import render
+
+    path = Path(files["parquet"]).with_name("report.html")
+    settings = {"k": survey.k, "l": survey.l, "t": survey.t, "engine": survey.engine,
+                "original": f"the survey's {len(frame)} stored records",
+                "release": Path(files["parquet"]).name}
+    page = render(release.risk or {}, decoded_original(frame, prepared), release.table,
+                  survey.schema, settings)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
+    return str(path)
 
 
 def sha256_file(path: Path) -> str:

@@ -39,6 +39,7 @@ from streamanon.service.publisher import (
     survey_privacy,
     write_release_files,
     write_report,
+    write_risk_page,
 )
 from streamanon.service.reports import Publication, ReleaseReport
 from streamanon.service.runtime import StoreCall, SurveyRuntime
@@ -128,7 +129,7 @@ class Releaser:
         labels = partition.labels if privacy is None else await self._in_thread(
             privacy.enforce, prepared.Z, partition.labels)  # cells merged until l, t hold
         release = build_release(frame, prepared if not legacy else prepare_stored(
-            frame, sc.schema, sc.k), labels, sc, seed, privacy)  # the gate
+            frame, sc.schema, sc.k), labels, sc, seed, privacy, risk=True)  # the gate
         rt.timings["gate_and_table"] = time.perf_counter() - step
         closed_at = (await self._in_store(self.store.survey_state, sid)).close_requested_at
         plan = rt.last_plan
@@ -137,6 +138,10 @@ class Releaser:
         files = await self._in_thread(write_release_files, release.table,
                                            self.config.output.directory, sid)
         rt.timings["files"] = time.perf_counter() - step
+        step = time.perf_counter()
+        files["html"] = await self._in_thread(write_risk_page, release, frame, prepared, sc,
+                                              files)
+        rt.timings["risk_page"] = time.perf_counter() - step
         two_stage = partition.mode == "two-stage"
         report = ReleaseReport(
             survey=sid, release_id=release_id, n=n, m=m, k=sc.k,
@@ -161,7 +166,8 @@ class Releaser:
             values_imputed=release.loss.get("imputed", 0),
             strata_merged=[] if prepared.groups is None else prepared.groups.merged_strata,
             privacy=None if privacy is None else {"l": sc.l, "t": sc.t,
-                                                  "sensitive": release.privacy})
+                                                  "sensitive": release.privacy},
+            risk=release.risk)
         row = ReleaseRow(release_id, "written", seed, report.to_json())
         await self._in_store(self.store.save_release, sid, row)
         return row
@@ -200,7 +206,7 @@ class Releaser:
             close_to_release_seconds=released_at - (report.closed_at or released_at),
             close_steps_seconds={key: round(rt.timings[key], 3) for key in (
                 "drain", "wait_for_base", "load", "compute", "gate_and_table", "files",
-                "publish") if key in rt.timings})
+                "risk_page", "publish") if key in rt.timings})
         report = report.published(published)
         await self._in_thread(write_report, report)
         await self._in_store(self.store.save_release, sid,

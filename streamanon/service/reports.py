@@ -64,6 +64,8 @@ class ReleaseReport:
     strata_merged: list[dict[str, Any]] = field(default_factory=list)
     # l and t asked for, and achieved per sensitive answer (streamanon.privacy)
     privacy: dict[str, Any] | None = None
+    # disclosure risk and utility before and after (streamanon.risk), also in report.html
+    risk: dict[str, Any] | None = None
     publication: Publication | None = None
 
     def published(self, publication: Publication) -> ReleaseReport:
