@@ -363,10 +363,7 @@ class Privacy:
         """The l/t part of the gate, on the groups a reader of ``table`` sees (records with the
         same released key, a missing value a value of its own); ``table`` rows are the rows
         of ``S``. Raises :class:`KAnonymityError` when l or t is not met."""
-        codes = [pd.factorize(table[c], use_na_sentinel=False)[0] for c in key]
-        groups = pd.MultiIndex.from_arrays(codes).factorize()[0] if len(codes) > 1 \
-            else codes[0]
-        achieved = self.achieved(np.asarray(groups, dtype=np.int64))
+        achieved = self.achieved(key_groups(table, key))
         bad = [f"{name}: l = {a['l']} < {self.l}" for name, a in achieved.items()
                if self.l is not None and a["l"] < self.l]
         bad += [f"{name}: t = {a['t']:.4f} > {self.t}" for name, a in achieved.items()
@@ -374,6 +371,14 @@ class Privacy:
         if bad:
             raise KAnonymityError("release is not private enough: " + "; ".join(bad))
         return achieved
+
+
+def key_groups(table: pd.DataFrame, key: Sequence[str]) -> np.ndarray:
+    """A group number per row: rows with the same values of ``key`` (a missing value a value
+    of its own), as a reader of the release groups them."""
+    codes = [pd.factorize(table[c], use_na_sentinel=False)[0] for c in key]
+    groups = pd.MultiIndex.from_arrays(codes).factorize()[0] if len(codes) > 1 else codes[0]
+    return np.asarray(groups, dtype=np.int64)
 
 
 def sensitive_codes(frame: pd.DataFrame, schema: Schema, names: Sequence[str],

@@ -86,9 +86,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _engine_function(name: str) -> Any:
+    """``engine(X, k)`` for the calibration; an engine's per-record inputs are made up to
+    match the synthetic records: a binary class label (``labels``), two confidential
+    attributes (``Y``), a sensitive answer on ten levels at t = 0.2 (``S``, the t-closeness
+    engines)."""
+    import numpy as np
+
     from streamanon.engines import get_engine
 
-    return get_engine(name).function
+    info = get_engine(name)
+    if not info.per_record:
+        return info.function
+
+    def run(X: Any, k: int) -> Any:
+        rng = np.random.default_rng(len(X))
+        made: dict[str, Any] = {}
+        for parameter in sorted(info.per_record):
+            if parameter == "labels":
+                made["labels"] = rng.integers(0, 2, len(X))
+            elif parameter == "Y":
+                made["Y"] = rng.standard_normal((len(X), 2))
+            elif parameter == "S":
+                made |= {"S": rng.integers(0, 10, len(X)), "t": 0.2}
+        return info.function(X, k, **made)
+
+    return run
 
 
 def _calibrate(store: CostModelStore, engine: str, m: int, k: int, budget: float) -> PowerLaw:

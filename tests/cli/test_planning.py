@@ -90,3 +90,14 @@ def test_bad_duration_is_a_usage_error(capsys):
         main(["plan", "--arrival-coefficient", "5", "--t-ref", "2 fortnights"])
     assert exc.value.code == 2
     assert "unknown unit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("engine", ["tclose_tfirst", "tclose_merge", "dependence", "lda_mdav"])
+def test_calibrate_makes_up_the_per_record_inputs_of_an_engine(engine, capsys, tmp_path):
+    """The t-closeness engines (a sensitive answer ``S``) and the other per-record engines get
+    a cost model too: the planner can plan them."""
+    store = tmp_path / "models.json"
+    assert main(["calibrate", "--engine", engine, "--m", "3", "--k", "5", "--budget", "1s",
+                 "--cost-models", str(store)]) == 0
+    assert f"{engine}, m = 3, k = 5: t = " in capsys.readouterr().out
+    assert engine in store.read_text()

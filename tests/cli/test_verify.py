@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from streamanon.cli import main
 from streamanon.cli.verify import EXIT_CHECK_FAILED, cmd_verify, register
 from streamanon.errors import InputError
 
@@ -116,6 +117,27 @@ def test_unknown_column_in_the_original_names_that_file(tmp_path):
 
 def test_cmd_verify_takes_a_namespace(tmp_path, capsys):
     path = write(pd.DataFrame({"a": [1.0, 1.0]}), tmp_path / "release.csv")
-    args = argparse.Namespace(file=path, k=2, qi=["a"], original=None)
+    args = argparse.Namespace(file=path, k=2, qi=["a"], original=None, sensitive=[],
+                              l=None, t=None)
     assert cmd_verify(args) == 0
     assert "2-anonymous" in capsys.readouterr().out
+
+
+def test_verify_reports_l_and_t_of_sensitive_columns_and_checks_them(tmp_path, capsys):
+    """Two groups of the key: (1: answers a, a, b) and (2: answers c, c, c). The whole file's
+    answers are a 2/6, b 1/6, c 3/6 (equal distance); group 1 is a 2/3, b 1/3: half the L1
+    difference from the whole is (1/3 + 1/6 + 1/2) / 2 = 1/2; group 2 is all c: 1/2 too.
+    Distinct answers: 2 and 1, so l = 1."""
+    path = tmp_path / "release.csv"
+    pd.DataFrame({"age": [1, 1, 1, 2, 2, 2],
+                  "answer": ["a", "a", "b", "c", "c", "c"]}).to_csv(path, index=False)
+    assert main(["verify", str(path), "--k", "3", "--qi", "age",
+                 "--sensitive", "answer"]) == 0
+    out = capsys.readouterr().out
+    assert "answer: l = 1, t = 0.500 (equal distance)" in out
+    assert main(["verify", str(path), "--k", "3", "--qi", "age", "--sensitive", "answer",
+                 "--l", "2"]) == 1
+    assert "answer: l = 1 < 2" in capsys.readouterr().err
+    assert main(["verify", str(path), "--k", "3", "--qi", "age", "--sensitive", "answer",
+                 "--t", "0.5"]) == 0
+    assert main(["verify", str(path), "--k", "3", "--qi", "age", "--t", "0.5"]) == 2
