@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -120,7 +121,7 @@ def _jsonable(value: Any) -> Any:
 def microaggregate(
     data: Any,
     k: int,
-    engine: str = "mdav",
+    engine: str | None = None,
     *,
     schema: Any = None,
     qi: Sequence[str] | str | None = None,
@@ -153,7 +154,10 @@ def microaggregate(
     k
         Minimum number of records per cell.
     engine
-        Registered engine name (``streamanon engines``).
+        Registered engine name (``streamanon engines``); default ``mdav``, or
+        ``tclose_kfirst`` when ``l`` or ``t`` is asked (the lowest information loss of the
+        three t-closeness engines on the benchmark files: README, "Privacy beyond
+        k-anonymity").
     schema
         The data set's schema (:mod:`streamanon.schema`: a mapping of column name to role,
         type, levels, ``required``, ``missing``; or a schema file's path): categorical,
@@ -206,6 +210,7 @@ def microaggregate(
         non-numeric quasi-identifier in the quick form, a value outside its levels, a missing
         value in a required field, fewer than ``k`` rows, bad ``k`` or engine).
     """
+    engine = default_engine(l, t) if engine is None else engine
     info = get_engine(engine)
     params = {**(engine_params or {}), **params}
     report_params = dict(params)
@@ -226,7 +231,7 @@ def microaggregate(
     prepared = prepare(frame, spec, k, engine)
     privacy = _privacy_of(frame, spec, sensitive, l, t)
     if privacy is not None and "S" in info.per_record:
-        params.update(S=privacy.S, kinds=list(privacy.kinds), t=t, l=l)
+        params.update(S=privacy.S, kinds=list(privacy.kinds), t=privacy.t, l=privacy.l)
     two_stage = None
     started = time.perf_counter()
     if incremental is None:
@@ -282,9 +287,15 @@ def microaggregate(
         strata_merged=[] if prepared.groups is None else prepared.groups.merged_strata,
         weight=spec.weight,
         privacy=None if privacy is None else {
-            "l": l, "t": t, "sensitive": released.privacy},
+            "l": privacy.l, "t": privacy.t, "sensitive": released.privacy},
         risk=released.risk,
     )
+
+
+def default_engine(l: int | None, t: float | None) -> str:  # noqa: E741
+    """The engine when none is named: ``tclose_kfirst`` for l-diversity or t-closeness,
+    ``mdav`` otherwise."""
+    return "mdav" if l is None and t is None else "tclose_kfirst"
 
 
 def _privacy_of(frame: Any, spec: Schema, sensitive: Sequence[str] | str, l: int | None,  # noqa: E741
@@ -292,10 +303,14 @@ def _privacy_of(frame: Any, spec: Schema, sensitive: Sequence[str] | str, l: int
     """The sensitive answers and the l and t asked for, or None when there are none."""
     extra = [sensitive] if isinstance(sensitive, str) else list(sensitive)
     names = spec.sensitive + [s for s in extra if s not in spec.sensitive]
-    if l is not None and (isinstance(l, bool) or not isinstance(l, int) or l < 1):
+    if l is not None and (isinstance(l, (bool, np.bool_)) or not isinstance(l, numbers.Integral)
+                          or l < 1):
         raise ParameterError(f"l must be a positive integer, got {l!r}")
-    if t is not None and not (isinstance(t, (int, float)) and 0 <= t <= 1):
+    if t is not None and (isinstance(t, (bool, np.bool_)) or not isinstance(t, numbers.Real)
+                          or not 0 <= t <= 1):
         raise ParameterError(f"t must be between 0 and 1, got {t!r}")
+    l = None if l is None else int(l)  # noqa: E741
+    t = None if t is None else float(t)
     if not names:
         if l is not None or t is not None:
             raise ParameterError("l and t are about sensitive answers: mark them "

@@ -52,7 +52,8 @@ from streamanon.schema import Schema
 #: centroids only. The others cut single coordinates (Mondrian family: one indicator column is
 #: one level, not the attribute) or take per-record inputs that assume numeric data.
 MIXED_ENGINES = frozenset({"mdav", "mdav_star", "ona_star", "mona", "mona_2d", "pca_mdav",
-                           "pca_mdav_proximal"})
+                           "pca_mdav_proximal", "tclose_merge", "tclose_kfirst",
+                           "tclose_tfirst"})
 NOMINAL = ("category", "bool")
 
 

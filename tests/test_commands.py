@@ -4,6 +4,7 @@ a renamed flag or a missing target fails here, not in front of a new user."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -85,3 +86,24 @@ def test_the_survey_data_commands_run(tmp_path):
         outputs.append(result.stdout + result.stderr)
     assert "3000 records" in outputs[1]
     assert "5-anonymous" in outputs[2] and "0.0 % after" in outputs[2]
+
+
+def test_the_privacy_commands_run(tmp_path):
+    """The commands of the README's "Privacy beyond k-anonymity" section, as written there:
+    the release they make is checked 0.2-close and 2-diverse by ``verify``, and the report
+    page is written."""
+    section = README.split("## Privacy beyond k-anonymity", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
+    commands = [line.split("#")[0].split() for line in block.splitlines() if line.strip()]
+    assert [c[:2] for c in commands] == [["python", "-m"], ["streamanon", "anonymize"],
+                                         ["streamanon", "verify"], ["streamanon", "report"]]
+    outputs = []
+    for words in commands:
+        argv = ([sys.executable, *words[1:]] if words[0] == "python"
+                else [sys.executable, "-m", "streamanon", *words[1:]])
+        result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "STREAMANON_DATA_DIR": str(tmp_path)})
+        assert result.returncode == 0, result.stdout + result.stderr
+        outputs.append(result.stdout + result.stderr)
+    assert "q1: l = " in outputs[1] and "5-anonymous" in outputs[2]
+    assert (tmp_path / "release.report.html").stat().st_size > 10_000

@@ -591,8 +591,10 @@ def test_an_engine_that_cuts_coordinates_is_refused_on_nominal_data(engine):
         assert accepted in message
 
 
-@pytest.mark.parametrize("engine", sorted(MIXED_ENGINES))
+@pytest.mark.parametrize("engine", sorted(e for e in MIXED_ENGINES if not e.startswith("tclose")))
 def test_a_mixed_engine_is_accepted_on_nominal_data(engine):
+    """(The t-closeness engines need sensitive answers: tests/test_privacy_releases.py runs
+    them on nominal keys.)"""
     frame, schema = nominal_frame()
     result = microaggregate(frame, 3, engine, schema=schema, shuffle=False)
     assert np.bincount(result.labels).min() >= 3

@@ -64,8 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     an.add_argument("--t", type=float, default=None, metavar="T",
                     help="t-closeness: each cell's distribution of each sensitive answer is "
                          "within Earth Mover's Distance T (0-1) of the whole release's")
-    an.add_argument("--engine", default="mdav",
-                    help="microaggregation engine (default mdav; see 'streamanon engines')")
+    an.add_argument("--engine", default=None,
+                    help="microaggregation engine (default mdav, or tclose_kfirst with --l or "
+                         "--t; see 'streamanon engines')")
     an.add_argument("--param", type=param, action="append", default=[], metavar="NAME=VALUE",
                     help="engine parameter, repeatable")
     an.add_argument("--incremental", metavar="STAGE",
@@ -166,6 +167,10 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
         two_stage = {"incremental": args.incremental, "nu": args.nu,
                      "incremental_params": dict(args.incremental_param),
                      "compare_one_shot": args.compare_one_shot}
+    if args.engine is None:
+        from streamanon.api import default_engine
+
+        args.engine = default_engine(args.l, args.t)
     show = not args.no_progress and sys.stderr.isatty()
     started = time.perf_counter()
     result = _with_progress(

@@ -132,8 +132,10 @@ def test_the_numbers_are_those_of_measure(reported):
             f"<td>{income['mean_after']:.4g}</td><td>{income['var_before']:.4g}</td>"
             f"<td>{income['var_after']:.4g}</td></tr>") in page
     assert largest_change_text(m["utility"]["largest_change"]) in page
-    # settings: l from the release's report.json, t from the command line
-    for label, value in (("k", K), ("l (asked)", L), ("t (asked)", T), ("engine", "mdav")):
+    # settings: l and the engine (the default with l: tclose_kfirst) from the release's
+    # report.json, t from the command line
+    for label, value in (("k", K), ("l (asked)", L), ("t (asked)", T),
+                         ("engine", "tclose_kfirst")):
         assert f"<tr><th>{label}</th><td>{value}</td></tr>" in page
     assert f"{N:,} original, {N:,} released" in page
 
