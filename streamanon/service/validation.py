@@ -229,9 +229,10 @@ class Validator:
     def validate_batch(self, raws: Sequence[bytes | None]) -> list[Validated | Invalid]:
         """:meth:`validate` for many messages at once, with the same outcome per message.
 
-        The checks run column by column over the responses that have exactly the schema's
-        fields (the common case), so the per-record Python work is a parse, a key comparison
-        and an HMAC; any response a column check flags goes through :meth:`validate` alone.
+        The checks run column by column over the responses that have the schema's fields
+        (optional ones may be left out: they count as null, as :meth:`validate` reads them),
+        so the per-record Python work is a parse, a key comparison and an HMAC; any response
+        a column check flags goes through :meth:`validate` alone.
         """
         out: list[Validated | Invalid | None] = [None] * len(raws)
         full: list[tuple[int, dict[str, Any]]] = []
@@ -241,8 +242,11 @@ class Validator:
             except Invalid as exc:
                 out[i] = exc
                 continue
-            if obj.keys() == self.known:
+            keys = obj.keys()
+            if keys == self.known:
                 full.append((i, obj))
+            elif self.required <= keys <= self.known:  # optional fields left out: null
+                full.append((i, {**obj, **dict.fromkeys(self.known - keys)}))
             else:
                 out[i] = self._one(obj)
         if full:

@@ -11,7 +11,7 @@ import pytest
 from streamanon.service.collector import process_batch
 from streamanon.service.config import parse_config
 from streamanon.service.store import open_store
-from streamanon.service.validation import Invalid, Message, Validator
+from streamanon.service.validation import Invalid, Message, Validated, Validator
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 SCHEMA = {
@@ -230,14 +230,14 @@ def test_an_unexpected_error_for_one_message_dead_letters_only_that_message(tmp_
     _, validator = make()
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     store.ensure_survey("s")
-    real = Validator._record
+    real = Validator.pseudonym
 
-    def flaky(self, obj):
-        if obj.get("rid") == "BOOM":
+    def flaky(self, respondent_id):  # on the fast (column) path and the per-message one
+        if respondent_id == "BOOM":
             raise RuntimeError("a bug that quotes the value BOOM")
-        return real(self, obj)
+        return real(self, respondent_id)
 
-    monkeypatch.setattr(Validator, "_record", flaky)
+    monkeypatch.setattr(Validator, "pseudonym", flaky)
     batch = msgs([body(rid="A"), body(rid="BOOM"), body(rid="B", note="x")])
     result = process_batch(batch, validator, store, closed_at=None)
     assert result.stored == 2
@@ -250,15 +250,16 @@ def test_a_record_that_cannot_be_stored_is_dead_lettered_not_raised(tmp_path, mo
     _, validator = make()
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     store.ensure_survey("s")
-    real = Validator._record
+    real_batch, real_one = Validator.validate_batch, Validator.validate
 
-    def unserialisable(self, obj):
-        rec = real(self, obj)
-        if obj["rid"] == "BAD":
+    def spoil(self, rec):
+        if isinstance(rec, Validated) and rec.rid_hash == self.pseudonym("BAD"):
             rec.confidential = {"vote": object()}
         return rec
 
-    monkeypatch.setattr(Validator, "_record", unserialisable)
+    monkeypatch.setattr(Validator, "validate_batch",
+                        lambda self, raws: [spoil(self, r) for r in real_batch(self, raws)])
+    monkeypatch.setattr(Validator, "validate", lambda self, raw: spoil(self, real_one(self, raw)))
     result = process_batch(msgs([body(rid="A"), body(rid="BAD"), body(rid="B")]), validator,
                            store, closed_at=None)
     assert result.stored == 2 and store.count("s") == 2
@@ -375,3 +376,20 @@ def test_a_message_larger_than_max_message_bytes_is_too_large():
     assert "too_large" in REASONS
     assert outcome_both_ways(validator, big) == ("too_large", "too_large")
     assert outcome_both_ways(validator, body(note="n" * 1000)) == (None, None)
+
+
+def test_responses_that_leave_out_an_optional_field_take_the_column_path(monkeypatch):
+    """A survey with optional fields gets many responses without them; they are checked
+    column-wise like complete ones (before: each went through the per-message checks), with
+    the same records as the per-message path gives."""
+    _, validator = make()
+    raws = [body(rid=f"R{i}") for i in range(50)]  # no "note" (optional)
+    expected = [validator.validate(raw) for raw in raws]
+    calls = []
+    real = Validator._diagnose
+    monkeypatch.setattr(Validator, "_diagnose",
+                        lambda self, obj: calls.append(obj) or real(self, obj))
+    got = validator.validate_batch(raws)
+    assert calls == []
+    assert [(r.rid_hash, r.qi.tolist(), r.confidential, r.label) for r in got] \
+        == [(r.rid_hash, r.qi.tolist(), r.confidential, r.label) for r in expected]

@@ -183,8 +183,8 @@ def test_an_engine_for_numeric_data_refuses_categorical_quasi_identifiers():
     assert f"engines for mixed data: {', '.join(sorted(MIXED_ENGINES))}" in text
     # ordinal and numeric quasi-identifiers alone are fine for it
     parse_config(survey_config(engine="mondrian", gender=_DROP, smoker=_DROP), ENV)
-    for engine in sorted(MIXED_ENGINES):
-        parse_config(survey_config(engine=engine), ENV)
+    for engine in sorted(e for e in MIXED_ENGINES if not e.startswith("tclose")):
+        parse_config(survey_config(engine=engine), ENV)  # (t-closeness engines: per-record S)
 
 
 def test_a_weight_is_required():
