@@ -220,7 +220,12 @@ def microaggregate(
             raise ParameterError("schema=, qi=, confidential=, drop=, strata= and weight= "
                                  "describe DataFrame columns; pass a DataFrame")
         values = np.asarray(data)
-        frame = pd.DataFrame(validate_input(values, k),
+        if missing is None:
+            values = validate_input(values, k)
+        elif values.ndim != 2 or not np.issubdtype(values.dtype, np.number):
+            raise InputError(f"expected a numeric 2-D matrix of records, got shape "
+                             f"{values.shape} of {values.dtype}")
+        frame = pd.DataFrame(values.astype(np.float64),
                              columns=[f"x{j}" for j in range(values.shape[1])])
         spec = quick_schema(list(frame.columns), list(frame.columns),
                             missing=missing)
@@ -338,6 +343,10 @@ def _schema_of(frame: Any, schema: Any, qi: Any, confidential: Any, drop: Any, s
     form's."""
     strata = [strata] if isinstance(strata, str) else list(strata)
     columns = [str(c) for c in frame.columns]
+    twice = sorted({c for c in columns if columns.count(c) > 1})
+    if twice:
+        raise InputError(f"column name(s) {', '.join(twice)} occur more than once; rename "
+                         "them so that each column has one role")
     if schema is not None:
         if qi is not None or drop or confidential or missing is not None:
             raise ParameterError("give either schema= or the quick form (qi=, confidential=, "

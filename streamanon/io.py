@@ -46,8 +46,8 @@ def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
     if p.is_dir():
         raise InputError(f"{path}: is a directory, not a file")
     try:
-        if fmt == ".csv":
-            return pd.read_csv(p)
+        if fmt == ".csv":  # only an empty cell is missing: "NA" may be Namibia, "None" an answer
+            return pd.read_csv(p, keep_default_na=False, na_values=[""])
         return pd.read_parquet(p)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
         raise InputError(f"{path}: cannot read {fmt[1:]} file: {_one_line(exc)}") from None

@@ -389,42 +389,49 @@ def _merge_strata(strata: np.ndarray, Z: np.ndarray, k: int, merged: list[dict[s
     sizes = np.bincount(labels, minlength=count).astype(np.int64)
     sums = np.zeros((count, Z.shape[1]))
     np.add.at(sums, labels, Z)
-    into = np.arange(count)
-    alive = np.ones(count, dtype=bool)
-    while alive.sum() > 1:
-        small = np.flatnonzero(alive & (sizes < k))
-        if small.size == 0:
-            break
-        a = int(small[np.argmin(sizes[small])])
-        others = np.flatnonzero(alive & (np.arange(count) != a))
+
+    def nearest(a: int, others: np.ndarray) -> int:
         centroids = sums[others] / sizes[others, None]
-        b = int(others[np.argmin(np.sum((centroids - sums[a] / sizes[a]) ** 2, axis=1))])
+        return int(others[np.argmin(np.sum((centroids - sums[a] / sizes[a]) ** 2, axis=1))])
+
+    def join(a: int, b: int) -> None:
         merged.append({"stratum": names[a] if a < len(names) else str(a),
                        "into": names[b] if b < len(names) else str(b),
                        "records": int(sizes[a])})
-        sizes[b] += sizes[a]
         sums[b] += sums[a]
-        alive[a] = False
-        into[into == a] = b
-    return into[labels]
+
+    return _merge_small(sizes, k, nearest, join)[labels]
 
 
 def _merge_patterns(patterns: np.ndarray, sizes: np.ndarray, k: int) -> np.ndarray:
     """For each pattern, the pattern it is released as: patterns under ``k`` records join,
     smallest first, the nearest (fewest differing fields, then the larger, then the first)."""
-    count = len(patterns)
-    into = np.arange(count)
     sizes = sizes.astype(np.int64).copy()
+
+    def nearest(a: int, others: np.ndarray) -> int:
+        differ = np.sum(patterns[others] != patterns[a], axis=1)
+        return int(others[np.lexsort((others, -sizes[others], differ))[0]])
+
+    return _merge_small(sizes, k, nearest)
+
+
+def _merge_small(sizes: np.ndarray, k: int, nearest: Callable[[int, np.ndarray], int],
+                 join: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """For each group, the group it ends in: while a group has fewer than ``k`` records and
+    another is left, the smallest (the first of equals), ``a``, joins ``nearest(a, others)``
+    among the groups left. ``join(a, b)`` is told of each merge before ``sizes`` (updated in
+    place) adds ``a``'s records to ``b``."""
+    count = len(sizes)
+    into = np.arange(count)
     alive = np.ones(count, dtype=bool)
     while alive.sum() > 1:
         small = np.flatnonzero(alive & (sizes < k))
         if small.size == 0:
             break
         a = int(small[np.argmin(sizes[small])])
-        others = np.flatnonzero(alive & (np.arange(count) != a))
-        differ = np.sum(patterns[others] != patterns[a], axis=1)
-        order = np.lexsort((others, -sizes[others], differ))
-        b = int(others[order[0]])
+        b = nearest(a, np.flatnonzero(alive & (np.arange(count) != a)))
+        if join is not None:
+            join(a, b)
         sizes[b] += sizes[a]
         alive[a] = False
         into[into == a] = b

@@ -208,8 +208,20 @@ def prepare(frame: pd.DataFrame, schema: Schema, k: int, engine: str = "mdav") -
     check_engine(engine, encoding)
     C = encoding.codes(frame)
     encoding.check_required(C)
-    strata = stratum_ids(frame, schema.strata) if schema.strata else None
+    strata = _strata(frame, schema)
     return prepare_codes(C, schema, encoding, k, strata, _weights(frame, schema.weight))
+
+
+def _strata(frame: pd.DataFrame, schema: Schema) -> tuple[np.ndarray, list[str]] | None:
+    """The strata of ``frame`` with names for the report: a stratum is named by its values
+    only when every stratum field declares its levels (a vocabulary, not a response); else
+    by number, so that a small merged stratum's value is not told by the report."""
+    if not schema.strata:
+        return None
+    ids, names = stratum_ids(frame, schema.strata)
+    if not all(schema.fields[s].levels for s in schema.strata):
+        names = [f"stratum {i + 1}" for i in range(len(names))]
+    return ids, names
 
 
 def prepare_codes(C: np.ndarray, schema: Schema, encoding: Encoding, k: int,
@@ -238,9 +250,8 @@ def prepare_stored(frame: pd.DataFrame, schema: Schema, k: int,
     schema declares the levels), embedded in ``scaling`` (default: fitted to the table)."""
     encoding = encoding_for(frame, schema)
     C = np.ascontiguousarray(frame[encoding.names].to_numpy(dtype=np.float64))
-    strata = stratum_ids(frame, schema.strata) if schema.strata else None
-    return prepare_codes(C, schema, encoding, k, strata, _weights(frame, schema.weight),
-                         scaling)
+    return prepare_codes(C, schema, encoding, k, _strata(frame, schema),
+                         _weights(frame, schema.weight), scaling)
 
 
 def base_partition(run: TwoStageRun, prepared: Prepared) -> tuple[np.ndarray, float]:

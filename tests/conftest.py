@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+pytest_plugins = ["tests.browser"]  # the headless Chromium fixture, ``browser``
+
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = REPO.parent / "shared" / "datasets"
 

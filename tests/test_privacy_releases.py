@@ -235,7 +235,6 @@ def test_the_anonymize_command_writes_a_t_close_release(datasets_dir, census, ce
 @pytest.mark.parametrize("args,message", [
     (["--sensitive", "FICA", "--l", "2000"], "FICA has 375 distinct answer(s)"),
     (["--t", "0.2"], "l and t are about sensitive answers"),
-    (["--sensitive", "FICA", "--t", "1.5"], "t must be between 0 and 1, got 1.5"),
 ])
 def test_the_anonymize_command_refuses_impossible_requests_in_one_line(
         datasets_dir, census_qi, tmp_path, capsys, args, message):

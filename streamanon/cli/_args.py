@@ -24,6 +24,28 @@ def positive_int(text: str) -> int:
     return value
 
 
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def share(text: str) -> float:
+    """A number between 0 and 1 (a fraction, or t of t-closeness)."""
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
 def param(text: str) -> tuple[str, Any]:
     name, sep, raw = text.partition("=")
     if not sep or not name:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from streamanon.cli._args import columns, param, positive_int
+from streamanon.cli._args import columns, param, positive_int, share
 from streamanon.errors import InputError, ParameterError
 
 T = TypeVar("T")
@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     an.add_argument("--l", type=positive_int, default=None, metavar="L",
                     help="distinct l-diversity: every cell holds at least L different answers "
                          "of each sensitive column")
-    an.add_argument("--t", type=float, default=None, metavar="T",
+    an.add_argument("--t", type=share, default=None, metavar="T",
                     help="t-closeness: each cell's distribution of each sensitive answer is "
                          "within Earth Mover's Distance T (0-1) of the whole release's")
     an.add_argument("--engine", default=None,

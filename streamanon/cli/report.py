@@ -9,20 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from streamanon.cli._args import columns, positive_int
+from streamanon.cli._args import columns, positive_int, share
 from streamanon.errors import InputError
 
 EXIT_CHECK_FAILED = 1
-
-
-def share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from streamanon.cli._args import positive_int
+from streamanon.cli._args import positive_float, positive_int
 from streamanon.errors import StreamanonError
 
 
@@ -15,16 +15,6 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     si.add_argument("--k", type=positive_int, default=10, help="anonymity parameter (default 10)")
     si.add_argument("--survey-duration", type=_duration, default=36_000.0, metavar="DURATION",
                     help="how long the survey is open in survey time, e.g. 10h (default 10h)")
-    si.add_argument("--speedup", type=_positive_float, default=600.0, metavar="X",
+    si.add_argument("--speedup", type=positive_float, default=600.0, metavar="X",
                     help="time compression: survey time / wall time (default 600)")
     si.add_argument("--deadline", type=_duration, default=None, metavar="DURATION",
                     help="release deadline after close, in survey time (e.g. 1h); default: "

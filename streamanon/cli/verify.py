@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from streamanon.cli._args import columns, positive_int
+from streamanon.cli._args import columns, positive_int, share
 from streamanon.errors import InputError
 
 if TYPE_CHECKING:
@@ -40,9 +40,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="sensitive answers: report l (fewest distinct answers in a group) and "
                          "t (largest Earth Mover's Distance of a group's answers to the whole "
                          "file's; ordered for numbers, equal for text) of each")
+    ve.add_argument("--schema", metavar="FILE", default=None,
+                    help="the schema the release was made with: an ordinal sensitive answer is "
+                         "then measured with the ordered distance in its levels' order (without "
+                         "it, text answers are compared with the equal distance)")
     ve.add_argument("--l", type=positive_int, default=None, metavar="L",
                     help="also require distinct l-diversity L on every sensitive column")
-    ve.add_argument("--t", type=float, default=None, metavar="T",
+    ve.add_argument("--t", type=share, default=None, metavar="T",
                     help="also require t-closeness T on every sensitive column")
     ve.set_defaults(handler=cmd_verify)
 
@@ -96,9 +100,10 @@ def _check_sensitive(release: pd.DataFrame, args: argparse.Namespace) -> bool:
     --l and --t."""
     from streamanon.errors import KAnonymityError
     from streamanon.release import Privacy, key_groups, sensitive_codes
-    from streamanon.schema import Schema
+    from streamanon.schema import Schema, load_schema
 
-    S, kinds = sensitive_codes(release, Schema(fields={}), args.sensitive)
+    schema = load_schema(args.schema) if args.schema else Schema(fields={})
+    S, kinds = sensitive_codes(release, schema, args.sensitive)
     privacy = Privacy(tuple(args.sensitive), S, kinds, args.l, args.t)
     try:
         achieved = privacy.gate(release, args.qi)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -130,6 +130,34 @@ def _farthest(Z: np.ndarray, rows: np.ndarray, point: np.ndarray) -> int:
     return int(rows[np.argmax(_squared_distances(Z, rows, point))])
 
 
+def _domains(S: np.ndarray, n: int, kinds: Sequence[str]) -> list[Domain]:
+    S = sensitive_columns(S, n)
+    return [Domain.of(S[:, j], kind) for j, kind in enumerate(resolve_kinds(kinds, S.shape[1]))]
+
+
+def _mdav_seeds(X: np.ndarray, free: np.ndarray, more: Callable[[], bool],
+                make_cell: Callable[[int], None], progress: Progress | None) -> None:
+    """MDAV's order of cells: while ``more()``, a cell around ``x_r``, the free record
+    farthest from the free records' centroid, then (if still ``more()``) one around ``x_s``,
+    the free record farthest from ``x_r``. ``make_cell(seed)`` takes its records out of
+    ``free``; ``progress`` counts the records placed."""
+    n = free.size
+    if progress is not None:
+        progress.start(n)
+
+    def make(seed: int) -> None:
+        make_cell(seed)
+        if progress is not None:
+            progress.counter[0] = n - int(free.sum())
+
+    while more():
+        rows = np.flatnonzero(free)
+        x_r = _farthest(X, rows, X[rows].mean(axis=0))
+        make(x_r)
+        if more():
+            make(_farthest(X, np.flatnonzero(free), X[x_r]))
+
+
 def _grow(Z: np.ndarray, cell: _Cell, seed: int, free: np.ndarray, domains: list[Domain],
           t: float | None, l: int | None) -> None:  # noqa: E741
     """Algorithm 2's inner loop: add records of ``free`` to ``cell`` while it is not t-close
@@ -194,8 +222,7 @@ def kfirst_cells(X: np.ndarray, k: int, S: np.ndarray, kinds: Sequence[str],
     """
     X = np.asarray(X, dtype=np.float64)
     n = X.shape[0]
-    S = sensitive_columns(S, n)
-    domains = [Domain.of(S[:, j], kind) for j, kind in enumerate(resolve_kinds(kinds, S.shape[1]))]
+    domains = _domains(S, n, kinds)
     labels = np.full(n, -1, dtype=np.int64)
     free = np.ones(n, dtype=bool)
     n_cells = 0
@@ -210,17 +237,8 @@ def kfirst_cells(X: np.ndarray, k: int, S: np.ndarray, kinds: Sequence[str],
         _grow(X, cell, seed, free, domains, t, l)
         labels[cell.members] = n_cells
         n_cells += 1
-        if progress is not None:
-            progress.counter[0] = n - int(free.sum())
 
-    if progress is not None:
-        progress.start(n)
-    while free.sum() >= 2 * k:
-        rows = np.flatnonzero(free)
-        x_r = _farthest(X, rows, X[rows].mean(axis=0))
-        make_cell(x_r)
-        if free.sum() >= 2 * k:
-            make_cell(_farthest(X, np.flatnonzero(free), X[x_r]))
+    _mdav_seeds(X, free, lambda: free.sum() >= 2 * k, make_cell, progress)
     if free.sum() >= k or n_cells == 0:
         labels[free] = n_cells
     elif free.any():
@@ -243,8 +261,7 @@ def tfirst_cells(X: np.ndarray, k: int, S: np.ndarray, kinds: Sequence[str], t: 
     """
     X = np.asarray(X, dtype=np.float64)
     n = X.shape[0]
-    S = sensitive_columns(S, n)
-    domains = [Domain.of(S[:, j], kind) for j, kind in enumerate(resolve_kinds(kinds, S.shape[1]))]
+    domains = _domains(S, n, kinds)
     size = tfirst_cluster_size(n, k, t)
     labels = np.full(n, -1, dtype=np.int64)
     if n < 2 * size:
@@ -259,25 +276,16 @@ def tfirst_cells(X: np.ndarray, k: int, S: np.ndarray, kinds: Sequence[str], t: 
     free = np.ones(n, dtype=bool)
     made = 0
 
-    def make_cell(point: np.ndarray) -> None:
+    def make_cell(seed: int) -> None:
         nonlocal made
-        gap = np.where(strata >= 0, ((X[strata] - point) ** 2).sum(axis=2), np.inf)
+        gap = np.where(strata >= 0, ((X[strata] - X[seed]) ** 2).sum(axis=2), np.inf)
         gap[(strata >= 0) & ~free[strata]] = np.inf
         members = strata[np.arange(size), np.argmin(gap, axis=1)]
         labels[members] = made
         free[members] = False
         made += 1
-        if progress is not None:
-            progress.counter[0] = n - int(free.sum())
 
-    if progress is not None:
-        progress.start(n)
-    while made < n_cells:
-        rows = np.flatnonzero(free)
-        x_r = _farthest(X, rows, X[rows].mean(axis=0))
-        make_cell(X[x_r])
-        if made < n_cells:
-            make_cell(X[_farthest(X, np.flatnonzero(free), X[x_r])])
+    _mdav_seeds(X, free, lambda: made < n_cells, make_cell, progress)
     if free.any():
         _attach(X, labels, np.flatnonzero(free), domains, t, l)
     return labels

@@ -83,8 +83,8 @@ def records_frame(records: Records, survey: SurveyConfig) -> pd.DataFrame:
             if nullable is not None and any(v is None for v in values):  # not float64
                 values = pd.array(values, dtype=nullable)
             columns[name] = values
-        elif spec.role == "label":
-            columns[name] = records.labels
+        elif spec.role == "label":  # stored as text: back to its declared type
+            columns[name] = _typed_labels(records.labels, spec.type)
     return pd.DataFrame(columns)
 
 
@@ -96,6 +96,18 @@ def survey_privacy(frame: pd.DataFrame, survey: SurveyConfig) -> Privacy | None:
         return None
     S, kinds = sensitive_codes(frame, survey.schema, names)
     return Privacy(tuple(names), S, kinds, survey.l, survey.t)
+
+
+def _typed_labels(labels: list[str | None], kind: str | None) -> Any:
+    """The stored labels (text) as the schema's type says: integers (nullable), numbers,
+    booleans; text as it is."""
+    if kind == "int":
+        return pd.array([None if v is None else int(v) for v in labels], dtype="Int64")
+    if kind == "float":
+        return np.array([np.nan if v is None else float(v) for v in labels])
+    if kind == "bool":
+        return pd.array([None if v is None else v == "True" for v in labels], dtype="boolean")
+    return labels
 
 
 def build_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray,

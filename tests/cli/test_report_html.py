@@ -1,14 +1,13 @@
 """``streamanon report`` and ``streamanon.report_html``: the page a person reads about a
 release. It says what the measures of ``streamanon.risk.measure`` say (in words and tables),
 warns where a measure is bad, shows no record, escapes every name, and renders in a browser
-(headless Debian Chromium driven by Playwright, as tests/service/test_dashboard.py)."""
+(headless Debian Chromium driven by Playwright, ``tests/browser.py``)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,6 @@ PLANTED_INCOME = 987654.321
 PLANTED_COMMENT = "zebra-unicorn-7731"
 SECTIONS = ["settings", "verdict", "risk", "sensitive", "utility", "distributions",
             "correlations"]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -229,19 +227,6 @@ def test_help_explains_the_report(capsys):
     for phrase in ("ORIGINAL RELEASE", "--schema FILE", "--sensitive COLS", "--out FILE",
                    "sensitive = true", "never a record", "Exit status 0"):
         assert phrase in text
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    if CHROMIUM is None:
-        pytest.fail("Chromium not found: `make test` installs Debian's chromium package")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                              args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 def test_the_page_renders_in_a_browser_and_fetches_nothing(survey, reported, browser,

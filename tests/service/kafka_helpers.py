@@ -50,6 +50,39 @@ def headers(record: Any) -> dict[str, str]:
     return {k: v.decode() for k, v in (record.headers or [])}
 
 
+def base_run(svc: Any, bootstrap: str, survey: str,
+             messages: list[tuple[bytes | None, bytes]]) -> None:
+    """The first stage of a two-stage release on the running service ``svc``: ``messages``
+    produced and stored, then the base run asked for and done."""
+    produce(bootstrap, f"{svc.prefix}.{survey}.responses", messages)
+    svc.wait_for(survey, lambda s: s["stored"] == len(messages), what="the first responses")
+    assert svc.post(f"/api/surveys/{survey}/base")[0] == 202
+    svc.wait_for(survey, lambda s: s["state"] == "BASE_DONE", what="the base run")
+
+
+def read_release(bootstrap: str, topic: str) -> tuple[list[Any], list[dict[str, Any]],
+                                                      dict[str, Any]]:
+    """The release topic ``topic`` read up to its manifest: every message, the records'
+    bodies and the manifest's, in topic order."""
+    def kind(record: Any) -> str | None:
+        return headers(record).get("streamanon-type")
+
+    records = read_topic(bootstrap, topic,
+                         until=lambda out: any(kind(r) == "manifest" for r in out))
+    manifests = [json.loads(r.value) for r in records if kind(r) == "manifest"]
+    assert manifests, f"no manifest on {topic}"
+    return records, [json.loads(r.value) for r in records if kind(r) == "record"], manifests[0]
+
+
+def toml_schema(schema: dict[str, dict[str, Any]]) -> str:
+    """The ``[surveys.schema]`` table of ``schema`` (JSON scalars and lists are TOML too)."""
+    lines = []
+    for name, spec in schema.items():
+        pairs = ", ".join(f"{key} = {json.dumps(value)}" for key, value in spec.items())
+        lines.append(f"{name} = {{ {pairs} }}")
+    return "\n[surveys.schema]\n" + "\n".join(lines) + "\n"
+
+
 def response(i: int, **override: Any) -> bytes:
     body = {"respondent_id": f"R{i:06d}", "age": 18 + (i * 7) % 70,
             "income": 20000.0 + (i * 7919) % 50000, "height": 150.0 + (i * 31) % 45,

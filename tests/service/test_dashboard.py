@@ -5,33 +5,16 @@ release report appears after close. Saves a screenshot under tests/artifacts/.""
 from __future__ import annotations
 
 import json
-import shutil
 import urllib.request
 from pathlib import Path
-
-import pytest
 
 from tests.service.kafka_helpers import produce, response
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def _number(text: str) -> int:
     return int(text.replace(",", ""))
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    if CHROMIUM is None:
-        pytest.fail("Chromium not found: `make test` installs Debian's chromium package")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                              args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 def test_dashboard_shows_live_status_and_the_release(service_factory, broker, browser):

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from streamanon.metrics import check_k_anonymity
-from tests.service.kafka_helpers import DROP, headers, produce, read_topic, response
+from tests.service.kafka_helpers import DROP, headers, produce, read_release, read_topic, response
 
 QI = ["age", "income", "height"]
 
@@ -88,12 +88,7 @@ def test_end_to_end_release_and_dead_letters(service_factory, broker, tmp_path):
     assert after[("streamanon_release_distortion_sum", (("survey", "wellbeing"),))] \
         == pytest.approx(status["release"]["distortion"])
 
-    records = read_topic(broker.bootstrap, f"{svc.prefix}.wellbeing.release",
-                         until=lambda out: any(headers(r).get("streamanon-type") == "manifest"
-                                               for r in out))
-    rows = [json.loads(r.value) for r in records if headers(r)["streamanon-type"] == "record"]
-    manifest = json.loads(next(r.value for r in records
-                               if headers(r)["streamanon-type"] == "manifest"))
+    _, rows, manifest = read_release(broker.bootstrap, f"{svc.prefix}.wellbeing.release")
     # exactly the valid records' confidential values, as a multiset
     expected = collections.Counter(json.loads(v)["satisfaction"] for _, v in valid)
     assert collections.Counter(r["satisfaction"] for r in rows) == expected

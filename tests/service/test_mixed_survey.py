@@ -21,7 +21,14 @@ from streamanon.service.config import ConfigError, parse_config
 from streamanon.service.publisher import build_release, record_messages, records_frame
 from streamanon.service.store import Records
 from streamanon.service.validation import Invalid, Validated, Validator
-from tests.service.kafka_helpers import headers, produce, read_topic
+from tests.service.kafka_helpers import (
+    base_run,
+    headers,
+    produce,
+    read_release,
+    read_topic,
+    toml_schema,
+)
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 GENDERS = ["female", "male", "non-binary", "prefer not to say"]
@@ -218,15 +225,6 @@ def test_an_optional_int_answer_is_released_as_an_int():
 
 # -- the service -----------------------------------------------------------------------------
 
-def toml_schema(schema: dict[str, dict[str, Any]]) -> str:
-    """The ``[surveys.schema]`` table of ``schema`` (JSON scalars and lists are TOML too)."""
-    lines = []
-    for name, spec in schema.items():
-        pairs = ", ".join(f"{key} = {json.dumps(value)}" for key, value in spec.items())
-        lines.append(f"{name} = {{ {pairs} }}")
-    return "\n[surveys.schema]\n" + "\n".join(lines) + "\n"
-
-
 SERVICE_SCHEMA = 'engine = "mdav"\n' + toml_schema(SCHEMA)
 
 
@@ -267,11 +265,7 @@ def test_a_mixed_survey_is_released_two_stage_typed_and_k_anonymous(
     unknown = [dict(sent[i], respondent_id=f"X{i:05d}", gender=level, weight=999.0 + i)
                for i, level in enumerate(["other", "Female", "diverse", "x"])]
 
-    produce(broker.bootstrap, topic, msgs[:n_first])
-    svc.wait_for("mixed", lambda s: s["stored"] == n_first, what="the first responses")
-    code, _ = svc.post("/api/surveys/mixed/base")
-    assert code == 202
-    svc.wait_for("mixed", lambda s: s["state"] == "BASE_DONE", what="the base run")
+    base_run(svc, broker.bootstrap, "mixed", msgs[:n_first])
     produce(broker.bootstrap, topic, msgs[n_first:n_first + 100]
             + [(None, json.dumps(b).encode()) for b in unknown] + msgs[n_first + 100:])
     svc.wait_for("mixed", lambda s: s["stored"] == n
@@ -291,12 +285,7 @@ def test_a_mixed_survey_is_released_two_stage_typed_and_k_anonymous(
              spec["role"], "unchanged")}
         for name, spec in SCHEMA.items()]
     parquet = pd.read_parquet(directory / "release.parquet")
-    records = read_topic(broker.bootstrap, f"{svc.prefix}.mixed.release",
-                         until=lambda out: any(headers(r).get("streamanon-type") == "manifest"
-                                               for r in out))
-    rows = [json.loads(r.value) for r in records if headers(r)["streamanon-type"] == "record"]
-    manifest = json.loads(next(r.value for r in records
-                               if headers(r)["streamanon-type"] == "manifest"))
+    records, rows, manifest = read_release(broker.bootstrap, f"{svc.prefix}.mixed.release")
     assert manifest["count"] == len(rows) == len(parquet) == n
     topic_frame = pd.DataFrame(rows)
     assert list(parquet.columns) == list(topic_frame.columns) == [

@@ -16,7 +16,7 @@ import pytest
 from streamanon import microaggregate
 from streamanon.service.config import ConfigError, parse_config
 from tests import privacy_oracle as oracle
-from tests.service.kafka_helpers import headers, produce, read_topic
+from tests.service.kafka_helpers import base_run, produce, read_release, toml_schema
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 K, L, T = 5, 2, 0.2
@@ -30,15 +30,6 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "satisfaction": {"role": "confidential", "type": "int", "min": 1, "max": 5,
                      "sensitive": True},
 }
-
-
-def toml_schema(schema: dict[str, dict[str, Any]]) -> str:
-    """The ``[surveys.schema]`` table of ``schema`` (JSON scalars are TOML too)."""
-    lines = []
-    for name, spec in schema.items():
-        pairs = ", ".join(f"{key} = {json.dumps(value)}" for key, value in spec.items())
-        lines.append(f"{name} = {{ {pairs} }}")
-    return "\n[surveys.schema]\n" + "\n".join(lines) + "\n"
 
 
 SERVICE_SCHEMA = f"l = {L}\nt = {T}\n" + toml_schema(SCHEMA)
@@ -136,10 +127,7 @@ def test_a_t_close_survey_is_released_two_stage_l_diverse_and_t_close(
     sent = responses(n)
     msgs = [(b["respondent_id"].encode(), json.dumps(b).encode()) for b in sent]
 
-    produce(broker.bootstrap, topic, msgs[:n_first])
-    svc.wait_for("tclose", lambda s: s["stored"] == n_first, what="the first responses")
-    assert svc.post("/api/surveys/tclose/base")[0] == 202
-    svc.wait_for("tclose", lambda s: s["state"] == "BASE_DONE", what="the base run")
+    base_run(svc, broker.bootstrap, "tclose", msgs[:n_first])
     produce(broker.bootstrap, topic, msgs[n_first:])
     svc.wait_for("tclose", lambda s: s["stored"] == n, what="ingest")
     assert svc.post("/api/surveys/tclose/close")[0] == 202
@@ -150,11 +138,8 @@ def test_a_t_close_survey_is_released_two_stage_l_diverse_and_t_close(
     report = json.loads((directory / "report.json").read_text())
     assert report["mode"] == "two-stage" and report["n_base"] == n_first
     parquet = pd.read_parquet(directory / "release.parquet")
-    records = read_topic(broker.bootstrap, f"{svc.prefix}.tclose.release",
-                         until=lambda out: any(headers(r).get("streamanon-type") == "manifest"
-                                               for r in out))
-    topic_frame = pd.DataFrame([json.loads(r.value) for r in records
-                                if headers(r)["streamanon-type"] == "record"])
+    _, rows, _ = read_release(broker.bootstrap, f"{svc.prefix}.tclose.release")
+    topic_frame = pd.DataFrame(rows)
     assert len(parquet) == len(topic_frame) == n
     assert list(parquet.columns) == list(topic_frame.columns) == [*QI, "satisfaction"]
     assert sorted(parquet["satisfaction"]) == sorted(b["satisfaction"] for b in sent)
