@@ -42,6 +42,7 @@ from streamanon.release import (
     Privacy,
     Release,
     decoded_original,
+    prepare_stored,
     release_prepared,
     sensitive_codes,
 )
@@ -121,21 +122,26 @@ def build_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray,
                             risk=risk)
 
 
-def write_risk_page(release: Release, frame: pd.DataFrame, prepared: Prepared,
-                    survey: SurveyConfig, files: dict[str, str]) -> str:
-    """``report.html`` beside the release files (``streamanon.report_html``): the risk and
-    utility measures of ``release`` (made with ``risk=True``), distributions before and after,
-    never a record; returns its path."""
+def risk_page_path(files: dict[str, str]) -> str:
+    """Where ``report.html`` goes: beside the release files."""
+    return str(Path(files["parquet"]).with_name("report.html"))
+
+
+def write_risk_page(risk: dict[str, Any], records: Records, release: pd.DataFrame,
+                    survey: SurveyConfig, files: dict[str, str]) -> None:
+    """``report.html`` (``streamanon.report_html``) of a written release: its risk and
+    utility measures (``risk``, as report.json holds them), the distributions of the stored
+    ``records`` and of the ``release`` table, never a record."""
     from streamanon.report_html import render
 
-    path = Path(files["parquet"]).with_name("report.html")
+    frame = records_frame(records, survey)
+    prepared = prepare_stored(frame, survey.schema, survey.k)
     settings = {"k": survey.k, "l": survey.l, "t": survey.t, "engine": survey.engine,
                 "original": f"the survey's {len(frame)} stored records",
                 "release": Path(files["parquet"]).name}
-    page = render(release.risk or {}, decoded_original(frame, prepared), release.table,
-                  survey.schema, settings)
+    page = render(risk, decoded_original(frame, prepared), release, survey.schema, settings)
+    path = Path(risk_page_path(files))
     atomic_write(path, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
-    return str(path)
 
 
 def sha256_file(path: Path) -> str:

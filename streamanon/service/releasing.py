@@ -19,9 +19,11 @@ import uuid
 from concurrent.futures import Executor
 from typing import Any
 
+import pandas as pd
+
 from scheduler import live
 from scheduler.cost_model import PowerLaw
-from streamanon.errors import describe_error
+from streamanon.errors import describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
 from streamanon.metrics import Standardisation
@@ -36,6 +38,7 @@ from streamanon.service.publisher import (
     records_frame,
     release_columns,
     release_manifest,
+    risk_page_path,
     survey_privacy,
     write_release_files,
     write_report,
@@ -138,10 +141,7 @@ class Releaser:
         files = await self._in_thread(write_release_files, release.table,
                                            self.config.output.directory, sid)
         rt.timings["files"] = time.perf_counter() - step
-        step = time.perf_counter()
-        files["html"] = await self._in_thread(write_risk_page, release, frame, prepared, sc,
-                                              files)
-        rt.timings["risk_page"] = time.perf_counter() - step
+        files["html"] = risk_page_path(files)  # written once the release is out (publish)
         two_stage = partition.mode == "two-stage"
         report = ReleaseReport(
             survey=sid, release_id=release_id, n=n, m=m, k=sc.k,
@@ -201,12 +201,13 @@ class Releaser:
                 await asyncio.sleep(delay)
         rt.timings["publish"] = time.perf_counter() - step
         released_at = time.time()
+        await self._risk_page(rt, report, frame)
         published = Publication(
             released_at=released_at,
             close_to_release_seconds=released_at - (report.closed_at or released_at),
             close_steps_seconds={key: round(rt.timings[key], 3) for key in (
                 "drain", "wait_for_base", "load", "compute", "gate_and_table", "files",
-                "risk_page", "publish") if key in rt.timings})
+                "publish") if key in rt.timings})
         report = report.published(published)
         await self._in_thread(write_report, report)
         await self._in_store(self.store.save_release, sid,
@@ -220,6 +221,22 @@ class Releaser:
         log.info("survey %s: released %d records (%s), %.2f s after close", sid, report.n,
                  report.mode, published.close_to_release_seconds)
         rt.closed_event.set()
+
+    async def _risk_page(self, rt: SurveyRuntime, report: ReleaseReport,
+                         release: pd.DataFrame) -> None:
+        """``report.html`` of the published release, after the records are out (not on the
+        close-to-release path); a failure is logged and leaves the release as it is."""
+        sc = rt.config
+        step = time.perf_counter()
+        try:
+            records = await self._in_store(
+                lambda: self.store.load_records(sc.id, len(sc.quasi_identifiers)))
+            await self._in_thread(write_risk_page, report.risk or {}, records, release, sc,
+                                  report.files)
+        except Exception as exc:
+            log.error("survey %s: report.html not written (%s)", sc.id, describe_error(exc),
+                      exc_info=withheld(exc))
+        rt.timings["risk_page"] = time.perf_counter() - step
 
     @staticmethod
     async def _in_thread(fn: Any, *args: Any) -> Any:
