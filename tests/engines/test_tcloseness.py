@@ -147,16 +147,14 @@ def test_emd_if_added_is_the_emd_after_adding(kind):
         assert after[code] == pytest.approx(domain.emd_of_counts(bigger), abs=1e-13)
 
 
-def test_cell_emds_handles_a_million_records_quickly():
-    import time
-
+def test_cell_emds_handles_a_million_records():
+    """At the size of a large survey (about a second here; speed is for benchmarks, not
+    asserted), and the vectorised EMD of a cell equals the one-cell function's."""
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 5000, 1_000_000)
     s = rng.integers(0, 100_000, 1_000_000)
-    started = time.perf_counter()
     emds = cell_emds(labels, s, "ordered")
     distinct = cell_distinct(labels, s)
-    assert time.perf_counter() - started < 10.0
     assert emds.shape == distinct.shape == (5000,)
     rows = labels == 17
     assert emds[17] == pytest.approx(emd(s[rows], s, "ordered"), abs=1e-12)
