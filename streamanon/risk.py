@@ -236,16 +236,26 @@ def _group_risk(groups: np.ndarray, k: int) -> GroupRisk:
                      smallest_group=int(sizes.min()), groups=int(sizes.size))
 
 
+LINKAGE_SAMPLE = 5_000  # records whose linkage is measured, at most (record_linkage)
+
+
 def record_linkage(C: np.ndarray, R: np.ndarray, groups: np.ndarray,
                    encoding: Encoding) -> float:
     """The expected share of records that distance-based record linkage links to their own
     released record: original codes ``C``, released codes ``R`` (aligned rows), ``groups``
-    the release's group of each row (equal released tuples)."""
+    the release's group of each row (equal released tuples).
+
+    Over ``LINKAGE_SAMPLE`` records, the share is estimated on a uniform sample of that many
+    (fixed seed; standard error at most 0.007): each linkage searches every released tuple,
+    and all of a million records take minutes where the sample takes seconds."""
     scaling = fit_embedding(C, encoding)
-    Z = embed(C, encoding, scaling)
     sizes = np.bincount(groups)
     _, first = np.unique(groups, return_index=True)
     T = embed(R[first], encoding, scaling)  # one point per distinct released tuple
+    if len(C) > LINKAGE_SAMPLE:
+        rows = np.sort(np.random.default_rng(0).choice(len(C), LINKAGE_SAMPLE, replace=False))
+        C, groups = C[rows], groups[rows]
+    Z = embed(C, encoding, scaling)
     tree = cKDTree(T, balanced_tree=False, compact_nodes=False)  # sliding midpoint: faster here
     nearest, _ = tree.query(Z, k=min(2, len(T)), workers=-1)
     nearest = nearest.reshape(len(Z), -1)

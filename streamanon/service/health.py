@@ -113,11 +113,12 @@ def collector_health(collector: Any, dead_letters: Any) -> PartHealth:
 
 
 def producer_health(producer: Any) -> PartHealth:
-    """An aiokafka producer: started, not closed, its send loop running. A broker that is
+    """The release producer (:class:`~streamanon.service.publisher.ReleasePublisher`, or an
+    aiokafka producer): started, not closed, an aiokafka send loop running. A broker that is
     away is not a failure of the producer: it reconnects."""
     if producer is None:
         return PartHealth(False, "not started")
-    if getattr(producer, "_closed", False):
+    if getattr(producer, "_closed", False) or getattr(producer, "closed", False):
         return PartHealth(False, "the release producer was closed")
     sender = getattr(producer, "_sender", None)
     task = getattr(sender, "sender_task", None)

@@ -60,7 +60,7 @@ from streamanon.service.health import (
     store_health,
 )
 from streamanon.service.processes import worker_pool
-from streamanon.service.publisher import records_frame
+from streamanon.service.publisher import ReleasePublisher, records_frame
 from streamanon.service.releasing import Releaser, release_run
 from streamanon.service.reports import (
     PlanStatus,
@@ -116,7 +116,7 @@ class Service:
         self._pool = compute_pool or worker_pool(compute_workers)
         self.surveys: dict[str, SurveyRuntime] = {}
         self.producer: Any = None  # kafka-python: dead letters, from the store thread
-        self.release_producer: Any = None  # aiokafka: releases, in batches
+        self.release_producer: Any = None  # librdkafka: releases (ReleasePublisher)
         self._releaser: Releaser | None = None  # made in start(), with the release producer
         self.collector: KafkaCollector | None = None
         self.scheduler: Any = None
@@ -128,7 +128,6 @@ class Service:
 
     # -- start and stop ------------------------------------------------------------------------
     async def start(self) -> None:
-        from aiokafka import AIOKafkaProducer
         from apscheduler.schedulers.background import BackgroundScheduler
         from kafka import KafkaProducer
 
@@ -141,10 +140,7 @@ class Service:
                                                    configs=cfg.topic_configs(), **kafka))
         self.producer = KafkaProducer(**kafka,
                                       linger_ms=20, batch_size=512 * 1024, acks="all")
-        self.release_producer = AIOKafkaProducer(
-            **kafka, acks="all",
-            max_batch_size=1024 * 1024, linger_ms=5)
-        await self.release_producer.start()
+        self.release_producer = ReleasePublisher(cfg)
         self._releaser = Releaser(cfg, self.store, self._in_store, self._pool,
                                   self.release_producer, self.telemetry)
         warm = self.loop.run_in_executor(self._pool, warm_up_compute)
@@ -196,7 +192,7 @@ class Service:
             self.producer.flush()
             self.producer.close()
         if self.release_producer is not None:
-            await self.release_producer.stop()
+            await asyncio.to_thread(self.release_producer.close)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._store_thread.shutdown(wait=True)
         self.store.close()
@@ -371,7 +367,8 @@ class Service:
         try:
             records = await self._in_store(
                 lambda: self.store.load_records(sid, m, upto_seq=snapshot_seq))
-            prepared = prepare_stored(records_frame(records, sc), sc.schema, sc.k)
+            frame = records_frame(records, sc)
+            prepared = prepare_stored(frame, sc.schema, sc.k)
             labels, seconds = await self.loop.run_in_executor(
                 self._pool, base_partition, release_run(sc), prepared)
             scaling = prepared.scaling
@@ -382,6 +379,8 @@ class Service:
             await self._in_store(self.store.transition, sid, BASE_DONE,
                                  f"base run took {seconds:.2f} s")
             rt.timings["base_seconds"] = seconds
+            if self._releaser is not None:
+                await self._releaser.prepare_base(rt, snapshot_seq, frame, labels)
             await self._in_store(self.cost_models.observe, sc.engine, m, sc.k, len(records),
                                  seconds)
             log.info("survey %s: base run on %d records done in %.2f s", sid, len(records),

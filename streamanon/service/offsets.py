@@ -28,9 +28,12 @@ def broker_errors() -> tuple[type[BaseException], ...]:
     """What a read or a send raises while a broker is away or slow (both clients' kinds):
     worth waiting for and trying again, unlike a fault in the data."""
     from aiokafka.errors import KafkaError as AIOKafkaError
+    from confluent_kafka import KafkaException
     from kafka.errors import KafkaError
 
-    return (AIOKafkaError, KafkaError, OSError, TimeoutError)
+    from streamanon.service.publisher import PublishError
+
+    return (AIOKafkaError, KafkaError, KafkaException, PublishError, OSError, TimeoutError)
 
 
 def _reader(config: Config) -> Any:

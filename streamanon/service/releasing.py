@@ -17,8 +17,10 @@ import secrets
 import time
 import uuid
 from concurrent.futures import Executor
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from scheduler import live
@@ -27,19 +29,28 @@ from streamanon.errors import describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
 from streamanon.metrics import Standardisation
-from streamanon.release import BaseSnapshot, prepare_stored, release_partition
+from streamanon.release import (
+    BaseSnapshot,
+    Prepared,
+    Privacy,
+    Release,
+    prepare_stored,
+    release_partition,
+    release_prepared,
+)
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.offsets import broker_errors
 from streamanon.service.publisher import (
-    build_release,
     manifest_is_last,
-    publish_to_topic,
     read_written_release,
+    record_messages,
     records_frame,
     release_columns,
     release_manifest,
+    release_risk,
     risk_page_path,
     survey_privacy,
+    write_release_csv,
     write_release_files,
     write_report,
     write_risk_page,
@@ -48,8 +59,33 @@ from streamanon.service.reports import Publication, ReleaseReport
 from streamanon.service.runtime import StoreCall, SurveyRuntime
 from streamanon.service.store import RELEASED, ReleaseRow, Store, StoreError
 from streamanon.service.telemetry import Telemetry
+from streamanon.splicing import prepare_base, splice
 
 log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class Fresh:
+    """A release as :meth:`Releaser.write` made it, for its publish: the stored records
+    ``frame`` (arrival order), the shuffled release ``table``, its ``messages`` (one per row,
+    in row order) and ``order`` (row i is record ``order[i]``)."""
+
+    frame: pd.DataFrame
+    table: pd.DataFrame
+    messages: list[bytes]
+    order: np.ndarray
+
+
+def fresh_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray, k: int,
+                  seed: int, privacy: Privacy | None) -> tuple[Release, list[bytes], np.ndarray]:
+    """The release of ``frame`` made whole at close: the table (the gate included), shuffled
+    by ``seed``, its messages and its order (row i is record ``order[i]``)."""
+    release = release_prepared(frame, prepared, labels, k, seed=None, privacy=privacy,
+                               shuffle=False)
+    order = np.random.default_rng(seed).permutation(len(frame))
+    table = release.table.iloc[order].reset_index(drop=True)
+    messages = record_messages(table, prepared.encoding.names, labels[order])
+    return replace(release, table=table), messages, order
+
 
 def release_run(survey: SurveyConfig) -> TwoStageRun:
     """The survey's base engine and incremental stage with their parameters; its methods run
@@ -86,26 +122,41 @@ class Releaser:
             rt.closed_event.set()
             return
         resumed = row is not None
+        fresh = None
         if row is None:
-            row = await self.write(rt, base_model)
+            row, fresh = await self.write(rt, base_model)
         else:
             log.info("survey %s: release %s was written before; publishing its files again",
                      sid, row.release_id)
-        await self.publish(rt, row, resumed)
+        await self.publish(rt, row, resumed, fresh)
 
-    async def write(self, rt: SurveyRuntime, base_model: PowerLaw) -> ReleaseRow:
-        """Compute the release, apply the k-anonymity gate, write its files, and note it as
-        written: from then on it is the survey's release, whatever happens."""
+    async def write(self, rt: SurveyRuntime, base_model: PowerLaw) -> tuple[ReleaseRow, Fresh]:
+        """Compute the release, apply the k-anonymity gate, write its Parquet file, and note
+        it as written: from then on it is the survey's release, whatever happens.
+
+        With the base release made before close (:meth:`prepare_base`) only the records after
+        the base snapshot are read from the store, and the messages of the base cells the
+        incremental stage left as they were are reused (:func:`streamanon.splicing.splice`)."""
         sc = rt.config
         sid = sc.id
         m = len(sc.quasi_identifiers)
         step = time.perf_counter()
-        records = await self._in_store(lambda: self.store.load_records(sid, m))
+        cp = await self._in_store(self.store.load_checkpoint, sid)
+        held = rt.base_release
+        if held is not None and (cp is None or held[0] != cp.snapshot_seq):
+            held = None  # made from another snapshot: not this release's base
+        if held is not None:
+            late = await self._in_store(
+                lambda: self.store.load_records(sid, m, after_seq=held[0]))
+            frame = await self._in_thread(lambda: pd.concat(
+                [held[1].frame, records_frame(late, sc)], ignore_index=True))
+        else:
+            frame = records_frame(await self._in_store(
+                lambda: self.store.load_records(sid, m)), sc)
         rt.timings["load"] = time.perf_counter() - step
-        n = len(records)
+        n = len(frame)
         if n < sc.k:
             raise StoreError(f"{n} valid records: no {sc.k}-anonymous release exists")
-        cp = await self._in_store(self.store.load_checkpoint, sid)
         fits_deadline = (sc.deadline is not None
                          and base_model(n) <= 0.8 * live.compute_budget(sc.deadline, n))
         base = None
@@ -115,13 +166,14 @@ class Releaser:
                      sid, sc.incremental, n - cp.n_base, cp.n_base)
         else:
             log.info("survey %s: computing the release: %s on %d records", sid, sc.engine, n)
-        frame = records_frame(records, sc)
-        prepared = prepare_stored(frame, sc.schema, sc.k, None if base is None else
-                                  Standardisation(base.mean, base.scale))
-        legacy = prepared.numeric_complete  # the partition exactly as before mixed data
         stage_started = time.time()
+        own = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
+        legacy = own.numeric_complete  # the partition exactly as before mixed data
+        prepared = own if legacy or base is None else await self._in_thread(
+            prepare_stored, frame, sc.schema, sc.k, Standardisation(base.mean, base.scale))
+        X = np.ascontiguousarray(frame[sc.quasi_identifiers].to_numpy(dtype=np.float64))
         partition = await asyncio.get_running_loop().run_in_executor(
-            self.compute_pool, release_partition, release_run(sc), records.qi, base,
+            self.compute_pool, release_partition, release_run(sc), X, base,
             None if legacy else prepared)
         compute_done = time.time()
         rt.timings["compute"] = compute_done - stage_started
@@ -131,15 +183,24 @@ class Releaser:
         privacy = survey_privacy(frame, sc)
         labels = partition.labels if privacy is None else await self._in_thread(
             privacy.enforce, prepared.Z, partition.labels)  # cells merged until l, t hold
-        release = build_release(frame, prepared if not legacy else prepare_stored(
-            frame, sc.schema, sc.k), labels, sc, seed, privacy, risk=True)  # the gate
+        spliced = (held is not None and privacy is None and partition.mode == "two-stage"
+                   and own.groups is None and held[1].n_base == partition.n_base
+                   and not np.isnan(own.C).any())
+        if spliced:  # the gate is in both
+            release, messages, order = await self._in_thread(
+                splice, held[1], frame, own, labels, sc.k, seed)
+        else:
+            release, messages, order = await self._in_thread(
+                fresh_release, frame, own, labels, sc.k, seed, privacy)
         rt.timings["gate_and_table"] = time.perf_counter() - step
         closed_at = (await self._in_store(self.store.survey_state, sid)).close_requested_at
         plan = rt.last_plan
-        log.info("survey %s: writing the files of release %s", sid, release_id)
+        log.info("survey %s: writing release %s (%s)", sid, release_id,
+                 "spliced into the base release made before close" if spliced
+                 else "made at close")
         step = time.perf_counter()
         files = await self._in_thread(write_release_files, release.table,
-                                           self.config.output.directory, sid)
+                                      self.config.output.directory, sid, False)
         rt.timings["files"] = time.perf_counter() - step
         files["html"] = risk_page_path(files)  # written once the release is out (publish)
         two_stage = partition.mode == "two-stage"
@@ -167,28 +228,35 @@ class Releaser:
             strata_merged=[] if prepared.groups is None else prepared.groups.merged_strata,
             privacy=None if privacy is None else {"l": sc.l, "t": sc.t,
                                                   "sensitive": release.privacy},
-            risk=release.risk)
+            risk=None, spliced=spliced)  # the risk is measured once the release is out
         row = ReleaseRow(release_id, "written", seed, report.to_json())
         await self._in_store(self.store.save_release, sid, row)
-        return row
+        return row, Fresh(frame, release.table, messages, order)
 
-    async def publish(self, rt: SurveyRuntime, row: ReleaseRow, resumed: bool) -> None:
-        """Send the written release file to the release topic, record by record in its row
-        order, then the manifest; on a broker fault send it all again (the manifest marks the
-        complete run), until it is through."""
+    async def publish(self, rt: SurveyRuntime, row: ReleaseRow, resumed: bool,
+                      fresh: Fresh | None = None) -> None:
+        """Send the release to the release topic, record by record in its row order, then the
+        manifest; on a broker fault send it all again (the manifest marks the complete run),
+        until it is through. ``fresh``: the release as :meth:`write` made it, whose messages
+        are those of its file; without it (a restart) the written file is read and checked.
+        Once it is out: the CSV file, the risk measures, report.json and report.html."""
         sid = rt.config.id
         report = ReleaseReport.from_json(row.report)
-        frame = await self._in_thread(read_written_release, report.files)
+        if fresh is None:
+            table = await self._in_thread(read_written_release, report.files)
+            messages = await self._in_thread(record_messages, table)
+        else:
+            table, messages = fresh.table, fresh.messages
         manifest = release_manifest(report)
         topic = self.config.topic(sid, "release")
         log.info("survey %s: publishing release %s: %d records, then its manifest", sid,
-                 row.release_id, len(frame))
+                 row.release_id, len(messages))
         step = time.perf_counter()
         failures = 0
         while True:
             try:
                 if not (resumed and await manifest_is_last(self.config, topic, row.release_id)):
-                    await publish_to_topic(self.producer, topic, frame, manifest)
+                    await asyncio.to_thread(self.producer.publish, topic, messages, manifest)
                 break
             except broker_errors() as exc:
                 failures += 1
@@ -201,7 +269,8 @@ class Releaser:
                 await asyncio.sleep(delay)
         rt.timings["publish"] = time.perf_counter() - step
         released_at = time.time()
-        await self._risk_page(rt, report, frame)
+        del messages
+        report = await self._after_publish(rt, report, table, fresh)
         published = Publication(
             released_at=released_at,
             close_to_release_seconds=released_at - (report.closed_at or released_at),
@@ -217,26 +286,61 @@ class Releaser:
         if failures:
             await self._in_store(self.store.set_error, sid, None)
         rt.timings["released_at"] = released_at
+        rt.base_release = None
         self.telemetry.observe_release(sid, report, rt.timings["publish"])
         log.info("survey %s: released %d records (%s), %.2f s after close", sid, report.n,
                  report.mode, published.close_to_release_seconds)
         rt.closed_event.set()
 
-    async def _risk_page(self, rt: SurveyRuntime, report: ReleaseReport,
-                         release: pd.DataFrame) -> None:
-        """``report.html`` of the published release, after the records are out (not on the
-        close-to-release path); a failure is logged and leaves the release as it is."""
+    async def _after_publish(self, rt: SurveyRuntime, report: ReleaseReport,
+                             table: pd.DataFrame, fresh: Fresh | None) -> ReleaseReport:
+        """What is not on the close-to-release path, done once the records are out: the CSV
+        file (unless written before a restart), the risk measures and ``report.html``. A
+        failure of the measures or the page is logged and leaves the release as it is."""
         sc = rt.config
         step = time.perf_counter()
+        files = report.files
+        if "sha256_csv" not in files:
+            files = await self._in_thread(write_release_csv, table, files)
+        report = replace(report, files=files)
         try:
-            records = await self._in_store(
-                lambda: self.store.load_records(sc.id, len(sc.quasi_identifiers)))
-            await self._in_thread(write_risk_page, report.risk or {}, records, release, sc,
-                                  report.files)
+            frame = fresh.frame if fresh is not None else records_frame(
+                await self._in_store(lambda: self.store.load_records(
+                    sc.id, len(sc.quasi_identifiers))), sc)
+            risk = report.risk or await self._in_thread(
+                release_risk, frame, table, sc, None if fresh is None else fresh.order)
+            report = replace(report, risk=risk)
+            await self._in_thread(write_risk_page, risk, frame, table, sc, files)
         except Exception as exc:
-            log.error("survey %s: report.html not written (%s)", sc.id, describe_error(exc),
+            log.error("survey %s: the risk measures or report.html were not made (%s)", sc.id,
+                      describe_error(exc), exc_info=withheld(exc))
+        rt.timings["after_publish"] = time.perf_counter() - step
+        return report
+
+    async def prepare_base(self, rt: SurveyRuntime, snapshot_seq: int, frame: pd.DataFrame,
+                           labels: np.ndarray) -> None:
+        """The base records' release messages, made right after the base run while the survey
+        is open (:func:`streamanon.splicing.prepare_base`), kept in ``rt`` for the close. Only
+        where the close can splice them (no sensitive fields, complete data, no strata); a
+        failure is logged: the release is then made whole at close."""
+        sc = rt.config
+        if sc.schema.sensitive or sc.schema.strata:
+            return
+        step = time.perf_counter()
+        try:
+            prepared = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
+            if prepared.groups is not None or np.isnan(prepared.C).any():
+                return
+            base = await self._in_thread(prepare_base, frame, prepared, labels, sc.k)
+        except Exception as exc:
+            log.error("survey %s: the base release was not prepared (%s); the release will "
+                      "be made whole at close", sc.id, describe_error(exc),
                       exc_info=withheld(exc))
-        rt.timings["risk_page"] = time.perf_counter() - step
+            return
+        rt.base_release = (snapshot_seq, base)
+        rt.timings["prepare_base"] = time.perf_counter() - step
+        log.info("survey %s: base release of %d records prepared in %.2f s", sc.id,
+                 base.n_base, rt.timings["prepare_base"])
 
     @staticmethod
     async def _in_thread(fn: Any, *args: Any) -> Any:

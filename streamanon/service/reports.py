@@ -66,6 +66,8 @@ class ReleaseReport:
     privacy: dict[str, Any] | None = None
     # disclosure risk and utility before and after (streamanon.risk), also in report.html
     risk: dict[str, Any] | None = None
+    # the base cells' messages were made before close and spliced in (streamanon.splicing)
+    spliced: bool = False
     publication: Publication | None = None
 
     def published(self, publication: Publication) -> ReleaseReport:
