@@ -55,19 +55,24 @@ def test_make_bench_runs_the_benchmark(tmp_path):
 
 
 def test_the_service_benchmark_runs(tmp_path):
-    """``python simulations/bench_service.py`` (README, Benchmarks), on a small load."""
+    """``python simulations/bench_service.py`` (README, Close to release), on a small load:
+    both modes side by side, every step of report.json in the table, the base release spliced."""
     out = tmp_path / "bench_service.json"
     result = subprocess.run(
-        [sys.executable, "simulations/bench_service.py", "--n", "4000", "--repeat", "1",
-         "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
+        [sys.executable, "simulations/bench_service.py", "--sizes", "4000", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = json.loads(out.read_text())
-    two, one = report["release"]["twostage"], report["release"]["oneshot"]
-    assert two["n"] == one["n"] == 4000
+    [run] = json.loads(out.read_text())
+    two, one = run["twostage"], run["oneshot"]
+    assert two["n"] == one["n"] == run["n"] == 4000
     assert two["mode"] == "two-stage" and one["mode"] == "one-shot"
+    assert two["spliced"] is True and one["spliced"] is False
     assert 0 < two["n_increment"] < 4000 and one["n_increment"] == 0
-    assert len(report["ingest"]) == 1 and report["one_shot_seconds"] > 0
-    assert "close to release, two-stage" in result.stdout and f"wrote {out}" in result.stdout
+    assert two["n_increment"] == max(round(run["nu"] * 4000), 1)  # the planned nu
+    for step in ("drain", "load", "compute", "gate_and_table", "files", "publish"):
+        assert step in two["close_steps_seconds"] and step in one["close_steps_seconds"]
+        assert f"| {step.replace('_', ' ')} |" in result.stdout
+    assert "| **close to release** |" in result.stdout and f"wrote {out}" in result.stdout
 
 
 def test_the_survey_data_commands_run(tmp_path):

@@ -37,25 +37,33 @@ def broker_errors() -> tuple[type[BaseException], ...]:
 
 
 def _reader(config: Config) -> Any:
-    """A kafka-python consumer for reading positions: small fetches, short waits, no group.
-    (kafka-python here: an aiokafka consumer whose fetch of an empty partition the embedded
-    broker leaves unanswered takes the request timeout, 40 s, to stop.)"""
+    """A kafka-python consumer for reading positions: small fetches, short waits, no group,
+    no CRC check of the fetched batches (pure Python: 0.3 s per megabyte batch, and only the
+    fetch's high watermark or a header is read). (kafka-python here: an aiokafka consumer whose
+    fetch of an empty partition the embedded broker leaves unanswered takes the request
+    timeout, 40 s, to stop.)"""
     from kafka import KafkaConsumer
 
     return KafkaConsumer(**config.kafka_options(), enable_auto_commit=False,
                          max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=50,
-                         auto_offset_reset="earliest")
+                         auto_offset_reset="earliest", check_crcs=False)
 
 
 def _fetch_high_watermarks(consumer: Any, tps: list[Any]) -> dict[Any, int]:
-    consumer.assign(tps)
-    consumer.seek_to_beginning(*tps)
+    """Each partition's high watermark from a fetch of its first batch, one partition at a
+    time (assigned together, the records fetched from one hold back the fetches of the others
+    until they are all polled, one by one)."""
+    out = {}
     deadline = time.monotonic() + FETCH_TIMEOUT_SECONDS
-    while any(consumer.highwater(tp) is None for tp in tps):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no fetch answer for {tps} in {FETCH_TIMEOUT_SECONDS:.0f} s")
-        consumer.poll(timeout_ms=100, max_records=1)
-    return {tp: int(consumer.highwater(tp)) for tp in tps}
+    for tp in tps:
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        while consumer.highwater(tp) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no fetch answer for {tp} in {FETCH_TIMEOUT_SECONDS:.0f} s")
+            consumer.poll(timeout_ms=100, max_records=1)
+        out[tp] = int(consumer.highwater(tp))
+    return out
 
 
 def high_watermarks(config: Config, topic: str) -> dict[int, int]:
