@@ -195,7 +195,7 @@ class Releaser:
         rt.timings["gate_and_table"] = time.perf_counter() - step
         closed_at = (await self._in_store(self.store.survey_state, sid)).close_requested_at
         plan = rt.last_plan
-        log.info("survey %s: writing release %s (%s)", sid, release_id,
+        log.info("survey %s: writing the files of release %s (%s)", sid, release_id,
                  "spliced into the base release made before close" if spliced
                  else "made at close")
         step = time.perf_counter()
