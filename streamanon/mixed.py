@@ -470,19 +470,30 @@ def release_codes(C: np.ndarray, labels: np.ndarray, encoding: Encoding,
     cells = int(labels.max()) + 1 if labels.size else 0
     out = np.empty_like(C, dtype=np.float64)
     w = np.ones(C.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
+    sizes = np.bincount(labels, minlength=cells).astype(np.float64) if weights is None else None
+    everyone = np.zeros(C.shape[0], dtype=np.int64)
     for j, col in enumerate(encoding.columns):
         x = C[:, j]
         seen = ~np.isnan(x)
-        everyone = np.zeros(C.shape[0], dtype=np.int64)
+        complete = bool(seen.all())
         if col.kind in ("float", "int"):
-            value = _weighted_mean(x, seen, w, labels, cells)
-            fallback = _weighted_mean(x, seen, w, everyone, 1)[0]
+            if complete and sizes is not None:  # the plain cell mean: one bincount
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    value = np.bincount(labels, weights=x, minlength=cells) / sizes
+            else:
+                value = _weighted_mean(x, seen, w, labels, cells)
             if col.kind == "int":
-                value, fallback = np.rint(value), np.rint(fallback)
+                value = np.rint(value)
         else:
             value = _level_value(x, seen, w, labels, cells, len(col.levels), col.kind)
-            fallback = _level_value(x, seen, w, everyone, 1, len(col.levels), col.kind)[0]
-        value = np.where(np.isnan(value), fallback, value)
+        empty = np.isnan(value)
+        if empty.any():  # cells with no observed value: the value over all records
+            if col.kind in ("float", "int"):
+                fallback = _weighted_mean(x, seen, w, everyone, 1)[0]
+                fallback = np.rint(fallback) if col.kind == "int" else fallback
+            else:
+                fallback = _level_value(x, seen, w, everyone, 1, len(col.levels), col.kind)[0]
+            value = np.where(empty, fallback, value)
         out[:, j] = value[labels]
     if withheld is not None:
         out[withheld] = np.nan
@@ -531,18 +542,26 @@ def loss_by_type(C: np.ndarray, R: np.ndarray, encoding: Encoding, scaling: Stan
     w = np.ones(C.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
     seen = ~np.isnan(C)
     released = ~np.isnan(R)
+    complete = bool(seen.all())
     Z = embed(C, encoding, scaling)
-    ZR = embed(np.where(seen, R, np.nan), encoding, scaling)
-    sse = np.zeros(len(encoding.columns))
-    sst = np.zeros(len(encoding.columns))
-    for j, part in enumerate(encoding.slices):
-        wj = np.where(seen[:, j], w, 0.0)
-        if wj.sum() == 0:
-            continue
-        zj = Z[:, part]
-        centre = (wj[:, None] * zj).sum(axis=0) / wj.sum()
-        sse[j] = float(np.sum(wj[:, None] * (zj - ZR[:, part]) ** 2))
-        sst[j] = float(np.sum(wj[:, None] * (zj - centre) ** 2))
+    ZR = embed(R if complete else np.where(seen, R, np.nan), encoding, scaling)
+    # whole-matrix sums per embedding column (one pass each, not one per strided column)
+    attribute = np.concatenate([np.full(part.stop - part.start, j)
+                                for j, part in enumerate(encoding.slices)]).astype(np.int64)
+    m = len(encoding.columns)
+    if complete and weights is None:
+        total = np.full(m, float(C.shape[0]))
+        sse_e = np.sum((Z - ZR) ** 2, axis=0)
+        sst_e = np.sum((Z - Z.mean(axis=0)) ** 2, axis=0)
+    else:
+        W = np.where(seen, w[:, None], 0.0)  # n x m: each observed value's weight
+        total = W.sum(axis=0)
+        We = W[:, attribute]
+        centre = (We * Z).sum(axis=0) / np.where(total[attribute] > 0, total[attribute], 1.0)
+        sse_e = np.sum(We * (Z - ZR) ** 2, axis=0)
+        sst_e = np.sum(We * (Z - centre) ** 2, axis=0)
+    sse = np.where(total > 0, np.bincount(attribute, weights=sse_e, minlength=m), 0.0)
+    sst = np.where(total > 0, np.bincount(attribute, weights=sst_e, minlength=m), 0.0)
     kinds = {"numeric": [j for j, c in enumerate(encoding.columns) if c.kind in ("float", "int")],
              "ordinal": [j for j, c in enumerate(encoding.columns) if c.kind == "ordinal"],
              "nominal": [j for j, c in enumerate(encoding.columns) if c.nominal]}

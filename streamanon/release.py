@@ -20,7 +20,7 @@ partition :func:`~streamanon.api.microaggregate` makes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -194,6 +194,21 @@ class Prepared:
     weights: np.ndarray | None
 
     @property
+    def legacy(self) -> bool:
+        """Floats only, none missing, no weights: the release's gate and D are the
+        literature's, exactly as before mixed data (:func:`release_prepared`)."""
+        return (all(c.kind == "float" for c in self.encoding.columns)
+                and not np.isnan(self.C).any() and self.weights is None)
+
+    def subset(self, rows: np.ndarray) -> Prepared:
+        """The same preparation of the records ``rows`` alone (one group: only for a
+        preparation without groups)."""
+        if self.groups is not None:
+            raise InputError("a preparation with groups cannot be cut into a subset")
+        return replace(self, C=self.C[rows], Z=self.Z[rows],
+                       weights=None if self.weights is None else self.weights[rows])
+
+    @property
     def numeric_complete(self) -> bool:
         """Numbers only, none missing, one group: the partition is the numeric one of before
         mixed data (standardised values, no groups)."""
@@ -300,15 +315,12 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
     for name, values in enc.decode(R, like=frame).items():
         table[name] = values.to_numpy() if values.dtype == object else values.array
     qi = enc.names
-    legacy = (all(c.kind == "float" for c in enc.columns) and not np.isnan(C).any()
-              and prepared.weights is None)
-    if legacy:  # complete numeric data: exactly the literature's D, as before issue 15
+    if prepared.legacy:  # complete numeric data: exactly the literature's D, as before issue 15
         require_k_anonymous(table[qi].to_numpy(), k)
     else:
         require_k_anonymous_table(table, qi, k)
     achieved = None if privacy is None else privacy.gate(table, qi)
-    loss = loss_by_type(C, R, enc, prepared.scaling, prepared.weights)
-    d = distortion(prepared.Z, labels) if legacy else loss["distortion"]
+    d, loss = release_loss(prepared, labels, R)
     measured = None
     if risk:
         from streamanon.risk import measure
@@ -319,6 +331,16 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
     if shuffle:
         table = shuffle_rows(table, seed, keep_index=keep_index)
     return Release(table=table, distortion=d, loss=loss, privacy=achieved, risk=measured)
+
+
+def release_loss(prepared: Prepared, labels: np.ndarray,
+                 R: np.ndarray) -> tuple[float, dict[str, Any]]:
+    """D and the loss per type of the released codes ``R`` (:func:`release_codes`) of the
+    records ``prepared`` describes under ``labels``; D as the literature has it (SSE/SST of the
+    standardised data) for complete numeric data."""
+    loss = loss_by_type(prepared.C, R, prepared.encoding, prepared.scaling, prepared.weights)
+    d = distortion(prepared.Z, labels) if prepared.legacy else loss["distortion"]
+    return d, loss
 
 
 def decoded_original(frame: pd.DataFrame, prepared: Prepared) -> pd.DataFrame:

@@ -18,7 +18,7 @@ stage. A base record whose cell changed keeps its position and only gets new val
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,18 +26,22 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from streamanon.errors import InputError
-from streamanon.release import Prepared, Release, release_prepared
+from streamanon.errors import InputError, KAnonymityError
+from streamanon.mixed import release_codes
+from streamanon.release import Prepared, Release, release_loss, release_prepared
 
 
 @dataclass(frozen=True)
 class BaseRelease:
     """The release of a base snapshot's records, made before close: their ``frame`` (stored
-    records, arrival order), their base ``labels``, each record's release message (record
-    order) and the random ``order`` the base records take in the final release."""
+    records, arrival order), their base ``labels``, their release ``table`` and released
+    codes ``R`` (record order, not shuffled), each record's release message, and the random
+    ``order`` the base records take in the final release."""
 
     frame: pd.DataFrame
     labels: np.ndarray
+    table: pd.DataFrame
+    R: np.ndarray
     messages: list[bytes]
     order: np.ndarray
 
@@ -48,13 +52,35 @@ class BaseRelease:
 
 def prepare_base(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray, k: int,
                  seed: int | None = None) -> BaseRelease:
-    """The base records' release messages under their base ``labels`` (the gate applies to
-    them: each base cell has k records), and their random order."""
+    """The base records' release under their base ``labels``, its messages and their random
+    order. Checked cell by cell (every base cell has k records, all with one released tuple),
+    so that any set of whole base cells is k-anonymous: the gate of the part a splice reuses."""
+    if prepared.groups is not None or np.isnan(prepared.C).any():
+        raise InputError("a base release is spliced only for complete data without groups")
     labels = np.asarray(labels)
     release = release_prepared(frame, prepared, labels, k, seed=None, shuffle=False)
+    R = release_codes(prepared.C, labels, prepared.encoding, None, prepared.weights)
+    _require_cells(release.table, prepared.encoding.names, labels, k)
     messages = record_messages(release.table, prepared.encoding.names, labels)
     order = np.random.default_rng(seed).permutation(len(labels))
-    return BaseRelease(frame, labels, messages, order)
+    return BaseRelease(frame, labels, release.table, R, messages, order)
+
+
+def _require_cells(table: pd.DataFrame, qi: Sequence[str], labels: np.ndarray, k: int) -> None:
+    """Every cell of ``labels`` has ``k`` rows of ``table`` or more, all with the same
+    ``qi`` values; raises :class:`KAnonymityError` otherwise."""
+    sizes = np.bincount(labels)
+    _, first = np.unique(labels, return_index=True)
+    lead = first[np.searchsorted(np.unique(labels), labels)]
+    same = np.ones(len(labels), dtype=bool)
+    for name in qi:
+        values = table[name].to_numpy()
+        same &= values == values[lead]
+    small = sizes[sizes > 0] < k
+    if small.any() or not same.all():
+        raise KAnonymityError(
+            f"base release: {int(small.sum())} cell(s) under k = {k}, "
+            f"{int((~same).sum())} record(s) released unlike their cell")
 
 
 def unchanged_base_records(base_labels: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -92,28 +118,69 @@ def splice_order(base_order: np.ndarray, n: int, rng: np.random.Generator) -> np
 def splice(base: BaseRelease, frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray,
            k: int, seed: int | None = None) -> tuple[Release, list[bytes], np.ndarray]:
     """The release of all records ``frame`` (the base records first, as ``base.frame``) under
-    their final ``labels``, with the base's messages reused wherever a base cell is unchanged:
-    the shuffled release, its messages in that order and the order (row i of the release is
-    record ``order[i]``). The table is computed whole (numpy, with the gate); only messages are
-    spliced. Equal, cell by cell, to a release built from scratch of the same partition."""
+    their final ``labels``: the shuffled release, its messages in that order and the order (row
+    i of the release is record ``order[i]``).
+
+    Only the records of cells the incremental stage made or changed are released, gated and
+    serialised now; the base cells left as they were keep their rows and messages (checked
+    cell by cell before close: :func:`prepare_base`). A cell's values depend on its members
+    only, so the result equals, cell by cell, the release built from scratch of the same
+    partition (complete data, no groups: a cell with no observed value would take the value
+    over all records). D and the loss are measured over the whole release."""
     labels = np.asarray(labels)
     n = len(frame)
     if labels.shape != (n,) or base.n_base > n:
         raise InputError(f"{labels.shape} labels for {n} records with a base of {base.n_base}")
-    release = release_prepared(frame, prepared, labels, k, seed=None, shuffle=False)
     keep = np.zeros(n, dtype=bool)
     keep[:base.n_base] = unchanged_base_records(base.labels, labels)
-    redo = np.flatnonzero(~keep)
-    fresh = record_messages(release.table.iloc[redo], prepared.encoding.names, labels[redo])
-    messages: list[Any] = [None] * n
-    for i in np.flatnonzero(keep).tolist():
-        messages[i] = base.messages[i]
-    for i, message in zip(redo.tolist(), fresh, strict=True):
-        messages[i] = message
+    kept, redo = np.flatnonzero(keep), np.flatnonzero(~keep)
+    part = prepared.subset(redo)
+    fresh = release_prepared(frame.iloc[redo], part, labels[redo], k, seed=None,
+                             shuffle=False)  # the gate of the new part
+    R = np.empty_like(prepared.C, dtype=np.float64)
+    R[kept] = base.R[kept]
+    R[redo] = release_codes(part.C, labels[redo], part.encoding, None, part.weights)
+    d, loss = release_loss(prepared, labels, R)
     order = splice_order(base.order, n, np.random.default_rng(seed))
-    table = release.table.iloc[order].reset_index(drop=True)
-    shuffled = Release(table=table, distortion=release.distortion, loss=release.loss)
-    return shuffled, [messages[i] for i in order.tolist()], order
+    row_of = np.empty(n, dtype=np.int64)  # record -> row of the joined table
+    row_of[kept] = np.arange(len(kept))
+    row_of[redo] = len(kept) + np.arange(len(redo))
+    rows = row_of[order]
+    joined = pd.concat([base.table.iloc[kept], fresh.table], ignore_index=True)
+    table = joined.iloc[rows].reset_index(drop=True)
+    made = record_messages(fresh.table, prepared.encoding.names, labels[redo])
+    source = np.where(keep, np.arange(n), base.n_base + np.cumsum(~keep) - 1)[order]
+    return (Release(table=table, distortion=d, loss=loss),
+            Messages((base.messages, made), base.n_base, source), order)
+
+
+class Messages(Sequence[bytes]):
+    """Messages in release order, taken from the base release's and the new ones as they are
+    sent (not copied into a list of their own first: a million references cost a second):
+    message i is ``base[source[i]]`` when ``source[i] < n``, else ``new[source[i] - n]``."""
+
+    def __init__(self, parts: tuple[list[bytes], list[bytes]], n: int,
+                 source: np.ndarray) -> None:
+        self.base, self.new = parts
+        self.n = n
+        self.source = source
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        j = int(self.source[i])
+        return self.base[j] if j < self.n else self.new[j - self.n]
+
+    def __iter__(self) -> Iterator[bytes]:
+        base, new, n = self.base, self.new, self.n
+        for j in self.source.tolist():
+            yield base[j] if j < n else new[j - n]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
 
 
 def record_messages(frame: pd.DataFrame, qi: Sequence[str] = (),

@@ -116,3 +116,14 @@ def test_messages_shared_per_cell_are_the_per_row_bytes():
     assert record_messages(frame, ["x", "y"], cells) == record_messages(frame)
     assert json.loads(record_messages(frame)[1]) == {"x": 1.5, "id": 2, "y": None, "z": None}
     assert record_messages(frame.iloc[:0], ["x"], cells[:0]) == []
+
+
+def test_a_base_release_is_checked_cell_by_cell():
+    frame = survey(100, seed=4)
+    schema = quick_schema(list(frame.columns), qi=QI, confidential=["answer", "note"])
+    prepared = prepare(frame, schema, K)
+    labels = np.arange(100) // 5
+    prepare_base(frame, prepared, labels, K)  # twenty cells of five: fine
+    labels[:2] = 99  # a cell of two (the tuple-count gate alone would see it too)
+    with pytest.raises(KAnonymityError):
+        prepare_base(frame, prepared, labels, K)
