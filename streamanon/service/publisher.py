@@ -251,18 +251,19 @@ class ReleasePublisher:
     messages were queued; deliveries report errors only (a callback per record would cost as
     much as producing it). :meth:`publish` blocks: run it in a thread."""
 
-    FLUSH_TIMEOUT_SECONDS = 120.0
-
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, timeout: float = 60.0) -> None:
+        """``timeout``: seconds a message may wait for the broker before the publish fails
+        (and is tried again by the caller)."""
         from confluent_kafka import Producer
 
+        self.timeout = timeout
         self._errors: list[Any] = []
         self._producer = Producer({
             **librdkafka_options(config), "acks": "all", "linger.ms": 20,
             "batch.size": 1_000_000, "compression.type": "none",  # any consumer reads it
             "max.in.flight.requests.per.connection": 1,
             "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
-            "message.timeout.ms": 60_000, "delivery.report.only.error": True,
+            "message.timeout.ms": int(timeout * 1000), "delivery.report.only.error": True,
             "on_delivery": self._delivered,
             "logger": logging.getLogger(f"{__name__}.librdkafka")})
         self.closed = False
@@ -294,11 +295,11 @@ class ReleasePublisher:
         self._flush()
 
     def _flush(self) -> None:
-        left = self._producer.flush(self.FLUSH_TIMEOUT_SECONDS)
+        left = self._producer.flush(self.timeout + 5.0)
         self._raise_errors()
         if left:
-            raise PublishError(f"{left} messages not delivered within "
-                               f"{self.FLUSH_TIMEOUT_SECONDS:.0f} s")
+            self._producer.purge()
+            raise PublishError(f"{left} messages not delivered within {self.timeout:.0f} s")
 
     def _raise_errors(self) -> None:
         if self._errors:

@@ -1,0 +1,51 @@
+"""The release topic's producer (librdkafka, issue 17): records in order with their headers,
+then the manifest; a broker that does not take them is a PublishError, which the service
+treats as a broker fault (it sends the release again), never a silent loss."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from streamanon.service.broker import ensure_topics, free_port
+from streamanon.service.config import parse_config
+from streamanon.service.offsets import broker_errors
+from streamanon.service.publisher import PublishError, ReleasePublisher
+from tests.service.kafka_helpers import headers, read_topic
+from tests.service.test_publisher import ENV
+
+
+def config_for(bootstrap: str):
+    return parse_config({"kafka": {"bootstrap_servers": bootstrap}, "surveys": [
+        {"id": "s1", "k": 3, "schema": {"rid": {"role": "identifier"},
+                                        "age": {"role": "quasi_identifier"}}}]}, ENV)
+
+
+def test_records_then_the_manifest_in_order_with_their_headers(broker):
+    config = config_for(broker.bootstrap)
+    topic = "rp.release"
+    ensure_topics(broker.bootstrap, [topic], 1)
+    publisher = ReleasePublisher(config)
+    messages = [json.dumps({"x": i}).encode() for i in range(2500)]
+    publisher.publish(topic, messages, {"type": "manifest", "release_id": "r1", "count": 2500})
+    publisher.close()
+    got = read_topic(broker.bootstrap, topic, expected=2501)
+    assert [r.value for r in got[:-1]] == messages
+    assert [headers(r) for r in got[:3]] == [
+        {"streamanon-type": "record", "streamanon-release": "r1", "streamanon-index": str(i)}
+        for i in range(3)]
+    assert headers(got[-1]) == {"streamanon-type": "manifest", "streamanon-release": "r1"}
+    assert json.loads(got[-1].value)["count"] == 2500
+    assert publisher.closed
+
+
+def test_a_broker_that_does_not_answer_is_a_publish_error():
+    config = config_for(f"127.0.0.1:{free_port()}")  # nobody listens
+    publisher = ReleasePublisher(config, timeout=2.0)
+    started = time.monotonic()
+    with pytest.raises(PublishError) as caught:
+        publisher.publish("rp.release", [b"{}"] * 10, {"release_id": "r2"})
+    assert isinstance(caught.value, broker_errors())  # the service sends it again
+    assert time.monotonic() - started < 30  # bounded, not forever (a hang guard, not speed)
