@@ -2,7 +2,11 @@
 
 The base engine's time is modelled as a power law ``t = a n^b`` at the survey's m and k. MDAV is
 quadratic in theory (b = 2), but measured exponents differ (streamanon's MDAV fits about 1.5
-over 20k..1M records), so ``b`` is fitted. The incremental stages have their own models:
+over 20k..1M records), so ``b`` is fitted. A fit also gives a prediction interval
+(:meth:`PowerLaw.upper`): from its own residual, wider away from the calibrated sizes, and
+from the scatter of the real runs, whose measured slow-down against the calibration (the
+contention of the cores shared with the broker and the collector) scales the model
+(:meth:`PowerLaw.observed`). The incremental stages have their own models:
 nearest-neighbour adjoining costs ``c n_0 n_+ / k`` and a two-stage run costs the engine's power
 law on the increment alone.
 
@@ -19,22 +23,42 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 
 @dataclass(frozen=True)
 class PowerLaw:
-    """``seconds(n) = a * n**b``; ``residual`` is the RMS error of the fit in log space
-    (0.1 means the fitted points are typically within about 10 %)."""
+    """``seconds(n) = a * n**b``, fitted by least squares in log space, with what its
+    prediction interval needs.
+
+    ``residual`` is the RMS error of the fit in log space (0.1 means the fitted points are
+    typically within about 10 %). ``points``, ``log_n_mean`` and ``log_n_ss`` describe the sizes
+    fitted (how many samples, the mean of ``log n`` and the sum of squared deviations from it):
+    a prediction far from the calibrated sizes is less certain than one among them. ``points``
+    is 0 when they are unknown (a model saved before they were kept, or made by hand).
+
+    ``contention`` is how much slower the engine ran in real runs than the calibration fit
+    predicts (the geometric mean of ``measured / predicted`` over ``runs`` recent runs, see
+    :meth:`observed`); it is already folded into ``a``, so ``model(n)`` predicts a real run.
+    ``contention_spread`` is the standard deviation of those log ratios (0 with fewer than two
+    runs).
+    """
 
     a: float
     b: float
     residual: float = 0.0
+    points: int = 0
+    log_n_mean: float = 0.0
+    log_n_ss: float = 0.0
+    contention: float = 1.0
+    runs: int = 0
+    contention_spread: float = 0.0
 
     def __call__(self, n: float) -> float:
         return self.a * float(n) ** self.b if n > 0 else 0.0
@@ -48,12 +72,83 @@ class PowerLaw:
             raise ValueError("need timings at two or more distinct sizes to fit a power law")
         b, log_a = np.polyfit(x, y, 1)
         residual = float(np.sqrt(np.mean((y - (log_a + b * x)) ** 2)))
-        return cls(a=float(math.exp(log_a)), b=float(b), residual=residual)
+        return cls(a=float(math.exp(log_a)), b=float(b), residual=residual, points=int(x.size),
+                   log_n_mean=float(x.mean()), log_n_ss=float(np.sum((x - x.mean()) ** 2)))
 
     @classmethod
     def quadratic(cls, t_ref: float, n: float) -> PowerLaw:
         """The textbook MDAV model through one point: ``t_ref`` seconds for ``n`` records."""
         return cls(a=t_ref / float(n) ** 2, b=2.0)
+
+    def observed(self, runs: Sequence[tuple[float, float]]) -> PowerLaw:
+        """This (calibration) fit under the conditions of real ``runs`` of ``(n, seconds)``:
+        ``a`` times the measured contention, the geometric mean of ``seconds / self(n)``.
+
+        Calibration times the engine alone; a real base run shares the cores with the broker,
+        the collector and the producer, and the README's simulations measured runs 1.2-1.5
+        times slower than calibrated. The ratio is assumed not to depend on n. No runs: the
+        model itself.
+        """
+        ratios = np.log([seconds / self(n) for n, seconds in runs if n > 0 and seconds > 0])
+        if ratios.size == 0:
+            return self
+        spread = float(np.std(ratios, ddof=1)) if ratios.size > 1 else 0.0
+        contention = float(math.exp(ratios.mean()))
+        return replace(self, a=self.a * contention, contention=self.contention * contention,
+                       runs=int(ratios.size), contention_spread=spread)
+
+    def log_spread(self, n: float) -> float:
+        """The standard error of a new run's ``log seconds`` at ``n`` records.
+
+        The textbook prediction interval of a linear regression (here ``log t`` on ``log n``):
+        ``s^2 (1 + 1/N + (log n - mean)^2 / SS)`` with ``s^2 = N residual^2 / (N - 2)`` the
+        unbiased variance of the fit's errors, so it widens away from the calibrated sizes.
+        With real runs behind ``contention``, a new run scatters like those runs (never less
+        than the calibration does) and the measured contention, a mean of ``runs`` ratios, is
+        uncertain by that scatter over ``sqrt(runs)``. A model without fit statistics
+        (``points`` = 0) uses its ``residual`` alone.
+        """
+        if self.points <= 0:
+            return self.residual
+        s2 = self.residual**2 * self.points / max(self.points - 2, 1)
+        leverage = 1.0 / self.points
+        if self.log_n_ss > 0 and n > 0:
+            leverage += (math.log(n) - self.log_n_mean) ** 2 / self.log_n_ss
+        run2 = max(self.contention_spread**2, s2)
+        variance = s2 * leverage + run2 * (1.0 + (1.0 / self.runs if self.runs else 0.0))
+        return math.sqrt(variance)
+
+    @property
+    def degrees_of_freedom(self) -> int | None:
+        """Of the spread's estimate: ``N - 2`` for the fit, plus ``runs - 1`` with a measured
+        contention spread; None when unknown (``points`` = 0: a normal quantile is used)."""
+        if self.points <= 0:
+            return None
+        return max(self.points - 2, 0) + max(self.runs - 1, 0)
+
+    def upper(self, n: float, quantile: float = 0.95) -> float:
+        """The ``quantile`` upper bound of a new run's seconds at ``n`` records:
+        ``self(n) * exp(q * log_spread(n))``, ``q`` the Student t quantile (normal when the
+        degrees of freedom are unknown). A model with no spread gives ``self(n)``."""
+        if not 0.0 < quantile < 1.0:
+            raise ValueError(f"quantile must be in (0, 1), got {quantile!r}")
+        spread = self.log_spread(n)
+        if spread <= 0:
+            return self(n)
+        dof = self.degrees_of_freedom
+        q = stats.norm.ppf(quantile) if not dof else stats.t.ppf(quantile, dof)
+        return self(n) * math.exp(float(q) * spread)
+
+    def to_dict(self) -> dict[str, float]:
+        """The fields as JSON numbers (what :class:`CostModelStore` keeps)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PowerLaw:
+        """A model from :meth:`to_dict`; the fields a file written before them lacks take
+        their defaults (no fit statistics, no contention), so old files still load."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
 
 
 @dataclass(frozen=True)
@@ -109,7 +204,8 @@ def incremental_cost_model(
     ``two_stage`` (2MDAV) costs the base engine on the increment: :class:`TwoStageCost`. The
     nearest-neighbour stages cost ``c n_0 n_+ / k`` (:class:`NearestNeighbourCost`, with the
     splitting term for ``nn_split_mid`` and ``nn_split_end``), ``c`` timed here on one
-    synthetic run: ``partition(X, k)`` (MDAV) labels a Gaussian base of ``max(20 k, 20000)``
+    synthetic run and multiplied by the contention measured on the base engine's real runs
+    (``base.contention``): ``partition(X, k)`` (MDAV) labels a Gaussian base of ``max(20 k, 20000)``
     records and ``run_stage(base, base_labels, increment, k)`` adjoins ``max(k, 2000)`` more.
     Like :func:`calibrate`, the engine and the stage are passed in, so nothing here imports them.
     """
@@ -124,7 +220,9 @@ def incremental_cost_model(
         started = clock()
         run_stage(Z[:n0], labels, Z[n0:], k)
         seconds = min(seconds, clock() - started)
-    return NearestNeighbourCost(c=seconds * k / (n0 * n_plus), k=k,
+    # timed here like the calibration, the stage shares the cores of a real run like the base
+    # engine: the contention measured on the base engine's runs applies to it too
+    return NearestNeighbourCost(c=seconds * k / (n0 * n_plus) * base.contention, k=k,
                                 split=base if stage in ("nn_split_mid", "nn_split_end") else None)
 
 
@@ -187,11 +285,18 @@ class CostModelStore:
 
     Each entry keeps its calibration samples and up to ``max_runs`` timings of real runs;
     :meth:`observe` adds a real run and refits, so the model follows the machine it runs on.
+    The power law is fitted on the calibration samples (sizes chosen for the fit, timed alone)
+    and scaled by the contention measured on the ``contention_runs`` most recent real runs
+    (:meth:`PowerLaw.observed`); with calibration samples at fewer than two sizes it is fitted
+    on every sample. Entries written before the fit statistics were kept load as before, with
+    the defaults of :meth:`PowerLaw.from_dict`.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, max_runs: int = 64) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, max_runs: int = 64,
+                 contention_runs: int = 8) -> None:
         self.path = Path(path) if path is not None else default_store_path()
         self.max_runs = max_runs
+        self.contention_runs = contention_runs
 
     @staticmethod
     def key(engine: str, m: int, k: int) -> str:
@@ -220,7 +325,7 @@ class CostModelStore:
         entry = self._load().get(self.key(engine, m, k))
         if not entry or "a" not in entry:  # no entry, or samples at one size only
             return None
-        return PowerLaw(a=entry["a"], b=entry["b"], residual=entry.get("residual", 0.0))
+        return PowerLaw.from_dict(entry)
 
     def samples(self, engine: str, m: int, k: int) -> list[tuple[int, float, str]]:
         entry = self._load().get(self.key(engine, m, k)) or {}
@@ -246,14 +351,20 @@ class CostModelStore:
         entry: dict[str, Any] = {"engine": engine, "m": m, "k": k,
                                  "samples": [list(s) for s in samples],
                                  "updated": time.time()}
+        calibration = [(n, t) for n, t, src in samples if src == "calibration"]
+        runs = [(n, t) for n, t, src in samples if src == "run"]
         model = None
-        if len({n for n, _, _ in samples}) >= 2:
+        if len({n for n, _ in calibration}) >= 2:
+            model = PowerLaw.fit(*zip(*calibration, strict=True)).observed(
+                runs[-self.contention_runs:])
+        elif len({n for n, _, _ in samples}) >= 2:
             model = PowerLaw.fit([s[0] for s in samples], [s[1] for s in samples])
-            entry.update(a=model.a, b=model.b, residual=model.residual)
+        if model is not None:
+            entry.update(model.to_dict())
         else:
             previous = data.get(self.key(engine, m, k)) or {}
-            entry.update({name: previous[name] for name in ("a", "b", "residual")
-                          if name in previous})
+            entry.update({f.name: previous[f.name] for f in fields(PowerLaw)
+                          if f.name in previous})
         data[self.key(engine, m, k)] = entry
         self._save(data)
         return model if model is not None else self.get(engine, m, k)

@@ -8,9 +8,14 @@ exactly as the service does:
 - :func:`forecast`: the arrivals still to come, from the measured pace and the survey's
   ``expected_records``;
 - :func:`release_overhead` and :func:`compute_budget`: the part of a deadline that the compute
-  may use, the rest being kept for draining, the k-anonymity gate, the files and publishing;
-- :func:`plan`: nu* (earliest release) or, with a deadline, nu_end, returning a
-  :class:`~scheduler.planner.Plan` whose ``warnings`` say what could not be met;
+  may use, the rest being kept for draining, the k-anonymity gate, the files and publishing
+  (the per-step model of :mod:`scheduler.overhead`);
+- :func:`margin_factor`: the safety margin, the upper bound of the compute's time relative to
+  the cost model's prediction (its prediction interval, :meth:`PowerLaw.upper
+  <scheduler.cost_model.PowerLaw.upper>`);
+- :func:`plan`: nu* (earliest release) or, with a deadline, nu_end against that upper bound,
+  returning a :class:`~scheduler.planner.Plan` whose ``margin_seconds`` is the margin kept and
+  whose ``warnings`` say what could not be met;
 - :func:`base_moment`: when the base snapshot is taken for a plan.
 
 Everything here is pure: numbers in, numbers out; no clock, no store, no service.
@@ -23,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
 from scheduler.arrivals import UniformForecast
+from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead
 from scheduler.planner import (
     BaseCost,
     IncrementalCost,
@@ -31,11 +37,8 @@ from scheduler.planner import (
     plan_optimal,
 )
 
-# What a release costs besides the compute: draining the topic, the k-anonymity gate, the files
-# and publishing one message per record. Measured on the 2-core development machine: 7.8 s for
-# 200,000 records (streamanon simulate, README); the planner keeps this much of a deadline free.
-RELEASE_OVERHEAD_SECONDS = 1.0
-RELEASE_OVERHEAD_PER_RECORD = 4e-5
+#: The upper quantile of the compute's time that a deadline plan keeps within the deadline.
+DEADLINE_QUANTILE = 0.95
 
 Moment = TypeVar("Moment", float, datetime)
 
@@ -51,14 +54,35 @@ class Forecast(Protocol):
     def arrival_coefficient(self, t_ref: float) -> float: ...
 
 
-def release_overhead(n: float) -> float:
-    """Seconds after close that are not compute, for a release of ``n`` records."""
-    return RELEASE_OVERHEAD_SECONDS + RELEASE_OVERHEAD_PER_RECORD * n
+def release_overhead(n: float, model: ReleaseOverhead = DEFAULT_OVERHEAD) -> float:
+    """Seconds after close that are not compute, for a release of ``n`` records: the sum of
+    ``model``'s steps (default :data:`scheduler.overhead.DEFAULT_OVERHEAD`, 1 s + 40 us per
+    record)."""
+    return model(n)
 
 
-def compute_budget(deadline: float, n: float) -> float:
+def compute_budget(deadline: float, n: float,
+                   model: ReleaseOverhead = DEFAULT_OVERHEAD) -> float:
     """The part of a deadline the compute may use: the deadline less the release overhead."""
-    return max(deadline - release_overhead(n), 0.0)
+    return max(deadline - release_overhead(n, model), 0.0)
+
+
+def margin_factor(base_cost: BaseCost, n: float,
+                  quantile: float | None = DEADLINE_QUANTILE) -> float:
+    """The upper bound of the compute's time for ``n`` records, relative to the prediction:
+    ``base_cost.upper(n, quantile) / base_cost(n)``.
+
+    The interval is the base engine's (:meth:`scheduler.cost_model.PowerLaw.upper`): the
+    calibration fit's residual, widened away from the calibrated sizes, and the scatter of the
+    real runs whose measured contention scales the model. The incremental stage runs in the
+    same process on the same cores, so the same factor bounds it. 1 (no margin) with
+    ``quantile`` None or a cost model without an interval (a plain function).
+    """
+    upper = getattr(base_cost, "upper", None)
+    predicted = base_cost(n)
+    if quantile is None or upper is None or not predicted > 0:
+        return 1.0
+    return max(upper(n, quantile) / predicted, 1.0)
 
 
 def forecast(received: int, pace: float, seconds_to_close: float,
@@ -82,7 +106,8 @@ def forecast(received: int, pace: float, seconds_to_close: float,
 
 def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalCost, *,
          k: int, deadline: float | None = None, seconds_to_close: float | None = None,
-         overhead: bool = True) -> Plan:
+         overhead: bool = True, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
+         quantile: float | None = DEADLINE_QUANTILE) -> Plan:
     """The plan for the records ``arrivals`` expects: nu*, or nu_end under a ``deadline``.
 
     Parameters
@@ -103,16 +128,25 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
         Keep the release overhead free of the deadline (:func:`compute_budget`), as the
         service does. False plans the compute alone against the deadline, for callers whose
         release is the compute alone (``streamanon plan``, the sweep's release model).
+    overhead_model
+        The release overhead by step (:mod:`scheduler.overhead`); default the documented
+        :data:`~scheduler.overhead.DEFAULT_OVERHEAD`, or one fitted on measured releases.
+    quantile
+        The deadline is met by this upper quantile of the compute's time
+        (:func:`margin_factor` at the expected total), not by its prediction; the margin
+        kept is ``Plan.margin_seconds``. None plans against the prediction itself. Without a
+        deadline nu* is solved on the prediction and the margin is only recorded.
 
     An infeasible deadline falls back to nu* and says so in ``Plan.warnings``; no Python
     warning is issued, so callers need no process-wide warnings filter.
     """
     total = max(arrivals.total, 1.0)
     kwargs = dict(k=k, arrival_coefficient=arrivals.arrival_coefficient(base_cost(total)),
-                  max_head_start=None if seconds_to_close is None else max(seconds_to_close, 0.0))
+                  max_head_start=None if seconds_to_close is None else max(seconds_to_close, 0.0),
+                  margin_factor=margin_factor(base_cost, total, quantile))
     if deadline is None:
         return plan_optimal(total, base_cost, incremental_cost, arrivals.head_start, **kwargs)
-    budget = compute_budget(deadline, total) if overhead else deadline
+    budget = compute_budget(deadline, total, overhead_model) if overhead else deadline
     return plan_deadline(total, base_cost, incremental_cost, arrivals.head_start, budget,
                          warn=False, **kwargs)
 

@@ -14,6 +14,9 @@ Two layers live here. The *closed forms* hold for quadratic base and incremental
 arrival coefficient); they reproduce the paper's numbers. The *general planner*
 (:func:`plan_optimal`, :func:`plan_deadline`) solves the same problems numerically for any cost
 models and any arrival forecast, and agrees with the closed forms in their special case.
+Beyond the paper, a deadline plan can be made against an upper bound of the stages' times
+(``margin_factor``, from the cost model's prediction interval in :mod:`scheduler.live`) so
+that the deadline holds when the runs are slower than predicted; the plan records the margin.
 All functions are pure.
 """
 
@@ -168,7 +171,10 @@ class Plan:
     """A schedule: how much to leave to the incremental stage and when to start the base run.
 
     Seconds are absolute; ``head_start`` is how long before close the base snapshot is taken.
-    ``finish_after_close`` is the predicted time from close to release.
+    ``finish_after_close`` is the predicted time from close to release (the cost models' point
+    prediction); ``margin_seconds`` is how much later it would be with the stages at the upper
+    bound the plan was made against (``margin_factor`` of :func:`plan_deadline`), so
+    ``latest_finish`` is what a deadline plan keeps within the deadline.
     """
 
     mode: str  # "optimal", "deadline" or "one-shot"
@@ -182,6 +188,7 @@ class Plan:
     arrival_coefficient: float | None = None
     deadline: float | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    margin_seconds: float = 0.0
 
     @property
     def n_base(self) -> int:
@@ -197,6 +204,11 @@ class Plan:
                                          self.incremental_seconds))
 
     @property
+    def latest_finish(self) -> float:
+        """The upper bound of the time from close to release: the prediction plus the margin."""
+        return self.finish_after_close + self.margin_seconds
+
+    @property
     def relative_gain(self) -> float:
         """dtau: the fraction of the one-shot time saved after close."""
         return 1.0 - self.finish_after_close / self.t_ref if self.t_ref > 0 else 0.0
@@ -205,7 +217,7 @@ class Plan:
     def meets_deadline(self) -> bool | None:
         if self.deadline is None:
             return None
-        return self.finish_after_close <= self.deadline * (1 + 1e-9)
+        return self.latest_finish <= self.deadline * (1 + 1e-9)
 
 
 @dataclass(frozen=True)
@@ -315,28 +327,42 @@ def _problem(
 
 
 def _one_shot(n_total: float, base_cost: BaseCost, notes: list[str], mode: str = "one-shot",
-              deadline: float | None = None) -> Plan:
+              deadline: float | None = None, margin_factor: float = 1.0) -> Plan:
     t_ref = float(base_cost(float(n_total))) if n_total > 0 else 0.0
     return Plan(mode=mode, nu=0.0, n_total=float(n_total), t_ref=t_ref, head_start=0.0,
                 base_seconds=t_ref, incremental_seconds=0.0, deadline=deadline,
-                warnings=tuple(notes))
+                warnings=tuple(notes), margin_seconds=(margin_factor - 1.0) * t_ref)
 
 
 def _make_plan(p: _Problem, nu: float, mode: str, notes: list[str],
-               deadline: float | None = None, s: float | None = None) -> Plan:
+               deadline: float | None = None, s: float | None = None,
+               margin_factor: float = 1.0) -> Plan:
+    head = p.tau_minus(nu) * p.t_ref
+    base = p.tau_0(nu) * p.t_ref
+    incremental = p.tau_plus(nu) * p.t_ref
+    margin = float(release_after_close(head, margin_factor * base, margin_factor * incremental)
+                   - release_after_close(head, base, incremental))
     return Plan(
         mode=mode,
         nu=nu,
         n_total=p.n,
         t_ref=p.t_ref,
-        head_start=p.tau_minus(nu) * p.t_ref,
-        base_seconds=p.tau_0(nu) * p.t_ref,
-        incremental_seconds=p.tau_plus(nu) * p.t_ref,
+        head_start=head,
+        base_seconds=base,
+        incremental_seconds=incremental,
         critical_ratio=p.critical(),
         arrival_coefficient=s,
         deadline=deadline,
         warnings=tuple(notes),
+        margin_seconds=margin,
     )
+
+
+def _check_margin(margin_factor: float) -> float:
+    f = float(margin_factor)
+    if not (f >= 1.0 and math.isfinite(f)):
+        raise ValueError(f"margin_factor must be a finite number >= 1, got {margin_factor!r}")
+    return f
 
 
 def plan_optimal(
@@ -348,6 +374,7 @@ def plan_optimal(
     k: int,
     max_head_start: float | None = None,
     arrival_coefficient: float | None = None,
+    margin_factor: float = 1.0,
 ) -> Plan:
     """nu* for any cost models and arrival forecast: the ratio with the earliest release.
 
@@ -368,16 +395,39 @@ def plan_optimal(
         Seconds left until close, if the snapshot cannot be taken earlier than now.
     arrival_coefficient
         Recorded in the plan for reporting; not used in the solve.
+    margin_factor
+        The upper bound of the stages' times relative to the cost models (see
+        :func:`plan_deadline`). nu* is solved on the predictions themselves; the plan records
+        how much later the release would be at the bound (``Plan.margin_seconds``).
     """
+    factor = _check_margin(margin_factor)
     problem, notes = _problem(n_total, base_cost, incremental_cost, head_start, k,
                               max_head_start)
     if problem is None:
-        return _one_shot(n_total, base_cost, notes)
+        return _one_shot(n_total, base_cost, notes, margin_factor=factor)
     nu = _maximise(problem.gain, problem.grid())
     kink = problem.critical()  # the optimum often sits exactly on nu_-: solve it there too
     if kink is not None and problem.gain(kink) >= problem.gain(nu):
         nu = kink
-    return _make_plan(problem, nu, "optimal", notes, s=arrival_coefficient)
+    return _make_plan(problem, nu, "optimal", notes, s=arrival_coefficient, margin_factor=factor)
+
+
+def _tolerated_slowdown(p: _Problem, nu: float, deadline: float) -> float:
+    """The largest factor on both stages' predicted times with which the release at ``nu``
+    is still out ``deadline`` seconds after close.
+
+    With both stages ``x`` times slower the release is out ``max(x t_0 - h, 0) + x t_+``
+    after close (``h`` the head start), which grows with ``x``: it reaches the deadline at
+    ``x = deadline / t_+`` while the base run ends before close (``x t_0 <= h``), else at
+    ``x = (deadline + h) / (t_0 + t_+)``.
+    """
+    base = p.tau_0(nu) * p.t_ref
+    incremental = p.tau_plus(nu) * p.t_ref
+    head = p.tau_minus(nu) * p.t_ref
+    if incremental > 0 and deadline * base <= head * incremental:
+        return deadline / incremental
+    total = base + incremental
+    return (deadline + head) / total if total > 0 else math.inf
 
 
 def plan_deadline(
@@ -391,6 +441,7 @@ def plan_deadline(
     max_head_start: float | None = None,
     arrival_coefficient: float | None = None,
     warn: bool = True,
+    margin_factor: float = 1.0,
 ) -> Plan:
     """nu_end: the smallest ratio whose release is out ``deadline`` seconds after close.
 
@@ -400,18 +451,29 @@ def plan_deadline(
     :class:`InfeasibleDeadlineWarning` is issued too. Callers that read ``Plan.warnings``
     (:func:`scheduler.live.plan`) pass ``warn=False``: the process-wide warnings filter is not
     a thread-safe way to silence it.
+
+    With ``margin_factor`` > 1 the plan is made against both stages' times multiplied by it
+    (an upper bound of the cost models' prediction, :func:`scheduler.live.margin_factor`):
+    the release at that bound, ``Plan.latest_finish``, meets the deadline, and the plan's
+    times stay the predictions, the difference being ``Plan.margin_seconds``. When no ratio
+    meets the deadline at the bound but some meets it as predicted, the plan takes the ratio
+    that tolerates the largest slow-down of both stages and says so.
     """
+    factor = _check_margin(margin_factor)
     problem, notes = _problem(n_total, base_cost, incremental_cost, head_start, k,
                               max_head_start)
     if problem is None:
-        return _one_shot(n_total, base_cost, notes, deadline=deadline)
-    tau_end = deadline / problem.t_ref
-    if tau_end >= 1.0:
-        notes.append("the one-shot run meets the deadline: no distortion cost")
-        return _one_shot(n_total, base_cost, notes, deadline=deadline)
+        return _one_shot(n_total, base_cost, notes, deadline=deadline, margin_factor=factor)
+    bound = "" if factor == 1.0 else f" with the stages {factor:.3g} times the prediction"
+    if deadline >= factor * problem.t_ref:
+        notes.append(f"the one-shot run meets the deadline{bound}: no distortion cost")
+        return _one_shot(n_total, base_cost, notes, deadline=deadline, margin_factor=factor)
 
     def excess(nu: float) -> float:
-        return problem.finish(nu) - tau_end
+        return float(release_after_close(problem.tau_minus(nu) * problem.t_ref,
+                                         factor * problem.tau_0(nu) * problem.t_ref,
+                                         factor * problem.tau_plus(nu) * problem.t_ref)
+                     ) - deadline
 
     xs = problem.grid()
     values = np.array([excess(x) for x in xs])
@@ -420,6 +482,14 @@ def plan_deadline(
         best = plan_optimal(n_total, base_cost, incremental_cost, head_start, k=k,
                             max_head_start=max_head_start,
                             arrival_coefficient=arrival_coefficient)
+        if factor > 1.0 and best.finish_after_close <= deadline:
+            nu = _maximise(lambda x: _tolerated_slowdown(problem, x, deadline), xs)
+            slack = _tolerated_slowdown(problem, nu, deadline)
+            message = (f"the deadline of {deadline:.4g} s after close cannot be met{bound}: "
+                       f"nu = {nu:.4g} meets it with the stages up to {slack:.3g} times the "
+                       "prediction, the most any ratio allows")
+            return _make_plan(problem, nu, "deadline", [*notes, message], deadline=deadline,
+                              s=arrival_coefficient, margin_factor=factor)
         message = (
             f"the deadline of {deadline:.0f} s after close cannot be met: the earliest release "
             f"is {best.finish_after_close:.0f} s after close, at nu* = {best.nu:.4g}; using nu*"
@@ -427,8 +497,9 @@ def plan_deadline(
         if warn:
             warnings.warn(message, InfeasibleDeadlineWarning, stacklevel=2)
         return _make_plan(problem, best.nu, "optimal", [*notes, message], deadline=deadline,
-                          s=arrival_coefficient)
+                          s=arrival_coefficient, margin_factor=factor)
     i = int(ok[0])
     nu = float(xs[0]) if i == 0 else float(brentq(excess, xs[i - 1], xs[i], xtol=1e-14,
                                                   rtol=1e-13))
-    return _make_plan(problem, nu, "deadline", notes, deadline=deadline, s=arrival_coefficient)
+    return _make_plan(problem, nu, "deadline", notes, deadline=deadline, s=arrival_coefficient,
+                      margin_factor=factor)

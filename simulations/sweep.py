@@ -1,8 +1,9 @@
 """The live scheduler on a grid: arrival profiles x survey sizes x deadlines x cost models.
 
-    python simulations/sweep.py            # full grid, about 5 minutes
+    python simulations/sweep.py            # full grid, about 6 minutes
     python simulations/sweep.py --quick    # a tiny grid, about 10 s
     python simulations/sweep.py --incremental two_stage --out DIR   # 2MDAV instead of NN-SE
+    python simulations/sweep.py --no-margin   # plan against the prediction itself, as before
 
 Every cell is a 10 h survey (``--quick``: the same 10 h, fewer cells) whose n responses arrive
 along one profile of :data:`scheduler.profiles.PROFILES` (``Profile.times``, one draw per
@@ -12,12 +13,15 @@ seed). The planner sees only what it would see live and plans as the service doe
 :func:`scheduler.live.forecast` (the survey's ``expected_records`` is n, as
 ``streamanon simulate`` configures it; ``--no-expected-records`` leaves it unset, so the
 total is extrapolated from the pace) and :func:`scheduler.live.plan` (nu*, or nu_end for a
-deadline), with the time left to close. One difference, on purpose: the plan keeps no release
-overhead free of the deadline (``overhead=False``), because the release modelled here is the
-compute alone. It re-plans every 5 minutes of survey time (``--quick``: 20 minutes). The base
-trigger follows :mod:`scheduler.jobs` (:func:`scheduler.live.base_moment`): the base fires at
-the planned moment ``close - head_start`` if that comes before the next re-plan, at once if it
-has already passed, never after close; a survey whose base never fired runs one-shot at close.
+deadline met by the 95 % upper bound of the compute's time, the prediction interval of the
+calibration fit: ``--quantile`` sets the quantile, ``--no-margin`` plans against the
+prediction itself), with the time left to close. One difference, on purpose: the plan keeps no
+release overhead free of the deadline (``overhead=False``), because the release modelled here
+is the compute alone. It re-plans every 5 minutes of survey time (``--quick``: 20 minutes).
+The base trigger follows :mod:`scheduler.jobs` (:func:`scheduler.live.base_moment`): the base
+fires at the planned moment ``close - head_start`` if that comes before the next re-plan, at
+once if it has already passed, never after close; a survey whose base never fired runs
+one-shot at close.
 The snapshot holds every record arrived by the firing moment, so the nu actually used is
 whatever arrived after it.
 
@@ -27,8 +31,14 @@ Run times are the cost models, taken as the truth: base ``t_0(n_0) = a n_0^b`` f
 service fits it); with ``--incremental two_stage`` the increment costs ``t_0(n_+)`` (2MDAV).
 The release is out ``max(t_0(n_0) - head_start, 0) + t_+(n_0, n_+)`` after close
 (:func:`scheduler.planner.release_after_close`, with ``head_start = close - fire``), and a
-deadline is met when that is <= the deadline (strictly: ``plan_deadline`` aims exactly at the
-deadline, so small forecast errors decide the side; the summary counts misses within 1 %).
+deadline is met when that is <= the deadline (strictly; without a margin ``plan_deadline``
+aims exactly at the deadline, so small forecast errors decide the side, and the summary counts
+misses within 1 %). A deadline is *feasible* when some snapshot moment on the actual arrivals,
+chosen in hindsight, meets it under the same cost models (:func:`earliest_release`); no plan
+meets an infeasible one, so the share of deadlines met is given over all deadlines, over the
+feasible ones and over those whose plan was *in time* (the plan that fired the base met the
+deadline at its upper bound, margin and all; a deadline that is feasible only as predicted
+gets the ratio that tolerates the largest slow-down, without the full margin).
 For the cells run for real the CSV also recomputes the release with the real seconds of the
 stages (times the model's scale factor) to show how far the models are from this machine.
 Two cost models:
@@ -48,9 +58,13 @@ n_0) for n <= 50,000. For larger n a delta(nu) curve measured the same way at n 
 ``curve``, or ``none`` when n_+ = 0 and the release is the one-shot partition). For measured
 cells the CSV also has the real base and incremental seconds on this machine.
 
-Outputs: ``results/sweep.csv`` (one row per cell and seed), ``results/figures/sweep_heatmap.png``
-(deadline-met share and mean delta per profile x deadline, one panel per n and cost model) and
-a Markdown summary on stdout. ``--quick`` writes to ``--out`` (default: a new temporary
+Outputs: ``results/sweep.csv`` (one row per cell and seed), ``results/sweep.json`` (the shares
+of deadlines met: overall, per deadline and per cost model, under the cost models and with the
+real seconds, :func:`deadline_shares`), ``results/models.json`` (the cost models used;
+``--models`` reuses them instead of calibrating, so that, e.g., a run with ``--no-margin`` and
+one without differ in the planner alone), ``results/figures/sweep_heatmap.png`` (deadline-met
+share and mean delta per profile x deadline, one panel per n and cost model) and a Markdown
+summary on stdout. ``--quick`` writes to ``--out`` (default: a new temporary
 folder) so a smoke run never overwrites the full results.
 """
 
@@ -59,12 +73,14 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
+import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -117,6 +133,7 @@ class Grid:
     calibration_seconds: float
     incremental: str = "nn_split_end"  # or "two_stage" (2MDAV)
     expected_records: bool = True  # the survey declares n as its expected_records
+    quantile: float | None = live.DEADLINE_QUANTILE  # a deadline's margin; None: no margin
 
 
 FULL = Grid(profiles=tuple(PROFILES), ns=(10_000, 50_000, 200_000), deadlines=(None, 60.0, 600.0),
@@ -144,26 +161,46 @@ class CostModels:
         return f"t_0(n) = {self.base.a:.3g} n^{self.base.b:.3f}, t_+ = {plus}"
 
 
-def cost_models(calibration_seconds: float, stage: str = "nn_split_end") -> dict[str, CostModels]:
+def cost_models(calibration_seconds: float, stage: str = "nn_split_end",
+                saved: Mapping[str, Any] | None = None) -> dict[str, CostModels]:
     """The calibrated MDAV law and the incremental stage's model, as they are and scaled to
-    the paper's 2 h."""
-    calibration = calibrate(get_engine("mdav").function, M, K,
-                            budget_seconds=calibration_seconds, first_n=10_000)
-    base = calibration.model
+    the paper's 2 h.
+
+    ``saved`` (the ``models.json`` an earlier sweep wrote, :func:`saved_models`) replaces the
+    calibration and the stage's timing, so that two sweeps differ in the planner alone.
+    """
+    if saved is None:
+        calibration = calibrate(get_engine("mdav").function, M, K,
+                                budget_seconds=calibration_seconds, first_n=10_000)
+        base, samples = calibration.model, calibration.samples
+    else:
+        base = PowerLaw.from_dict(saved["base"])
+        samples = [(int(n), float(t)) for n, t in saved["calibration"]]
     factor = SLOW_T_REF / base(SLOW_AT)
-    slow_base = PowerLaw(a=base.a * factor, b=base.b, residual=base.residual)
+    slow_base = replace(base, a=base.a * factor)  # the same fit, interval and all
     if stage == "two_stage":
         incremental: IncrementalCost = TwoStageCost(base)
         slow_incremental: IncrementalCost = TwoStageCost(slow_base)
+    elif saved is not None and saved.get("c") is not None:
+        incremental = NearestNeighbourCost(c=saved["c"], k=K, split=base)
+        slow_incremental = NearestNeighbourCost(c=incremental.c * factor, k=K, split=slow_base)
     else:
         incremental = incremental_cost_model(  # as the service fits it
             stage, base, M, K, partition=functools.partial(run_engine, "mdav"),
             run_stage=functools.partial(run_stage, stage))
         slow_incremental = NearestNeighbourCost(c=incremental.c * factor, k=K, split=slow_base)
     return {
-        "measured": CostModels("measured", base, incremental, 1.0, calibration.samples),
-        "slow": CostModels("slow", slow_base, slow_incremental, factor, calibration.samples),
+        "measured": CostModels("measured", base, incremental, 1.0, samples),
+        "slow": CostModels("slow", slow_base, slow_incremental, factor, samples),
     }
+
+
+def saved_models(models: dict[str, CostModels]) -> dict[str, Any]:
+    """What :func:`cost_models` needs to use the same models again (``--models``): the
+    calibrated base law, its samples and the nearest-neighbour stage's c (None for 2MDAV)."""
+    measured = models["measured"]
+    return {"base": measured.base.to_dict(), "calibration": measured.calibration,
+            "c": getattr(measured.incremental, "c", None)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,6 +219,8 @@ class LiveOutcome:
     predicted_release: float
     release_after_close: float
     replans: int
+    margin_seconds: float = 0.0  # the margin of the plan that fired the base (or the last)
+    planned_in_time: bool | None = None  # that plan's Plan.meets_deadline: margin and all
 
     @property
     def nu(self) -> float:
@@ -190,34 +229,37 @@ class LiveOutcome:
 
 def live_plan(estimator: ArrivalEstimator, received: int, now: float, close: float,
               base: PowerLaw, incremental: IncrementalCost, deadline: float | None,
-              expected_records: int | None = None) -> Plan:
+              expected_records: int | None = None,
+              quantile: float | None = live.DEADLINE_QUANTILE) -> Plan:
     """The plan the service makes at ``now`` (``Service._plan`` in
-    ``streamanon.service.lifecycle``), on a release
-    model without overhead."""
+    ``streamanon.service.lifecycle``), on a release model without overhead; ``quantile`` is
+    the deadline's margin (:func:`scheduler.live.plan`)."""
     arrivals = live.forecast(received, estimator.pace(now), close - now, expected_records)
     return live.plan(arrivals, base, incremental, k=K, deadline=deadline,
-                     seconds_to_close=close - now, overhead=False)
+                     seconds_to_close=close - now, overhead=False, quantile=quantile)
 
 
 def simulate_live(times: np.ndarray, close: float, base: PowerLaw,
                   incremental: IncrementalCost, deadline: float | None,
-                  replan_seconds: float, expected_records: int | None = None) -> LiveOutcome:
+                  replan_seconds: float, expected_records: int | None = None,
+                  quantile: float | None = live.DEADLINE_QUANTILE) -> LiveOutcome:
     """Re-plan every ``replan_seconds`` on the arrivals so far; fire the base like the jobs do.
 
     ``times`` are the sorted arrival moments in ``[0, close]``; ``expected_records`` is the
-    survey's setting (None: unset).
+    survey's setting (None: unset); ``quantile`` the deadline's margin (None: none).
     """
     estimator = ArrivalEstimator(PACE_BIN_SECONDS, PACE_BINS)
     n = len(times)
     seen = 0
     replans = 0
+    plan = None
     now = replan_seconds
     while now < close:
         upto = int(np.searchsorted(times, now, side="right"))
         estimator.observe(times[seen:upto])
         seen = upto
         plan = live_plan(estimator, seen, now, close, base, incremental, deadline,
-                         expected_records)
+                         expected_records, quantile)
         replans += 1
         fire = live.base_moment(plan, now, close)
         next_replan = min(now + replan_seconds, close)
@@ -229,9 +271,40 @@ def simulate_live(times: np.ndarray, close: float, base: PowerLaw,
                 release = float(release_after_close(
                     close - fire, base(n_base), incremental(n_base, n_plus) if n_plus else 0.0))
                 return LiveOutcome(close - fire, n_base, n_plus, plan.nu,
-                                   plan.finish_after_close, release, replans)
+                                   plan.finish_after_close, release, replans,
+                                   plan.margin_seconds, plan.meets_deadline)
         now += replan_seconds
-    return LiveOutcome(None, n, 0, 0.0, base(n), base(n), replans)
+    return LiveOutcome(None, n, 0, 0.0, base(n), base(n), replans,
+                       0.0 if plan is None else plan.margin_seconds,
+                       None if plan is None else plan.meets_deadline)
+
+
+def earliest_release(times: np.ndarray, close: float, base: PowerLaw,
+                     incremental: IncrementalCost, grid: int = 4000) -> float:
+    """The earliest release after close any schedule could make on these arrivals, chosen in
+    hindsight: the base snapshot right after one of the arrivals (at least 2k records) or
+    none (one-shot at close), under the cost models.
+
+    The snapshot sizes are scanned on a grid of about ``grid`` sizes (linear and geometric),
+    then every size between the neighbours of the best few grid points.
+    """
+    n = len(times)
+
+    def release(n_base: int) -> float:
+        n_plus = n - n_base
+        return float(release_after_close(close - times[n_base - 1], base(n_base),
+                                         incremental(n_base, n_plus) if n_plus else 0.0))
+
+    if n < 2 * K:
+        return base(n)
+    sizes = np.unique(np.concatenate([np.linspace(2 * K, n, grid // 2),
+                                      np.geomspace(2 * K, n, grid // 2)]).astype(int))
+    values = np.array([release(int(size)) for size in sizes])
+    best = base(n)
+    for i in np.argsort(values)[:3]:
+        lo, hi = sizes[max(i - 1, 0)], sizes[min(i + 1, len(sizes) - 1)]
+        best = min(best, min(release(int(size)) for size in range(lo, hi + 1)))
+    return best
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,6 +411,10 @@ class Row:
     release_with_measured_times: float | None
     deadline_met_with_measured_times: bool | None
     replans: int
+    margin_seconds: float
+    planned_in_time: bool | None
+    earliest_release: float
+    deadline_feasible: bool | None
 
 
 def deadline_label(deadline: float | None) -> str:
@@ -366,9 +443,10 @@ def _release_with(measured: Measured, outcome: LiveOutcome, scale: float) -> flo
                                      scale * (measured.incremental_seconds or 0.0)))
 
 
-def run_grid(grid: Grid, progress: Callable[[str], None] | None = None
+def run_grid(grid: Grid, progress: Callable[[str], None] | None = None,
+             saved: Mapping[str, Any] | None = None
              ) -> tuple[list[Row], dict[str, CostModels], DeltaMeter]:
-    models = cost_models(grid.calibration_seconds, grid.incremental)
+    models = cost_models(grid.calibration_seconds, grid.incremental, saved)
     meter = DeltaMeter(grid.measure_max_n, grid.incremental)
     rows = []
     for cost in grid.costs:
@@ -378,11 +456,15 @@ def run_grid(grid: Grid, progress: Callable[[str], None] | None = None
             for n in grid.ns:
                 for seed in grid.seeds:
                     times = profile.times(n, SURVEY_SECONDS, seed=seed)
+                    earliest = earliest_release(times, SURVEY_SECONDS, cm.base, cm.incremental)
                     for deadline in grid.deadlines:
                         outcome = simulate_live(times, SURVEY_SECONDS, cm.base,
                                                 cm.incremental, deadline, grid.replan_seconds,
-                                                n if grid.expected_records else None)
+                                                n if grid.expected_records else None,
+                                                grid.quantile)
                         measured = meter.delta(n, seed, outcome.n_base)
+                        # the grid's hindsight optimum can miss by a hair what the planner did
+                        best = min(earliest, outcome.release_after_close)
                         real = _release_with(measured, outcome, cm.scale)
                         rows.append(Row(
                             cost=cost, profile=name, n=n, deadline=deadline_label(deadline),
@@ -398,7 +480,9 @@ def run_grid(grid: Grid, progress: Callable[[str], None] | None = None
                             incremental_seconds_measured=measured.incremental_seconds,
                             release_with_measured_times=real,
                             deadline_met_with_measured_times=_met(real, deadline),
-                            replans=outcome.replans))
+                            replans=outcome.replans, margin_seconds=outcome.margin_seconds,
+                            planned_in_time=outcome.planned_in_time,
+                            earliest_release=best, deadline_feasible=_met(best, deadline)))
                 if progress:
                     progress(f"{cost} {name} n={n}: done")
     return rows, models, meter
@@ -478,8 +562,11 @@ def summary(rows: list[Row], grid: Grid, models: dict[str, CostModels],
         for n in grid.ns:
             met, delta, nu, release = _cells(rows, grid, cost, n)
             sources = sorted({r.delta_source for r in rows if r.cost == cost and r.n == n})
-            lines += ["", f"n = {n:,}, t_ref = {clock(cm.base(n))}; delta: "
-                          f"{', '.join(sources)}", ""]
+            bound = live.margin_factor(cm.base, n, grid.quantile)
+            lines += ["", f"n = {n:,}, t_ref = {clock(cm.base(n))}"
+                          + ("" if grid.quantile is None else
+                             f", {100 * grid.quantile:g} % upper bound {bound:.3g} x t_ref")
+                          + f"; delta: {', '.join(sources)}", ""]
             header = "| profile |" + "".join(
                 f" {deadline_label(d)}: met | nu | release | delta |" for d in grid.deadlines)
             lines += [header, "|---|" + "---:|---:|---:|---:|" * len(grid.deadlines)]
@@ -497,6 +584,55 @@ def summary(rows: list[Row], grid: Grid, models: dict[str, CostModels],
                       f"{grid.measure_max_n:,}, seed 0): "
                       + ", ".join(f"{nu:g} → {100 * d:.2f} %"
                                   for nu, d in zip(nus, deltas, strict=True))]
+    return lines
+
+
+def _share(rows: list[Row], met: Callable[[Row], bool | None]) -> dict[str, float | int | None]:
+    """How many of ``rows`` have a deadline, how many met it (``met(row)``), and the share."""
+    judged = [m for m in map(met, rows) if m is not None]
+    return {"cells": len(judged), "met": int(sum(judged)),
+            "share": sum(judged) / len(judged) if judged else None}
+
+
+def deadline_shares(rows: list[Row]) -> dict[str, dict[str, dict[str, float | int | None]]]:
+    """The share of deadlines met, overall (``"all"``), per deadline and per cost model.
+
+    For each group: ``met`` under the cost models over every deadline, over the feasible ones
+    (``feasible``, where a snapshot chosen in hindsight meets it) and over those whose plan
+    kept its margin (``in_time``: the plan that fired met the deadline at its upper bound);
+    ``measured`` and ``measured_in_time`` the same with the stages' real seconds (the cells
+    run for real). Each is ``{"cells", "met", "share"}``.
+    """
+    with_deadline = [r for r in rows if r.deadline_met is not None]
+    groups = {"all": with_deadline}
+    for label in dict.fromkeys(r.deadline for r in with_deadline):
+        groups[label] = [r for r in with_deadline if r.deadline == label]
+    for cost in dict.fromkeys(r.cost for r in with_deadline):
+        groups[f"cost {cost}"] = [r for r in with_deadline if r.cost == cost]
+    return {name: {
+        "met": _share(sel, lambda r: r.deadline_met),
+        "feasible": _share([r for r in sel if r.deadline_feasible],
+                           lambda r: r.deadline_met),
+        "in_time": _share([r for r in sel if r.planned_in_time], lambda r: r.deadline_met),
+        "measured": _share(sel, lambda r: r.deadline_met_with_measured_times),
+        "measured_in_time": _share([r for r in sel if r.planned_in_time],
+                                   lambda r: r.deadline_met_with_measured_times),
+    } for name, sel in groups.items()}
+
+
+def _percent(share: dict[str, float | int | None]) -> str:
+    if share["share"] is None:
+        return "n/a"
+    return f"{100 * share['share']:.1f} % ({share['met']} of {share['cells']})"
+
+
+def shares_table(shares: dict[str, dict[str, dict[str, float | int | None]]]) -> list[str]:
+    """:func:`deadline_shares` as a Markdown table."""
+    columns = ("met", "feasible", "in_time", "measured", "measured_in_time")
+    lines = ["| deadlines | met | met, feasible ones | met, plan in time | real seconds: met "
+             "| real seconds: met, plan in time |", "|---|" + "---:|" * len(columns)]
+    for name, share in shares.items():
+        lines.append(f"| {name} |" + "".join(f" {_percent(share[c])} |" for c in columns))
     return lines
 
 
@@ -534,24 +670,42 @@ def _model_check(rows: list[Row], cost: str, scale: float) -> list[str]:
 
 
 def report(quick: bool = False, out: Path | None = None,
-           incremental: str = "nn_split_end", expected_records: bool = True) -> str:
-    """Run the grid, write the CSV and the heatmap, return the Markdown summary."""
+           incremental: str = "nn_split_end", expected_records: bool = True,
+           quantile: float | None = live.DEADLINE_QUANTILE, models: Path | None = None) -> str:
+    """Run the grid, write the CSV, the JSON shares, the models used and the heatmap, return
+    the Markdown summary. ``models``: a ``models.json`` of an earlier sweep to use instead of
+    calibrating."""
     grid = replace(QUICK if quick else FULL, incremental=incremental,
-                   expected_records=expected_records)
+                   expected_records=expected_records, quantile=quantile)
     if out is None:  # a smoke run never replaces the full run's results
         out = Path(tempfile.mkdtemp(prefix="sweep-quick-")) if quick else RESULTS
     started = time.perf_counter()
-    rows, models, meter = run_grid(grid, progress=lambda msg: print(msg, file=sys.stderr))
+    saved = None if models is None else json.loads(Path(models).read_text())
+    rows, used, meter = run_grid(grid, progress=lambda msg: print(msg, file=sys.stderr),
+                                 saved=saved)
     elapsed = time.perf_counter() - started
+    out.mkdir(parents=True, exist_ok=True)
+    models_path = out / "models.json"
+    models_path.write_text(json.dumps(saved_models(used), indent=2) + "\n")
     csv_path = write_csv(rows, out / "sweep.csv")
     png_path = heatmap(rows, grid, out / "figures" / "sweep_heatmap.png")
-    with_deadline = [r for r in rows if r.deadline_met is not None]
+    shares = deadline_shares(rows)
+    command = (f"{COMMAND}" + (" --quick" if quick else "")
+               + ("" if incremental == "nn_split_end" else f" --incremental {incremental}")
+               + ("" if expected_records else " --no-expected-records")
+               + ("" if quantile == live.DEADLINE_QUANTILE else
+                  " --no-margin" if quantile is None else f" --quantile {quantile:g}")
+               + ("" if models is None else f" --models {models}"))
+    json_path = out / "sweep.json"
+    json_path.write_text(json.dumps({"command": command, "grid": asdict(grid),
+                                     "deadlines_met": shares}, indent=2) + "\n")
+    margin = ("no margin: the plan meets the deadline as predicted" if quantile is None else
+              f"a deadline is met by the {100 * quantile:g} % upper bound of the compute's "
+              "time (the calibration fit's prediction interval)")
     lines = [
         "### Live scheduler sweep: profiles x n x deadline",
         "",
-        f"Command: `{COMMAND}" + (" --quick" if quick else "")
-        + ("" if incremental == "nn_split_end" else f" --incremental {incremental}")
-        + ("" if expected_records else " --no-expected-records") + "`",
+        f"Command: `{command}`",
         "",
         f"10 h survey; profiles {', '.join(grid.profiles)}; n in "
         f"{', '.join(f'{n:,}' for n in grid.ns)}; deadlines "
@@ -561,19 +715,25 @@ def report(quick: bool = False, out: Path | None = None,
         f"mdav base + {grid.incremental} increment, k = {K}; the service's plan "
         "(scheduler.live) with the survey's expected_records "
         + ("= n" if grid.expected_records else "unset (total extrapolated from the pace)")
-        + ". Columns per deadline: share of seeds whose release met it, mean nu actually "
-        "used, mean release after close, mean delta = D_T / D_one_shot - 1.",
+        + f"; {margin}. Columns per deadline: share of seeds whose release met it, mean nu "
+        "actually used, mean release after close, mean delta = D_T / D_one_shot - 1.",
         "",
         "MDAV calibration (m = 15, k = 10): "
-        + ", ".join(f"{n:,} → {s:.3f} s" for n, s in models["measured"].calibration)
-        + f"; the `slow` model multiplies every time by {models['slow'].scale:.4g}.",
-        *summary(rows, grid, models, meter),
+        + ", ".join(f"{n:,} → {s:.3f} s" for n, s in used["measured"].calibration)
+        + f"; the `slow` model multiplies every time by {used['slow'].scale:.4g}"
+        + ("" if models is None else f" (models of an earlier sweep, `{models}`)") + ".",
+        *summary(rows, grid, used, meter),
         "",
-        f"Deadlines met overall: {sum(r.deadline_met for r in with_deadline)} of "
-        f"{len(with_deadline)} cell-seeds.",
+        "Share of deadlines met (cell-seeds): under the cost models, over every deadline, over "
+        "the feasible ones (a snapshot chosen in hindsight meets them) and over those whose "
+        "plan was in time (the plan that fired the base met the deadline at its upper bound, "
+        "margin and all); then the same with the stages' real seconds, for the cells run "
+        "for real:",
         "",
-        f"Run time: {elapsed:.1f} s. Wrote `{shown(csv_path)}` ({len(rows)} rows) and "
-        f"`{shown(png_path)}`.",
+        *shares_table(shares),
+        "",
+        f"Run time: {elapsed:.1f} s. Wrote `{shown(csv_path)}` ({len(rows)} rows), "
+        f"`{shown(json_path)}`, `{shown(models_path)}` and `{shown(png_path)}`.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -588,12 +748,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-expected-records", dest="expected_records", action="store_false",
                         help="leave the surveys' expected_records unset: the planner "
                              "extrapolates the total from the pace")
+    margin = parser.add_mutually_exclusive_group()
+    margin.add_argument("--quantile", type=float, default=live.DEADLINE_QUANTILE,
+                        help="a deadline is met by this upper quantile of the compute's time "
+                             f"(default {live.DEADLINE_QUANTILE:g})")
+    margin.add_argument("--no-margin", dest="quantile", action="store_const", const=None,
+                        help="plan against the cost models' prediction itself (no margin)")
+    parser.add_argument("--models", type=Path, default=None,
+                        help="the models.json of an earlier sweep: the same cost models "
+                             "instead of a new calibration (to compare planners)")
     parser.add_argument("--out", type=Path, default=None,
                         help="results folder (default simulations/results; a temporary "
                              "folder with --quick)")
     args = parser.parse_args(argv)
+    if args.quantile is not None and not 0 < args.quantile < 1:
+        parser.error("--quantile must be in (0, 1)")
     print(report(quick=args.quick, out=args.out, incremental=args.incremental,
-                 expected_records=args.expected_records), end="")
+                 expected_records=args.expected_records, quantile=args.quantile,
+                 models=args.models), end="")
     return 0
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 
 import numpy as np
@@ -169,3 +170,132 @@ def test_nearest_neighbour_stage_is_timed_once_on_synthetic_data(stage, splits):
         ("stage", (20_000, 4), (20_000,), (2_000, 4), 10)] * 2
     assert model == NearestNeighbourCost(c=2.0 * 10 / (20_000 * 2_000), k=10,
                                          split=engine if splits else None)
+
+
+# ------------------------------------------------------------- prediction interval, contention
+
+CALIBRATION_NS = np.array([10_000, 20_000, 40_000, 80_000])
+
+
+def noisy_fit(rng: np.random.Generator, sigma: float, ns=CALIBRATION_NS) -> PowerLaw:
+    """A fit on timings of 2e-8 n^1.5 with log-normal noise of standard deviation sigma."""
+    return PowerLaw.fit(ns, 2e-8 * ns**1.5 * np.exp(rng.normal(0.0, sigma, len(ns))))
+
+
+@pytest.mark.parametrize("n", [30_000, 200_000, 1_000_000])  # inside and beyond the sizes
+def test_the_upper_bound_covers_new_runs_at_the_stated_rate(n):
+    """Fit on four noisy calibration timings, draw one new run at n: over many seeded
+    repetitions the 95 % bound is above the new run about 95 % of the time, also when n is far
+    beyond the calibrated sizes (the interval widens there)."""
+    rng = np.random.default_rng(17)
+    sigma, trials = 0.1, 2500
+    covered = 0
+    for _ in range(trials):
+        model = noisy_fit(rng, sigma)
+        run = 2e-8 * n**1.5 * math.exp(rng.normal(0.0, sigma))
+        covered += run <= model.upper(n, 0.95)
+    # binomial standard deviation at 2500 trials: 0.0044
+    assert covered / trials == pytest.approx(0.95, abs=0.013)
+
+
+def test_a_point_estimate_alone_is_exceeded_half_the_time():
+    """The control for the test above: without the margin, about half the runs are late."""
+    rng = np.random.default_rng(18)
+    late = sum(2e-8 * 200_000**1.5 * math.exp(rng.normal(0.0, 0.1)) > noisy_fit(rng, 0.1)(200_000)
+               for _ in range(2000))
+    assert late / 2000 == pytest.approx(0.5, abs=0.04)
+
+
+def test_the_margin_grows_with_the_residual_spread():
+    noise = np.array([0.3, -0.5, 0.4, -0.2])
+    margins = []
+    for scale in (0.0, 0.02, 0.05, 0.1, 0.2):
+        model = PowerLaw.fit(CALIBRATION_NS, 2e-8 * CALIBRATION_NS**1.5 * np.exp(scale * noise))
+        margins.append(model.upper(200_000) / model(200_000))
+    assert margins[0] == pytest.approx(1.0)
+    assert all(a < b for a, b in itertools.pairwise(margins))
+
+
+def test_the_margin_grows_with_the_quantile_and_away_from_the_calibrated_sizes():
+    model = noisy_fit(np.random.default_rng(3), 0.1)
+    ratios = [model.upper(200_000, q) / model(200_000) for q in (0.6, 0.8, 0.95, 0.99)]
+    assert 1.0 < ratios[0] and all(a < b for a, b in itertools.pairwise(ratios))
+    centre = math.exp(model.log_n_mean)  # the geometric middle of the calibrated sizes
+    spreads = [model.log_spread(n) for n in (centre, 2 * centre, 10 * centre, 100 * centre)]
+    assert all(a < b for a, b in itertools.pairwise(spreads))
+    assert model.log_spread(centre / 10) == pytest.approx(model.log_spread(10 * centre))
+
+
+def test_a_model_without_spread_has_no_margin_and_the_quantile_is_checked():
+    exact = PowerLaw.quadratic(7200.0, 1e6)
+    assert exact.upper(1e6) == exact(1e6) == pytest.approx(7200.0)
+    with pytest.raises(ValueError, match="quantile"):
+        exact.upper(1e6, 1.0)
+
+
+def test_a_model_file_written_before_the_fit_statistics_still_loads(tmp_path):
+    """An entry with a, b and residual only: the interval is the residual with a normal
+    quantile (no fit statistics, no contention)."""
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"mdav|m=15|k=10": {
+        "a": 2e-8, "b": 1.5, "residual": 0.1, "engine": "mdav", "m": 15, "k": 10,
+        "samples": [[10000, 0.02, "calibration"]], "updated": 0.0}}))
+    model = CostModelStore(path).get("mdav", 15, 10)
+    assert model == PowerLaw(a=2e-8, b=1.5, residual=0.1)
+    assert model.points == 0 and model.contention == 1.0
+    assert model.upper(1e6) / model(1e6) == pytest.approx(math.exp(1.6448536 * 0.1))
+
+
+def test_a_model_round_trips_through_its_dict_and_the_store(tmp_path):
+    model = noisy_fit(np.random.default_rng(4), 0.1).observed([(100_000, 3.0), (50_000, 1.0)])
+    assert PowerLaw.from_dict(json.loads(json.dumps(model.to_dict()))) == model
+    store = CostModelStore(tmp_path / "m.json")
+    fitted = store.put("mdav", 15, 10, calibrate_result([1000, 2000, 4000, 8000], b=1.5))
+    assert CostModelStore(tmp_path / "m.json").get("mdav", 15, 10) == fitted
+    assert fitted.points == 4 and fitted.degrees_of_freedom == 2
+
+
+def test_observed_runs_scale_the_model_by_their_geometric_mean_ratio():
+    model = PowerLaw.fit(CALIBRATION_NS, 2e-8 * CALIBRATION_NS**1.5)
+    runs = [(200_000, 1.2 * model(200_000)), (100_000, 1.5 * model(100_000))]
+    slow = model.observed(runs)
+    assert slow.contention == pytest.approx(math.sqrt(1.2 * 1.5))
+    assert slow(1e6) == pytest.approx(math.sqrt(1.8) * model(1e6))
+    assert slow.b == model.b and slow.runs == 2
+    assert slow.contention_spread == pytest.approx(np.std(np.log([1.2, 1.5]), ddof=1))
+    assert model.observed([]) == model
+
+
+def test_the_scatter_of_real_runs_widens_the_interval():
+    model = noisy_fit(np.random.default_rng(5), 0.02)
+    steady = model.observed([(100_000, 1.3 * model(100_000))] * 3)
+    scattered = model.observed([(100_000, r * model(100_000)) for r in (1.05, 1.3, 1.6)])
+    assert steady.contention_spread == 0.0 and scattered.contention_spread > 0.1
+    n = 200_000
+    assert scattered.upper(n) / scattered(n) > steady.upper(n) / steady(n) > 1.0
+
+
+def test_the_store_fits_the_calibration_and_scales_it_by_the_runs_contention(tmp_path):
+    store = CostModelStore(tmp_path / "m.json", contention_runs=2)
+    calibration = store.put("mdav", 15, 10, calibrate_result([1000, 2000, 4000], b=1.5))
+    store.observe("mdav", 15, 10, 50_000, 2.0 * calibration(50_000))
+    model = store.get("mdav", 15, 10)
+    assert model.b == pytest.approx(1.5) and model(1e6) == pytest.approx(2 * calibration(1e6))
+    assert model.contention == pytest.approx(2.0) and model.runs == 1
+    # only the most recent contention_runs runs count: the machine as it is now
+    store.observe("mdav", 15, 10, 60_000, 1.5 * calibration(60_000))
+    store.observe("mdav", 15, 10, 70_000, 1.5 * calibration(70_000))
+    assert store.get("mdav", 15, 10).contention == pytest.approx(1.5)
+
+
+def test_the_contention_measured_on_the_base_engine_applies_to_a_nearest_neighbour_stage():
+    from scheduler.cost_model import incremental_cost_model
+
+    def stage(engine: PowerLaw) -> object:
+        ticks = iter([0.0, 5.0, 10.0, 12.0])
+        return incremental_cost_model("nn", engine, 4, 10, partition=lambda X, k: None,
+                                      run_stage=lambda *args: None, clock=lambda: next(ticks))
+
+    engine = PowerLaw.fit(CALIBRATION_NS, 2e-8 * CALIBRATION_NS**1.5)
+    contended = engine.observed([(100_000, 1.4 * engine(100_000))])
+    assert stage(contended).c == pytest.approx(1.4 * stage(engine).c)

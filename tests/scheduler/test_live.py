@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import pytest
 
 from scheduler import live
@@ -28,6 +30,18 @@ def test_release_overhead_is_kept_out_of_the_compute_budget():
     assert live.release_overhead(200_000) == pytest.approx(9.0)
     assert live.compute_budget(12.0, 200_000) == pytest.approx(3.0)
     assert live.compute_budget(5.0, 200_000) == 0.0
+
+
+def test_a_fitted_overhead_model_replaces_the_default_in_the_budget():
+    from scheduler.overhead import ReleaseOverhead
+
+    fast = ReleaseOverhead.fit([(n, {"drain": 0.1, "publish": 1e-6 * n})
+                                for n in (10_000, 200_000)])
+    assert live.release_overhead(200_000, fast) == pytest.approx(0.3)
+    assert live.compute_budget(12.0, 200_000, fast) == pytest.approx(11.7)
+    inc = TwoStageCost(QUADRATIC)
+    plan = live.plan(PAPER, QUADRATIC, inc, k=K, deadline=3600.0, overhead_model=fast)
+    assert plan.deadline == pytest.approx(3600.0 - fast(N))
 
 
 def test_forecast_takes_the_expected_total_over_pace_extrapolation():
@@ -111,3 +125,57 @@ def test_the_scheduler_package_imports_nothing_from_streamanon():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------- the deadline's safety margin
+
+
+def fitted(sigma: float) -> PowerLaw:
+    """The quadratic model with t_ref = 2 h at N, refitted on calibration timings that scatter
+    around it by sigma in log space (the same scatter pattern for every sigma)."""
+    ns = np.array([10_000, 20_000, 40_000, 80_000, 160_000])
+    noise = np.array([0.5, -1.0, 0.8, -0.6, 0.3])
+    return PowerLaw.fit(ns, QUADRATIC.a * ns**2.0 * np.exp(sigma * noise))
+
+
+def test_margin_factor_is_the_models_upper_bound_relative_to_its_prediction():
+    model = fitted(0.1)
+    assert live.margin_factor(model, N) == pytest.approx(model.upper(N, 0.95) / model(N))
+    assert live.margin_factor(model, N, 0.99) > live.margin_factor(model, N) > 1.0
+    assert live.margin_factor(model, N, None) == 1.0
+    assert live.margin_factor(QUADRATIC, N) == 1.0  # no residual, no interval
+    assert live.margin_factor(lambda n: 1e-8 * n**2, N) == 1.0  # a plain function
+
+
+def test_a_deadline_plan_keeps_the_upper_bound_within_the_budget():
+    model = fitted(0.1)
+    plan = live.plan(PAPER, model, TwoStageCost(model), k=K, deadline=3600.0)
+    budget = live.compute_budget(3600.0, N)
+    assert plan.margin_seconds > 0 and plan.meets_deadline
+    assert plan.latest_finish == pytest.approx(budget, rel=1e-9)
+    assert plan.finish_after_close < budget
+    plain = live.plan(PAPER, model, TwoStageCost(model), k=K, deadline=3600.0, quantile=None)
+    assert plain.margin_seconds == 0.0 and plain.finish_after_close == pytest.approx(budget)
+    assert plain.nu < plan.nu
+
+
+def test_the_margin_grows_with_the_calibration_residual():
+    plans = [live.plan(PAPER, m, TwoStageCost(m), k=K, deadline=3600.0)
+             for m in map(fitted, (0.0, 0.02, 0.05, 0.1))]
+    assert plans[0].margin_seconds == pytest.approx(0.0, abs=1e-6)
+    margins = [p.margin_seconds for p in plans]
+    assert all(a < b for a, b in itertools.pairwise(margins))
+    assert all(p.latest_finish == pytest.approx(live.compute_budget(3600.0, N)) for p in plans)
+
+
+def test_measured_contention_moves_the_prediction_and_its_scatter_the_margin():
+    model = fitted(0.02)
+    steady = model.observed([(100_000, 1.4 * model(100_000))] * 3)
+    scattered = model.observed([(100_000, r * model(100_000)) for r in (1.1, 1.4, 1.8)])
+    plans = {name: live.plan(PAPER, m, TwoStageCost(m), k=K, deadline=3600.0)
+             for name, m in (("calibrated", model), ("steady", steady),
+                             ("scattered", scattered))}
+    assert plans["steady"].t_ref == pytest.approx(1.4 * plans["calibrated"].t_ref)
+    assert (plans["steady"].margin_seconds / plans["steady"].finish_after_close
+            < plans["scattered"].margin_seconds / plans["scattered"].finish_after_close)
+    assert all(p.meets_deadline for p in plans.values())

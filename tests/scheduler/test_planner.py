@@ -308,3 +308,88 @@ def test_release_after_close_waits_for_the_base_run_and_works_on_arrays():
     plan = plan_optimal(N, QUADRATIC, TwoStageCost(QUADRATIC), _uniform(5).head_start, k=K)
     assert plan.finish_after_close == release_after_close(
         plan.head_start, plan.base_seconds, plan.incremental_seconds)
+
+
+# ---------------------------------------------------------------- safety margin (margin_factor)
+
+
+def _deadline_plan(deadline: float, factor: float, s: float = 5.0, **kwargs):
+    return plan_deadline(N, QUADRATIC, TwoStageCost(QUADRATIC), _uniform(s).head_start,
+                         deadline, k=K, margin_factor=factor, **kwargs)
+
+
+@pytest.mark.parametrize("factor", [1.05, 1.2, 1.5])
+def test_a_margin_leaves_less_compute_after_close_so_the_upper_bound_meets_the_deadline(factor):
+    plain = _deadline_plan(3600.0, 1.0)
+    safe = _deadline_plan(3600.0, factor)
+    assert safe.mode == "deadline" and safe.meets_deadline
+    assert safe.latest_finish == pytest.approx(3600.0, rel=1e-9)  # the bound aims at it
+    assert safe.finish_after_close < plain.finish_after_close == pytest.approx(3600.0)
+    assert safe.nu > plain.nu  # more is left to the increment, the base starts earlier
+    # the plan's times are the predictions; the margin is the bound's extra time
+    hs, t0, tp = safe.head_start, safe.base_seconds, safe.incremental_seconds
+    assert t0 == pytest.approx(QUADRATIC((1 - safe.nu) * N))
+    assert tp == pytest.approx(QUADRATIC(safe.nu * N))
+    assert safe.margin_seconds == pytest.approx(
+        release_after_close(hs, factor * t0, factor * tp) - release_after_close(hs, t0, tp))
+
+
+def test_the_margin_grows_with_the_factor_and_is_zero_without_one():
+    plans = [_deadline_plan(3600.0, f) for f in (1.0, 1.1, 1.2, 1.3)]
+    assert plans[0].margin_seconds == 0.0
+    assert plans[0] == plan_deadline(N, QUADRATIC, TwoStageCost(QUADRATIC),
+                                     _uniform(5).head_start, 3600.0, k=K)
+    margins = [p.margin_seconds for p in plans]
+    assert margins == sorted(margins) and len(set(margins)) == 4
+    assert [p.nu for p in plans] == sorted(p.nu for p in plans)
+
+
+def test_one_shot_only_when_the_upper_bound_of_the_one_shot_run_fits():
+    assert _deadline_plan(1.1 * T_REF, 1.0).mode == "one-shot"
+    two_stage = _deadline_plan(1.1 * T_REF, 1.2)
+    assert two_stage.mode == "deadline" and two_stage.nu > 0
+    assert two_stage.latest_finish == pytest.approx(1.1 * T_REF)
+    one_shot = _deadline_plan(1.3 * T_REF, 1.2)
+    assert one_shot.mode == "one-shot"
+    assert one_shot.margin_seconds == pytest.approx(0.2 * T_REF)
+
+
+def test_when_the_bound_cannot_be_met_the_plan_tolerates_the_largest_slowdown():
+    """A deadline the prediction meets but the bound does not: the ratio chosen still meets
+    it with both stages x times slower, and no other ratio does at that x."""
+    s = 5.0
+    earliest = plan_optimal(N, QUADRATIC, TwoStageCost(QUADRATIC), _uniform(s).head_start,
+                            k=K).finish_after_close
+    deadline = 1.1 * earliest
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not a Python warning: the deadline holds as predicted
+        plan = _deadline_plan(deadline, 1.5, s)
+    assert plan.mode == "deadline" and plan.finish_after_close <= deadline
+    assert plan.meets_deadline is False and plan.latest_finish > deadline
+    assert any("cannot be met with the stages 1.5 times" in w for w in plan.warnings)
+
+    def release(nu: float, x: float) -> float:
+        hs = _uniform(s).head_start(nu)
+        return float(release_after_close(hs, x * QUADRATIC((1 - nu) * N), x * QUADRATIC(nu * N)))
+
+    lo, hi = 1.0, 1.5  # the slow-down the plan tolerates, by bisection
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if release(plan.nu, mid) <= deadline else (lo, mid)
+    assert lo > 1.01  # it does tolerate some slow-down
+    for nu in np.linspace(0.0, 0.5, 501):
+        assert release(nu, lo * 1.001) >= deadline * (1 - 1e-6)
+
+
+def test_without_a_deadline_the_margin_is_recorded_and_nu_star_unchanged():
+    plain = plan_optimal(N, QUADRATIC, TwoStageCost(QUADRATIC), _uniform(5).head_start, k=K)
+    safe = plan_optimal(N, QUADRATIC, TwoStageCost(QUADRATIC), _uniform(5).head_start, k=K,
+                        margin_factor=1.2)
+    assert safe.nu == plain.nu and safe.finish_after_close == plain.finish_after_close
+    assert safe.margin_seconds > 0 and safe.meets_deadline is None
+
+
+@pytest.mark.parametrize("factor", [0.9, float("nan"), float("inf")])
+def test_a_margin_factor_below_one_is_refused(factor):
+    with pytest.raises(ValueError, match="margin_factor"):
+        _deadline_plan(3600.0, factor)

@@ -127,3 +127,104 @@ def test_the_sweep_plans_with_the_services_policy_including_expected_records():
                                             overhead=False)
     assert plans[None].n_total == 7200 + 2.0 * 32_400  # the pace extrapolated to close
     assert plans[20_000].n_total == 20_000
+
+
+# ---------------------------------------------------------------- deadlines met, and the margin
+
+
+def test_the_quick_report_gives_the_share_of_deadlines_met_in_its_table_and_its_json(quick):
+    import json
+
+    report, rows, out = quick
+    data = json.loads((out / "sweep.json").read_text())
+    assert data["command"] == "python simulations/sweep.py --quick"
+    assert data["grid"]["quantile"] == 0.95
+    shares = data["deadlines_met"]
+    with_deadline = [r for r in rows if r["deadline"] != "none"]
+    met = sum(r["deadline_met"] == "True" for r in with_deadline)
+    assert shares["all"]["met"] == {"cells": len(with_deadline), "met": met,
+                                    "share": met / len(with_deadline)}
+    assert set(shares) == {"all", "60 s", "cost slow"}
+    assert ("| deadlines | met | met, feasible ones | met, plan in time | real seconds: met "
+            "| real seconds: met, plan in time |") in report
+    assert f"| all | {100 * met / len(with_deadline):.1f} % ({met} of " in report
+    in_time = [r for r in with_deadline if r["planned_in_time"] == "True"]
+    assert shares["all"]["in_time"]["cells"] == len(in_time)
+
+
+def test_a_sweep_can_reuse_the_models_of_an_earlier_one(quick, tmp_path):
+    """models.json holds the calibrated law and the stage's c; cost_models on it gives the
+    same models without timing anything."""
+    import json
+
+    _, _, out = quick
+    saved = json.loads((out / "models.json").read_text())
+    again = sweep.cost_models(1.0, saved=saved)
+    assert json.loads(json.dumps(sweep.saved_models(again))) == saved
+    assert again["slow"].base(sweep.SLOW_AT) == pytest.approx(sweep.SLOW_T_REF)
+
+
+def test_a_met_deadline_is_feasible_and_the_earliest_release_is_no_later_than_the_plans(quick):
+    _, rows, _ = quick
+    for r in rows:
+        assert float(r["earliest_release"]) <= float(r["release_after_close"]) + 1e-9
+        if r["deadline"] == "none":
+            assert r["deadline_feasible"] == ""
+        else:
+            assert r["deadline_feasible"] == str(
+                float(r["earliest_release"]) <= float(r["deadline"][:-2]))
+            assert r["deadline_met"] != "True" or r["deadline_feasible"] == "True"
+
+
+def test_earliest_release_is_the_best_snapshot_in_hindsight():
+    """On a small survey, against every snapshot size tried one by one."""
+    from scheduler.planner import release_after_close
+
+    n = 600
+    times = resolve("back_loaded", sweep.SURVEY_SECONDS).times(n, sweep.SURVEY_SECONDS, seed=3)
+    base = PowerLaw.quadratic(3600.0, n)
+    inc = TwoStageCost(base)
+    brute = min([base(n)] + [
+        float(release_after_close(sweep.SURVEY_SECONDS - times[i - 1], base(i),
+                                  inc(i, n - i) if i < n else 0.0))
+        for i in range(2 * sweep.K, n + 1)])
+    assert sweep.earliest_release(times, sweep.SURVEY_SECONDS, base, inc) == pytest.approx(brute)
+
+
+def test_deadline_shares_count_every_group():
+    def row(cost: str, deadline: str, met: bool | None, feasible: bool | None,
+            real: bool | None) -> sweep.Row:
+        return sweep.Row(cost, "uniform", 1000, deadline, 0, 1.0, None, 0.0, 0.0, 1000, 0,
+                         1.0, 1.0, met, 0.0, "none", None, None, None, real, 1, 0.0,
+                         feasible, 1.0, feasible)
+
+    rows = [row("slow", "none", None, None, None), row("slow", "60 s", True, True, True),
+            row("slow", "60 s", False, False, None), row("slow", "600 s", False, True, False),
+            row("measured", "60 s", True, True, None)]
+    shares = sweep.deadline_shares(rows)
+    assert list(shares) == ["all", "60 s", "600 s", "cost slow", "cost measured"]
+    assert shares["all"]["met"] == {"cells": 4, "met": 2, "share": 0.5}
+    assert shares["all"]["feasible"] == {"cells": 3, "met": 2, "share": 2 / 3}
+    assert shares["all"]["measured"] == {"cells": 2, "met": 1, "share": 0.5}
+    assert shares["all"]["in_time"] == shares["all"]["feasible"]  # in time = feasible here
+    assert shares["all"]["measured_in_time"] == {"cells": 2, "met": 1, "share": 0.5}
+    assert shares["60 s"]["feasible"]["share"] == 1.0
+    assert shares["cost slow"]["met"] == {"cells": 3, "met": 1, "share": 1 / 3}
+
+
+def test_the_live_planner_keeps_a_margin_from_the_models_interval(paper_example):
+    """With a fitted model (residual > 0) the base fires earlier and the release comes
+    earlier than the deadline; --no-margin (quantile None) aims at the deadline itself."""
+    import dataclasses
+
+    times, base, _ = paper_example
+    noisy = dataclasses.replace(base, residual=0.05, points=5, log_n_mean=9.0, log_n_ss=1.2)
+    inc = TwoStageCost(noisy)
+    safe = sweep.simulate_live(times, sweep.SURVEY_SECONDS, noisy, inc, 3600.0, 600.0)
+    exact = sweep.simulate_live(times, sweep.SURVEY_SECONDS, noisy, inc, 3600.0, 600.0,
+                                quantile=None)
+    assert exact.margin_seconds == 0.0 and safe.margin_seconds > 0
+    assert safe.planned_in_time and exact.planned_in_time
+    assert safe.fired_before_close > exact.fired_before_close
+    assert safe.release_after_close < 3600.0 * (1 - 0.05)
+    assert safe.predicted_release + safe.margin_seconds == pytest.approx(3600.0, rel=1e-3)

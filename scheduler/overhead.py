@@ -1,0 +1,146 @@
+"""The release overhead: the seconds after close that are not compute, step by step.
+
+After close the service drains the topic, loads the records, runs the compute (waiting for the
+base run first if it is still running), applies the k-anonymity gate and builds the table,
+writes the files and publishes (``close_steps_seconds`` in a release's ``report.json``, keyed
+``drain``, ``wait_for_base``, ``load``, ``compute``, ``gate_and_table``, ``files``,
+``publish``). The compute and the wait for the base are what the planner's cost models predict
+(:mod:`scheduler.cost_model`); every other step is overhead, modelled here as ``a + b n`` per
+step for a release of ``n`` records, so that a deadline keeps that much free
+(:func:`scheduler.live.compute_budget`).
+
+:data:`DEFAULT_OVERHEAD` is the model until one is fitted from measured close steps
+(:meth:`ReleaseOverhead.fit`, :meth:`ReleaseOverhead.from_reports`). Its totals are the
+planner's earlier constants (``RELEASE_OVERHEAD_SECONDS`` and ``RELEASE_OVERHEAD_PER_RECORD``
+in :mod:`scheduler.live`), 1 s + 40 us per record (9 s for 200,000 records against 7.8 s
+measured in an early ``streamanon simulate`` run); the per-record part is split among
+the steps in the shares measured for a two-stage release of 200,000 x 15 (issue 17: drain
+0.45 s, load 1.53 s, gate and table 0.93 s, files 1.12 s, publish 10.18 s) and the fixed
+second evenly. The close path is being made faster (the base records' release prepared before
+close), so these numbers are a default to be refitted on the machine, not a constant.
+
+Pure: numbers and mappings in, numbers out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Close steps that are compute, predicted by the cost models, not by the overhead model.
+COMPUTE_STEPS = ("wait_for_base", "compute")
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One close step: ``seconds + per_record * n``."""
+
+    seconds: float
+    per_record: float
+
+    def __call__(self, n: float) -> float:
+        return self.seconds + self.per_record * max(float(n), 0.0)
+
+    @classmethod
+    def fit(cls, ns: Iterable[float], seconds: Iterable[float],
+            prior: StepCost | None = None) -> StepCost:
+        """Least squares with both coefficients kept >= 0.
+
+        With timings at two or more sizes, ``a + b n`` is fitted (a negative coefficient is
+        set to 0 and the other refitted alone). At one size only the split between the fixed
+        and the per-record part cannot be measured: the fixed part is the ``prior``'s (at most
+        the measured mean), the rest is per record.
+        """
+        n = np.asarray(list(ns), dtype=float)
+        t = np.asarray(list(seconds), dtype=float)
+        if n.size == 0:
+            raise ValueError("need at least one timing to fit a close step")
+        if np.ptp(n) > 0:
+            b, a = np.polyfit(n, t, 1)
+            if b < 0:
+                a, b = t.mean(), 0.0
+            elif a < 0:
+                a, b = 0.0, float(n @ t / (n @ n))
+            return cls(float(a), float(b))
+        mean = float(t.mean())
+        a = min(prior.seconds if prior is not None else 0.0, mean)
+        return cls(a, (mean - a) / n[0] if n[0] > 0 else 0.0)
+
+
+@dataclass(frozen=True)
+class ReleaseOverhead:
+    """Seconds after close that are not compute: the sum of the ``steps``' ``a + b n``.
+
+    ``runs`` is how many releases' measured close steps the model was fitted on (0: the
+    default).
+    """
+
+    steps: dict[str, StepCost] = field(default_factory=dict)
+    runs: int = 0
+
+    def __call__(self, n: float) -> float:
+        return sum(step(n) for step in self.steps.values())
+
+    def step(self, name: str, n: float) -> float:
+        """Seconds of one step for ``n`` records (0 for a step the model does not have)."""
+        return self.steps[name](n) if name in self.steps else 0.0
+
+    @classmethod
+    def fit(cls, timings: Iterable[tuple[float, Mapping[str, float]]],
+            prior: ReleaseOverhead | None = None) -> ReleaseOverhead:
+        """The overhead fitted on measured releases, each ``(n, close_steps_seconds)``.
+
+        Every step that is not compute (:data:`COMPUTE_STEPS`) is fitted on its own
+        (:meth:`StepCost.fit`); a step missing from a release's timings did not run in it and
+        counts 0 s there, so a step the close path no longer has fits to nothing and a new one
+        is counted. ``prior`` (default :data:`DEFAULT_OVERHEAD`) gives the fixed part of a
+        step timed at one size only. No timings: the prior itself.
+        """
+        prior = DEFAULT_OVERHEAD if prior is None else prior
+        runs = [(float(n), dict(steps)) for n, steps in timings]
+        if not runs:
+            return prior
+        names = sorted({name for _, steps in runs for name in steps} - set(COMPUTE_STEPS))
+        ns = [n for n, _ in runs]
+        return cls({name: StepCost.fit(ns, [steps.get(name, 0.0) for _, steps in runs],
+                                       prior.steps.get(name))
+                    for name in names}, runs=len(runs))
+
+    @classmethod
+    def from_reports(cls, reports: Iterable[Mapping[str, Any]],
+                     prior: ReleaseOverhead | None = None) -> ReleaseOverhead:
+        """:meth:`fit` on releases' ``report.json`` documents: ``n`` and
+        ``close_steps_seconds`` (at the top level, where the service writes it, or under
+        ``published``). Reports of unpublished releases, without close steps, are skipped."""
+        timings = []
+        for report in reports:
+            steps = report.get("close_steps_seconds") or (
+                report.get("published") or {}).get("close_steps_seconds")
+            if steps:
+                timings.append((float(report["n"]), steps))
+        return cls.fit(timings, prior)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON: ``{"steps": {name: [seconds, per_record]}, "runs": runs}``."""
+        return {"steps": {name: [s.seconds, s.per_record] for name, s in self.steps.items()},
+                "runs": self.runs}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReleaseOverhead:
+        """A model from :meth:`to_dict`."""
+        return cls({name: StepCost(float(a), float(b)) for name, (a, b) in
+                    data["steps"].items()}, runs=int(data.get("runs", 0)))
+
+
+#: The overhead before any fit: 1 s + 40 us per record in all, split among the steps (see the
+#: module docstring).
+DEFAULT_OVERHEAD = ReleaseOverhead({
+    "drain": StepCost(0.2, 1.3e-6),
+    "load": StepCost(0.2, 4.3e-6),
+    "gate_and_table": StepCost(0.2, 2.6e-6),
+    "files": StepCost(0.2, 3.2e-6),
+    "publish": StepCost(0.2, 28.6e-6),
+})
