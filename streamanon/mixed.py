@@ -527,7 +527,8 @@ def _level_value(x: np.ndarray, seen: np.ndarray, w: np.ndarray, labels: np.ndar
 
 
 def loss_by_type(C: np.ndarray, R: np.ndarray, encoding: Encoding, scaling: Standardisation,
-                 weights: np.ndarray | None = None) -> dict[str, Any]:
+                 weights: np.ndarray | None = None, Z: np.ndarray | None = None
+                 ) -> dict[str, Any]:
     """The information loss of released codes ``R`` against the original codes ``C``, per type,
     over the values that were observed (a weighted share when ``weights`` are given):
 
@@ -538,12 +539,14 @@ def loss_by_type(C: np.ndarray, R: np.ndarray, encoding: Encoding, scaling: Stan
     - ``ordinal``: the mean rank shift, normalised by (levels - 1);
     - ``nominal``: the share of values changed;
     - ``withheld`` / ``imputed``: values observed but not released / missing but released.
+
+    ``Z``: ``embed(C, encoding, scaling)`` when the caller has it already.
     """
     w = np.ones(C.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
     seen = ~np.isnan(C)
     released = ~np.isnan(R)
     complete = bool(seen.all())
-    Z = embed(C, encoding, scaling)
+    Z = embed(C, encoding, scaling) if Z is None else Z
     ZR = embed(R if complete else np.where(seen, R, np.nan), encoding, scaling)
     # whole-matrix sums per embedding column (one pass each, not one per strided column)
     attribute = np.concatenate([np.full(part.stop - part.start, j)

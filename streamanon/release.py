@@ -338,7 +338,8 @@ def release_loss(prepared: Prepared, labels: np.ndarray,
     """D and the loss per type of the released codes ``R`` (:func:`release_codes`) of the
     records ``prepared`` describes under ``labels``; D as the literature has it (SSE/SST of the
     standardised data) for complete numeric data."""
-    loss = loss_by_type(prepared.C, R, prepared.encoding, prepared.scaling, prepared.weights)
+    loss = loss_by_type(prepared.C, R, prepared.encoding, prepared.scaling, prepared.weights,
+                        prepared.Z)
     d = distortion(prepared.Z, labels) if prepared.legacy else loss["distortion"]
     return d, loss
 

@@ -15,17 +15,17 @@ from scheduler.overhead import (
 
 
 @pytest.mark.parametrize("n", [0, 1_000, 200_000, 1_000_000])
-def test_the_default_totals_the_earlier_constants_one_second_and_40_us_per_record(n):
-    assert DEFAULT_OVERHEAD(n) == pytest.approx(1.0 + 4e-5 * n)
+def test_the_default_totals_half_a_second_and_8_6_us_per_record(n):  # bench_service's fit
+    assert DEFAULT_OVERHEAD(n) == pytest.approx(0.5 + 8.6e-6 * n)
     assert set(DEFAULT_OVERHEAD.steps) == {"drain", "load", "gate_and_table", "files",
                                            "publish"}
     assert DEFAULT_OVERHEAD.runs == 0
 
 
 def test_the_default_splits_the_per_record_part_as_measured_publish_first():
-    shares = {name: step.per_record / 4e-5 for name, step in DEFAULT_OVERHEAD.steps.items()}
-    assert max(shares, key=shares.get) == "publish" and shares["publish"] > 0.7
-    assert DEFAULT_OVERHEAD.step("publish", 200_000) == pytest.approx(0.2 + 28.6e-6 * 200_000)
+    shares = {name: step.per_record / 8.6e-6 for name, step in DEFAULT_OVERHEAD.steps.items()}
+    assert max(shares, key=shares.get) == "publish" and shares["publish"] > 0.55
+    assert DEFAULT_OVERHEAD.step("publish", 200_000) == pytest.approx(0.1 + 5.2e-6 * 200_000)
     assert DEFAULT_OVERHEAD.step("compute", 200_000) == 0.0  # not overhead
 
 
@@ -49,7 +49,7 @@ def test_a_fit_on_releases_of_several_sizes_recovers_every_step():
 def test_at_one_size_the_fixed_part_is_the_priors_and_the_rest_is_per_record():
     model = ReleaseOverhead.fit([(200_000, {"publish": 2.2, "drain": 0.1})])
     publish = model.steps["publish"]
-    assert publish.seconds == pytest.approx(0.2)  # DEFAULT_OVERHEAD's fixed part
+    assert publish.seconds == pytest.approx(0.1)  # DEFAULT_OVERHEAD's fixed part
     assert publish(200_000) == pytest.approx(2.2)
     drain = model.steps["drain"]  # faster than the prior's fixed part alone: all fixed
     assert drain == StepCost(0.1, 0.0)
