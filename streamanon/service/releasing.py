@@ -29,6 +29,7 @@ from streamanon.errors import describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
 from streamanon.metrics import Standardisation
+from streamanon.mixed import encoding_for
 from streamanon.release import (
     BaseSnapshot,
     Prepared,
@@ -167,14 +168,23 @@ class Releaser:
         else:
             log.info("survey %s: computing the release: %s on %d records", sid, sc.engine, n)
         stage_started = time.time()
-        own = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
-        legacy = own.numeric_complete  # the partition exactly as before mixed data
-        prepared = own if legacy or base is None else await self._in_thread(
-            prepare_stored, frame, sc.schema, sc.k, Standardisation(base.mean, base.scale))
         X = np.ascontiguousarray(frame[sc.quasi_identifiers].to_numpy(dtype=np.float64))
-        partition = await asyncio.get_running_loop().run_in_executor(
-            self.compute_pool, release_partition, release_run(sc), X, base,
-            None if legacy else prepared)
+        # numbers only, none missing, no strata: the partition exactly as before mixed data,
+        # from X alone; the preparation (for the release and its loss) then runs beside it
+        legacy = (encoding_for(frame, sc.schema).numeric_only and not sc.schema.strata
+                  and not np.isnan(X).any())
+        loop = asyncio.get_running_loop()
+        if legacy:
+            computing = loop.run_in_executor(self.compute_pool, release_partition,
+                                             release_run(sc), X, base, None)
+            own = prepared = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
+        else:
+            own = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
+            prepared = own if base is None else await self._in_thread(
+                prepare_stored, frame, sc.schema, sc.k, Standardisation(base.mean, base.scale))
+            computing = loop.run_in_executor(self.compute_pool, release_partition,
+                                             release_run(sc), X, base, prepared)
+        partition = await computing
         compute_done = time.time()
         rt.timings["compute"] = compute_done - stage_started
         step = time.perf_counter()
