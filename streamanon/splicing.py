@@ -132,7 +132,8 @@ def splice(base: BaseRelease, frame: pd.DataFrame, prepared: Prepared, labels: n
     if labels.shape != (n,) or base.n_base > n:
         raise InputError(f"{labels.shape} labels for {n} records with a base of {base.n_base}")
     keep = np.zeros(n, dtype=bool)
-    keep[:base.n_base] = unchanged_base_records(base.labels, labels)
+    if _json_kinds(base.frame) == _json_kinds(frame):  # else the base messages' JSON differs
+        keep[:base.n_base] = unchanged_base_records(base.labels, labels)
     kept, redo = np.flatnonzero(keep), np.flatnonzero(~keep)
     part = prepared.subset(redo)
     fresh = release_prepared(frame.iloc[redo], part, labels[redo], k, seed=None,
@@ -152,6 +153,19 @@ def splice(base: BaseRelease, frame: pd.DataFrame, prepared: Prepared, labels: n
     source = np.where(keep, np.arange(n), base.n_base + np.cumsum(~keep) - 1)[order]
     return (Release(table=table, distortion=d, loss=loss),
             Messages((base.messages, made), base.n_base, source), order)
+
+
+def _json_kinds(frame: pd.DataFrame) -> list[tuple[str, str]]:
+    """Each column with the kind of JSON value its type writes (a nullable integer writes
+    what an integer does): a base message is reused only when no column changed its kind
+    between the base records and all records (an int column that a late 2.5 made float)."""
+    def kind(dtype: Any) -> str:
+        if pd.api.types.is_bool_dtype(dtype):
+            return "bool"
+        if pd.api.types.is_integer_dtype(dtype):
+            return "int"
+        return "float" if pd.api.types.is_float_dtype(dtype) else str(dtype)
+    return [(str(c), kind(frame[c].dtype)) for c in frame.columns]
 
 
 class Messages(Sequence[bytes]):

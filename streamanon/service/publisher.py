@@ -29,6 +29,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,11 @@ def records_frame(records: Records, survey: SurveyConfig) -> pd.DataFrame:
         elif spec.role in ("confidential", "weight"):
             values = [row.get(name) for row in records.confidential]
             nullable = {"int": "Int64", "bool": "boolean"}.get(spec.type or "")
-            if nullable is not None and any(v is None for v in values):  # not float64
+            if spec.type == "float":  # float64 whatever the answers (JSON 3 is stored as 3):
+                # the column's type, and so its JSON, must not depend on which records it holds
+                values = np.array([np.nan if v is None else v for v in values],
+                                  dtype=np.float64)
+            elif nullable is not None and any(v is None for v in values):  # not float64
                 values = pd.array(values, dtype=nullable)
             columns[name] = values
         elif spec.role == "label":  # stored as text: back to its declared type
@@ -258,6 +263,9 @@ class ReleasePublisher:
 
         self.timeout = timeout
         self._errors: list[Any] = []
+        # one publish at a time: two surveys closing together share this producer, and a
+        # delivery error must reach the publish whose message it was
+        self._lock = threading.Lock()
         self._producer = Producer({
             **librdkafka_options(config), "acks": "all", "linger.ms": 20,
             "batch.size": 1_000_000, "compression.type": "none",  # any consumer reads it
@@ -275,7 +283,12 @@ class ReleasePublisher:
     def publish(self, topic: str, messages: Sequence[bytes], manifest: dict[str, Any]) -> None:
         """Every record message on partition 0 (headers ``streamanon-type``, ``-release``,
         ``-index``), then the manifest once they are all delivered. Raises
-        :class:`PublishError` when the broker refuses or does not take them in time."""
+        :class:`PublishError` when the broker refuses or does not take them in time. One
+        publish at a time (a second waits)."""
+        with self._lock:
+            self._publish(topic, messages, manifest)
+
+    def _publish(self, topic: str, messages: Sequence[bytes], manifest: dict[str, Any]) -> None:
         release_id = str(manifest["release_id"]).encode()
         produce = self._producer.produce
         kind, release = ("streamanon-type", b"record"), ("streamanon-release", release_id)

@@ -126,6 +126,7 @@ class Releaser:
         fresh = None
         if row is None:
             row, fresh = await self.write(rt, base_model)
+            rt.base_release = None  # used: its records are in ``fresh`` now
         else:
             log.info("survey %s: release %s was written before; publishing its files again",
                      sid, row.release_id)
