@@ -267,7 +267,7 @@ class ReleasePublisher:
         # delivery error must reach the publish whose message it was
         self._lock = threading.Lock()
         self._producer = Producer({
-            **librdkafka_options(config), "acks": "all", "linger.ms": 20,
+            **librdkafka_options(config), "acks": "all", "linger.ms": 5,
             "batch.size": 1_000_000, "compression.type": "none",  # any consumer reads it
             "max.in.flight.requests.per.connection": 1,
             "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
