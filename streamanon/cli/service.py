@@ -233,10 +233,12 @@ def _interrupt(signum: int, frame: object) -> None:
 def _stop_on_signals() -> None:
     """Stop on SIGTERM (a supervisor, `kill`, `timeout`) and SIGHUP (the terminal closed) as
     on Ctrl-C. Tansu runs in its own session (a Ctrl-C in the terminal reaches this process
-    only), so this process must live to stop it instead of dying and leaving it running."""
+    only), so this process must live to stop it instead of dying and leaving it running.
+    SIGINT too: a process started with it ignored (a background job of a script, nohup)
+    would otherwise never see a Ctrl-C or a ``kill -INT``."""
     import signal
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _interrupt)
 
 

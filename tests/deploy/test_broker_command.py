@@ -70,10 +70,15 @@ def assert_gone(pid: int, what: str) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_the_broker_command_stops_its_broker_on(sig):
+@pytest.mark.parametrize("ignored", [False, True])
+def test_the_broker_command_stops_its_broker_on(sig, ignored):
+    """Also when started with SIGINT ignored, as a background job of a script is (CI's own
+    launch failed this way: the command never saw the SIGINT)."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "streamanon", "broker", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, text=True,
+                            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+                            if ignored else None)
     tansu: list[int] = []
     with reaping(proc, tansu):
         line = proc.stdout.readline()
