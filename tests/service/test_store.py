@@ -17,6 +17,7 @@ from streamanon.service.store import (
     Checkpoint,
     RecordRow,
     ReleaseRow,
+    SQLiteStore,
     StoreError,
     open_store,
     record_digest,
@@ -71,6 +72,51 @@ def test_inserts_are_idempotent_by_identity(store):
     fresh = [r._replace(rid_hash=b"x" + r.rid_hash[1:]) for r in rows(5)]
     assert store.insert_records("s", fresh) == 5
     assert store.count("s") == 110
+
+
+def test_a_batch_insert_keeps_its_order_and_skips_known_and_repeated_rows(store):
+    """insert_records is a batch insert (multi-row INSERT statements on SQLite, COPY into a
+    staging table on PostgreSQL): more rows than one statement takes, rows stored before and
+    rows twice in the batch (skipped), labels and plain tuples laid out as RecordRow."""
+    store.ensure_survey("s")
+    assert store.insert_records("s", rows(10, start=1000)) == 10
+    labelled = [r._replace(label=f"L{r.offset}") for r in rows(600, start=3000)]
+    batch = [*rows(600), *rows(3, start=1000), *labelled, *rows(5, start=7),
+             *[tuple(r) for r in rows(2, start=2000)]]
+    assert len(batch) > 2 * SQLiteStore.ROWS_PER_INSERT
+    assert store.insert_records("s", batch) == 1202
+    assert store.count("s") == 1212
+    recs = store.load_records("s", 3)
+    assert recs.qi[:, 0].tolist() == [float(i) for i in [
+        *range(1000, 1010), *range(600), *range(3000, 3600), 2000, 2001]]
+    assert bool(np.all(np.diff(recs.seq) > 0))
+    assert recs.labels[10:610] == [None] * 600
+    assert recs.labels[610:1210] == [f"L{i}" for i in range(3000, 3600)]
+    assert [c["v"] for c in recs.confidential[-2:]] == [2000, 2001]
+
+
+def test_batch_inserts_in_one_outer_transaction_commit_or_roll_back_together(store):
+    store.ensure_survey("s")
+    with store._lock, store._transaction():
+        assert store.insert_records("s", rows(700)) == 700
+        assert store.insert_records("s", rows(300, start=500)) == 100  # 500..699 known
+    assert store.load_records("s", 3).qi[:, 0].tolist() == [float(i) for i in range(800)]
+    with pytest.raises(RuntimeError), store._lock, store._transaction():
+        assert store.insert_records("s", rows(50, start=900)) == 50
+        raise RuntimeError("the batch failed after its insert")
+    assert store.count("s") == 800
+    assert store.insert_records("s", rows(50, start=900)) == 50  # nothing left staged
+    assert store.count("s") == 850
+
+
+def test_record_digest_is_the_length_prefixed_blake2b_it_always_was():
+    """Digests stored by earlier versions must still match (a redelivery after an upgrade is
+    recognised): BLAKE2b-128 personalised "streamanon-rec1" over each part with its length as
+    8 little-endian bytes, a missing label as eight 0xff bytes (vectors from version 0.x)."""
+    qi = np.arange(3.0).tobytes()
+    assert {label: record_digest(qi, '{"v": 1}', label).hex() for label in (None, "", "x")} == {
+        None: "66df4dc8312d048917f113bf5a9d966b", "": "d9c809666fe15917eaedbb4bca5e3e3f",
+        "x": "ead0b3fe7bd20c067ccb18fed1a53ed1"}
 
 
 _OLD_RECORDS = """

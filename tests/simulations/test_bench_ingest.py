@@ -1,0 +1,98 @@
+"""simulations/bench_ingest.py: a smoke run with tiny settings (no speed assertions)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+
+import pytest
+
+from simulations import bench_ingest
+
+RATE, SECONDS, BACKLOG, STAGES = 2000, 3, 2000, 45_000
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> tuple[dict, str]:
+    out = tmp_path_factory.mktemp("bench") / "ingest.json"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert bench_ingest.main(["--rate", str(RATE), "--seconds", str(SECONDS),
+                                  "--n-backlog", str(BACKLOG), "--repeat", "1",
+                                  "--n-stages", str(STAGES),
+                                  "--out", str(out)]) == 0
+    return json.loads(out.read_text()), printed.getvalue()
+
+
+def test_the_live_run_commits_every_record_and_measures_its_latency(run):
+    results, _ = run
+    [live] = results["live"]
+    assert live["n"] == RATE * SECONDS
+    assert live["committed"] == live["stored"] == live["n"] and live["dead_lettered"] == 0
+    assert live["caught_up"] and live["producer_errors"] == 0
+    assert 0.5 * RATE < live["produced_per_second"] < 1.5 * RATE
+    assert 0 < live["sustained_per_second"] < 2 * RATE
+    assert 0 < live["overall_per_second"] < 2 * RATE
+    assert 0 <= live["latency_p50"] <= live["latency_p99"] <= live["latency_max"] < 60
+    assert live["done_after_last_produced"] is not None
+    assert all(0 <= rate < 2 * RATE for rate in live["per_10s"])  # none at 3 s
+
+
+def test_the_cpu_of_every_part_is_accounted_for(run):
+    results, _ = run
+    for kind in ("live", "drain"):
+        [one] = results[kind]
+        cpu = one["cpu_seconds"]
+        assert set(cpu) == {"broker (Tansu)", "producer", "service main process",
+                            "ingest worker(s)", "everything else on the machine"}
+        assert all(math.isfinite(v) for v in cpu.values()) and one["cpu_wall_seconds"] > 0
+        assert cpu["ingest worker(s)"] > 0
+
+
+def test_the_backlog_drain_stores_all_of_it(run):
+    results, _ = run
+    [drain] = results["drain"]
+    assert drain["n"] == BACKLOG and drain["with_startup_per_second"] > 0
+    # a backlog this small may fit one batch, which has no rate of its own
+    assert drain["records_per_second"] is None or drain["records_per_second"] > 0
+
+
+def test_the_summary_and_the_table_agree(run):
+    results, printed = run
+    summary = results["summary"]
+    assert summary["live"]["target_met"] is False  # 2,000/s is not the target's 50,000/s
+    assert set(summary["drain"]) == {"records_per_second", "with_startup_per_second",
+                                     "startup_seconds", "target_met"}
+    lines = [line for line in printed.splitlines() if line.startswith("|")]
+    assert lines[:2] == ["| measure | value |", "|---|---:|"]
+    rows = dict(line.strip("|").split("|")[:2] for line in lines[2:])
+    assert rows[" live: sustained ingest, committed to the store "].strip() == (
+        f"{summary['live']['sustained_per_second']:,.0f} records/s")
+    assert "target live >= 50,000/s sustained with p99 <= 2 s: MISSED" in printed
+
+
+def test_the_worker_stages_are_timed_per_record_and_add_up(run):
+    results, printed = run
+    stages = results["stages"]
+    assert stages["n"] == STAGES
+    for part in ("first", "last"):
+        times = stages[part]
+        assert all(times[s] > 0 for s in ("validate", "prepare", "store"))
+        assert math.isclose(times["total"], times["validate"] + times["prepare"]
+                            + times["store"])
+    # 45,000 records are three batches: the first and the last fifth are different batches
+    assert stages["first"] != stages["last"]
+    ceiling = 1e6 / stages["last"]["total"]
+    assert f"| one worker's ceiling (1 / total, last fifth) | {ceiling:,.0f} records/s |" \
+        in printed
+
+
+def test_help_explains_the_options(capsys):
+    with pytest.raises(SystemExit):
+        bench_ingest.parse_args(["--help"])
+    text = capsys.readouterr().out
+    for option in ("--rate", "--seconds", "--n-backlog", "--n-stages", "--repeat", "--out"):
+        assert option in text
+    assert "produce-to-commit" in text
