@@ -10,8 +10,9 @@ than the data. The variants differ only in the direction of each cut:
 - ``mondrian_v2d``: also the diagonals ``(e_j1 +- e_j2) / sqrt(2)``, by the projected variance.
 
 MONA_rho (``mona``, ``mona_2d``) uses the fast cuts only for the coarse work: parts larger than
-``n^rho`` are cut by Mondrian-V (V2D), and ONA* clusters each remaining part. ``rho = 0`` is
-Mondrian-V, ``rho = 1`` is ONA*; the runtime is ``O(n^(1 + rho) m)``. The parts are
+``n^rho`` are cut by Mondrian-V (V2D), and ONA* (with its default ``candidates`` for the
+part's size) clusters each remaining part. ``rho = 0`` is Mondrian-V, ``rho = 1`` is ONA*;
+the runtime is ``O(n^(1 + rho) m)``. The parts are
 independent and ONA* releases the GIL, so they run on parallel threads; the result does not
 depend on the number of threads.
 
@@ -45,6 +46,7 @@ from streamanon.engines._mondrian_kernels import (
     RULE_VARIANCE_2D,
     mondrian_parts,
 )
+from streamanon.engines.ona import default_candidates
 from streamanon.errors import ParameterError
 from streamanon.progress import Progress
 
@@ -151,7 +153,7 @@ def _mona(X: np.ndarray, k: int, rule: int, rho: object, n_threads: object,
             part = np.zeros(len(rows), dtype=np.int64)
         else:
             part = ona_star_labels(np.ascontiguousarray(X[rows]), k, _ONA_ROUNDS,
-                                   np.zeros(4, dtype=np.int64))
+                                   np.zeros(4, dtype=np.int64), default_candidates(len(rows), k))
         if progress is not None:
             progress.counter[0] += len(rows)  # may be late by a part: display only
         return part

@@ -1,0 +1,136 @@
+"""The indexed MDAV* and ONA* kernels give the exhaustive reference's labels, bit for bit; the
+restricted ONA* search (``candidates`` > 0) is a valid, deterministic local search that becomes
+the exhaustive one when every cell is a candidate.
+
+The reference scans every remaining record and every cell at each step; the exact indexed
+kernels prune with exact bounds only, so the partitions must be identical, not merely close.
+The restricted search may miss moves, so its IL is measured (``simulations/bench_ona.py``),
+not asserted equal."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+from streamanon.engines._local_search_kernels import (
+    mdav_star_labels,
+    mdav_star_labels_exhaustive,
+    ona_star_labels,
+    ona_star_labels_exhaustive,
+)
+from streamanon.engines.ona import EXACT_CELLS, RESTRICTED_CANDIDATES, default_candidates, ona_star
+from streamanon.errors import ParameterError
+from streamanon.metrics import information_loss
+
+# (n, m, k, rounded to one decimal: many exact ties)
+SHAPES = [(400, 2, 3, False), (700, 5, 5, False), (900, 15, 10, False), (600, 3, 4, True),
+          (1500, 8, 7, False), (350, 1, 2, True), (1200, 4, 6, False)]
+
+
+def data(n: int, m: int, seed: int, ties: bool) -> np.ndarray:
+    X = np.random.default_rng(seed).standard_normal((n, m))
+    return np.round(X, 1) if ties else X
+
+
+@pytest.mark.parametrize(("seed", "shape"), list(enumerate(SHAPES)))
+def test_indexed_mdav_star_equals_the_exhaustive_one(seed, shape):
+    n, m, k, ties = shape
+    X = data(n, m, seed, ties)
+    assert np.array_equal(mdav_star_labels(X, k), mdav_star_labels_exhaustive(X, k))
+
+
+@pytest.mark.parametrize(("seed", "shape"), list(enumerate(SHAPES)))
+def test_indexed_ona_star_equals_the_exhaustive_one(seed, shape):
+    n, m, k, ties = shape
+    X = data(n, m, 100 + seed, ties)
+    fast = np.zeros(6, np.int64)
+    slow = np.zeros(4, np.int64)
+    assert np.array_equal(ona_star_labels(X, k, 30, fast), ona_star_labels_exhaustive(X, k, 30,
+                                                                                        slow))
+    assert np.array_equal(fast[:4], slow)  # same rounds, dissolves, moves and splits
+
+
+def test_every_query_is_answered_from_the_cache_or_a_scan():
+    X = data(1000, 6, 7, False)
+    stats = np.zeros(6, np.int64)
+    ona_star_labels(X, 5, 30, stats)
+    assert stats[4] > 0 and stats[5] > 0  # both paths ran (and agreed with the reference above)
+
+
+@pytest.mark.parametrize("k", [2, 5, 10])
+def test_every_cell_has_at_least_k(k):
+    labels = ona_star(data(2000, 15, k, False), k)
+    sizes = np.bincount(labels)
+    assert sizes.min() >= k and sizes.max() < 2 * k
+    assert np.array_equal(np.unique(labels), np.arange(sizes.size))
+
+
+def test_ona_star_is_deterministic():
+    X = data(1500, 15, 3, False)
+    assert np.array_equal(ona_star(X, 10), ona_star(X, 10))
+
+
+def test_max_rounds_limits_the_local_search_like_the_reference():
+    X = data(800, 4, 9, False)
+    for rounds in (0, 1, 2):
+        assert np.array_equal(ona_star_labels(X, 4, rounds, np.zeros(4, np.int64)),
+                              ona_star_labels_exhaustive(X, 4, rounds, np.zeros(4, np.int64)))
+
+
+# -- the restricted search ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("seed", "shape"), list(enumerate(SHAPES)))
+def test_restricted_search_with_every_cell_a_candidate_is_the_exhaustive_one(seed, shape):
+    n, m, k, ties = shape
+    X = data(n, m, 200 + seed, ties)
+    restricted = np.zeros(4, np.int64)
+    slow = np.zeros(4, np.int64)
+    assert np.array_equal(ona_star_labels(X, k, 30, restricted, n),  # n >= the number of cells
+                          ona_star_labels_exhaustive(X, k, 30, slow))
+    assert np.array_equal(restricted, slow)
+
+
+@pytest.mark.parametrize("candidates", [1, 2, 8, 64])
+@pytest.mark.parametrize(("seed", "shape"), list(enumerate(SHAPES[:5])))
+def test_restricted_search_keeps_the_invariants_and_improves_on_its_start(seed, shape,
+                                                                          candidates):
+    n, m, k, ties = shape
+    X = data(n, m, 300 + seed, ties)
+    labels = ona_star_labels(X, k, 30, np.zeros(4, np.int64), candidates)
+    sizes = np.bincount(labels)
+    assert sizes.min() >= k and sizes.max() < 2 * k
+    assert np.array_equal(np.unique(labels), np.arange(sizes.size))
+    start = ona_star_labels(X, k, 0, np.zeros(4, np.int64), candidates)  # post-split MDAV*
+    il = information_loss(X, labels)
+    assert il <= information_loss(X, start) + 1e-9
+    assert il <= information_loss(X, mdav_star_labels(X, k)) + 1e-9
+
+
+def test_restricted_search_is_deterministic_whatever_the_threads():
+    X = data(6000, 15, 11, False)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = ona_star_labels(X, 5, 30, np.zeros(4, np.int64), 16)
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        many = ona_star_labels(X, 5, 30, np.zeros(4, np.int64), 16)
+    finally:
+        numba.set_num_threads(before)
+    assert np.array_equal(one, many)
+    assert np.array_equal(many, ona_star_labels(X, 5, 30, np.zeros(4, np.int64), 16))
+
+
+def test_the_default_is_exact_up_to_exact_cells_then_restricted():
+    assert default_candidates(EXACT_CELLS * 10, 10) == 0
+    assert default_candidates(EXACT_CELLS * 10 + 10, 10) == RESTRICTED_CANDIDATES
+    X = data(900, 15, 12, False)
+    assert np.array_equal(ona_star(X, 10), ona_star(X, 10, candidates=0))
+    assert np.array_equal(ona_star(X, 10, candidates=8),
+                          ona_star_labels(X, 10, 30, np.zeros(4, np.int64), 8))
+
+
+def test_ona_star_rejects_negative_candidates():
+    with pytest.raises(ParameterError, match="candidates"):
+        ona_star(data(100, 2, 0, False), 3, candidates=-1)
