@@ -80,6 +80,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     an.add_argument("--compare-one-shot", action="store_true",
                     help="also run the one-shot engine on all rows and report delta and "
                          "tau_0, tau_+ relative to it")
+    an.add_argument("--cluster", metavar="WHERE", default=None,
+                    help="partitioned run (engine 'partitioned'): cut the records with "
+                         "Mondrian-V median cuts into parts of at most --part-size records "
+                         "and microaggregate each part with --engine on its own, on the "
+                         "workers of a Dask cluster. WHERE is a scheduler address "
+                         "tcp://HOST:8786 (start it with 'dask scheduler', and workers with "
+                         "'dask worker tcp://HOST:8786' on each machine; workers need only "
+                         "'pip install streamanon', the same version), 'local-N' (start N "
+                         "worker processes on this machine for the run) or 'local' (the parts "
+                         "one after the other in this process). The release is the same "
+                         "wherever the parts run. An unreachable scheduler, or one without "
+                         "workers, is an error after 10 s; a worker lost mid-run has its "
+                         "parts run again elsewhere")
+    an.add_argument("--part-size", type=positive_int, default=None, metavar="N",
+                    help="largest part of a partitioned run, in records (default 100,000, "
+                         "where MDAV takes a few seconds a part; larger parts lose less "
+                         "information and take longer: on Gaussian data with 15 QIs the IL is "
+                         "about 5 %% above exact MDAV at 100,000 and 2 %% at 200,000); without "
+                         "--cluster the parts run one after the other in this process")
     an.add_argument("--out", required=True, metavar="OUTPUT",
                     help="release file (.csv or .parquet); the report goes next to it")
     an.add_argument("--seed", type=int, default=None,
@@ -171,6 +190,11 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
         from streamanon.api import default_engine
 
         args.engine = default_engine(args.l, args.t)
+    engine_name = args.engine
+    if args.cluster is not None or args.part_size is not None:
+        args.engine, params = _partitioned(args, params)
+        where = args.cluster or "local"
+        engine_name = f"{engine_name} in parts of {params['part_size']:,} ({where})"
     show = not args.no_progress and sys.stderr.isatty()
     started = time.perf_counter()
     result = _with_progress(
@@ -193,10 +217,10 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
     write_table(result.data, args.out)
     rpath = report_path(args.out)
     write_json(report, rpath)
-    if args.incremental is None:
-        _record_timing(result)
-    stages = args.engine if args.incremental is None else (
-        f"{args.engine} on {report['n_0']} + {args.incremental} on {report['n_plus']}")
+    if args.incremental is None and args.engine != "partitioned":
+        _record_timing(result)  # a partitioned run's time depends on its parts and workers
+    stages = engine_name if args.incremental is None else (
+        f"{engine_name} on {report['n_0']} + {args.incremental} on {report['n_plus']}")
     print(
         f"wrote {args.out}: {result.n} records, {report['cells']} cells of {args.k}+ "
         f"({stages}), IL = {result.information_loss:.2f}%, {result.seconds:.2f} s; "
@@ -208,6 +232,18 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
         print(f"two-stage vs one-shot: delta = {100 * report['delta']:+.2f} %, "
               f"tau_0 = {report['tau_0']:.3f}, tau_+ = {report['tau_plus']:.3f}")
     return 0
+
+
+def _partitioned(args: argparse.Namespace,
+                 params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The engine ``partitioned`` wrapping ``--engine``: its name and parameters."""
+    from streamanon.cluster import check_cluster
+    from streamanon.engines.partitioned import DEFAULT_PART_SIZE
+
+    cluster = "local" if args.cluster is None else check_cluster(args.cluster)
+    return "partitioned", {"engine": args.engine, "engine_params": params,
+                           "part_size": args.part_size or DEFAULT_PART_SIZE,
+                           "cluster": cluster}
 
 
 def _check_roles(frame: Any, args: argparse.Namespace) -> None:
@@ -293,6 +329,7 @@ def _record_timing(result: Any) -> None:
 
 def cmd_engines(args: argparse.Namespace) -> int:
     from streamanon.engines import available_engines
+    from streamanon.engines.partitioned import partitioned  # noqa: F401  (registers it)
 
     for info in available_engines():
         print(f"{info.name:<20} {info.summary}")

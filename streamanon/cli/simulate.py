@@ -49,6 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     si.add_argument("--engine", default="mdav", help="base engine (default mdav)")
     si.add_argument("--incremental", default="nn_split_end",
                     help="incremental stage (default nn_split_end)")
+    si.add_argument("--refine", default="off", metavar="off|auto|SECONDS",
+                    help="anytime refinement after the incremental stage: off (default), auto "
+                         "(the time the deadline leaves) or seconds")
     si.add_argument("--data", default="gaussian", metavar="gaussian|census-like|FILE",
                     help="synthetic Gaussian, census-like (13 columns), or a CSV whose numeric "
                          "columns are the quasi-identifiers (default gaussian)")
@@ -66,11 +69,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from streamanon.engines import get_engine
     from streamanon.incremental import get_stage
+    from streamanon.refine import parse_refine
     from streamanon.service.logs import setup_logging
     from streamanon.service.simulate import run_simulation
 
     get_engine(args.engine)
     get_stage(args.incremental)
+    refine = parse_refine(args.refine)
     if args.n < 3 * args.k:
         raise StreamanonError(f"--n must be at least 3k = {3 * args.k}")
     setup_logging(args.log_level, "text")
@@ -80,7 +85,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             survey_duration=args.survey_duration, speedup=args.speedup, deadline=args.deadline,
             engine=args.engine, incremental=args.incremental, data=args.data, out=args.out,
             dry_run=args.dry_run, seed=args.seed, http=args.http,
-            progress=lambda message: print(message, flush=True))
+            progress=lambda message: print(message, flush=True), refine=refine)
     except ValueError as exc:
         raise StreamanonError(str(exc)) from None
     from pathlib import Path

@@ -73,5 +73,6 @@ from streamanon.engines import lda_mdav as _lda_mdav  # noqa: E402,F401
 from streamanon.engines import mdav as _mdav  # noqa: E402,F401
 from streamanon.engines import mondrian as _mondrian  # noqa: E402,F401
 from streamanon.engines import ona as _ona  # noqa: E402,F401
+from streamanon.engines import partitioned as _partitioned  # noqa: E402,F401
 from streamanon.engines import pca_mdav as _pca_mdav  # noqa: E402,F401
 from streamanon.engines import tcloseness as _tcloseness  # noqa: E402,F401

@@ -9,6 +9,11 @@ relative times ``tau_0``, ``tau_+`` of paper 001.
 
 A base snapshot too small to build on (:func:`~streamanon.incremental.base_is_usable`, fewer
 than 2k records) is not run: the stage microaggregates the whole union one-shot.
+
+``refine`` (``"off"``, ``"auto"`` or seconds; :mod:`streamanon.refine`) adds the anytime
+refinement after the incremental stage of a two-stage partition: local search that starts at
+the cells of the late records and stops at its budget (and by ``refine_until``, a
+:func:`time.time` moment, when given).
 """
 
 from __future__ import annotations
@@ -23,6 +28,13 @@ from streamanon.engines import get_engine, run_engine
 from streamanon.errors import ParameterError
 from streamanon.incremental import base_is_usable, get_stage, run_stage
 from streamanon.metrics import distortion, relative_distortion_increase
+from streamanon.refine import (
+    Refinement,
+    parse_refine,
+    refine_partition,
+    refine_window,
+    window_budget,
+)
 
 
 @dataclass
@@ -39,6 +51,11 @@ class Partition:
     n_increment: int
     base_seconds: float
     incremental_seconds: float
+    refinement: Refinement | None = field(default=None, kw_only=True)  # after the stage
+
+    @property
+    def refine_seconds(self) -> float:
+        return 0.0 if self.refinement is None else self.refinement.seconds
 
     @property
     def nu(self) -> float:
@@ -75,6 +92,8 @@ class TwoStageResult(Partition):
             "n_plus": self.n_increment,
             "base_seconds": self.base_seconds,
             "incremental_seconds": self.incremental_seconds,
+            "refine_seconds": self.refine_seconds,
+            "refine_stopped": None if self.refinement is None else self.refinement.stopped,
             "distortion_two_stage": self.distortion,
             "one_shot_seconds": self.one_shot_seconds,
             "one_shot_distortion": self.one_shot_distortion,
@@ -95,6 +114,10 @@ class TwoStageRun:
         Base engine name (``streamanon engines``), with ``engine_params``.
     incremental
         Incremental stage name, with ``incremental_params``.
+    refine
+        Anytime refinement after the incremental stage: ``"off"`` (default), ``"auto"`` or
+        seconds (:func:`streamanon.refine.refine_window`); ``refine_until`` (a
+        :func:`time.time` moment, e.g. the deadline less the release overhead) also ends it.
 
     Examples
     --------
@@ -109,7 +132,8 @@ class TwoStageRun:
 
     def __init__(self, k: int, engine: str = "mdav", incremental: str = "two_stage", *,
                  engine_params: dict[str, Any] | None = None,
-                 incremental_params: dict[str, Any] | None = None) -> None:
+                 incremental_params: dict[str, Any] | None = None,
+                 refine: str | float = "off", refine_until: float | None = None) -> None:
         get_engine(engine)
         get_stage(incremental)
         self.k = int(k)
@@ -117,6 +141,8 @@ class TwoStageRun:
         self.incremental = incremental
         self.engine_params = dict(engine_params or {})
         self.incremental_params = dict(incremental_params or {})
+        self.refine = parse_refine(refine)
+        self.refine_until = refine_until
 
     def warm_up(self, Z: np.ndarray) -> None:
         """Run both stages once on a few records, so that loading compiled kernels is not
@@ -174,9 +200,23 @@ class TwoStageRun:
         else:  # nothing to build on: the stage's fallback runs one-shot on the union
             base_labels, base_seconds = np.zeros(n_base, dtype=np.int64), 0.0
         labels, inc_seconds = self.run_increment(base, base_labels, increment)
+        refinement = None
+        if usable and n > n_base:
+            refinement = self.run_refine(Z, labels, n_base)
+            if refinement is not None:
+                labels = refinement.labels
         return Partition(labels=labels, mode="two-stage" if usable else "one-shot",
                          n_base=n_base, n_increment=n - n_base, base_seconds=base_seconds,
-                         incremental_seconds=inc_seconds)
+                         incremental_seconds=inc_seconds, refinement=refinement)
+
+    def run_refine(self, Z: np.ndarray, labels: np.ndarray, n_base: int) -> Refinement | None:
+        """The anytime refinement of the union's ``labels``, late records' cells first, in
+        the budget left now (None when ``refine`` is off)."""
+        budget = window_budget(*refine_window(self.refine, deadline_at=self.refine_until))
+        if budget is None:
+            return None
+        return refine_partition(Z, labels, self.k, budget_seconds=budget,
+                                first=np.arange(n_base, Z.shape[0]))
 
     def run(self, Z: np.ndarray, n_base: int, *, compare_one_shot: bool = False,
             base_result: tuple[np.ndarray, float] | None = None) -> TwoStageResult:

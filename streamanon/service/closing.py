@@ -25,11 +25,18 @@ log = logging.getLogger(__name__)
 
 
 async def close_survey(rt: SurveyRuntime, *, store: Store, in_store: StoreCall,
-                       collector: KafkaCollector, release: Callable[[], Awaitable[None]]) -> None:
+                       collector: KafkaCollector, release: Callable[[], Awaitable[None]],
+                       before_marks: Callable[[str, float], Awaitable[None]] | None = None
+                       ) -> None:
     """The close sequence of ``rt``'s survey, from wherever it stopped before a restart: the
     close request stored, the planner stopped, the close marks taken (or those stored), the
     drain, the base run waited for, ``CLOSING``, then ``release()``. Store calls go through
-    ``in_store``. A failure is logged and stored as the survey's error, never raised."""
+    ``in_store``. A failure is logged and stored as the survey's error, never raised.
+
+    ``before_marks(survey, closed_at)``, when given, is awaited before the marks are taken:
+    with several instances collecting, until every other one has stopped taking the
+    survey's responses unjudged (:meth:`.leadership.Coordinator.followers_closed`); the drain
+    then waits for the group's committed offsets, whichever instance committed them."""
     sid = rt.config.id
     try:
         st = await in_store(store.survey_state, sid)
@@ -45,6 +52,8 @@ async def close_survey(rt: SurveyRuntime, *, store: Store, in_store: StoreCall,
             rt.planner.stop()
         step = time.perf_counter()
         marks = await in_store(store.close_marks, sid)
+        if marks is None and before_marks is not None:
+            await before_marks(sid, st.close_requested_at)
         while marks is None:
             try:
                 marks = await collector.take_close(

@@ -9,8 +9,9 @@ environment or from files named there, never from the TOML file:
 - ``STREAMANON_HTTP_TOKEN`` or ``STREAMANON_HTTP_TOKEN_FILE``
 - ``STREAMANON_KAFKA_SASL_PASSWORD`` or ``STREAMANON_KAFKA_SASL_PASSWORD_FILE`` (with SASL)
 
-Any other key of the sections ``kafka``, ``store``, ``output``, ``http`` and ``planner`` can be
-overridden with ``STREAMANON_<SECTION>_<KEY>``, e.g. ``STREAMANON_KAFKA_BOOTSTRAP_SERVERS``.
+Any other key of the sections ``kafka``, ``store``, ``output``, ``http``, ``planner`` and
+``compute`` can be overridden with ``STREAMANON_<SECTION>_<KEY>``, e.g.
+``STREAMANON_KAFKA_BOOTSTRAP_SERVERS``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ else:  # pragma: no cover
 
 SECRET_KEYS = {"hmac_key", "http_token", "token", "secret", "hmac_key_file", "http_token_file",
                "password", "sasl_password", "sasl_password_file", "sasl_plain_password"}
-_SECTIONS = ("kafka", "store", "output", "http", "planner")
+_SECTIONS = ("kafka", "store", "output", "http", "planner", "compute")
 
 
 class ConfigError(StreamanonError):
@@ -61,6 +62,9 @@ class SurveyConfig(_Strict):
     engine_params: dict[str, Any] = Field(default_factory=dict)
     incremental: str = "nn_split_end"
     incremental_params: dict[str, Any] = Field(default_factory=dict)
+    # Anytime refinement after the incremental stage (streamanon.refine): "off", "auto" (the
+    # time left before the deadline less the release overhead) or seconds.
+    refine: str | float = "off"
     duplicates: Literal["reject", "allow"] = "reject"
     expected_records: int | None = Field(default=None, ge=1)
     # What a dead letter keeps of the respondent id: "keep" (the original bytes) or "redact"
@@ -80,6 +84,16 @@ class SurveyConfig(_Strict):
         if isinstance(value, str):
             return parse_duration(value)
         return value
+
+    @field_validator("refine", mode="before")
+    @classmethod
+    def _refine(cls, value: Any) -> Any:
+        from streamanon.refine import parse_refine
+
+        try:
+            return parse_refine(value)
+        except StreamanonError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("close")
     @classmethod
@@ -166,12 +180,33 @@ class PlannerConfig(_Strict):
     calibration_seconds: float = Field(default=3.0, gt=0)
 
 
+class ComputeConfig(_Strict):
+    """Where the base engine runs. ``cluster = "local"`` (default): in the service's compute
+    process. ``"tcp://scheduler:8786"`` (a Dask scheduler) or ``"local-N"`` (N worker processes
+    started on this machine for each base run): the base snapshot is cut into parts of at most
+    ``part_size`` records, each microaggregated by the survey's engine on a Dask worker
+    (``streamanon.engines.partitioned``). The incremental stage and the gate stay here."""
+
+    cluster: str = "local"
+    part_size: int = Field(default=100_000, ge=1)
+
+    @field_validator("cluster")
+    @classmethod
+    def _where(cls, value: str) -> str:
+        if value != "local" and not re.fullmatch(r"local-[1-9]\d*", value) \
+                and "://" not in value:
+            raise ValueError(f"expected 'local', 'local-N' or a Dask scheduler address such as "
+                             f"tcp://scheduler:8786, got {value!r}")
+        return value
+
+
 class Config(_Strict):
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
+    compute: ComputeConfig = Field(default_factory=ComputeConfig)
     surveys: list[SurveyConfig] = Field(min_length=1)
     hmac_key: bytes = Field(default=b"", exclude=True, repr=False)
     http_token: str = Field(default="", exclude=True, repr=False)
@@ -272,7 +307,7 @@ def _read_secret(env: Mapping[str, str], name: str, problems: list[str]) -> str:
 
 def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
     models = {"kafka": KafkaConfig, "store": StoreConfig, "output": OutputConfig,
-              "http": HttpConfig, "planner": PlannerConfig}
+              "http": HttpConfig, "planner": PlannerConfig, "compute": ComputeConfig}
     for section in _SECTIONS:
         for key in models[section].model_fields:
             value = env.get(f"STREAMANON_{section.upper()}_{key.upper()}")

@@ -21,6 +21,10 @@ Restart after a crash resumes from the stored state: a finished checkpoint is re
 interrupted base run is re-planned (it fires at once when its moment has passed), a release
 that was written but not fully published is re-published from the same files, and a released
 survey is never released again.
+
+Several instances on one PostgreSQL store (:mod:`~streamanon.service.leadership`): every one
+collects; the one holding the lifecycle lease plans, runs the base run, closes and releases; a
+follower that takes the lease over resumes as a restart does (:meth:`Service._resume`).
 """
 
 from __future__ import annotations
@@ -59,6 +63,13 @@ from streamanon.service.health import (
     producer_health,
     store_health,
 )
+from streamanon.service.leadership import (
+    Coordination,
+    Coordinator,
+    instance_name,
+    lease_key,
+    single_instance,
+)
 from streamanon.service.processes import worker_pool
 from streamanon.service.publisher import ReleasePublisher, records_frame
 from streamanon.service.releasing import Releaser, release_run
@@ -78,7 +89,9 @@ from streamanon.service.store import (
     OPEN,
     RELEASED,
     Checkpoint,
+    PostgresStore,
     ReleaseRow,
+    SQLiteStore,
     Store,
     StoreError,
     SurveyState,
@@ -94,9 +107,10 @@ log = logging.getLogger(__name__)
 
 
 def warm_up_compute() -> bool:
-    """Load the compiled kernels in the compute process before they are needed."""
+    """Load the compiled kernels (the refinement's too) in the compute process before they
+    are needed."""
     Z = np.random.default_rng(0).standard_normal((60, 2))
-    TwoStageRun(5, "mdav", "nn_split_end").run(Z, 40)
+    TwoStageRun(5, "mdav", "nn_split_end", refine=1.0).run(Z, 40)
     return True
 
 
@@ -125,6 +139,14 @@ class Service:
         self._tasks: set[asyncio.Future] = set()
         self.started_at = time.time()
         self.telemetry = Telemetry()
+        # several instances on one PostgreSQL store: the lifecycle lease (leadership.py)
+        self.coordinator: Coordinator | None = None
+        self._instance_lock: Any = None  # a SQLite store's lock: one instance only
+
+    @property
+    def leading(self) -> bool:
+        """Whether this instance runs the lifecycle (plan, base run, close, release)."""
+        return self.coordinator is None or self.coordinator.leading
 
     # -- start and stop ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -135,6 +157,7 @@ class Service:
 
         self.loop = asyncio.get_running_loop()
         cfg = self.config
+        await self._claim()
         kafka = cfg.kafka_options()  # brokers and security, for every client
         await self._in_store(lambda: ensure_topics(cfg.kafka.bootstrap_servers, self._topics(),
                                                    configs=cfg.topic_configs(), **kafka))
@@ -159,10 +182,33 @@ class Service:
             KafkaDeadLetters(self.producer), on_stored=self._on_stored,
             on_control=self._on_control, on_restart=self.telemetry.count_restart)
         await self._recover()
+        if self.coordinator is not None and not self.leading:
+            await self.coordinator.follow()  # closes under way, before a message is read
         await self.collector.start()
         await warm
         self.scheduler = BackgroundScheduler(timezone=timezone.utc)
         self.scheduler.start()
+        if self.leading:
+            await self._start_planners()
+        if self.coordinator is not None:
+            self.coordinator.start()
+        log.info("service started: %d survey(s)", len(self.surveys))
+
+    async def _claim(self) -> None:
+        """Whether this instance runs the lifecycle: on SQLite it is the only one (the store
+        is locked for it); on PostgreSQL, if it holds the lease (:mod:`.leadership`)."""
+        if isinstance(self.store, SQLiteStore):
+            self._instance_lock = single_instance(self.store.path)
+        elif isinstance(self.store, PostgresStore):
+            cfg = self.config
+            coordination = await asyncio.to_thread(
+                Coordination, cfg.store.url, instance_name(),
+                key=lease_key(cfg.kafka.group_id), http=cfg.http.bind)
+            self.coordinator = Coordinator(self, coordination)
+            await self.coordinator.acquire()
+
+    async def _start_planners(self) -> None:
+        cfg = self.config
         for sid, rt in self.surveys.items():
             state = (await self._in_store(self.store.survey_state, sid)).state
             if state == RELEASED or rt.ingest.closed_at is not None:
@@ -175,9 +221,43 @@ class Service:
                 interval_seconds=cfg.planner.interval_seconds)
             rt.planner.base_started = state != OPEN
             rt.planner.start()
-        log.info("service started: %d survey(s)", len(self.surveys))
+
+    async def _take_over(self) -> None:
+        """This follower took the lifecycle lease (its holder died or stopped): carry on
+        from the stored state as a restart would."""
+        cfg = self.config.planner
+        for sid, rt in self.surveys.items():
+            times = await self._in_store(self.store.arrival_times, sid)
+            estimator = ArrivalEstimator(cfg.arrival_bin_seconds, cfg.arrival_bins)
+            estimator.observe(times)
+            with self._lock:
+                rt.estimator = estimator
+            await self._resume(sid)
+        await self._start_planners()
+
+    async def _step_down(self) -> None:
+        """The lease was lost (its connection cut): stop every lifecycle task at once; the
+        new leader carries them on from the store."""
+        for rt in self.surveys.values():
+            if rt.planner is not None:
+                rt.planner.stop()
+                rt.planner = None
+            for task in (rt.base_task, rt.close_task):
+                if task is not None and not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            rt.base_task = rt.close_task = None
+
+    def _observe_shared(self, sid: str, new_records: int) -> None:
+        """Records stored by every instance since the last count (the leader's view of the
+        arrivals when several instances collect)."""
+        with self._lock:
+            self.surveys[sid].estimator.observe([time.time()] * new_records)
 
     async def stop(self) -> None:
+        if self.coordinator is not None:
+            await self.coordinator.halt()
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
         for rt in self.surveys.values():
@@ -194,8 +274,12 @@ class Service:
         if self.release_producer is not None:
             await asyncio.to_thread(self.release_producer.close)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.coordinator is not None:
+            await self.coordinator.leave()
         self._store_thread.shutdown(wait=True)
         self.store.close()
+        if self._instance_lock is not None:
+            self._instance_lock.close()
 
     def _topics(self) -> dict[str, int]:
         """Every topic with its partitions; a release is one partition, so it stays in order
@@ -247,21 +331,29 @@ class Service:
             if st.state == RELEASED or marks is not None:  # before the collector reads a message
                 rt.ingest.closure = Closure(st.close_requested_at or 0.0, marks,
                                             final=st.state == RELEASED)
-            if st.state == BASE_RUNNING:
-                cp = await self._in_store(self.store.load_checkpoint, sid)
-                if cp is not None:
-                    await self._in_store(self.store.transition, sid, BASE_DONE,
-                                         "checkpoint found after restart")
-                else:
-                    await self._in_store(self.store.transition, sid, OPEN,
-                                         "base run interrupted; re-planning")
-                    log.warning("survey %s: base run was interrupted; it will be re-planned", sid)
-            st = await self._in_store(self.store.survey_state, sid)
-            if st.state == CLOSING or (st.close_requested_at is not None
-                                       and st.state in (OPEN, BASE_DONE)):
-                rt.close_task = asyncio.create_task(self._close(sid), name=f"close-{sid}")
             if st.state == RELEASED:
                 rt.closed_event.set()
+            if self.leading:
+                await self._resume(sid)
+
+    async def _resume(self, sid: str) -> None:
+        """The lifecycle of a survey from its stored state (at a start, or when a follower
+        takes the lease over)."""
+        rt = self.surveys[sid]
+        st = await self._in_store(self.store.survey_state, sid)
+        if st.state == BASE_RUNNING:
+            cp = await self._in_store(self.store.load_checkpoint, sid)
+            if cp is not None:
+                await self._in_store(self.store.transition, sid, BASE_DONE,
+                                     "checkpoint found after restart")
+            else:
+                await self._in_store(self.store.transition, sid, OPEN,
+                                     "base run interrupted; re-planning")
+                log.warning("survey %s: base run was interrupted; it will be re-planned", sid)
+        st = await self._in_store(self.store.survey_state, sid)
+        if st.state == CLOSING or (st.close_requested_at is not None
+                                   and st.state in (OPEN, BASE_DONE)):
+            rt.close_task = asyncio.create_task(self._close(sid), name=f"close-{sid}")
 
     # -- planning ------------------------------------------------------------------------------
     def _load_models(self, sc: SurveyConfig) -> None:
@@ -290,6 +382,8 @@ class Service:
         with self._lock:
             pace = rt.estimator.pace(t)
             received = rt.ingest.stored
+        if self.coordinator is not None:  # every instance's records, not only this one's
+            received = self.coordinator.stored.get(sid, received)
         plan = live.plan(live.forecast(received, pace, close - t, sc.expected_records),
                          base, incremental, k=sc.k, deadline=sc.deadline,
                          seconds_to_close=close - t)
@@ -299,7 +393,8 @@ class Service:
     def _on_stored(self, sid: str, arrival_times: list[float]) -> None:
         rt = self.surveys[sid]
         with self._lock:
-            rt.estimator.observe(arrival_times)
+            if self.coordinator is None:  # else the store's count says (_observe_shared)
+                rt.estimator.observe(arrival_times)
             rt.history.add(time.time(), rt.ingest.stored)
 
     def _on_control(self, raw: bytes | None) -> None:
@@ -338,12 +433,20 @@ class Service:
     async def start_base(self, sid: str, plan: Plan | None) -> bool:
         """Take the base snapshot now and run the base engine on it, in the compute process."""
         rt = self.surveys[sid]
+        if self.coordinator is not None and not self.coordinator.leading:
+            await asyncio.to_thread(self.coordinator.coordination.request, sid, "start_base")
+            log.info("survey %s: base run requested; handed to the leader", sid)
+            return False
         if rt.base_task is not None:
             return False
         st = await self._in_store(self.store.survey_state, sid)
         if st.state != OPEN or st.close_requested_at is not None:
             return False
-        snapshot_seq = await self._in_store(self.store.max_seq, sid)
+        if self.coordinator is not None:  # other instances insert too: a clean cut
+            snapshot_seq = await asyncio.to_thread(self.coordinator.coordination.snapshot_seq,
+                                                   sid)
+        else:
+            snapshot_seq = await self._in_store(self.store.max_seq, sid)
         n_base = await self._in_store(self.store.count, sid)
         if not base_is_usable(n_base, rt.config.k):
             log.info("survey %s: base snapshot of %d records is under 2k; one-shot at close",
@@ -369,8 +472,16 @@ class Service:
                 lambda: self.store.load_records(sid, m, upto_seq=snapshot_seq))
             frame = records_frame(records, sc)
             prepared = prepare_stored(frame, sc.schema, sc.k)
-            labels, seconds = await self.loop.run_in_executor(
-                self._pool, base_partition, release_run(sc), prepared)
+            compute = self.config.compute
+            if compute.cluster == "local":
+                labels, seconds = await self.loop.run_in_executor(
+                    self._pool, base_partition, release_run(sc), prepared)
+            else:  # the compute process cuts the snapshot and is the cluster's client
+                from streamanon.cluster import partitioned_base
+
+                labels, seconds = await self.loop.run_in_executor(
+                    self._pool, partitioned_base, release_run(sc), prepared, compute.cluster,
+                    compute.part_size)
             scaling = prepared.scaling
             cp = Checkpoint(snapshot_seq=snapshot_seq, n_base=len(records), labels=labels,
                             mean=scaling.mean, scale=scaling.scale, engine=sc.engine,
@@ -400,11 +511,14 @@ class Service:
     # -- close and release (closing.py, releasing.py) ------------------------------------------
     async def close(self, sid: str) -> None:
         """Close the survey (idempotent); returns once the close request is stored (a restart
-        carries it on) and the close sequence has been started."""
+        carries it on) and the close sequence has been started (on a follower: by the leader,
+        which finds the stored request within a poll)."""
         rt = self.surveys[sid]
         st = await self._in_store(self.store.survey_state, sid)
         if st.state != RELEASED and st.close_requested_at is None:
             await self._in_store(self.store.request_close, sid, time.time())
+        if not self.leading:  # stored: the leader carries it out (leadership.Coordinator)
+            return
         if rt.close_task is None:
             rt.close_task = asyncio.create_task(self._close(sid), name=f"close-{sid}")
 
@@ -418,7 +532,9 @@ class Service:
         releaser = self._releaser
         await close_survey(rt, store=self.store, in_store=self._in_store,
                            collector=self.collector,
-                           release=lambda: releaser.release(rt, self._models[sid][0]))
+                           release=lambda: releaser.release(rt, self._models[sid][0]),
+                           before_marks=None if self.coordinator is None
+                           else self.coordinator.followers_closed)
 
     # -- status --------------------------------------------------------------------------------
     async def status(self) -> ServiceStatus:

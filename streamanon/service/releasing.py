@@ -88,12 +88,14 @@ def fresh_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray, k
     return replace(release, table=table), messages, order
 
 
-def release_run(survey: SurveyConfig) -> TwoStageRun:
-    """The survey's base engine and incremental stage with their parameters; its methods run
+def release_run(survey: SurveyConfig, refine_until: float | None = None) -> TwoStageRun:
+    """The survey's base engine and incremental stage with their parameters and refinement
+    (ended by ``refine_until`` on the :func:`time.time` clock, when given); its methods run
     in the compute process."""
     return TwoStageRun(survey.k, survey.engine, survey.incremental,
                        engine_params=survey.engine_params,
-                       incremental_params=survey.incremental_params)
+                       incremental_params=survey.incremental_params,
+                       refine=survey.refine, refine_until=refine_until)
 
 
 class Releaser:
@@ -169,6 +171,11 @@ class Releaser:
         else:
             log.info("survey %s: computing the release: %s on %d records", sid, sc.engine, n)
         stage_started = time.time()
+        refine_until = None  # the refinement ends where the deadline less the overhead is
+        if sc.refine != "off" and sc.deadline is not None:
+            closed = (await self._in_store(self.store.survey_state, sid)).close_requested_at
+            refine_until = ((closed or stage_started) + sc.deadline
+                            - live.release_overhead(n))
         X = np.ascontiguousarray(frame[sc.quasi_identifiers].to_numpy(dtype=np.float64))
         # numbers only, none missing, no strata: the partition exactly as before mixed data,
         # from X alone; the preparation (for the release and its loss) then runs beside it
@@ -177,16 +184,21 @@ class Releaser:
         loop = asyncio.get_running_loop()
         if legacy:
             computing = loop.run_in_executor(self.compute_pool, release_partition,
-                                             release_run(sc), X, base, None)
+                                             release_run(sc, refine_until), X, base, None)
             own = prepared = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
         else:
             own = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
             prepared = own if base is None else await self._in_thread(
                 prepare_stored, frame, sc.schema, sc.k, Standardisation(base.mean, base.scale))
             computing = loop.run_in_executor(self.compute_pool, release_partition,
-                                             release_run(sc), X, base, prepared)
+                                             release_run(sc, refine_until), X, base, prepared)
         partition = await computing
         compute_done = time.time()
+        if partition.refinement is not None:
+            r = partition.refinement
+            log.info("survey %s: refinement: %d moves, %d dissolves, %d splits in %d rounds, "
+                     "%.2f s (%s)", sid, r.moves, r.dissolves, r.splits, r.rounds, r.seconds,
+                     r.stopped)
         rt.timings["compute"] = compute_done - stage_started
         step = time.perf_counter()
         seed = secrets.randbits(62)

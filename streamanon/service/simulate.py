@@ -103,7 +103,8 @@ def make_data(kind: str, n: int, m: int, seed: int = 7) -> SurveyData:
 def service_config(bootstrap: str, out: Path, *, n: int, m: int, k: int, close: datetime,
                    http: str, engine: str = "mdav", incremental: str = "nn_split_end",
                    deadline: float | None = None, survey: str = SURVEY,
-                   arrival_bin_seconds: float = 2.0) -> dict[str, Any]:
+                   arrival_bin_seconds: float = 2.0,
+                   refine: str | float = "off") -> dict[str, Any]:
     """The raw service configuration of a synthetic survey ``q0..q{m-1}`` plus ``answer``."""
     schema: dict[str, Any] = {"respondent_id": {"role": "identifier"}}
     for j in range(m):
@@ -111,7 +112,7 @@ def service_config(bootstrap: str, out: Path, *, n: int, m: int, k: int, close: 
     schema["answer"] = {"role": "confidential", "type": "int", "min": 1, "max": 5}
     spec: dict[str, Any] = {"id": survey, "close": close.isoformat(), "k": k, "engine": engine,
                             "incremental": incremental, "expected_records": n,
-                            "schema": schema}
+                            "refine": refine, "schema": schema}
     if deadline is not None:
         spec["deadline"] = f"{deadline}s"
     return {
@@ -185,7 +186,7 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
                  deadline: float | None = None, http: str | None = None, linger: float = 0.0,
                  survey: str = SURVEY, log_every: float = 5.0,
                  dashboard: dict[str, Any] | None = None,
-                 progress: Progress = log.info) -> dict[str, Any]:
+                 progress: Progress = log.info, refine: str | float = "off") -> dict[str, Any]:
     """Broker, service and producer: the survey is open ``open_seconds`` (wall clock), response
     ``i`` is sent at ``send_at[i]``; returns the release report with ``opened_at``.
 
@@ -204,7 +205,8 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
         raw = service_config(broker.bootstrap, out, n=n, m=m, k=k, close=placeholder,
                              http=bind, engine=engine, incremental=incremental,
                              deadline=deadline, survey=survey,
-                             arrival_bin_seconds=max(0.5, min(10.0, open_seconds / 60)))
+                             arrival_bin_seconds=max(0.5, min(10.0, open_seconds / 60)),
+                             refine=refine)
         config = parse_config(raw, env, source="simulation configuration")
         topic = config.topic(survey, "responses")
 
@@ -298,7 +300,8 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
                    incremental: str = "nn_split_end", data: str = "gaussian",
                    out: str | Path = "simulation", dry_run: bool = False, seed: int = 7,
                    http: str | None = None, linger: float = 0.0,
-                   survey: str = SURVEY, progress: Progress = log.info) -> dict[str, Any]:
+                   survey: str = SURVEY, progress: Progress = log.info,
+                   refine: str | float = "off") -> dict[str, Any]:
     """Run one simulation (see the module docstring); returns the summary it writes.
 
     Besides the report, ``out/dashboard.html`` is the dashboard's final state as one
@@ -321,7 +324,7 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
                          incremental_model, k)
     summary: dict[str, Any] = {
         "profile": arrivals.name, "n": n, "m": m, "k": k, "engine": engine,
-        "incremental": incremental, "data": survey_data.description,
+        "incremental": incremental, "refine": refine, "data": survey_data.description,
         "survey_duration_seconds": survey_duration, "speedup": speedup,
         "open_seconds": open_seconds, "deadline_seconds": deadline,
         "compressed_deadline_seconds": compressed_deadline,
@@ -340,7 +343,8 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
     report = run_pipeline(survey_data, times, out=out, k=k, open_seconds=open_seconds,
                           engine=engine, incremental=incremental,
                           deadline=compressed_deadline, http=http, linger=linger,
-                          survey=survey, dashboard=dashboard, progress=progress)
+                          survey=survey, dashboard=dashboard, progress=progress,
+                          refine=refine)
     progress(f"released; timing the one-shot {engine} run on the same {n:,} records for "
              "comparison ...")
     one_shot_seconds, one_shot_d = one_shot(survey_data.X, k, engine)

@@ -4,11 +4,15 @@
 - ``GET /healthz``: 200 ``ok`` while every part of the service (collector, compute process,
   store, publisher) works; 503 ``unhealthy: PART, ...`` and one line per failing part
   otherwise (``streamanon.service.health``).
-- ``GET /api/status``: JSON of every survey's state, counts, plan and release summary, and
-  the health of each part (``health``).
+- ``GET /api/status``: JSON of every survey's state, counts, plan and release summary, the
+  health of each part (``health``) and, with several instances on one PostgreSQL store, this
+  instance's role (``instance``: ``leader`` or ``follower``, and the leader's name and address;
+  ``streamanon.service.leadership``).
 - ``GET /metrics``: Prometheus metrics (``streamanon.service.telemetry``).
-- ``POST /api/surveys/{id}/close``: close now (``Authorization: Bearer TOKEN``).
-- ``POST /api/surveys/{id}/base``: take the base snapshot and start the base run now (token).
+- ``POST /api/surveys/{id}/close``: close now (``Authorization: Bearer TOKEN``); on a follower
+  the close is stored and the leader carries it out (202, naming the leader).
+- ``POST /api/surveys/{id}/base``: take the base snapshot and start the base run now (token);
+  a follower answers 409 with the leader's name and address.
 
 Binds to loopback by default (``http.bind``). Responses never contain survey data.
 :func:`start_http` also runs the :class:`~streamanon.service.health.HealthMonitor`, which feeds the
@@ -69,9 +73,14 @@ def make_app(service: Any) -> web.Application:
         return web.Response(text=text, status=200 if ok else 503,
                             headers={"Cache-Control": "no-store"})
 
+    def instance() -> dict[str, Any]:
+        coordinator = getattr(service, "coordinator", None)
+        return {"role": "leader"} if coordinator is None else coordinator.describe()
+
     async def status(request: web.Request) -> web.Response:
-        return web.json_response((await service.status()).to_json(),
-                                 headers={"Cache-Control": "no-store"})
+        body = (await service.status()).to_json()
+        body["instance"] = instance()
+        return web.json_response(body, headers={"Cache-Control": "no-store"})
 
     async def metrics(request: web.Request) -> web.Response:
         surveys = (await service.status()).surveys
@@ -93,10 +102,17 @@ def make_app(service: Any) -> web.Application:
     async def close(request: web.Request) -> web.Response:
         sid = _survey(request)
         await service.close(sid)
-        return web.json_response({"survey": sid, "closing": True}, status=202)
+        body: dict[str, Any] = {"survey": sid, "closing": True}
+        if instance()["role"] == "follower":
+            body["leader"] = instance()["leader"]  # stored here, carried out there
+        return web.json_response(body, status=202)
 
     async def base(request: web.Request) -> web.Response:
         sid = _survey(request)
+        if instance()["role"] == "follower":
+            return web.json_response(
+                {"survey": sid, "started": False, "leader": instance()["leader"],
+                 "reason": "this instance is a follower: ask the leader"}, status=409)
         started = await service.start_base(sid, None)
         if not started:
             surveys = (await service.status()).surveys

@@ -1,0 +1,41 @@
+"""simulations/better_than_one_shot.py: the refinement table on tiny data."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+
+from simulations import better_than_one_shot
+from simulations.common import ROOT
+
+
+def test_tables_and_json_with_the_onas_skipped_above_their_limit(tmp_path):
+    out = io.StringIO()
+    path = tmp_path / "result.json"
+    with contextlib.redirect_stdout(out):
+        assert better_than_one_shot.main([
+            "--sizes", "600,900", "--nu", "0.1", "--k", "5", "--m", "4", "--data",
+            "gaussian,census-like", "--ona-max-n", "700", "--refine", "1", "--out", str(path),
+            "--quiet"]) == 0
+    printed = out.getvalue()
+    assert "| ONA* base + NN-split-end + refinement (1 s) |" in printed
+    assert "skipped (n > --ona-max-n 700)" in printed
+    result = json.loads(path.read_text())
+    assert [(c["data"], c["n"]) for c in result["cases"]] == [
+        ("gaussian", 600), ("gaussian", 900), ("census-like", 600), ("census-like", 900)]
+    for case in result["cases"]:
+        rows = {r["variant"]: r for r in case["rows"]}
+        assert rows["one-shot MDAV"]["delta_percent"] == 0
+        refined, plain = rows["NN-split-end + refinement (1 s)"], rows["NN-split-end"]
+        assert refined["information_loss"] <= plain["information_loss"]
+        assert refined["after_close_seconds"] >= refined["refine_seconds"]
+        assert (rows["one-shot ONA*"]["skipped"] is None) == (case["n"] <= 700)
+
+
+def test_help():
+    done = subprocess.run([sys.executable, "simulations/better_than_one_shot.py", "--help"],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "--refine" in done.stdout and "--ona-max-n" in done.stdout
