@@ -39,24 +39,12 @@ from typing import Any
 import numpy as np
 
 from simulations.bench_service import M, responses, send
+from simulations.common import cpu_seconds, machine_busy_seconds
 from streamanon.service.broker import EmbeddedBroker, ensure_topics, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process so far (Linux ``/proc``); 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy_seconds() -> float:
-    user, nice, system, _idle, _iowait, irq, softirq, steal = map(
-        int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def descendants(pid: int) -> list[int]:

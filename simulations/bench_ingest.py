@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from simulations.bench_service import M, ensure, make_config, responses
-from simulations.common import RESULTS
+from simulations.common import RESULTS, cpu_seconds, machine_busy_seconds
 from streamanon.service.broker import EmbeddedBroker
 from streamanon.service.lifecycle import Service
 
@@ -216,20 +216,6 @@ class CommitLog:
         return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process so far (Linux ``/proc``); 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy_seconds() -> float:
-    """CPU time every process of the machine has used so far (Linux ``/proc/stat``)."""
-    user, nice, system, _idle, _iowait, irq, softirq, steal = map(
-        int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def processes(broker: EmbeddedBroker, producer: ProducerProcess, service: Service

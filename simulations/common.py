@@ -13,6 +13,7 @@ Every script runs both as ``python simulations/NAME.py`` and as ``python -m simu
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -85,3 +86,19 @@ def gaussian(n: int, m: int, seed: int | np.random.Generator) -> np.ndarray:
     from streamanon.metrics import standardise
 
     return standardise(np.random.default_rng(seed).standard_normal((n, m)))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux ``/proc``); 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> float:
+    """CPU time every process of the machine has used so far (Linux ``/proc/stat``)."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(
+        int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
