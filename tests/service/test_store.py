@@ -8,6 +8,7 @@ import threading
 import numpy as np
 import pytest
 
+from simulations.postgres import postgres_server, why_unavailable
 from streamanon.service.store import (
     BASE_DONE,
     BASE_RUNNING,
@@ -22,7 +23,6 @@ from streamanon.service.store import (
     open_store,
     record_digest,
 )
-from tests.postgres import postgres_server, why_unavailable
 
 _PG_REASON = why_unavailable()
 

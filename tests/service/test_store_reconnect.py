@@ -11,13 +11,13 @@ import time
 
 import pytest
 
+from simulations.postgres import controlled_postgres_server, why_unavailable
 from streamanon.service.store import (
     BASE_RUNNING,
     OPEN,
     StoreUnavailable,
     open_store,
 )
-from tests.postgres import controlled_postgres_server, why_unavailable
 from tests.service.test_store import rows
 
 _PG_REASON = why_unavailable()

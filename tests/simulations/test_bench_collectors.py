@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simulations import bench_collectors
-from tests.postgres import why_unavailable
+from simulations.postgres import why_unavailable
 
 
 def test_help_describes_the_benchmark(capsys):

@@ -1,4 +1,5 @@
-"""A private PostgreSQL server on loopback for the tests (Debian's postgresql package).
+"""A private PostgreSQL server on loopback for the tests and the benchmarks (Debian's
+postgresql package).
 
 ``make test`` installs the package when it is missing. The server runs as the ``postgres``
 user when the tests run as root (PostgreSQL refuses to run as root), in a temporary data
