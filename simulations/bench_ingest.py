@@ -271,6 +271,19 @@ def _config(setup: Setup, workdir: Path, n: int) -> Any:
     return config
 
 
+async def watched_service(config: Any, sid: str, topic: str
+                          ) -> tuple[Service, Any, CommitLog]:
+    """The service started, the survey's ``SurveyIngest``, and the :class:`CommitLog` of its
+    responses topic, hooked to the collector."""
+    service = Service(config)
+    await service.start()
+    assert service.collector is not None
+    ingest = service.surveys[sid].ingest
+    commits = CommitLog(topic, ingest)
+    service.collector.on_batch_stored = commits
+    return service, ingest, commits
+
+
 async def live_run(setup: Setup, rate: float, seconds: float) -> dict[str, Any]:
     """One live run: warm-up, then ``rate`` records/s for ``seconds`` s while the service
     ingests; see the module's docstring for what is measured."""
@@ -280,12 +293,7 @@ async def live_run(setup: Setup, rate: float, seconds: float) -> dict[str, Any]:
         config = _config(setup, Path(tmp), n + WARMUP)
         sid = config.surveys[0].id
         topic = config.topic(sid, "responses")
-        service = Service(config)
-        await service.start()
-        assert service.collector is not None
-        ingest = service.surveys[sid].ingest
-        commits = CommitLog(topic, ingest)
-        service.collector.on_batch_stored = commits
+        service, ingest, commits = await watched_service(config, sid, topic)
         try:
             producer.produce(topic=topic, n=WARMUP, start=0, rate=None, record=None)
             if not await wait_stored(ingest, WARMUP, 120):
@@ -353,13 +361,8 @@ async def drain_run(setup: Setup, n: int) -> dict[str, Any]:
         sid = config.surveys[0].id
         topic = config.topic(sid, "responses")
         sent = producer.produce(topic=topic, n=n, start=0, rate=None, record=None)
-        service = Service(config)
         started = time.time()
-        await service.start()
-        assert service.collector is not None
-        ingest = service.surveys[sid].ingest
-        commits = CommitLog(topic, ingest)
-        service.collector.on_batch_stored = commits
+        service, ingest, commits = await watched_service(config, sid, topic)
         try:
             pids = processes(broker, producer, service)
             cpu_before, wall_before = cpu_of(pids), time.monotonic()
