@@ -198,6 +198,7 @@ def incremental_cost_model(
     partition: Callable[[np.ndarray, int], Any],
     run_stage: Callable[[np.ndarray, np.ndarray, np.ndarray, int], Any],
     clock: Callable[[], float] = time.perf_counter,
+    split: PowerLaw | None = None,
 ) -> TwoStageCost | NearestNeighbourCost:
     """The cost model of incremental ``stage`` with ``base`` the base engine's model.
 
@@ -208,6 +209,8 @@ def incremental_cost_model(
     (``base.contention``): ``partition(X, k)`` (MDAV) labels a Gaussian base of ``max(20 k, 20000)``
     records and ``run_stage(base, base_labels, increment, k)`` adjoins ``max(k, 2000)`` more.
     Like :func:`calibrate`, the engine and the stage are passed in, so nothing here imports them.
+    ``split`` is the model of the engine that splits the grown cells (the stage's ``engine``
+    parameter, MDAV by default); None takes ``base``.
     """
     if stage == "two_stage":
         return TwoStageCost(base)
@@ -223,7 +226,8 @@ def incremental_cost_model(
     # timed here like the calibration, the stage shares the cores of a real run like the base
     # engine: the contention measured on the base engine's runs applies to it too
     return NearestNeighbourCost(c=seconds * k / (n0 * n_plus) * base.contention, k=k,
-                                split=base if stage in ("nn_split_mid", "nn_split_end") else None)
+                                split=(split or base) if stage in ("nn_split_mid", "nn_split_end")
+                                else None)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ Everything here is pure: numbers in, numbers out; no clock, no store, no service
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
@@ -39,6 +40,9 @@ from scheduler.planner import (
 
 #: The upper quantile of the compute's time that a deadline plan keeps within the deadline.
 DEADLINE_QUANTILE = 0.95
+
+#: The refinement's seconds with ``refine = "auto"`` and no deadline (``streamanon.refine``).
+AUTO_REFINE_SECONDS = 5.0
 
 Moment = TypeVar("Moment", float, datetime)
 
@@ -107,7 +111,7 @@ def forecast(received: int, pace: float, seconds_to_close: float,
 def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalCost, *,
          k: int, deadline: float | None = None, seconds_to_close: float | None = None,
          overhead: bool = True, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
-         quantile: float | None = DEADLINE_QUANTILE) -> Plan:
+         quantile: float | None = DEADLINE_QUANTILE, refine: str | float = "off") -> Plan:
     """The plan for the records ``arrivals`` expects: nu*, or nu_end under a ``deadline``.
 
     Parameters
@@ -137,6 +141,15 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
         kept is ``Plan.margin_seconds``. None plans against the prediction itself. Without a
         deadline nu* is solved on the prediction and the margin is only recorded.
 
+    refine
+        The survey's anytime refinement after the incremental stage (``"off"``, ``"auto"`` or
+        seconds; ``streamanon.refine``), planned as ``Plan.refine_seconds``: with a deadline,
+        seconds are taken from the compute's budget when the deadline still holds without
+        them (else the compute keeps the budget and the refinement gets what is left), and
+        ``"auto"`` gets all that the compute's upper bound leaves; without a deadline,
+        ``"auto"`` is :data:`AUTO_REFINE_SECONDS`. The refinement stops at the deadline less
+        the overhead whatever it was planned, so it never makes the plan miss it.
+
     An infeasible deadline falls back to nu* and says so in ``Plan.warnings``; no Python
     warning is issued, so callers need no process-wide warnings filter.
     """
@@ -145,10 +158,25 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
                   max_head_start=None if seconds_to_close is None else max(seconds_to_close, 0.0),
                   margin_factor=margin_factor(base_cost, total, quantile))
     if deadline is None:
-        return plan_optimal(total, base_cost, incremental_cost, arrivals.head_start, **kwargs)
+        chosen = plan_optimal(total, base_cost, incremental_cost, arrivals.head_start, **kwargs)
+        seconds = 0.0 if refine == "off" else (
+            AUTO_REFINE_SECONDS if refine == "auto" else float(refine))
+        return replace(chosen, refine_seconds=seconds)
     budget = compute_budget(deadline, total, overhead_model) if overhead else deadline
-    return plan_deadline(total, base_cost, incremental_cost, arrivals.head_start, budget,
-                         warn=False, **kwargs)
+    chosen = None
+    if refine not in ("off", "auto") and float(refine) < budget:  # the compute without them
+        chosen = plan_deadline(total, base_cost, incremental_cost, arrivals.head_start,
+                               budget - float(refine), warn=False, **kwargs)
+        if not chosen.meets_deadline:
+            chosen = None
+    if chosen is None:
+        chosen = plan_deadline(total, base_cost, incremental_cost, arrivals.head_start, budget,
+                               warn=False, **kwargs)
+    if refine == "off":
+        return chosen
+    left = max(budget - chosen.latest_finish, 0.0)
+    seconds = left if refine == "auto" else min(float(refine), left)
+    return replace(chosen, refine_seconds=seconds, deadline=budget)
 
 
 def base_moment(plan: Plan, now: Moment, close: Moment | None) -> Moment | None:

@@ -175,6 +175,12 @@ class Plan:
     prediction); ``margin_seconds`` is how much later it would be with the stages at the upper
     bound the plan was made against (``margin_factor`` of :func:`plan_deadline`), so
     ``latest_finish`` is what a deadline plan keeps within the deadline.
+
+    ``refine_seconds`` is the anytime refinement planned after the incremental stage
+    (:func:`scheduler.live.plan`; 0 when off); it is part of ``finish_after_close``. ``engine``
+    and ``expected_delta`` are set when the plan chose the base engine
+    (:mod:`scheduler.choice`): the engine, and its expected information loss relative to
+    one-shot MDAV at close, less one (negative is better).
     """
 
     mode: str  # "optimal", "deadline" or "one-shot"
@@ -189,6 +195,9 @@ class Plan:
     deadline: float | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
     margin_seconds: float = 0.0
+    refine_seconds: float = 0.0
+    engine: str | None = None
+    expected_delta: float | None = None
 
     @property
     def n_base(self) -> int:
@@ -199,9 +208,15 @@ class Plan:
         return round(self.n_total) - self.n_base
 
     @property
-    def finish_after_close(self) -> float:
+    def compute_after_close(self) -> float:
+        """The stages' part of ``finish_after_close``: the base run's overrun and the
+        incremental stage, without the refinement."""
         return float(release_after_close(self.head_start, self.base_seconds,
                                          self.incremental_seconds))
+
+    @property
+    def finish_after_close(self) -> float:
+        return self.compute_after_close + self.refine_seconds
 
     @property
     def latest_finish(self) -> float:
@@ -211,7 +226,7 @@ class Plan:
     @property
     def relative_gain(self) -> float:
         """dtau: the fraction of the one-shot time saved after close."""
-        return 1.0 - self.finish_after_close / self.t_ref if self.t_ref > 0 else 0.0
+        return 1.0 - self.compute_after_close / self.t_ref if self.t_ref > 0 else 0.0
 
     @property
     def meets_deadline(self) -> bool | None:

@@ -7,9 +7,9 @@
 For each data set (``gaussian``: i.i.d. standard normal n x m; ``census-like``: multivariate
 normal with the CASC Census means and covariance, 13 columns) and each n, the rows arrive in
 order: the first (1 - nu) n are the base snapshot, the rest arrive after it. nu is ``--nu``
-(default 0.1, the issue's setting), or with ``--planned`` the planner's
-(:func:`scheduler.live.plan` with the MDAV and NN-split-end cost models calibrated here, for
-uniform arrivals whose arrival coefficient is ``--arrival-coefficient``). Rows of the table:
+(default 0.1, the issue's setting), or with ``--planned`` the planner's for each base engine
+(:func:`scheduler.choice.choose` with the ONA*, MDAV and NN-split-end cost models calibrated
+here, for uniform arrivals whose arrival coefficient is ``--arrival-coefficient``). Rows:
 
 - one-shot MDAV on all n records: the reference (delta = 0) and its seconds after close;
 - one-shot ONA*: what the slow engine achieves alone (no deadline could wait for it);
@@ -21,7 +21,10 @@ uniform arrivals whose arrival coefficient is ``--arrival-coefficient``). Rows o
 delta = D / D_MDAV - 1 (negative: less information loss than one-shot MDAV). "after close" is
 the compute a release waits for once the survey closes: the incremental stage plus the
 refinement (the base run is done before close); for one-shot rows, the whole run. ONA* rows
-above ``--ona-max-n`` are skipped (today's ONA* is quadratic) and the table says so.
+above ``--ona-max-n`` (one-shot) and ``--ona-base-max-n`` (base) are skipped, and the table
+says so. With ``--planned``, each base engine's nu is the one the service's planner sets for
+``--deadline`` seconds of compute after close (:func:`scheduler.choice.choose`, which also
+says which engine it would run).
 
 Prints markdown tables and writes ``results/better_than_one_shot.json``.
 """
@@ -58,20 +61,29 @@ def make_data(kind: str, n: int, m: int, seed: int) -> np.ndarray:
     raise SystemExit(f"--data: expected {' or '.join(DATA)}, got {kind!r}")
 
 
-def planned_nu(n: int, m: int, k: int, arrival_coefficient: float) -> float:
-    """nu of the live planner for ``n`` records arriving uniformly with the given arrival
-    coefficient, on cost models calibrated here (MDAV, NN-split-end)."""
-    from scheduler import live
+def planned_nus(n: int, m: int, k: int, arrival_coefficient: float, deadline: float,
+                calibration_seconds: float = 8.0) -> tuple[dict[str, float], str]:
+    """nu of each base engine as the service's planner sets it (:func:`scheduler.choice.choose`
+    between ONA* and MDAV, NN-split-end, each with cost models calibrated here), for ``n``
+    records arriving uniformly with the given arrival coefficient (relative to MDAV's one-shot
+    time) and ``deadline`` seconds of compute after close; and the planner's choice."""
     from scheduler.arrivals import UniformForecast
+    from scheduler.choice import Option, choose
     from scheduler.cost_model import calibrate, incremental_cost_model
     from streamanon.engines import get_engine
 
-    base = calibrate(get_engine("mdav").function, m, k, budget_seconds=8.0).model
-    incremental = incremental_cost_model(
-        "nn_split_end", base, m, k, partition=lambda X, k: run_engine("mdav", X, k),
-        run_stage=lambda b, bl, inc, k: run_stage("nn_split_end", b, bl, inc, k))
-    forecast = UniformForecast.from_arrival_coefficient(n, arrival_coefficient, base(n))
-    return float(live.plan(forecast, base, incremental, k=k).nu)
+    models = {engine: calibrate(get_engine(engine).function, m, k,
+                                budget_seconds=calibration_seconds).model
+              for engine in ("mdav", "ona_star")}
+    options = [Option(engine, models[engine], incremental_cost_model(
+        "nn_split_end", models[engine], m, k, partition=lambda X, k: run_engine("mdav", X, k),
+        run_stage=lambda b, bl, inc, k: run_stage("nn_split_end", b, bl, inc, k),
+        split=models["mdav"])) for engine in ("ona_star", "mdav")]  # MDAV splits after both
+    forecast = UniformForecast.from_arrival_coefficient(n, arrival_coefficient,
+                                                        options[1].base_cost(n))
+    choice = choose(forecast, options, k=k, stage="nn_split_end", deadline=deadline,
+                    overhead=False)
+    return {p.engine: p.nu for p in choice.candidates}, choice.reason
 
 
 def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
@@ -93,16 +105,24 @@ def warm_up(k: int, m: int) -> None:
 def one_case(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     X = make_data(kind, n, args.m, args.seed)
     k = args.k
-    nu = planned_nu(n, X.shape[1], k, args.arrival_coefficient) if args.planned else args.nu
-    n0 = n - max(round(nu * n), 1)
-    late = np.arange(n0, n)
+    if args.planned:
+        nus, choice = planned_nus(n, X.shape[1], k, args.arrival_coefficient, args.deadline,
+                                  args.calibration_seconds)
+        source = (f"planner: arrival coefficient {args.arrival_coefficient:g}, "
+                  f"{args.deadline:g} s of compute after close; {choice}")
+    else:
+        nus, source = {"mdav": args.nu, "ona_star": args.nu}, "--nu"
+    n0s = {engine: n - max(round(nu * n), 1) for engine, nu in nus.items()}
+    nus = {engine: (n - n0) / n for engine, n0 in n0s.items()}  # at least one late record
     rows: list[dict[str, Any]] = []
 
     def row(name: str, labels: np.ndarray | None, base_s: float | None = None,
             inc_s: float | None = None, refine: Any = None, one_shot_s: float | None = None,
             skipped: str | None = None) -> None:
-        entry: dict[str, Any] = {"variant": name, "skipped": skipped}
+        entry: dict[str, Any] = {"variant": name, "skipped": skipped, "nu": None}
         if labels is not None:
+            if base_s is not None:  # a two-stage release: the increment of its base engine
+                entry["nu"] = nus["ona_star" if name.startswith("ONA*") else "mdav"]
             refine_s = refine.seconds if refine is not None else 0.0
             entry.update(
                 information_loss=100 * distortion(X, labels), base_seconds=base_s,
@@ -115,7 +135,9 @@ def one_case(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
             said = "skipped" if skipped else f"IL {entry['information_loss']:.3f}"
             print(f"  {kind} n={n:,}: {name}: {said}", flush=True)
 
-    def refined(name: str, labels: np.ndarray, base_s: float, inc_s: float) -> None:
+    def refined(name: str, labels: np.ndarray, base_s: float, inc_s: float,
+                n0: int) -> None:
+        late = np.arange(n0, n)
         for budget in args.refine:  # the budget bounds it, not a number of rounds
             r = refine_partition(X, labels, k, budget_seconds=budget, first=late,
                                  max_rounds=10_000)
@@ -130,28 +152,32 @@ def one_case(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         row("one-shot ONA*", ona_all, one_shot_s=ona_s)
     else:
         row("one-shot ONA*", None, skipped=why)
+    n0 = n0s["mdav"]
     mdav_base, mdav_base_s = timed(run_engine, "mdav", X[:n0], k)
     two, two_s = timed(run_stage, "two_stage", X[:n0], mdav_base, X[n0:], k)
     row("2MDAV", two, mdav_base_s, two_s)
     nnse, nnse_s = timed(run_stage, "nn_split_end", X[:n0], mdav_base, X[n0:], k)
     row("NN-split-end", nnse, mdav_base_s, nnse_s)
-    refined("NN-split-end", nnse, mdav_base_s, nnse_s)
-    if ona_ok:
+    refined("NN-split-end", nnse, mdav_base_s, nnse_s, n0)
+    if n <= args.ona_base_max_n:
+        n0 = n0s["ona_star"]
         ona_base, ona_base_s = timed(run_engine, "ona_star", X[:n0], k)
         onse, onse_s = timed(run_stage, "nn_split_end", X[:n0], ona_base, X[n0:], k)
         row("ONA* base + NN-split-end", onse, ona_base_s, onse_s)
-        refined("ONA* base + NN-split-end", onse, ona_base_s, onse_s)
+        refined("ONA* base + NN-split-end", onse, ona_base_s, onse_s, n0)
     else:
-        row("ONA* base + NN-split-end", None, skipped=why)
+        base_why = f"n > --ona-base-max-n {args.ona_base_max_n:,}"
+        row("ONA* base + NN-split-end", None, skipped=base_why)
         for budget in args.refine:
-            row(f"ONA* base + NN-split-end + refinement ({budget:g} s)", None, skipped=why)
+            row(f"ONA* base + NN-split-end + refinement ({budget:g} s)", None,
+                skipped=base_why)
     reference = rows[0]["information_loss"]
     for entry in rows:
         if entry["skipped"] is None:
             entry["delta_percent"] = 100 * (entry["information_loss"] / reference - 1)
-    return {"data": kind, "n": n, "m": X.shape[1], "k": k, "nu": (n - n0) / n,
-            "n_base": n0, "nu_source": "--nu" if not args.planned else
-            f"planner, arrival coefficient {args.arrival_coefficient:g}", "rows": rows}
+    return {"data": kind, "n": n, "m": X.shape[1], "k": k,
+            "nu": nus,
+            "n_base": n0s, "nu_source": source, "rows": rows}
 
 
 def _cell(value: float | None, fmt: str) -> str:
@@ -159,20 +185,24 @@ def _cell(value: float | None, fmt: str) -> str:
 
 
 def table(case: dict[str, Any]) -> str:
+    nu = case["nu"]
+    said = (f"nu = {nu['mdav']:.4f}" if nu["mdav"] == nu["ona_star"] else
+            f"nu = {nu['mdav']:.4f} (MDAV base), {nu['ona_star']:.4f} (ONA* base)")
     lines = [f"**{case['data']}, n = {case['n']:,}, m = {case['m']}, k = {case['k']}, "
-             f"nu = {case['nu']:.4f}** ({case['nu_source']})", "",
-             "| variant | IL % | delta vs one-shot MDAV | base s | incremental s | "
+             f"{said}** ({case['nu_source']})", "",
+             "| variant | nu | IL % | delta vs one-shot MDAV | base s | incremental s | "
              "refinement s | after close s |",
-             "|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|"]
     for r in case["rows"]:
         if r["skipped"]:
-            lines.append(f"| {r['variant']} | skipped ({r['skipped']}) | | | | | |")
+            lines.append(f"| {r['variant']} | | skipped ({r['skipped']}) | | | | | |")
             continue
         refine = _cell(r["refine_seconds"], ".2f")
         if r["refine_stopped"]:
             refine += f" ({r['refine_stopped']}, {r['refine_operations']:,} ops)"
         lines.append(
-            f"| {r['variant']} | {r['information_loss']:.3f} | {r['delta_percent']:+.1f} % | "
+            f"| {r['variant']} | {_cell(r['nu'], '.4f')} | {r['information_loss']:.3f} | "
+            f"{r['delta_percent']:+.1f} % | "
             f"{_cell(r['base_seconds'], '.2f')} | {_cell(r['incremental_seconds'], '.3f')} | "
             f"{refine} | {r['after_close_seconds']:.2f} |")
     return "\n".join(lines)
@@ -191,15 +221,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nu", type=float, default=0.1,
                         help="data ratio of the increment (default 0.1)")
     parser.add_argument("--planned", action="store_true",
-                        help="use the planner's nu instead of --nu")
+                        help="use the planner's nu of each base engine instead of --nu: the "
+                             "service's choice between ONA* and MDAV for --deadline")
     parser.add_argument("--arrival-coefficient", type=float, default=8.0,
-                        help="arrival coefficient s of --planned (default 8: nu* near 0.1 for "
-                             "a quadratic cost)")
+                        help="arrival coefficient s of --planned, relative to MDAV's one-shot "
+                             "time (default 8)")
+    parser.add_argument("--deadline", type=float, default=2.0,
+                        help="seconds of compute after close that --planned plans for "
+                             "(default 2, the issue's target)")
     parser.add_argument("--refine", default="5,60", metavar="SECONDS,...",
                         help="refinement budgets, a row each (default 5,60; a refinement stops "
                              "earlier once no operation improves)")
+    parser.add_argument("--calibration-seconds", type=float, default=8.0,
+                        help="budget of each cost-model calibration of --planned (default 8)")
     parser.add_argument("--ona-max-n", type=int, default=60_000,
-                        help="skip the ONA* rows above this n (default 60000)")
+                        help="skip one-shot ONA* above this n (default 60000)")
+    parser.add_argument("--ona-base-max-n", type=int, default=250_000,
+                        help="skip the ONA* base rows above this n (default 250000)")
     parser.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
     parser.add_argument("--out", type=Path, default=RESULTS / "better_than_one_shot.json")
     parser.add_argument("--quiet", dest="progress", action="store_false",

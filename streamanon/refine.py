@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scheduler.live import AUTO_REFINE_SECONDS
 from streamanon.errors import ParameterError
 
 #: Cells handed to the compiled kernel between two looks at the clock.
@@ -51,7 +52,7 @@ MAX_NEIGHBOURS = 64
 #: Steps of the greedy walk from a record's cell to the cells whose centroids are nearest it.
 HOPS = 2
 #: Budget of ``refine = "auto"`` without a deadline, in seconds.
-AUTO_SECONDS = 5.0
+AUTO_SECONDS = AUTO_REFINE_SECONDS  # the planner plans the same (scheduler.live)
 _SEED = 20240611
 
 

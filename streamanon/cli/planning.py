@@ -8,6 +8,7 @@ from typing import Any
 
 from scheduler import live
 from scheduler.arrivals import UniformForecast
+from scheduler.choice import AUTO_ENGINES, Choice, Option, choose
 from scheduler.cost_model import CostModelStore, PowerLaw, TwoStageCost, calibrate
 from scheduler.durations import format_duration, parse_duration
 from scheduler.planner import (
@@ -57,7 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("--n", type=positive_int, help="expected number of records")
     pl.add_argument("--m", type=positive_int, help="number of quasi-identifiers")
     pl.add_argument("--k", type=positive_int, help="anonymity parameter")
-    pl.add_argument("--engine", default="mdav", help="base engine of the cost model (mdav)")
+    pl.add_argument("--engine", default="mdav",
+                    help="base engine of the cost model (mdav); 'auto' plans with ONA* and "
+                         "MDAV and reports which the planner chooses, with the expected "
+                         "information loss of each (needs --n/--m/--k)")
     pl.add_argument("--cost-models", metavar="FILE",
                     help="cost-model file (default $STREAMANON_DATA_DIR/cost_models.json)")
     pl.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -195,6 +199,23 @@ def _plan_dict(plan: Plan) -> dict[str, Any]:
     }
 
 
+def _stored_model(store: CostModelStore, engine: str, args: argparse.Namespace) -> PowerLaw:
+    model = store.get(engine, args.m, args.k)
+    if model is None:
+        if not args.json:
+            print(f"no cost model for {engine} at m = {args.m}, k = {args.k}: "
+                  "calibrating (a few seconds) ...")
+        model = _calibrate(store, engine, args.m, args.k, 5.0)
+    return model
+
+
+def _choice_dict(choice: Choice) -> dict[str, Any]:
+    return {"chosen": choice.engine, "reason": choice.reason,
+            "candidates": [{"engine": p.engine, "fits": ok, **_plan_dict(p),
+                            "expected_delta": p.expected_delta}
+                           for p, ok in zip(choice.candidates, choice.fits, strict=True)]}
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     model: PowerLaw | None = None
     if args.n is not None or args.m is not None or args.k is not None:
@@ -203,13 +224,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.t_ref is not None:
             raise ParameterError("give either --t-ref or --n/--m/--k, not both")
         store = CostModelStore(args.cost_models)
-        model = store.get(args.engine, args.m, args.k)
-        if model is None:
-            if not args.json:
-                print(f"no cost model for {args.engine} at m = {args.m}, k = {args.k}: "
-                      "calibrating (a few seconds) ...")
-            model = _calibrate(store, args.engine, args.m, args.k, 5.0)
+        models = {engine: _stored_model(store, engine, args)
+                  for engine in (AUTO_ENGINES if args.engine == "auto" else (args.engine,))}
+        model = models["mdav" if args.engine == "auto" else args.engine]
         t_ref: float | None = model(args.n)
+    elif args.engine == "auto":
+        raise ParameterError("--engine auto needs --n, --m and --k (the engines' cost models)")
     else:
         t_ref = args.t_ref
     if t_ref is not None and not t_ref > 0:
@@ -223,14 +243,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if model is not None:
         forecast = UniformForecast.from_arrival_coefficient(args.n, s, t_ref)
         incremental = TwoStageCost(model)
-        report["cost_model"] = {"engine": args.engine, "a": model.a, "b": model.b,
-                                "residual": model.residual}
+        report["cost_model"] = {"engine": "mdav" if args.engine == "auto" else args.engine,
+                                "a": model.a, "b": model.b, "residual": model.residual}
         # the compute against the deadline, as the closed forms above: no release overhead
         report["optimal"] = _plan_dict(live.plan(forecast, model, incremental, k=args.k,
                                                  overhead=False))
         if args.deadline is not None:
             report["deadline"] = _plan_dict(live.plan(forecast, model, incremental, k=args.k,
                                                       deadline=args.deadline, overhead=False))
+        if args.engine == "auto":
+            options = [Option(e, models[e], TwoStageCost(models[e])) for e in AUTO_ENGINES]
+            report["engine_choice"] = {
+                key: _choice_dict(choose(forecast, options, k=args.k, stage="two_stage",
+                                         deadline=deadline, overhead=False))
+                for key, deadline in (("optimal", None), ("deadline", args.deadline))
+                if key == "optimal" or deadline is not None}
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -299,6 +326,14 @@ def _print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
                  f"{format_duration(p['incremental_seconds'])}"),
                 ("  release after close", format_duration(p["finish_after_close_seconds"])),
             ] + [("  note", w) for w in p["warnings"]])
+    for key, choice in report.get("engine_choice", {}).items():
+        print(f"\nBase engine for the {key} schedule (--engine auto; expected IL against "
+              "one-shot MDAV, 2-stage incremental run):")
+        _rows([(f"{c['engine']}{' (chosen)' if c['engine'] == choice['chosen'] else ''}",
+                f"nu {c['nu']:.4f}, release {format_duration(c['finish_after_close_seconds'])} "
+                f"after close, expected IL {100 * c['expected_delta']:+.1f} %"
+                + ("" if c["fits"] else ", does not fit"))
+               for c in choice["candidates"]])
 
 
 def _rows(rows: list[tuple[str, str]]) -> None:

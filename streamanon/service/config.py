@@ -58,7 +58,8 @@ class SurveyConfig(_Strict):
     close: datetime | Literal["on-command"] = "on-command"
     deadline: float | None = None  # seconds after close (a duration string in TOML)
     k: int = Field(ge=1)
-    engine: str = "mdav"
+    # "auto": the planner chooses ONA* when its base run fits, else MDAV (scheduler.choice)
+    engine: str = "auto"
     engine_params: dict[str, Any] = Field(default_factory=dict)
     incremental: str = "nn_split_end"
     incremental_params: dict[str, Any] = Field(default_factory=dict)
@@ -318,6 +319,7 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
 def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
                  source: str = "configuration", require_secrets: bool = True) -> Config:
     """Validate a parsed TOML document with environment overrides and secrets."""
+    from scheduler.choice import AUTO_ENGINES
     from streamanon.engines import available_engines
     from streamanon.incremental import available_stages
     from streamanon.mixed import MIXED_ENGINES
@@ -354,9 +356,14 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
                 problems.append(f"{where}.id: survey id used twice")
             seen.add(survey.id)
             engine = engines.get(survey.engine)
-            if engine is None:
+            if survey.engine == "auto":  # the planner chooses (scheduler.choice)
+                if survey.engine_params:
+                    problems.append(f"{where}.engine_params: engine \"auto\" takes no "
+                                    "parameters (it chooses between "
+                                    f"{' and '.join(AUTO_ENGINES)} with their defaults)")
+            elif engine is None:
                 problems.append(f"{where}.engine: unknown engine {survey.engine!r}; available: "
-                                f"{', '.join(sorted(engines))}")
+                                f"auto, {', '.join(sorted(engines))}")
             elif engine.per_record:
                 problems.append(f"{where}.engine: {engine.name} needs per-record parameter(s) "
                                 f"{', '.join(sorted(engine.per_record))}, which the service "
@@ -381,7 +388,7 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
                                 "confidential fields they protect sensitive = true")
             nominal = [n for n in survey.quasi_identifiers
                        if survey.fields[n].type in ("category", "bool")]
-            if nominal and survey.engine not in MIXED_ENGINES:
+            if nominal and survey.engine not in MIXED_ENGINES | {"auto"}:
                 problems.append(f"{where}.engine: {survey.engine} works on numeric and ordinal "
                                 f"quasi-identifiers only, and {', '.join(nominal)} are "
                                 f"categorical; engines for mixed data: "

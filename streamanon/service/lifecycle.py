@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import hmac
 import logging
@@ -45,6 +46,7 @@ import numpy as np
 
 from scheduler import live
 from scheduler.arrivals import ArrivalEstimator
+from scheduler.choice import AUTO_ENGINES, Option, choose, expected_delta
 from scheduler.cost_model import CostModelStore, PowerLaw, calibrate, incremental_cost_model
 from scheduler.jobs import Planner
 from scheduler.planner import Plan
@@ -136,6 +138,7 @@ class Service:
         self.scheduler: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._models: dict[str, tuple[PowerLaw, Any]] = {}
+        self._options: dict[str, list[Option]] = {}  # engine = "auto": the candidates
         self._tasks: set[asyncio.Future] = set()
         self.started_at = time.time()
         self.telemetry = Telemetry()
@@ -340,6 +343,10 @@ class Service:
         """The lifecycle of a survey from its stored state (at a start, or when a follower
         takes the lease over)."""
         rt = self.surveys[sid]
+        if rt.auto_engine:  # the base run made before the restart chose its engine
+            cp = await self._in_store(self.store.load_checkpoint, sid)
+            if cp is not None:
+                self._resolve_engine(sid, cp.engine, "the engine of the stored base run")
         st = await self._in_store(self.store.survey_state, sid)
         if st.state == BASE_RUNNING:
             cp = await self._in_store(self.store.load_checkpoint, sid)
@@ -357,26 +364,60 @@ class Service:
 
     # -- planning ------------------------------------------------------------------------------
     def _load_models(self, sc: SurveyConfig) -> None:
-        """The base cost model (stored, or calibrated now) and the incremental one."""
+        """The base cost model (stored, or calibrated now) and the incremental one; with
+        ``engine = "auto"``, those of every candidate (:data:`scheduler.choice.AUTO_ENGINES`),
+        MDAV's in use until the planner chooses."""
+        if sc.engine != "auto":
+            self._models[sc.id] = self._engine_models(sc, sc.engine)
+            return
+        self.surveys[sc.id].auto_engine = True
+        mdav = self._engine_models(sc, "mdav")  # NN-split-end splits with MDAV after either
+        self._options[sc.id] = [
+            Option(engine, *(mdav if engine == "mdav" else
+                             self._engine_models(sc, engine, split=mdav[0])))
+            for engine in AUTO_ENGINES]
+        self._models[sc.id] = mdav
+
+    def _engine_models(self, sc: SurveyConfig, engine: str,
+                       split: PowerLaw | None = None) -> tuple[PowerLaw, Any]:
         from streamanon.engines import get_engine, run_engine
         from streamanon.incremental import run_stage
 
         m = len(sc.quasi_identifiers)
-        base = self.cost_models.get(sc.engine, m, sc.k)
+        base = self.cost_models.get(engine, m, sc.k)
         if base is None:
-            log.info("calibrating %s at m = %d, k = %d", sc.engine, m, sc.k)
-            result = calibrate(get_engine(sc.engine).function, m, sc.k,
+            log.info("calibrating %s at m = %d, k = %d", engine, m, sc.k)
+            result = calibrate(get_engine(engine).function, m, sc.k,
                                budget_seconds=self.config.planner.calibration_seconds)
-            base = self.cost_models.put(sc.engine, m, sc.k, result)
-        self._models[sc.id] = (base, incremental_cost_model(
+            base = self.cost_models.put(engine, m, sc.k, result)
+        return base, incremental_cost_model(
             sc.incremental, base, m, sc.k, partition=functools.partial(run_engine, "mdav"),
             run_stage=functools.partial(run_stage, sc.incremental,
-                                        **(sc.incremental_params or {}))))
+                                        **(sc.incremental_params or {})), split=split)
+
+    def _option_models(self, sid: str, engine: str) -> tuple[PowerLaw, Any]:
+        option = next(o for o in self._options[sid] if o.engine == engine)
+        return option.base_cost, option.incremental_cost
+
+    def _resolve_engine(self, sid: str, engine: str, why: str) -> None:
+        """``engine = "auto"``: run ``engine`` from now on (its cost models too)."""
+        rt = self.surveys[sid]
+        if not rt.auto_engine or rt.config.engine == engine:
+            return
+        if engine not in {o.engine for o in self._options[sid]}:
+            raise StoreError(f"survey {sid}: the stored base run used {engine}, which "
+                             f"engine = \"auto\" does not choose from")
+        rt.config = rt.config.model_copy(update={"engine": engine})
+        rt.ingest.config = rt.config
+        self._models[sid] = self._option_models(sid, engine)
+        planned = [p for p in (rt.choice.candidates if rt.choice else ()) if p.engine == engine]
+        rt.engine_choice = {"configured": "auto", "chosen": engine, "reason": why,
+                            "expected_delta": planned[0].expected_delta if planned else None}
+        log.info("survey %s: base engine %s (%s)", sid, engine, why)
 
     def _plan(self, sid: str, now: datetime) -> Plan:
         rt = self.surveys[sid]
         sc = rt.config
-        base, incremental = self._models[sid]
         t = now.timestamp()
         close = sc.close_at.timestamp() if sc.close_at else t
         with self._lock:
@@ -384,11 +425,47 @@ class Service:
             received = rt.ingest.stored
         if self.coordinator is not None:  # every instance's records, not only this one's
             received = self.coordinator.stored.get(sid, received)
-        plan = live.plan(live.forecast(received, pace, close - t, sc.expected_records),
-                         base, incremental, k=sc.k, deadline=sc.deadline,
-                         seconds_to_close=close - t)
+        arrivals = live.forecast(received, pace, close - t, sc.expected_records)
+        plan = self._plan_for(sid, arrivals, close - t)
         rt.last_plan = plan
         return plan
+
+    def _plan_for(self, sid: str, arrivals: Any, seconds_to_close: float) -> Plan:
+        """The plan for the forecast ``arrivals``; with ``engine = "auto"`` not chosen yet,
+        the planner's choice of engine (kept in ``rt.choice``)."""
+        rt = self.surveys[sid]
+        sc = rt.config
+        if rt.auto_engine and sc.engine == "auto":
+            rt.choice = choose(arrivals, self._options[sid], k=sc.k, stage=sc.incremental,
+                               deadline=sc.deadline, seconds_to_close=seconds_to_close,
+                               refine=sc.refine)
+            return rt.choice.plan
+        base, incremental = self._models[sid]
+        plan = live.plan(arrivals, base, incremental, k=sc.k, deadline=sc.deadline,
+                         seconds_to_close=seconds_to_close, refine=sc.refine)
+        if rt.auto_engine:  # chosen: the plans go on saying which engine, and its quality
+            plan = dataclasses.replace(plan, engine=sc.engine, expected_delta=expected_delta(
+                sc.engine, sc.incremental, plan.nu))
+        return plan
+
+    def _choose_now(self, sid: str, one_shot: bool, plan: Plan | None = None) -> None:
+        """``engine = "auto"`` still open when the base run starts or the survey closes: the
+        choice for a snapshot now (the latest plan's, or planned now), or for a one-shot run
+        at close."""
+        rt = self.surveys[sid]
+        if not rt.auto_engine or rt.config.engine != "auto":
+            return
+        plan = plan or rt.last_plan
+        if one_shot or plan is None or plan.engine is None:
+            with self._lock:
+                n = rt.ingest.stored
+            if self.coordinator is not None:
+                n = self.coordinator.stored.get(sid, n)
+            plan = self._plan_for(sid, live.forecast(n, 0.0, 0.0, None if one_shot else
+                                                     rt.config.expected_records), 0.0)
+        assert plan.engine is not None
+        why = rt.choice.reason if rt.choice is not None else "planned"
+        self._resolve_engine(sid, plan.engine, why)
 
     def _on_stored(self, sid: str, arrival_times: list[float]) -> None:
         rt = self.surveys[sid]
@@ -453,6 +530,7 @@ class Service:
                      sid, n_base)
             return False
         started = time.time()
+        self._choose_now(sid, one_shot=False, plan=plan)
         await self._in_store(lambda: self.store.transition(
             sid, BASE_RUNNING, f"snapshot of {n_base} records", expect=[OPEN],
             base_started_at=started))
@@ -530,6 +608,11 @@ class Service:
         rt = self.surveys[sid]
         assert self.collector is not None and self._releaser is not None  # made in start()
         releaser = self._releaser
+        cp = await self._in_store(self.store.load_checkpoint, sid)
+        if cp is not None:
+            self._resolve_engine(sid, cp.engine, "the engine of the base run")
+        else:
+            self._choose_now(sid, one_shot=True)
         await close_survey(rt, store=self.store, in_store=self._in_store,
                            collector=self.collector,
                            release=lambda: releaser.release(rt, self._models[sid][0]),
@@ -580,7 +663,10 @@ class Service:
                     head_start_seconds=_finite(plan.head_start),
                     finish_after_close_seconds=plan.finish_after_close,
                     arrival_coefficient=_finite(plan.arrival_coefficient),
-                    base_at=base_at.isoformat() if base_at else None),
+                    base_at=base_at.isoformat() if base_at else None,
+                    refine_seconds=plan.refine_seconds, engine=plan.engine,
+                    expected_delta=plan.expected_delta,
+                    choice=None if rt.choice is None else rt.choice.reason),
                 release=None if release is None else ReleaseStatus.of(
                     release.status, ReleaseReport.from_json(release.report)),
             ))
@@ -622,10 +708,11 @@ class Service:
                                   elapsed_seconds=now - st.base_started_at,
                                   expected_seconds=expected)
         if st.state == CLOSING and st.close_requested_at:
+            plan = rt.last_plan
             return ProgressStatus(stage="release", started_at=st.close_requested_at,
                                   elapsed_seconds=now - st.close_requested_at,
-                                  expected_seconds=rt.last_plan.finish_after_close
-                                  if rt.last_plan else None)
+                                  expected_seconds=plan.finish_after_close if plan else None,
+                                  refine_seconds=plan.refine_seconds if plan else None)
         return None
 
     def check_token(self, presented: str) -> bool:

@@ -251,7 +251,8 @@ class Releaser:
             strata_merged=[] if prepared.groups is None else prepared.groups.merged_strata,
             privacy=None if privacy is None else {"l": sc.l, "t": sc.t,
                                                   "sensitive": release.privacy},
-            risk=None, spliced=spliced)  # the risk is measured once the release is out
+            risk=None, spliced=spliced,  # the risk is measured once the release is out
+            engine_choice=rt.engine_choice)
         row = ReleaseRow(release_id, "written", seed, report.to_json())
         await self._in_store(self.store.save_release, sid, row)
         return row, Fresh(frame, release.table, messages, order)

@@ -68,6 +68,9 @@ class ReleaseReport:
     risk: dict[str, Any] | None = None
     # the base cells' messages were made before close and spliced in (streamanon.splicing)
     spliced: bool = False
+    # engine = "auto": the engine the planner chose, why, and the expected IL against
+    # one-shot MDAV (less one) it chose on (scheduler.choice)
+    engine_choice: dict[str, Any] | None = None
     publication: Publication | None = None
 
     def published(self, publication: Publication) -> ReleaseReport:
@@ -137,16 +140,24 @@ class PlanStatus:
     finish_after_close_seconds: float
     arrival_coefficient: float | None
     base_at: str | None  # ISO 8601
+    refine_seconds: float = 0.0  # the refinement planned after the incremental stage
+    # engine = "auto": the engine the planner chooses, its expected IL against one-shot MDAV
+    # (less one) and why (scheduler.choice)
+    engine: str | None = None
+    expected_delta: float | None = None
+    choice: str | None = None
 
 
 @dataclass(frozen=True)
 class ProgressStatus:
-    """The stage running now (``base`` or ``release``) and the cost model's estimate of it."""
+    """The stage running now (``base`` or ``release``) and the cost model's estimate of it
+    (for the release: the refinement's planned seconds included, ``refine_seconds``)."""
 
     stage: str
     started_at: float
     elapsed_seconds: float
     expected_seconds: float | None
+    refine_seconds: float | None = None
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,11 @@ class SurveyRuntime:
     # (snapshot seq, streamanon.splicing.BaseRelease): the base release made before close
     base_release: tuple[int, Any] | None = None
     history: ArrivalHistory = field(default_factory=lambda: ArrivalHistory())
+    # engine = "auto": the planner's latest choice (scheduler.choice.Choice); ``config.engine``
+    # becomes the chosen engine when the base run starts (or at close without one)
+    auto_engine: bool = False
+    choice: Any = None
+    engine_choice: dict[str, Any] | None = None  # what was chosen, why (the release report)
 
 
 class ArrivalHistory:

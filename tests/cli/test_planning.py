@@ -69,9 +69,40 @@ def test_plan_calibrates_when_no_model_is_stored(capsys, tmp_path):
     assert store.exists()
 
 
+def _models(path, ona_seconds_at_2000: float) -> None:
+    from scheduler.cost_model import Calibration, CostModelStore, PowerLaw
+
+    store = CostModelStore(path)
+    for engine, t2000 in (("mdav", 0.05), ("ona_star", ona_seconds_at_2000)):
+        samples = [(1000, t2000 / 4), (2000, t2000)]
+        store.put(engine, 4, 5, Calibration(PowerLaw.fit(*zip(*samples, strict=True)),
+                                            samples))
+
+
+@pytest.mark.parametrize("ona_seconds, chosen", [(0.1, "ona_star"), (500.0, "mdav")])
+def test_plan_engine_auto_reports_the_choice_and_the_expected_loss(capsys, tmp_path,
+                                                                   ona_seconds, chosen):
+    store = tmp_path / "models.json"
+    _models(store, ona_seconds)
+    args = ["--n", "20000", "--m", "4", "--k", "5", "--survey-hours", "1", "--engine", "auto",
+            "--cost-models", str(store)]
+    report = plan_json(capsys, *args, "--deadline", "5min")
+    assert report["cost_model"]["engine"] == "mdav"  # t_ref and the arrival pace are MDAV's
+    for key in ("optimal", "deadline"):
+        choice = report["engine_choice"][key]
+        assert choice["chosen"] == chosen
+        by_engine = {c["engine"]: c for c in choice["candidates"]}
+        assert set(by_engine) == {"ona_star", "mdav"} and by_engine[chosen]["fits"]
+    assert main(["plan", *args]) == 0
+    out = capsys.readouterr().out
+    assert f"{chosen} (chosen)" in out and "expected IL" in out
+
+
 @pytest.mark.parametrize(
     "args,message",
     [
+        (["--arrival-coefficient", "5", "--engine", "auto"],
+         "--engine auto needs --n, --m and --k"),
         ([], "exactly one of --arrival-coefficient and --survey-hours"),
         (["--survey-hours", "10"], "--survey-hours needs --t-ref"),
         (["--arrival-coefficient", "5", "--deadline", "1h"], "--deadline needs --t-ref"),

@@ -41,7 +41,8 @@ comment = { role = "ignore", type = "str", required = false }
 
 def write_config(tmp: Path, bootstrap: str, *, survey: str = "wellbeing", k: int = 5,
                  close: str = "on-command", incremental: str = "nn_split_end",
-                 extra: str = "", schema: str = SCHEMA) -> tuple[Path, dict[str, str]]:
+                 extra: str = "", schema: str = SCHEMA,
+                 engine: str = "mdav") -> tuple[Path, dict[str, str]]:
     prefix = f"t{secrets.token_hex(4)}"
     port = free_port()
     text = f"""
@@ -69,6 +70,7 @@ calibration_seconds = 0.5
 id = "{survey}"
 close = "{close}"
 k = {k}
+engine = "{engine}"
 incremental = "{incremental}"
 """ + schema
     path = tmp / "streamanon.toml"

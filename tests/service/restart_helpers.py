@@ -199,14 +199,15 @@ def evict_group(bootstrap: str, group: str, timeout: float = 10) -> list[str]:
 
 
 @contextlib.contextmanager
-def watching(bootstrap: str, topic: str) -> Iterator[Any]:
+def watching(bootstrap: str, topic: str, since: int | None = None) -> Iterator[Any]:
     """Yields ``arrived()``: whether ``topic`` (partition 0) has received a message since the
-    block began."""
+    block began, or past offset ``since`` when given (a watermark read before the producer
+    was started: what it sent before the block counts too)."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                              fetch_max_wait_ms=2)
     tp = TopicPartition(topic, 0)
     consumer.assign([tp])
-    consumer.seek(tp, high_watermark(bootstrap, topic))
+    consumer.seek(tp, high_watermark(bootstrap, topic) if since is None else since)
     while consumer.highwater(tp) is None:  # connected, and fetching
         consumer.poll(timeout_ms=50)
     try:

@@ -22,7 +22,7 @@ def test_minimal_config_with_defaults():
     assert cfg.http.bind == "127.0.0.1:8080"  # loopback by default
     assert cfg.store.url.startswith("sqlite:///")
     sc = cfg.surveys[0]
-    assert (sc.engine, sc.incremental, sc.duplicates) == ("mdav", "nn_split_end", "reject")
+    assert (sc.engine, sc.incremental, sc.duplicates) == ("auto", "nn_split_end", "reject")
     assert sc.quasi_identifiers == ["age"] and sc.identifier == "rid"
     assert cfg.topic("s1", "responses") == "streamanon.s1.responses"
     assert cfg.hmac_key == b"k" * 32

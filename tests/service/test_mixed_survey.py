@@ -225,7 +225,7 @@ def test_an_optional_int_answer_is_released_as_an_int():
 
 # -- the service -----------------------------------------------------------------------------
 
-SERVICE_SCHEMA = 'engine = "mdav"\n' + toml_schema(SCHEMA)
+SERVICE_SCHEMA = toml_schema(SCHEMA)  # engine = "mdav": write_config's default
 
 
 def responses(n: int, seed: int = 2024) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ const views = new Map(); // survey id -> {root, plot, chartKey}
 
 function fmtInt(x) { return x == null ? "–" : Math.round(x).toLocaleString("en-US"); }
 function fmtNum(x, digits) { return x == null ? "–" : Number(x).toFixed(digits); }
+function fmtPercent(x) { return x == null ? "–" : `${x > 0 ? "+" : ""}${(100 * x).toFixed(1)} %`; }
 function fmtDuration(seconds) {
   if (seconds == null) return "–";
   const s = Math.max(0, Math.round(seconds));
@@ -124,7 +125,10 @@ function update(view, s, now) {
   const state = field(r, "state");
   state.textContent = s.state;
   state.className = `state ${s.state}`;
-  setText(r, "engines", `k = ${s.k} · ${s.engine} + ${s.incremental}`);
+  const chosen = s.engine === "auto" && s.plan && s.plan.engine ?
+    ` (planner: ${s.plan.engine}, expected IL ${fmtPercent(s.plan.expected_delta)} vs one-shot MDAV)` : "";
+  setText(r, "engines", `k = ${s.k} · ${s.engine}${chosen} + ${s.incremental}`);
+  if (s.plan && s.plan.choice) field(r, "engines").title = s.plan.choice;
   const err = field(r, "error");
   err.hidden = !s.error;
   err.textContent = s.error || "";
@@ -149,7 +153,9 @@ function update(view, s, now) {
     const frac = p.expected_seconds ? Math.min(1, p.elapsed_seconds / p.expected_seconds) : 0;
     field(r, "progress-fill").style.width = `${(100 * frac).toFixed(1)}%`;
     setText(r, "progress-label", `${p.stage} running for ${fmtDuration(p.elapsed_seconds)}` +
-            (p.expected_seconds != null ? ` (expected ${fmtDuration(p.expected_seconds)})` : ""));
+            (p.expected_seconds != null ? ` (expected ${fmtDuration(p.expected_seconds)}` +
+             (p.refine_seconds ? `, of which refinement ${fmtDuration(p.refine_seconds)})` : ")")
+             : ""));
   }
 
   const dead = Object.entries(s.dead_lettered).sort();

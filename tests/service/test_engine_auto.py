@@ -1,0 +1,153 @@
+"""``engine = "auto"``: the planner chooses the base engine from the candidates' cost models
+(issue 18, point 3), the base run uses it, the release report says so, and a restart keeps
+the engine the stored base run used whatever the cost models say by then.
+
+The service runs in this process against the embedded broker, its compute pool in a thread;
+the cost models are written beforehand, so the choice is the planner's, not the machine's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.cost_model import Calibration, CostModelStore, PowerLaw
+from streamanon.service.config import ConfigError, load_config
+from streamanon.service.lifecycle import Service
+from streamanon.service.states import BASE_DONE
+from tests.service.conftest import write_config
+from tests.service.kafka_helpers import produce, response
+
+SURVEY = "wellbeing"
+M, K = 3, 5
+
+
+def _models(path: Path, ona_seconds_at_2000: float) -> None:
+    """MDAV at 1 ms per 1,000 records, ONA* at the given seconds for 2,000 (quadratic)."""
+    store = CostModelStore(path)
+    for engine, t2000 in (("mdav", 0.002), ("ona_star", ona_seconds_at_2000)):
+        samples = [(1000, t2000 / 4), (2000, t2000)]
+        store.put(engine, M, K, Calibration(PowerLaw.fit(*zip(*samples, strict=True)), samples))
+
+
+def _config(tmp_path: Path, bootstrap: str, models: Path, extra_survey: str = "") -> Any:
+    path, env = write_config(tmp_path, bootstrap, survey=SURVEY, k=K, engine="auto",
+                             extra=f'cost_models = "{models}"')
+    path.write_text(path.read_text().replace('engine = "auto"',
+                                             f'engine = "auto"\n{extra_survey}'))
+    return load_config(path, env)
+
+
+async def _until(predicate: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.1)
+
+
+async def _collect_and_base(service: Service, bootstrap: str, config: Any, n: int) -> None:
+    await asyncio.to_thread(produce, bootstrap, config.topic(SURVEY, "responses"),
+                            [(None, response(i)) for i in range(n)])
+
+    async def stored() -> bool:
+        return (await service.status()).surveys[0].stored >= n
+
+    await _until(stored, "records not stored")
+
+    async def planned() -> bool:  # a plan for the records stored, as the base trigger has
+        plan = service.surveys[SURVEY].last_plan
+        return plan is not None and plan.n_total >= n
+
+    await _until(planned, "no plan made for the records stored")
+    plan = service.surveys[SURVEY].last_plan
+    assert await service.start_base(SURVEY, plan)
+
+    async def base_done() -> bool:
+        return (await service.status()).surveys[0].state == BASE_DONE
+
+    await _until(base_done, "base run not done")
+
+
+async def _release(service: Service) -> dict:
+    await service.close(SURVEY)
+    await service.closed(SURVEY, timeout=120)
+    return (await service.load_release(SURVEY)).report
+
+
+def test_mdav_is_chosen_when_onas_base_run_would_not_fit(broker, tmp_path):
+    chosen = "mdav"
+    models = tmp_path / "cost_models.json"
+    _models(models, 4.0e5)
+    config = _config(tmp_path, broker.bootstrap, models)
+
+    async def run() -> tuple[dict, dict, dict]:
+        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        await service.start()
+        try:
+            await _collect_and_base(service, broker.bootstrap, config, 60)
+            plan = (await service.status()).to_json()["surveys"][0]["plan"]
+            cp = await asyncio.to_thread(service.store.load_checkpoint, SURVEY)
+            produce(broker.bootstrap, config.topic(SURVEY, "responses"),
+                    [(None, response(i)) for i in range(60, 80)])
+            status = (await service.status()).to_json()["surveys"][0]
+            report = await _release(service)
+            return plan, {"checkpoint": cp.engine, **status}, report
+        finally:
+            await service.stop()
+
+    plan, status, report = asyncio.run(run())
+    # the plans go on naming the chosen engine and its expected IL once it is chosen
+    assert plan is not None and plan["engine"] == chosen
+    assert plan["expected_delta"] is not None and plan["choice"]
+    assert status["checkpoint"] == chosen and status["engine"] == chosen
+    assert report["engine"] == chosen and report["mode"] == "two-stage"
+    assert report["engine_choice"]["configured"] == "auto"
+    assert report["engine_choice"]["chosen"] == chosen
+    assert "ona_star" in report["engine_choice"]["reason"]
+    assert "does not fit" in report["engine_choice"]["reason"]
+
+
+def test_a_restart_keeps_the_engine_of_the_stored_base_run(broker, tmp_path):
+    models = tmp_path / "cost_models.json"
+    _models(models, 0.002)  # ONA* fits: chosen for the base run
+    config = _config(tmp_path, broker.bootstrap, models)
+
+    async def base_then_stop() -> tuple[dict, str, dict | None]:
+        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        await service.start()
+        try:
+            await _collect_and_base(service, broker.bootstrap, config, 60)
+            cp = await asyncio.to_thread(service.store.load_checkpoint, SURVEY)
+            plan = (await service.status()).to_json()["surveys"][0]["plan"]
+            return plan, cp.engine, service.surveys[SURVEY].engine_choice
+        finally:
+            await service.stop()
+
+    async def restart_and_close() -> dict:
+        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        await service.start()
+        try:
+            assert service.surveys[SURVEY].config.engine == "ona_star"
+            return await _release(service)
+        finally:
+            await service.stop()
+
+    plan, engine, choice = asyncio.run(base_then_stop())
+    assert engine == "ona_star" and plan["engine"] == "ona_star"
+    assert plan["expected_delta"] < 0 and "mdav" in plan["choice"]  # less loss than MDAV
+    assert choice["chosen"] == "ona_star" and choice["expected_delta"] < 0
+    _models(models, 4.0e5)  # now the planner would choose MDAV: the base run was ONA*'s
+    report = asyncio.run(restart_and_close())
+    assert report["engine"] == "ona_star" and report["mode"] == "two-stage"
+    assert report["engine_choice"]["reason"] == "the engine of the stored base run"
+
+
+def test_auto_takes_no_engine_parameters(broker, tmp_path):
+    models = tmp_path / "cost_models.json"
+    with pytest.raises(ConfigError, match=r'engine_params: engine "auto" takes no parameters'):
+        _config(tmp_path, broker.bootstrap, models, extra_survey="engine_params = { rounds = 2 }")
