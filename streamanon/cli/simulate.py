@@ -46,7 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     si.add_argument("--deadline", type=_duration, default=None, metavar="DURATION",
                     help="release deadline after close, in survey time (e.g. 1h); default: "
                          "the earliest release (nu*)")
-    si.add_argument("--engine", default="mdav", help="base engine (default mdav)")
+    si.add_argument("--engine", default="mdav",
+                    help="base engine (default mdav); auto: the planner chooses ONA* or MDAV "
+                         "as the service does with engine = \"auto\"")
     si.add_argument("--incremental", default="nn_split_end",
                     help="incremental stage (default nn_split_end)")
     si.add_argument("--refine", default="off", metavar="off|auto|SECONDS",
@@ -73,7 +75,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from streamanon.service.logs import setup_logging
     from streamanon.service.simulate import run_simulation
 
-    get_engine(args.engine)
+    if args.engine != "auto":  # else the planner chooses (scheduler.choice)
+        get_engine(args.engine)
     get_stage(args.incremental)
     refine = parse_refine(args.refine)
     if args.n < 3 * args.k:

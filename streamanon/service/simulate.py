@@ -42,6 +42,7 @@ import numpy as np
 
 from scheduler import live
 from scheduler.arrivals import CumulativeForecast
+from scheduler.choice import AUTO_ENGINES, Option, choose
 from scheduler.cost_model import CostModelStore, calibrate, incremental_cost_model
 from scheduler.profiles import resolve
 from streamanon.engines import get_engine, run_engine
@@ -276,17 +277,28 @@ def one_shot(X: np.ndarray, k: int, engine: str) -> tuple[float, float]:
 
 
 def predict(profile: Any, n: int, duration: float, deadline: float | None, model: Any,
-            incremental_model: Any, k: int) -> dict[str, Any]:
+            incremental_model: Any, k: int, options: list[Option] | None = None,
+            incremental: str = "nn_split_end", refine: str | float = "off") -> dict[str, Any]:
     """The service's plan (:func:`scheduler.live.plan`, ``deadline`` after close) on the
     profile's expected arrival curve (compressed seconds): what the planner would choose if
-    the forecast were exact."""
+    the forecast were exact. With ``options`` (``engine = "auto"``), the planner's choice of
+    engine among them (:func:`scheduler.choice.choose`), whose models replace ``model``."""
 
     grid = np.linspace(0.0, 1.0, 2001)
     forecast = CumulativeForecast.piecewise(grid * duration - duration,  # close at t = 0
                                             profile.cumulative(grid) * n)
-    plan = live.plan(forecast, model, incremental_model, k=k, deadline=deadline,
-                     seconds_to_close=duration)
-    return {"nu": plan.nu, "head_start_seconds": plan.head_start,
+    choice = None
+    if options:
+        choice = choose(forecast, options, k=k, stage=incremental, deadline=deadline,
+                        seconds_to_close=duration, refine=refine)
+        plan = choice.plan
+        model = next(o.base_cost for o in options if o.engine == plan.engine)
+    else:
+        plan = live.plan(forecast, model, incremental_model, k=k, deadline=deadline,
+                         seconds_to_close=duration, refine=refine)
+    return {"nu": plan.nu, "engine": plan.engine, "expected_delta": plan.expected_delta,
+            "choice": None if choice is None else choice.reason,
+            "refine_seconds": plan.refine_seconds, "head_start_seconds": plan.head_start,
             "finish_after_close_seconds": plan.finish_after_close,
             "release_after_close_seconds": plan.finish_after_close + live.release_overhead(n),
             "t_ref_seconds": model(n),
@@ -316,12 +328,23 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
     open_seconds = survey_duration / speedup
     compressed_deadline = None if deadline is None else deadline / speedup
     out.mkdir(parents=True, exist_ok=True)
-    model = calibrated_model(out, engine, m, k, progress)
-    incremental_model = incremental_cost_model(
-        incremental, model, m, k, partition=functools.partial(run_engine, "mdav"),
-        run_stage=functools.partial(run_stage, incremental))
+    engines = AUTO_ENGINES if engine == "auto" else (engine,)
+    models = {e: calibrated_model(out, e, m, k, progress) for e in engines}
+    split = models.get("mdav")  # NN-split-end splits with MDAV, whatever the base engine
+
+    def incremental_model_of(base: Any) -> Any:
+        return incremental_cost_model(
+            incremental, base, m, k, partition=functools.partial(run_engine, "mdav"),
+            run_stage=functools.partial(run_stage, incremental), split=split)
+
+    options = ([Option(e, models[e], incremental_model_of(models[e])) for e in engines]
+               if engine == "auto" else None)
+    model = models["mdav" if engine == "auto" else engine]
     prediction = predict(arrivals, n, open_seconds, compressed_deadline, model,
-                         incremental_model, k)
+                         None if options else incremental_model_of(model), k, options,
+                         incremental, refine)
+    if options:
+        model = models[prediction["engine"]]
     summary: dict[str, Any] = {
         "profile": arrivals.name, "n": n, "m": m, "k": k, "engine": engine,
         "incremental": incremental, "refine": refine, "data": survey_data.description,
@@ -345,6 +368,10 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
                           deadline=compressed_deadline, http=http, linger=linger,
                           survey=survey, dashboard=dashboard, progress=progress,
                           refine=refine)
+    if engine == "auto":  # the engine the planner chose for the base run
+        summary["configured_engine"] = "auto"
+        summary["engine"] = engine = report["engine"]
+        summary["engine_choice"] = report.get("engine_choice")
     progress(f"released; timing the one-shot {engine} run on the same {n:,} records for "
              "comparison ...")
     one_shot_seconds, one_shot_d = one_shot(survey_data.X, k, engine)
@@ -435,6 +462,9 @@ def _markdown(s: dict[str, Any]) -> str:
            f" Deadline {s['deadline_seconds']:g} s after close "
            f"({s['compressed_deadline_seconds']:.2f} s compressed)."),
         "",
+        *([f"Base engine: the planner's choice (engine = auto): {p['engine']}, expected IL "
+           f"{100 * p['expected_delta']:+.1f} % against one-shot MDAV ({p['choice']}).", ""]
+          if p.get("choice") else []),
         "![arrivals](arrivals.png)",
         "",
         "| quantity | predicted (forecast = profile) | achieved |",

@@ -20,7 +20,7 @@ def test_simulate_runs_the_pipeline_and_reports_consistently(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "streamanon", "simulate", "--profile", "front_loaded",
          "--n", "3000", "--m", "4", "--k", "5", "--survey-duration", "2h", "--speedup", "500",
-         "--deadline", "30m", "--out", str(out), "--seed", "3"],
+         "--deadline", "30m", "--out", str(out), "--seed", "3", "--engine", "auto"],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((out / "simulation.json").read_text())
@@ -44,6 +44,12 @@ def test_simulate_runs_the_pipeline_and_reports_consistently(tmp_path):
     assert f"{release['distortion']:.4f}" in report_md
     assert re.search(r"\| records released \| 3,000 \| 3,000 \|", report_md)
     assert "report.md" in result.stdout
+    # engine = "auto": the planner's choice, planned and run, and compared with its one-shot
+    assert summary["configured_engine"] == "auto"
+    assert summary["engine"] == files["engine"]  # (the live plan may differ from the forecast's)
+    assert summary["prediction"]["engine"] in ("ona_star", "mdav")
+    assert files["engine_choice"]["chosen"] == files["engine"] in ("ona_star", "mdav")
+    assert "Base engine: the planner's choice (engine = auto)" in report_md
 
 
 def test_dry_run_plans_without_producing(tmp_path):
