@@ -7,10 +7,10 @@ plan's information loss (:func:`expected_delta`), and takes the one with the lea
 loss among those that *fit*:
 
 - with a deadline, a plan fits when its upper bound meets it (``Plan.meets_deadline``);
-- without one, when its predicted release after close is within :data:`SLACK_FACTOR`
-  times, or :data:`SLACK_SECONDS` more than, the earliest release any candidate offers
-  (predictions, as nu* is solved on them): the quality engine may cost a few seconds after
-  close, not minutes.
+- without one, when its predicted compute after close is within :data:`SLACK_FACTOR`
+  times, or :data:`SLACK_SECONDS` more than, the earliest any candidate offers (predictions,
+  as nu* is solved on them; the refinement left out, it is the same for all): the quality
+  engine may cost a few seconds after close, not minutes.
 
 When no plan fits, the earliest release wins. The plan returned carries ``engine`` and
 ``expected_delta``.
@@ -19,9 +19,10 @@ The quality model is empirical, from this repository's measurements (README "Cho
 2MDAV and NN-split-end" and "Anytime refinement"): the one-shot loss of each engine relative
 to MDAV (:data:`ONE_SHOT_LOSS`, Gaussian and census-like data, k = 10), and the loss each
 incremental stage adds at a ratio nu over an MDAV base (:data:`STAGE_DELTA`, Gaussian
-50,000 x 15, k = 10), mixed as :func:`expected_delta` says. It ranks the candidates; it does not predict a survey's IL to the percent (delta grows as m
-falls: at m = 5 NN-split-end adds 4.7 % at nu = 0.1 where the table says 2.1 %). The
-refinement, which only lowers the loss, is not in it.
+50,000 x 15, k = 10), mixed as :func:`expected_delta` says. It ranks the candidates; it
+does not predict a survey's IL to the percent (delta grows as m falls: at m = 5 NN-split-end
+adds 4.7 % at nu = 0.1 where the table says 2.1 %). The refinement, which only lowers the
+loss, is not in it.
 
 Everything here is pure: numbers in, numbers out.
 """
@@ -109,9 +110,11 @@ class Choice:
 def _fits(plans: Sequence[Plan], deadline: float | None) -> list[bool]:
     if deadline is not None:
         return [bool(p.meets_deadline) for p in plans]
-    earliest = min(p.finish_after_close for p in plans)  # predictions, as nu* is solved
+    # predictions, as nu* is solved on them; the compute's alone: the refinement is the same
+    # for every candidate and would widen the slack
+    earliest = min(p.compute_after_close for p in plans)
     bound = max(SLACK_FACTOR * earliest, earliest + SLACK_SECONDS)
-    return [p.finish_after_close <= bound for p in plans]
+    return [p.compute_after_close <= bound for p in plans]
 
 
 def choose(arrivals: Forecast, options: Sequence[Option], *, k: int, stage: str,

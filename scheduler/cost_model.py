@@ -209,11 +209,12 @@ def incremental_cost_model(
     (``base.contention``): ``partition(X, k)`` (MDAV) labels a Gaussian base of ``max(20 k, 20000)``
     records and ``run_stage(base, base_labels, increment, k)`` adjoins ``max(k, 2000)`` more.
     Like :func:`calibrate`, the engine and the stage are passed in, so nothing here imports them.
-    ``split`` is the model of the engine that splits the grown cells (the stage's ``engine``
-    parameter, MDAV by default); None takes ``base``.
+    ``split`` is the model of the engine that splits the grown cells, or with ``two_stage``
+    runs on the increment (the stage's ``engine`` parameter, MDAV by default); None takes
+    ``base``.
     """
-    if stage == "two_stage":
-        return TwoStageCost(base)
+    if stage == "two_stage":  # the increment's engine: MDAV by default, whatever the base's
+        return TwoStageCost(split or base)
     rng = np.random.default_rng(1)
     n0, n_plus = max(20 * k, 20_000), max(k, 2_000)
     Z = rng.standard_normal((n0 + n_plus, m))

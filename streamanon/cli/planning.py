@@ -252,7 +252,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             report["deadline"] = _plan_dict(live.plan(forecast, model, incremental, k=args.k,
                                                       deadline=args.deadline, overhead=False))
         if args.engine == "auto":
-            options = [Option(e, models[e], TwoStageCost(models[e])) for e in AUTO_ENGINES]
+            # 2MDAV after either base: the increment's engine is MDAV
+            options = [Option(e, models[e], TwoStageCost(models["mdav"])) for e in AUTO_ENGINES]
             report["engine_choice"] = {
                 key: _choice_dict(choose(forecast, options, k=args.k, stage="two_stage",
                                          deadline=deadline, overhead=False))

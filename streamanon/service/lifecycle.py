@@ -46,7 +46,7 @@ import numpy as np
 
 from scheduler import live
 from scheduler.arrivals import ArrivalEstimator
-from scheduler.choice import AUTO_ENGINES, Option, choose, expected_delta
+from scheduler.choice import AUTO_ENGINES, Choice, Option, choose, expected_delta
 from scheduler.cost_model import CostModelStore, PowerLaw, calibrate, incremental_cost_model
 from scheduler.jobs import Planner
 from scheduler.planner import Plan
@@ -399,21 +399,35 @@ class Service:
         option = next(o for o in self._options[sid] if o.engine == engine)
         return option.base_cost, option.incremental_cost
 
-    def _resolve_engine(self, sid: str, engine: str, why: str) -> None:
+    def _resolve_engine(self, sid: str, engine: str, why: str,
+                        expected: float | None = None) -> None:
         """``engine = "auto"``: run ``engine`` from now on (its cost models too)."""
         rt = self.surveys[sid]
         if not rt.auto_engine or rt.config.engine == engine:
             return
-        if engine not in {o.engine for o in self._options[sid]}:
-            raise StoreError(f"survey {sid}: the stored base run used {engine}, which "
-                             f"engine = \"auto\" does not choose from")
-        rt.config = rt.config.model_copy(update={"engine": engine})
-        rt.ingest.config = rt.config
-        self._models[sid] = self._option_models(sid, engine)
-        planned = [p for p in (rt.choice.candidates if rt.choice else ()) if p.engine == engine]
+        if engine in {o.engine for o in self._options[sid]}:
+            self._models[sid] = self._option_models(sid, engine)
+        else:  # stored by a run under another configuration: it stays that run's engine
+            log.warning("survey %s: the stored run used %s, which engine = \"auto\" does not "
+                        "choose; it is kept (planned with MDAV's cost model)", sid, engine)
+        with self._lock:
+            rt.config = rt.config.model_copy(update={"engine": engine})
+            rt.ingest.config = rt.config
         rt.engine_choice = {"configured": "auto", "chosen": engine, "reason": why,
-                            "expected_delta": planned[0].expected_delta if planned else None}
+                            "expected_delta": expected}
         log.info("survey %s: base engine %s (%s)", sid, engine, why)
+
+    def _unresolve_engine(self, sid: str) -> None:
+        """``engine = "auto"`` with no stored base run (it failed, or never ran): the choice
+        is open again (the planner's next base run, or the one-shot run at close)."""
+        rt = self.surveys[sid]
+        if rt.auto_engine and rt.config.engine != "auto":
+            with self._lock:
+                rt.config = rt.config.model_copy(update={"engine": "auto"})
+                rt.ingest.config = rt.config
+            self._models[sid] = self._option_models(sid, "mdav")
+            rt.engine_choice = None
+            log.info("survey %s: no base run stored: the base engine will be chosen again", sid)
 
     def _plan(self, sid: str, now: datetime) -> Plan:
         rt = self.surveys[sid]
@@ -426,46 +440,59 @@ class Service:
         if self.coordinator is not None:  # every instance's records, not only this one's
             received = self.coordinator.stored.get(sid, received)
         arrivals = live.forecast(received, pace, close - t, sc.expected_records)
-        plan = self._plan_for(sid, arrivals, close - t)
-        rt.last_plan = plan
+        plan, choice = self._plan_for(sid, arrivals, close - t)
+        with self._lock:  # the plan and its choice together (the loop reads both)
+            rt.last_plan = plan
+            if choice is not None:
+                rt.choice = choice
         return plan
 
-    def _plan_for(self, sid: str, arrivals: Any, seconds_to_close: float) -> Plan:
+    def _plan_for(self, sid: str, arrivals: Any,
+                  seconds_to_close: float) -> tuple[Plan, Choice | None]:
         """The plan for the forecast ``arrivals``; with ``engine = "auto"`` not chosen yet,
-        the planner's choice of engine (kept in ``rt.choice``)."""
+        the planner's choice of engine too."""
         rt = self.surveys[sid]
         sc = rt.config
         if rt.auto_engine and sc.engine == "auto":
-            rt.choice = choose(arrivals, self._options[sid], k=sc.k, stage=sc.incremental,
-                               deadline=sc.deadline, seconds_to_close=seconds_to_close,
-                               refine=sc.refine)
-            return rt.choice.plan
+            choice = choose(arrivals, self._options[sid], k=sc.k, stage=sc.incremental,
+                            deadline=sc.deadline, seconds_to_close=seconds_to_close,
+                            refine=sc.refine)
+            return choice.plan, choice
         base, incremental = self._models[sid]
         plan = live.plan(arrivals, base, incremental, k=sc.k, deadline=sc.deadline,
                          seconds_to_close=seconds_to_close, refine=sc.refine)
         if rt.auto_engine:  # chosen: the plans go on saying which engine, and its quality
             plan = dataclasses.replace(plan, engine=sc.engine, expected_delta=expected_delta(
                 sc.engine, sc.incremental, plan.nu))
-        return plan
+        return plan, None
 
-    def _choose_now(self, sid: str, one_shot: bool, plan: Plan | None = None) -> None:
+    def _choose_now(self, sid: str, plan: Plan | None = None, *,
+                    one_shot_records: int | None = None) -> None:
         """``engine = "auto"`` still open when the base run starts or the survey closes: the
-        choice for a snapshot now (the latest plan's, or planned now), or for a one-shot run
-        at close."""
+        choice of ``plan`` (the base trigger's), else of the latest plan, else planned now; or,
+        with ``one_shot_records``, the choice between the one-shot runs on that many records
+        at close.
+
+        A survey that closes on command has no close time to plan against: its plans, and
+        so its choice, are between the one-shot runs on the records stored."""
         rt = self.surveys[sid]
         if not rt.auto_engine or rt.config.engine != "auto":
             return
-        plan = plan or rt.last_plan
-        if one_shot or plan is None or plan.engine is None:
-            with self._lock:
-                n = rt.ingest.stored
+        with self._lock:
+            latest, choice = rt.last_plan, rt.choice
+            n = rt.ingest.stored
+        plan = None if one_shot_records is not None else plan or latest
+        if plan is None or plan.engine is None:
             if self.coordinator is not None:
                 n = self.coordinator.stored.get(sid, n)
-            plan = self._plan_for(sid, live.forecast(n, 0.0, 0.0, None if one_shot else
-                                                     rt.config.expected_records), 0.0)
+            if one_shot_records is not None:
+                n = one_shot_records
+            plan, choice = self._plan_for(sid, live.forecast(n, 0.0, 0.0, None), 0.0)
         assert plan.engine is not None
-        why = rt.choice.reason if rt.choice is not None else "planned"
-        self._resolve_engine(sid, plan.engine, why)
+        reason = choice.reason if choice is not None and choice.plan is plan else (
+            f"planned: {plan.engine}, expected {plan.expected_delta:+.1%} against one-shot MDAV"
+            if plan.expected_delta is not None else "planned")
+        self._resolve_engine(sid, plan.engine, reason, plan.expected_delta)
 
     def _on_stored(self, sid: str, arrival_times: list[float]) -> None:
         rt = self.surveys[sid]
@@ -530,10 +557,14 @@ class Service:
                      sid, n_base)
             return False
         started = time.time()
-        self._choose_now(sid, one_shot=False, plan=plan)
-        await self._in_store(lambda: self.store.transition(
-            sid, BASE_RUNNING, f"snapshot of {n_base} records", expect=[OPEN],
-            base_started_at=started))
+        self._choose_now(sid, plan)
+        try:
+            await self._in_store(lambda: self.store.transition(
+                sid, BASE_RUNNING, f"snapshot of {n_base} records", expect=[OPEN],
+                base_started_at=started))
+        except BaseException:
+            self._unresolve_engine(sid)
+            raise
         if rt.planner is not None:
             rt.planner.base_started = True
         rt.last_plan = plan or rt.last_plan
@@ -583,6 +614,7 @@ class Service:
                                  f"base run failed: {describe_error(exc)}")
             with contextlib.suppress(StoreError):
                 await self._in_store(self.store.transition, sid, OPEN, "base run failed")
+            self._unresolve_engine(sid)
         finally:
             rt.base_task = None
 
@@ -609,10 +641,15 @@ class Service:
         assert self.collector is not None and self._releaser is not None  # made in start()
         releaser = self._releaser
         cp = await self._in_store(self.store.load_checkpoint, sid)
-        if cp is not None:
+        row = await self._in_store(self.store.load_release, sid)
+        if row is not None:  # written before a restart: its engine, whatever comes next
+            self._resolve_engine(sid, row.report["engine"], "the engine of the written release",
+                                 (row.report.get("engine_choice") or {}).get("expected_delta"))
+        elif cp is not None:
             self._resolve_engine(sid, cp.engine, "the engine of the base run")
-        else:
-            self._choose_now(sid, one_shot=True)
+        elif rt.auto_engine:  # between the one-shot runs, on every instance's records
+            self._unresolve_engine(sid)
+            self._choose_now(sid, one_shot_records=await self._in_store(self.store.count, sid))
         await close_survey(rt, store=self.store, in_store=self._in_store,
                            collector=self.collector,
                            release=lambda: releaser.release(rt, self._models[sid][0]),
@@ -654,7 +691,8 @@ class Service:
                 base_started_at=st.base_started_at,
                 arrival_coefficient=_finite(plan.arrival_coefficient) if plan else None,
                 nu=plan.nu if plan else None,
-                cost_model=None if model is None else (sc.engine, model.a, model.b),
+                cost_model=None if model is None else (
+                    "mdav" if sc.engine == "auto" else sc.engine, model.a, model.b),
                 arrivals=arrivals,
                 forecast=self._forecast_points(rt, now, close_at),
                 progress=self._progress(rt, st, model, now),

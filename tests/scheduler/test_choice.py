@@ -60,6 +60,14 @@ def test_when_nothing_meets_the_deadline_the_earliest_release_wins():
     assert choice.reason.startswith("no engine meets the deadline")
 
 
+def test_the_refinement_does_not_widen_the_slack_without_a_deadline():
+    # the 20-minute survey again: 10 minutes of refinement are the same for both candidates
+    choice = choose(survey(200_000, 1 / 3), options(SLOW_ONA), k=K, stage="nn_split_end",
+                    refine=600.0)
+    assert choice.engine == "mdav" and choice.fits == (False, True)
+    assert choice.plan.refine_seconds == 600.0
+
+
 def test_no_candidates_is_an_error():
     with pytest.raises(ValueError, match="no candidate"):
         choose(survey(1000, 1), [], k=K, stage="nn")
