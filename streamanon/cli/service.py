@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "demo",
         help="the end-to-end demo on the embedded broker",
         description=(
-            "Start the embedded broker and the service, open a synthetic survey (100,000 "
+            "Start the embedded broker and the service, open a synthetic survey (15,000 "
             "responses, 15 quasi-identifiers, open 100 s, uniform arrivals plus a few malformed "
             "responses), let the planner start the ONA* base run when it computes, close on "
             "time, absorb the late responses with NN-split-end and publish the release. Prints "
