@@ -186,10 +186,10 @@ def test_kills_at_every_phase_leave_exactly_one_complete_release(restartable, tm
         svc.step_until(lambda steps=steps: next(steps, None) is None)
         plan.kill()
     release_topic = f"{svc.prefix}.s.release"
+    released_early = False
     while plan.wanted("publish") or len(plan.kills) < sum(QUOTA.values()):
         # what this run sends counts from here: a resumed publish can send its first batch
-        # between its log line and the pause below (the watcher, started after, missed it
-        # and waited for a batch that had come: the flake of CI runs 2 and 4 of issue 17)
+        # between its log line and the pause below (the watcher, started after, missed it)
         before = high_watermark(svc.bootstrap, release_topic)
         svc.launch()
         if svc.release_row() is None:  # a first publish follows the files at once
@@ -199,9 +199,16 @@ def test_kills_at_every_phase_leave_exactly_one_complete_release(restartable, tm
         svc.step_until(lambda: "publishing release" in svc.lines(), timeout=120)
         with watching(svc.bootstrap, release_topic, since=before) as arrived:
             # the first batch of this run is in: cut it there (librdkafka fetches the topic's
-            # metadata and lingers before its first batch: more 3 ms steps than aiokafka took)
-            svc.step_until(arrived, timeout=90)
+            # metadata and lingers before its first batch: more 3 ms steps than aiokafka took).
+            # Or the release is out with nothing sent: the run before sent its manifest and was
+            # killed before it stored "published", and this one found the manifest last (the
+            # flake of CI runs 2 and 4 of issue 17 and of issue 18's first CI run: under load
+            # a "3 ms" step runs far longer, and a step can take a whole publish)
+            svc.step_until(lambda: arrived() or "-> RELEASED" in svc.lines(), timeout=90)
         plan.kill()
+        if svc.state() == "RELEASED":  # nothing left to publish: no later kill can land in it
+            released_early = True
+            break
 
     # -- the end: one release, every valid response in it once -------------------------------
     svc.launch()  # the release needs no collector: no waiting for the group (see above)
@@ -214,7 +221,11 @@ def test_kills_at_every_phase_leave_exactly_one_complete_release(restartable, tm
     release_id, state = svc.release_row()
     assert state == "published"
     phases = collections.Counter(phase for phase, _ in plan.kills)
-    assert len(plan.kills) >= 20 and set(phases) == set(PHASES), plan.kills
+    # every phase is hit; 20 kills unless the release was out before the publish quota (the
+    # kills before the publish are 15, and at least one lands in it)
+    assert set(phases) == set(PHASES), plan.kills
+    assert len(plan.kills) >= (sum(QUOTA.values()) - QUOTA["publish"] + phases["publish"]
+                               if released_early else sum(QUOTA.values())), plan.kills
 
     messages = read_all(svc.bootstrap, release_topic)
     assert {dict(m.headers)["streamanon-release"].decode() for m in messages} == {release_id}

@@ -26,7 +26,8 @@ REPORT_KEYS = [
     "predicted_seconds_after_close", "one_shot_estimate_seconds", "base_started_at",
     "closed_at", "base_seconds", "incremental_seconds", "compute_seconds_after_close",
     "distortion", "information_loss", "rejected", "files", "information_loss_by_type",
-    "values_withheld", "values_imputed", "strata_merged", "privacy", "risk", "spliced"]
+    "values_withheld", "values_imputed", "strata_merged", "privacy", "risk", "spliced",
+    "engine_choice"]
 PUBLISHED_KEYS = ["released_at", "close_to_release_seconds", "close_steps_seconds"]
 
 # The keys of /api/status that the dashboard (static/app.js), /metrics and the demo read.
@@ -37,8 +38,9 @@ SURVEY_KEYS = [
     "deadline_seconds", "deadline_at", "base_at", "base_started_at", "arrival_coefficient",
     "nu", "cost_model", "arrivals", "forecast", "progress", "plan", "release"]
 PLAN_KEYS = ["mode", "nu", "n_total", "head_start_seconds", "finish_after_close_seconds",
-             "arrival_coefficient", "base_at"]
-PROGRESS_KEYS = ["stage", "started_at", "elapsed_seconds", "expected_seconds"]
+             "arrival_coefficient", "base_at", "refine_seconds", "engine", "expected_delta",
+             "choice"]
+PROGRESS_KEYS = ["stage", "started_at", "elapsed_seconds", "expected_seconds", "refine_seconds"]
 RELEASE_KEYS = [
     "status", "n", "k", "engine", "incremental", "mode", "nu", "n_base", "distortion",
     "information_loss", "close_to_release_seconds", "one_shot_estimate_seconds",
