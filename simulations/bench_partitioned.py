@@ -2,13 +2,15 @@
 
     python simulations/bench_partitioned.py                     # 1,000,000 x 15, k = 10
     python simulations/bench_partitioned.py --n 200000 --part-sizes 10000,50000,100000
+    python simulations/bench_partitioned.py --part-sizes 100000 --part-rounds 0,3,4
     python simulations/bench_partitioned.py --n 10000000 --part-sizes 100000 --workers 2 \\
         --no-exact                                               # the 10 M run (a few min)
 
 i.i.d. Gaussian records, standardised (paper 001's synthetic data). For each part size the
 records are cut by Mondrian-V into parts of at most that many records and MDAV runs on each
-part (``streamanon.engines.partitioned``), on a Dask ``LocalCluster`` of 1 and of 2
-single-threaded worker processes. Reported:
+part (``streamanon.engines.partitioned``), followed by ``--part-rounds`` rounds of ONA*'s local
+search (``ona_star`` with ``start=mdav``; 0: MDAV alone), on a Dask ``LocalCluster`` of 1 and
+of 2 single-threaded worker processes. Reported:
 
 1. Information loss of the partitioned run and of exact MDAV on the same data, and the
    relative increase; the labels are the same on every cluster size (checked).
@@ -18,7 +20,7 @@ single-threaded worker processes. Reported:
 3. A scale model at the part size closest to the default (100,000):
    ``T(N, W) = cut(N) + max(send(N), compute(N, W)) + part``, from the measured cut (scaled
    as ``N log N``, it runs on the client), the per-part cost (``ceil(parts / W)`` rounds of
-   MDAV on a median part) and the cost of sending the records and their labels (per byte and
+   the part engine on a median part) and the cost of sending the records and their labels (per byte and
    per task, measured here over the loopback; the per-byte cost is at least that of
    ``--bandwidth-mb``, for a network), with the term that limits it named. The client also
    holds all of ``X`` (``8 m N`` bytes), stated with the prediction.
@@ -59,6 +61,24 @@ def _ints(text: str) -> list[int]:
     return values
 
 
+def _rounds(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") \
+            from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected integers >= 0, got {text!r}")
+    return values
+
+
+def part_engine(rounds: int) -> tuple[str, dict[str, Any]]:
+    """The engine run on each part: MDAV, then ``rounds`` rounds of ONA*'s local search."""
+    if rounds == 0:
+        return "mdav", {}
+    return "ona_star", {"start": "mdav", "max_rounds": rounds}
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -71,6 +91,9 @@ def parser() -> argparse.ArgumentParser:
                    help="comma-separated part sizes (default 10000,50000,100000,200000,500000)")
     p.add_argument("--workers", type=_ints, default=[1, 2],
                    help="LocalCluster sizes to time, worker processes (default 1,2)")
+    p.add_argument("--part-rounds", type=_rounds, default=[0],
+                   help="comma-separated local-search rounds after MDAV on each part: 0 = MDAV "
+                        "alone, R > 0 = ona_star with start=mdav, max_rounds=R (default 0)")
     p.add_argument("--no-exact", action="store_true",
                    help="skip exact MDAV on all records (hours at 10 M); IL then absolute only")
     p.add_argument("--repeat", type=int, default=1, help="timed runs per setting (median)")
@@ -122,7 +145,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from streamanon.metrics import information_loss
 
     X = gaussian(args.n, args.m, args.seed)
-    run_engine("mdav", X[: 4 * args.k], args.k)  # compile / load the kernels
+    for r in args.part_rounds:  # compile / load the kernels
+        engine, params = part_engine(r)
+        run_engine(engine, X[: 4 * args.k], args.k, **params)
     out: dict[str, Any] = {"n": args.n, "m": args.m, "k": args.k, "rows": [], "timings": []}
     if not args.no_exact:
         started = time.perf_counter()
@@ -131,40 +156,44 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["exact_il"] = information_loss(X, exact)
         del exact
         print(f"  exact MDAV: {clock(out['exact_seconds'])}", file=sys.stderr)
-    cuts: dict[int, dict[str, Any]] = {}
+    cuts: dict[tuple[int, int], dict[str, Any]] = {}
     for p in args.part_sizes:
         started = time.perf_counter()
         parts = cut_parts(X, args.k, p)
         cut_seconds = time.perf_counter() - started
         median = sorted(parts, key=len)[len(parts) // 2]
-        started = time.perf_counter()
-        run_engine("mdav", X[median], args.k)
-        cuts[p] = {"part_size": p, "parts": len(parts), "median_part": len(median),
-                   "cut_seconds": cut_seconds, "part_seconds": time.perf_counter() - started}
-    labels_of: dict[int, np.ndarray] = {}
+        for r in args.part_rounds:
+            engine, params = part_engine(r)
+            started = time.perf_counter()
+            run_engine(engine, X[median], args.k, **params)
+            cuts[p, r] = {"part_size": p, "rounds": r, "parts": len(parts),
+                          "median_part": len(median), "cut_seconds": cut_seconds,
+                          "part_seconds": time.perf_counter() - started}
+    labels_of: dict[tuple[int, int], np.ndarray] = {}
     for w in args.workers:
         with open_client(f"local-{w}") as client:
             if "seconds_per_byte" not in out:
                 out["seconds_per_task"], out["seconds_per_byte"] = measure_transfer(
                     client, X, model_part_size(args))
-            for p in args.part_sizes:
+            for (p, r) in cuts:
+                engine, params = part_engine(r)
                 times = []
                 for _ in range(args.repeat):
                     started = time.perf_counter()
-                    labels = partitioned_labels(X, args.k, part_size=p,
-                                                runner=dask_runner(client))
+                    labels = partitioned_labels(X, args.k, engine=engine, engine_params=params,
+                                                part_size=p, runner=dask_runner(client))
                     times.append(time.perf_counter() - started)
-                same = bool(np.array_equal(labels_of.setdefault(p, labels), labels))
+                same = bool(np.array_equal(labels_of.setdefault((p, r), labels), labels))
                 peaks = client.run(max_rss_mb)
-                out["timings"].append({"part_size": p, "workers": w,
+                out["timings"].append({"part_size": p, "rounds": r, "workers": w,
                                        "seconds": statistics.median(times), "runs": times,
                                        "same_labels": same,
                                        "worker_peak_mb": max(peaks.values())})
-                print(f"  part size {p:,} on {w} worker(s): {clock(statistics.median(times))}",
-                      file=sys.stderr)
-    for p in args.part_sizes:
-        il = information_loss(X, labels_of[p])
-        row = {**cuts[p], "il": il}
+                print(f"  part size {p:,}, {r} rounds, on {w} worker(s): "
+                      f"{clock(statistics.median(times))}", file=sys.stderr)
+    for key, cut in cuts.items():
+        il = information_loss(X, labels_of[key])
+        row = {**cut, "il": il}
         if "exact_il" in out:
             row["il_increase"] = il / out["exact_il"] - 1
         out["rows"].append(row)
@@ -174,7 +203,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def refined(X: np.ndarray, args: argparse.Namespace, labels_of: dict[int, np.ndarray],
+def refined(X: np.ndarray, args: argparse.Namespace,
+            labels_of: dict[tuple[int, int], np.ndarray],
             exact_il: float | None) -> list[dict[str, Any]]:
     """IL of each part size's labels after the anytime refinement (``--refine``): the
     budgets are cumulative, each refinement goes on from the state the one before left."""
@@ -182,16 +212,16 @@ def refined(X: np.ndarray, args: argparse.Namespace, labels_of: dict[int, np.nda
     from streamanon.refine import refine_partition
 
     rows: list[dict[str, Any]] = []
-    for p in args.part_sizes:
-        labels, spent = labels_of[p], 0.0
+    for (p, r), labels in labels_of.items():
+        spent = 0.0
         for budget in sorted(args.refine):
             step = refine_partition(X, labels, args.k, budget_seconds=budget - spent)
             labels, spent = step.labels, spent + step.seconds
             il = information_loss(X, labels)
-            rows.append({"part_size": p, "budget": budget, "seconds": spent, "il": il,
+            rows.append({"part_size": p, "rounds": r, "budget": budget, "seconds": spent, "il": il,
                          "stopped": step.stopped,
                          "il_increase": None if exact_il is None else il / exact_il - 1})
-            print(f"  part size {p:,} refined for {spent:.0f} s: IL {il:.3f} %",
+            print(f"  part size {p:,}, {r} rounds, refined for {spent:.0f} s: IL {il:.3f} %",
                   file=sys.stderr)
             if step.stopped == "converged":
                 break
@@ -224,7 +254,7 @@ def scale_model(out: dict[str, Any], args: argparse.Namespace) -> list[dict[str,
                 terms = {"partitioning pass": cut_s, "sending the parts": send_s,
                          "clustering on the workers": compute_s}
                 total = cut_s + max(send_s, compute_s) + cut["part_seconds"]
-                rows.append({"part_size": p, "N": N, "W": W, "seconds": total,
+                rows.append({"part_size": p, "rounds": cut["rounds"], "N": N, "W": W, "seconds": total,
                              "limit": max(terms, key=terms.__getitem__), **terms,
                              "client_gb": N * args.m * 8 / 1e9})
     return rows
@@ -232,43 +262,46 @@ def scale_model(out: dict[str, Any], args: argparse.Namespace) -> list[dict[str,
 
 def report(out: dict[str, Any], args: argparse.Namespace) -> None:
     n, m, k = out["n"], out["m"], out["k"]
-    print(f"\n### Partitioned MDAV, {n:,} x {m} i.i.d. Gaussian, k = {k}\n")
+    print(f"\n### Partitioned runs, {n:,} x {m} i.i.d. Gaussian, k = {k}\n")
+    print("Rounds: the local-search rounds after MDAV on each part (0: MDAV alone; R: ona_star "
+          "with start=mdav, max_rounds=R).\n")
     if "exact_il" in out:
         print(f"Exact MDAV: IL = {out['exact_il']:.3f} %, {seconds_cell(out['exact_seconds'])} s "
               "(in this process, one thread).\n")
-    print("| part size | parts | IL % | IL vs exact | Mondrian-V cut s | MDAV on one part s |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| part size | rounds | parts | IL % | IL vs exact MDAV | Mondrian-V cut s | "
+          "one part s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in out["rows"]:
         vs = f"{100 * r['il_increase']:+.2f} %" if "il_increase" in r else "-"
-        print(f"| {r['part_size']:,} | {r['parts']:,} | {r['il']:.3f} | {vs} | "
+        print(f"| {r['part_size']:,} | {r['rounds']} | {r['parts']:,} | {r['il']:.3f} | {vs} | "
               f"{seconds_cell(r['cut_seconds'])} | {seconds_cell(r['part_seconds'])} |")
     if out["refined"]:
         print("\nRefined afterwards (`--refine`: local search on all the records, this "
               "process, budgets cumulative):\n")
-        print("| part size | refined for s | IL % | IL vs exact | stopped |")
-        print("|---:|---:|---:|---:|:---|")
+        print("| part size | rounds | refined for s | IL % | IL vs exact | stopped |")
+        print("|---:|---:|---:|---:|---:|:---|")
         for r in out["refined"]:
             vs = "-" if r["il_increase"] is None else f"{100 * r['il_increase']:+.2f} %"
-            print(f"| {r['part_size']:,} | {seconds_cell(r['seconds'])} | {r['il']:.3f} | {vs} | "
+            print(f"| {r['part_size']:,} | {r['rounds']} | {seconds_cell(r['seconds'])} | {r['il']:.3f} | {vs} | "
                   f"{r['stopped']} |")
-    print("\n| part size | workers | end to end s | speed-up vs exact | same labels | "
+    print("\n| part size | rounds | workers | end to end s | speed-up vs exact | same labels | "
           "worker peak MB |")
-    print("|---:|---:|---:|---:|:---:|---:|")
+    print("|---:|---:|---:|---:|---:|:---:|---:|")
     for t in out["timings"]:
         speed = (f"{out['exact_seconds'] / t['seconds']:.2f}x"
                  if "exact_seconds" in out else "-")
-        print(f"| {t['part_size']:,} | {t['workers']} | {seconds_cell(t['seconds'])} | {speed} | "
+        print(f"| {t['part_size']:,} | {t['rounds']} | {t['workers']} | {seconds_cell(t['seconds'])} | {speed} | "
               f"{'yes' if t['same_labels'] else 'NO'} | {t['worker_peak_mb']:.0f} |")
     print(f"\nClient (cut, send, join) peak memory: {out['client_peak_mb']:.0f} MB. "
           f"Sending parts to the workers and labels back over the loopback: "
           f"{1e-6 / max(out['seconds_per_byte'], 1e-12):.0f} MB/s, "
           f"{1e3 * out['seconds_per_task']:.1f} ms per task.")
     print(f"\n### Scale model (network {args.bandwidth_mb:g} MB/s; seconds)\n")
-    print("| part size | records | workers | predicted | partitioning pass | sending | "
+    print("| part size | rounds | records | workers | predicted | partitioning pass | sending | "
           "clustering | limit | X on the client |")
-    print("|---:|---:|---:|---:|---:|---:|---:|:---|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|:---|---:|")
     for r in out["model"]:
-        print(f"| {r['part_size']:,} | {r['N'] / 1e6:g} M | {r['W']} | {clock(r['seconds'])} | "
+        print(f"| {r['part_size']:,} | {r['rounds']} | {r['N'] / 1e6:g} M | {r['W']} | {clock(r['seconds'])} | "
               f"{seconds_cell(r['partitioning pass'])} | {seconds_cell(r['sending the parts'])} | "
               f"{seconds_cell(r['clustering on the workers'])} | {r['limit']} | "
               f"{r['client_gb']:.1f} GB |")

@@ -981,8 +981,16 @@ def ona_star_labels(X, k, max_rounds, stats, candidates=0):
     ``stats`` (int64, length 4 or more): rounds run, dissolves, moves, splits; with 6 or more,
     also (exact search) nearest-cell queries answered from the change log and by a full scan.
     """
+    return local_search_labels(X, k, mdav_star_labels(X, k), max_rounds, stats, candidates)
+
+
+@nb.njit(cache=True, nogil=True)
+def local_search_labels(X, k, start, max_rounds, stats, candidates=0):
+    """ONA*'s local search (the rounds of :func:`ona_star_labels`) from the partition ``start``
+    (labels 0..c-1, every cell at least k; cells of 2k or more are split with MDAV first):
+    ONA* itself from MDAV*'s labels, or from any other engine's, such as MDAV's."""
     n, m = X.shape
-    labels = mdav_star_labels(X, k)
+    labels = start.copy()
     cap = n // k + 2
     sums = np.zeros((cap, m))
     sqs = np.zeros(cap)

@@ -134,3 +134,46 @@ def test_the_default_is_exact_up_to_exact_cells_then_restricted():
 def test_ona_star_rejects_negative_candidates():
     with pytest.raises(ParameterError, match="candidates"):
         ona_star(data(100, 2, 0, False), 3, candidates=-1)
+
+
+# -- the local search from another start (start="mdav") -------------------------------------------
+
+
+@pytest.mark.parametrize("candidates", [0, 8])
+@pytest.mark.parametrize(("seed", "shape"), list(enumerate(SHAPES[:5])))
+def test_the_search_from_mdav_keeps_the_invariants_and_improves_on_mdav(seed, shape, candidates):
+    from streamanon.engines.mdav import mdav
+
+    n, m, k, ties = shape
+    X = data(n, m, 400 + seed, ties)
+    start = mdav(X, k)
+    labels = ona_star(X, k, start="mdav", candidates=candidates)
+    sizes = np.bincount(labels)
+    assert labels.shape == (n,)
+    assert sizes.min() >= k and sizes.max() < 2 * k
+    assert np.array_equal(np.unique(labels), np.arange(sizes.size))
+    assert information_loss(X, labels) <= information_loss(X, start) + 1e-9
+    assert np.array_equal(labels, ona_star(X, k, start="mdav", candidates=candidates))
+
+
+def test_zero_rounds_from_mdav_is_mdav_and_more_rounds_never_cost_more():
+    from streamanon.engines.mdav import mdav
+
+    X = data(3000, 15, 21, False)
+    assert np.array_equal(ona_star(X, 10, start="mdav", max_rounds=0), mdav(X, 10))
+    ils = [information_loss(X, ona_star(X, 10, start="mdav", max_rounds=r, candidates=16))
+           for r in (0, 1, 2, 4, 30)]
+    assert all(b <= a + 1e-12 for a, b in zip(ils, ils[1:], strict=False))
+    assert ils[-1] < ils[0]  # the search does move records on Gaussian data
+
+
+def test_the_mdav_star_start_is_the_paper_ona_star():
+    X = data(900, 6, 22, False)
+    assert np.array_equal(ona_star(X, 5, start="mdav_star"), ona_star(X, 5))
+    assert np.array_equal(ona_star(X, 5), ona_star_labels(X, 5, 30, np.zeros(4, np.int64),
+                                                          default_candidates(900, 5)))
+
+
+def test_an_unknown_start_is_a_parameter_error():
+    with pytest.raises(ParameterError, match="start must be one of mdav_star, mdav"):
+        ona_star(data(100, 2, 0, False), 3, start="random")

@@ -11,7 +11,7 @@ import pytest
 
 from simulations import bench_partitioned
 
-N, PARTS = 4000, (500, 2000)
+N, PARTS, ROUNDS = 4000, (500, 2000), (0, 2)
 
 
 @pytest.fixture(scope="module")
@@ -21,14 +21,15 @@ def run(tmp_path_factory) -> tuple[dict, str]:
     with contextlib.redirect_stdout(printed):
         assert bench_partitioned.main(["--n", str(N), "--m", "4", "--k", "5", "--part-sizes",
                                        ",".join(map(str, PARTS)), "--workers", "1,2",
-                                       "--refine", "1,2",
+                                       "--refine", "1,2", "--part-rounds", "0,2",
                                        "--out", str(out)]) == 0
     return json.loads(out.read_text()), printed.getvalue()
 
 
 def test_every_part_size_is_measured_against_exact_mdav(run):
     results, _ = run
-    assert [r["part_size"] for r in results["rows"]] == list(PARTS)
+    assert [(r["part_size"], r["rounds"]) for r in results["rows"]] == [
+        (p, r) for p in PARTS for r in ROUNDS]
     assert results["exact_il"] > 0
     for r in results["rows"]:
         assert r["il"] >= results["exact_il"] * 0.9  # cutting rarely helps, never by much
@@ -37,8 +38,8 @@ def test_every_part_size_is_measured_against_exact_mdav(run):
 
 def test_every_cluster_size_gives_the_same_labels(run):
     results, _ = run
-    assert {(t["part_size"], t["workers"]) for t in results["timings"]} == {
-        (p, w) for p in PARTS for w in (1, 2)}
+    assert {(t["part_size"], t["rounds"], t["workers"]) for t in results["timings"]} == {
+        (p, r, w) for p in PARTS for r in ROUNDS for w in (1, 2)}
     assert all(t["same_labels"] and t["seconds"] > 0 and t["worker_peak_mb"] > 0
                for t in results["timings"])
 
@@ -46,15 +47,15 @@ def test_every_cluster_size_gives_the_same_labels(run):
 def test_the_scale_model_names_a_limit_for_each_prediction(run):
     results, _ = run
     model = results["model"]
-    assert len(model) == 9 and {r["part_size"] for r in model} == {PARTS[1]}
+    assert len(model) == 9 * len(ROUNDS) and {r["part_size"] for r in model} == {PARTS[1]}
     assert all(r["limit"] in ("partitioning pass", "sending the parts",
                               "clustering on the workers") and r["seconds"] > 0 for r in model)
 
 
 def test_the_tables_are_printed(run):
     _, printed = run
-    assert "| part size | parts | IL % |" in printed
-    assert "| part size | workers | end to end s |" in printed
+    assert "| part size | rounds | parts | IL % |" in printed
+    assert "| part size | rounds | workers | end to end s |" in printed
     assert "### Scale model" in printed
 
 
@@ -65,13 +66,22 @@ def test_help_runs():
     assert exit_info.value.code == 0 and "--no-exact" in text.getvalue()
 
 
+def test_local_search_rounds_on_the_parts_never_raise_the_loss(run):
+    results, _ = run
+    il = {(r["part_size"], r["rounds"]): r["il"] for r in results["rows"]}
+    for p in PARTS:  # every move of the local search strictly lowers the SSE of its part
+        assert il[p, 2] <= il[p, 0] + 1e-12
+
+
 def test_refining_never_raises_the_loss_of_a_part_size(run):
     results, printed = run
-    by_part = {p: [r for r in results["refined"] if r["part_size"] == p] for p in PARTS}
-    rows = {r["part_size"]: r for r in results["rows"]}
-    for p, refined in by_part.items():
+    keys = [(p, r) for p in PARTS for r in ROUNDS]
+    by_key = {key: [r for r in results["refined"] if (r["part_size"], r["rounds"]) == key]
+              for key in keys}
+    rows = {(r["part_size"], r["rounds"]): r for r in results["rows"]}
+    for key, refined in by_key.items():
         assert refined, "every part size is refined"
-        ils = [rows[p]["il"]] + [r["il"] for r in refined]
+        ils = [rows[key]["il"]] + [r["il"] for r in refined]
         assert all(b <= a + 1e-12 for a, b in itertools.pairwise(ils))
         assert all(r["stopped"] in ("budget", "converged") for r in refined)
-    assert "| part size | refined for s | IL % | IL vs exact | stopped |" in printed
+    assert "| part size | rounds | refined for s | IL % | IL vs exact | stopped |" in printed
