@@ -72,11 +72,15 @@ def _rounds(text: str) -> list[int]:
     return values
 
 
-def part_engine(rounds: int) -> tuple[str, dict[str, Any]]:
-    """The engine run on each part: MDAV, then ``rounds`` rounds of ONA*'s local search."""
+def part_engine(rounds: int, candidates: int | None = None) -> tuple[str, dict[str, Any]]:
+    """The engine run on each part: MDAV, then ``rounds`` rounds of ONA*'s local search with
+    ``candidates`` cells per record (None: ``ona_star``'s default)."""
     if rounds == 0:
         return "mdav", {}
-    return "ona_star", {"start": "mdav", "max_rounds": rounds}
+    params: dict[str, Any] = {"start": "mdav", "max_rounds": rounds}
+    if candidates is not None:
+        params["candidates"] = candidates
+    return "ona_star", params
 
 
 def parser() -> argparse.ArgumentParser:
@@ -94,6 +98,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--part-rounds", type=_rounds, default=[0],
                    help="comma-separated local-search rounds after MDAV on each part: 0 = MDAV "
                         "alone, R > 0 = ona_star with start=mdav, max_rounds=R (default 0)")
+    p.add_argument("--part-candidates", type=int, default=None,
+                   help="cells a record may move to in those rounds (ona_star's candidates; "
+                        "default: ona_star's, 64 on parts of over 20,000 records at k = 10)")
     p.add_argument("--no-exact", action="store_true",
                    help="skip exact MDAV on all records (hours at 10 M); IL then absolute only")
     p.add_argument("--repeat", type=int, default=1, help="timed runs per setting (median)")
@@ -110,7 +117,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def max_rss_mb() -> float:
-    """This process's peak resident memory, MB (Linux reports kB)."""
+    """This process's peak resident memory, MB: ``VmHWM`` of ``/proc/self/status`` where there
+    is one, else ``ru_maxrss`` (Linux reports kB).
+
+    Not ``ru_maxrss`` on Linux: a worker process is forked from the client and then runs
+    ``exec``, and Linux keeps the forked copy's resident size (the client's, all the records
+    included) in ``ru_maxrss`` across the ``exec``; a worker then reports the client's peak, not
+    its own. ``VmHWM`` is the peak of the process's own memory since its ``exec``."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -146,7 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     X = gaussian(args.n, args.m, args.seed)
     for r in args.part_rounds:  # compile / load the kernels
-        engine, params = part_engine(r)
+        engine, params = part_engine(r, args.part_candidates)
         run_engine(engine, X[: 4 * args.k], args.k, **params)
     out: dict[str, Any] = {"n": args.n, "m": args.m, "k": args.k, "rows": [], "timings": []}
     if not args.no_exact:
@@ -163,7 +181,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cut_seconds = time.perf_counter() - started
         median = sorted(parts, key=len)[len(parts) // 2]
         for r in args.part_rounds:
-            engine, params = part_engine(r)
+            engine, params = part_engine(r, args.part_candidates)
             started = time.perf_counter()
             run_engine(engine, X[median], args.k, **params)
             cuts[p, r] = {"part_size": p, "rounds": r, "parts": len(parts),
@@ -176,7 +194,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 out["seconds_per_task"], out["seconds_per_byte"] = measure_transfer(
                     client, X, model_part_size(args))
             for (p, r) in cuts:
-                engine, params = part_engine(r)
+                engine, params = part_engine(r, args.part_candidates)
                 times = []
                 for _ in range(args.repeat):
                     started = time.perf_counter()
@@ -263,8 +281,10 @@ def scale_model(out: dict[str, Any], args: argparse.Namespace) -> list[dict[str,
 def report(out: dict[str, Any], args: argparse.Namespace) -> None:
     n, m, k = out["n"], out["m"], out["k"]
     print(f"\n### Partitioned runs, {n:,} x {m} i.i.d. Gaussian, k = {k}\n")
+    candidates = "" if args.part_candidates is None else \
+        f", candidates={args.part_candidates}"
     print("Rounds: the local-search rounds after MDAV on each part (0: MDAV alone; R: ona_star "
-          "with start=mdav, max_rounds=R).\n")
+          f"with start=mdav, max_rounds=R{candidates}).\n")
     if "exact_il" in out:
         print(f"Exact MDAV: IL = {out['exact_il']:.3f} %, {seconds_cell(out['exact_seconds'])} s "
               "(in this process, one thread).\n")

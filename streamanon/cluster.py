@@ -12,6 +12,11 @@ worker dies mid-run Dask reschedules its parts on the other workers (up to
 dies with its worker (dask/distributed#3149). ``retries`` re-runs a part that raised. At most
 ``in_flight`` parts (default: two per worker thread) are submitted at a time, so the client and
 the scheduler hold a few parts, not a copy of the whole data set.
+
+A part runs with one numba thread (:func:`one_thread`): on a Dask worker each worker thread is
+meant to be a core, as Dask sets ``OMP_NUM_THREADS=1`` for the same reason, and two worker
+processes on two cores would otherwise run four threads of the parallel kernels (MDAV's
+screening, ONA*'s candidate lists). The labels do not depend on the thread count.
 """
 
 from __future__ import annotations
@@ -94,6 +99,18 @@ def open_client(cluster: str, *, timeout: float = CONNECT_TIMEOUT) -> Iterator[o
         yield client
 
 
+def one_thread(function: PartFunction, array: np.ndarray) -> np.ndarray:
+    """``function(array)`` with one numba thread in this (worker) thread."""
+    import numba
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        return function(array)
+    finally:
+        numba.set_num_threads(before)
+
+
 def dask_runner(client: object, *, retries: int = DEFAULT_RETRIES,
                 in_flight: int | None = None) -> PartRunner:
     """A :data:`~streamanon.engines.partitioned.PartRunner` that evaluates each part on the
@@ -116,7 +133,7 @@ def dask_runner(client: object, *, retries: int = DEFAULT_RETRIES,
             part = next(todo, None)
             if part is not None:
                 future = client.submit(  # type: ignore[attr-defined]
-                    function, part[1], key=f"streamanon-part-{run_id}-{part[0]}", pure=False,
+                    one_thread, function, part[1], key=f"streamanon-part-{run_id}-{part[0]}", pure=False,
                     retries=retries)
                 index[future] = part[0]
                 pending.add(future)

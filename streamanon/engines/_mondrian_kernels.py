@@ -92,8 +92,11 @@ def _cut(X, perm, lo, hi, k, rule, mean, cov, values, tmp):
         if j2 >= 0:
             v += o * X[i, j2]
         values[u] = v
-    ordered = np.sort(values[:s])
-    median = 0.5 * (ordered[(s - 1) // 2] + ordered[s // 2])
+    # the median from two order statistics: a selection, O(s), not a sort
+    ordered = np.partition(values[:s], s // 2)
+    upper = ordered[s // 2]
+    lower = upper if s % 2 == 1 else ordered[: s // 2].max()
+    median = 0.5 * (lower + upper)
     n_left = 0
     for u in range(s):
         if values[u] <= median:

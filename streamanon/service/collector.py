@@ -616,10 +616,11 @@ class KafkaCollector:
             fetch_max_bytes=64 * 1024 * 1024,
             # The embedded broker holds a new group's first join for half the session timeout
             # and a join after a killed member for 1.8 times it: 5 s and 18 s at 10 s, 15 s
-            # and 54 s at 30 s (measured). 10 s was tried: test_crash_safety's drain phase
-            # (services killed while their collector joins) then never drained (measured twice;
-            # 30 s passes), so the default stays until that is understood.
-            session_timeout_ms=30_000,
+            # and 54 s at 30 s (measured). With 10 s, test_crash_safety's drain phase
+            # (services killed while their collector joins) never drained (measured twice;
+            # 30 s passes), so the default stays 30 s until that is understood; the tests
+            # that do not kill services mid-join use 10 s.
+            session_timeout_ms=self.config.kafka.session_timeout_ms,
         )
         self._consumer.subscribe([*self._topics, self.config.control_topic],
                                  listener=self._rebalance_listener())

@@ -135,6 +135,10 @@ class KafkaConfig(_Strict):
     # retention.ms of the dead-letter topics the service creates (-1: forever): a dead letter
     # holds the raw response, respondent id and confidential answers included.
     dead_letter_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=-1)
+    # The collector's consumer-group session: a member silent this long is dropped and its
+    # partitions go to the others. Brokers refuse less than their group.min.session.timeout.ms
+    # (Kafka's default: 6 s).
+    session_timeout_ms: int = Field(default=30_000, ge=6_000, le=1_800_000)
     # Security, for every client the service and the CLI make (see ``Config.kafka_options``).
     # The SASL password comes from STREAMANON_KAFKA_SASL_PASSWORD[_FILE], never from here.
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"

@@ -601,8 +601,9 @@ class Service:
             rt.timings["base_seconds"] = seconds
             if self._releaser is not None:
                 await self._releaser.prepare_base(rt, snapshot_seq, frame, labels)
-            await self._in_store(self.cost_models.observe, sc.engine, m, sc.k, len(records),
-                                 seconds)
+            if compute.cluster == "local":  # a cluster's time is its parts' and workers'
+                await self._in_store(self.cost_models.observe, sc.engine, m, sc.k,
+                                     len(records), seconds)
             log.info("survey %s: base run on %d records done in %.2f s", sid, len(records),
                      seconds)
         except asyncio.CancelledError:

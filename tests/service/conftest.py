@@ -42,7 +42,12 @@ comment = { role = "ignore", type = "str", required = false }
 def write_config(tmp: Path, bootstrap: str, *, survey: str = "wellbeing", k: int = 5,
                  close: str = "on-command", incremental: str = "nn_split_end",
                  extra: str = "", schema: str = SCHEMA,
-                 engine: str = "mdav") -> tuple[Path, dict[str, str]]:
+                 engine: str = "mdav",
+                 session_timeout_ms: int = 10_000) -> tuple[Path, dict[str, str]]:
+    """A service configuration on ``bootstrap`` with one survey. The collector's session is
+    10 s (the service's default is 30 s): the embedded broker holds a new group's first join
+    for half of it, so each start waits 5 s instead of 15 s. Tests that kill services while
+    they join keep the default (see ``streamanon.service.collector``)."""
     prefix = f"t{secrets.token_hex(4)}"
     port = free_port()
     text = f"""
@@ -51,6 +56,7 @@ bootstrap_servers = "{bootstrap}"
 topic_prefix = "{prefix}"
 group_id = "{prefix}-collector"
 partitions = 2
+session_timeout_ms = {session_timeout_ms}
 
 [store]
 url = "sqlite:///{tmp / 'store' / 'streamanon.db'}"

@@ -38,8 +38,10 @@ essay = { role = "confidential", type = "str" }
 
 
 def write_config(tmp: Path, bootstrap: str, *, k: int = 5) -> tuple[Path, dict[str, str]]:
-    """A service configuration with survey ``s`` and the schema above."""
-    return conftest.write_config(tmp, bootstrap, survey="s", k=k, schema=SCHEMA)
+    """A service configuration with survey ``s`` and the schema above, and the service's
+    default session timeout (these services are killed while their collectors join)."""
+    return conftest.write_config(tmp, bootstrap, survey="s", k=k, schema=SCHEMA,
+                                 session_timeout_ms=30_000)
 
 
 def response(i: int, essay_bytes: int = 1500, **override: Any) -> bytes:

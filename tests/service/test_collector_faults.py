@@ -89,6 +89,7 @@ class FakeConsumer:
 
     def __call__(self, *topics: str, **options: Any) -> FakeConsumer:  # the factory
         self.topics += topics
+        self.options = options
         return self
 
     def subscribe(self, topics: Any = (), listener: Any = None, **_: Any) -> None:
@@ -309,6 +310,20 @@ def test_commit_failures_are_logged_by_type_and_ingest_goes_on(tmp_path, caplog)
     text = caplog.text
     assert "CommitFailedError" in text and "KafkaConnectionError" in text
     no_values_in(caplog)
+
+
+def test_the_consumer_gets_the_configured_session_timeout(tmp_path):
+    config = make_config(tmp_path)
+    config.kafka.session_timeout_ms = 12_000
+    consumer = fake_consumer(config)
+
+    async def run() -> None:
+        async with Harness(config, consumer):
+            pass
+
+    asyncio.run(run())
+    assert consumer.options["session_timeout_ms"] == 12_000
+    assert consumer.options["group_id"] == config.kafka.group_id
 
 
 def test_fetch_errors_back_off_exponentially_and_ingest_goes_on(tmp_path):

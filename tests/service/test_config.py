@@ -152,3 +152,11 @@ def test_the_sasl_password_comes_from_a_file_and_stays_out_of_dumps(tmp_path):
                        {**ENV, "STREAMANON_KAFKA_SASL_PASSWORD_FILE": str(tmp_path / "pw")})
     assert cfg.kafka_options()["sasl_plain_password"] == "kafka-secret"
     assert "kafka-secret" not in cfg.model_dump_json() and "kafka-secret" not in repr(cfg)
+
+
+def test_the_collector_session_timeout_is_set_and_bounded():
+    assert parse_config({"surveys": [survey()]}, ENV).kafka.session_timeout_ms == 30_000
+    cfg = parse_config({"kafka": {"session_timeout_ms": 10_000}, "surveys": [survey()]}, ENV)
+    assert cfg.kafka.session_timeout_ms == 10_000
+    with pytest.raises(ConfigError, match="kafka.session_timeout_ms"):
+        parse_config({"kafka": {"session_timeout_ms": 500}, "surveys": [survey()]}, ENV)
