@@ -15,15 +15,15 @@ of 2 single-threaded worker processes. Reported:
 1. Information loss of the partitioned run and of exact MDAV on the same data, and the
    relative increase; the labels are the same on every cluster size (checked).
 2. Wall time end to end (cut, send the parts, cluster, gather, join) per worker count, with
-   the time of the Mondrian-V cut alone, MDAV on one part in this process, and each worker's
-   peak memory (max RSS).
+   the time of the Mondrian-V cut alone, the part engine on one part in this process with one
+   numba thread (as on a worker), and each worker's peak memory (``max_rss_mb``).
 3. A scale model at the part size closest to the default (100,000):
    ``T(N, W) = cut(N) + max(send(N), compute(N, W)) + part``, from the measured cut (scaled
    as ``N log N``, it runs on the client), the per-part cost (``ceil(parts / W)`` rounds of
-   the part engine on a median part) and the cost of sending the records and their labels (per byte and
-   per task, measured here over the loopback; the per-byte cost is at least that of
-   ``--bandwidth-mb``, for a network), with the term that limits it named. The client also
-   holds all of ``X`` (``8 m N`` bytes), stated with the prediction.
+   the part engine on a median part) and the cost of sending the records and their labels
+   (per byte and per task, measured here over the loopback; the per-byte cost is at least
+   that of ``--bandwidth-mb``, for a network), with the term that limits it named. The
+   client also holds all of ``X`` (``8 m N`` bytes), stated with the prediction.
 
 The default run (1,000,000 x 15, five part sizes, exact MDAV once, two cluster sizes) takes
 some 10-15 minutes on a 2-core machine; ``--n`` and ``--part-sizes`` make it shorter. Timings
@@ -39,6 +39,7 @@ import resource
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,26 +51,20 @@ SCALE_N = (10_000_000, 50_000_000, 100_000_000)
 SCALE_W = (4, 16, 64)
 
 
-def _ints(text: str) -> list[int]:
+def _ints(text: str, least: int = 1) -> list[int]:
+    """Comma-separated integers, each at least ``least``."""
     try:
         values = [int(float(v)) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") \
             from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    if not values or min(values) < least:
+        raise argparse.ArgumentTypeError(f"expected integers >= {least}, got {text!r}")
     return values
 
 
 def _rounds(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") \
-            from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"expected integers >= 0, got {text!r}")
-    return values
+    return _ints(text, least=0)
 
 
 def part_engine(rounds: int, candidates: int | None = None) -> tuple[str, dict[str, Any]]:
@@ -139,7 +134,8 @@ def _labels_for(array: np.ndarray) -> np.ndarray:
 
 def measure_transfer(client: Any, X: np.ndarray, part_size: int) -> tuple[float, float]:
     """Seconds per task (one-row parts) and seconds per byte (parts of ``part_size`` records,
-    up to 400 MB, minus the per-task time) to send parts to the workers and labels back."""
+    up to 400 MB, their per-task costs included) to send parts to the workers and labels
+    back."""
     from streamanon.cluster import dask_runner
 
     def timed(parts: list[np.ndarray]) -> float:
@@ -153,11 +149,13 @@ def measure_transfer(client: Any, X: np.ndarray, part_size: int) -> tuple[float,
     count = max(2, min(len(X) // part_size, 400_000_000 // (8 * X.shape[1] * part_size)))
     big = [X[i * part_size:(i + 1) * part_size] for i in range(count)]
     sent = sum(a.nbytes + 8 * len(a) for a in big)
-    return per_task, max(timed(big) - per_task * len(big), 0.0) / sent
+    # per byte with the per-task cost of the large parts left in (subtracting the small
+    # parts' per-task time, itself noisy, could leave nothing): an upper bound
+    return per_task, timed(big) / sent
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from streamanon.cluster import dask_runner, open_client
+    from streamanon.cluster import dask_runner, one_thread, open_client
     from streamanon.engines import run_engine
     from streamanon.engines.partitioned import cut_parts, partitioned_labels
     from streamanon.metrics import information_loss
@@ -183,7 +181,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for r in args.part_rounds:
             engine, params = part_engine(r, args.part_candidates)
             started = time.perf_counter()
-            run_engine(engine, X[median], args.k, **params)
+            one_thread(partial(run_engine, engine, k=args.k, **params), X[median])
             cuts[p, r] = {"part_size": p, "rounds": r, "parts": len(parts),
                           "median_part": len(median), "cut_seconds": cut_seconds,
                           "part_seconds": time.perf_counter() - started}
@@ -272,7 +270,8 @@ def scale_model(out: dict[str, Any], args: argparse.Namespace) -> list[dict[str,
                 terms = {"partitioning pass": cut_s, "sending the parts": send_s,
                          "clustering on the workers": compute_s}
                 total = cut_s + max(send_s, compute_s) + cut["part_seconds"]
-                rows.append({"part_size": p, "rounds": cut["rounds"], "N": N, "W": W, "seconds": total,
+                rows.append({"part_size": p, "rounds": cut["rounds"], "N": N, "W": W,
+                             "seconds": total,
                              "limit": max(terms, key=terms.__getitem__), **terms,
                              "client_gb": N * args.m * 8 / 1e9})
     return rows
@@ -302,7 +301,8 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> None:
         print("|---:|---:|---:|---:|---:|:---|")
         for r in out["refined"]:
             vs = "-" if r["il_increase"] is None else f"{100 * r['il_increase']:+.2f} %"
-            print(f"| {r['part_size']:,} | {r['rounds']} | {seconds_cell(r['seconds'])} | {r['il']:.3f} | {vs} | "
+            print(f"| {r['part_size']:,} | {r['rounds']} | {seconds_cell(r['seconds'])} | "
+                  f"{r['il']:.3f} | {vs} | "
                   f"{r['stopped']} |")
     print("\n| part size | rounds | workers | end to end s | speed-up vs exact | same labels | "
           "worker peak MB |")
@@ -310,7 +310,8 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> None:
     for t in out["timings"]:
         speed = (f"{out['exact_seconds'] / t['seconds']:.2f}x"
                  if "exact_seconds" in out else "-")
-        print(f"| {t['part_size']:,} | {t['rounds']} | {t['workers']} | {seconds_cell(t['seconds'])} | {speed} | "
+        print(f"| {t['part_size']:,} | {t['rounds']} | {t['workers']} | "
+              f"{seconds_cell(t['seconds'])} | {speed} | "
               f"{'yes' if t['same_labels'] else 'NO'} | {t['worker_peak_mb']:.0f} |")
     print(f"\nClient (cut, send, join) peak memory: {out['client_peak_mb']:.0f} MB. "
           f"Sending parts to the workers and labels back over the loopback: "
@@ -321,7 +322,8 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> None:
           "clustering | limit | X on the client |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|:---|---:|")
     for r in out["model"]:
-        print(f"| {r['part_size']:,} | {r['rounds']} | {r['N'] / 1e6:g} M | {r['W']} | {clock(r['seconds'])} | "
+        print(f"| {r['part_size']:,} | {r['rounds']} | {r['N'] / 1e6:g} M | {r['W']} | "
+              f"{clock(r['seconds'])} | "
               f"{seconds_cell(r['partitioning pass'])} | {seconds_cell(r['sending the parts'])} | "
               f"{seconds_cell(r['clustering on the workers'])} | {r['limit']} | "
               f"{r['client_gb']:.1f} GB |")

@@ -133,8 +133,8 @@ def dask_runner(client: object, *, retries: int = DEFAULT_RETRIES,
             part = next(todo, None)
             if part is not None:
                 future = client.submit(  # type: ignore[attr-defined]
-                    one_thread, function, part[1], key=f"streamanon-part-{run_id}-{part[0]}", pure=False,
-                    retries=retries)
+                    one_thread, function, part[1], key=f"streamanon-part-{run_id}-{part[0]}",
+                    pure=False, retries=retries)
                 index[future] = part[0]
                 pending.add(future)
 

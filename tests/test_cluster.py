@@ -66,6 +66,8 @@ def wrapped_runner(client, wrapper, marker: Path):
 
 
 @pytest.mark.parametrize(("engine", "params"), [("mdav", {}), ("ona_star", {}),
+                                                ("ona_star", {"start": "mdav", "max_rounds": 6,
+                                                              "candidates": 24}),
                                                 ("mona", {"rho": 0.6, "n_threads": 1})])
 def test_the_cluster_run_equals_the_local_run_with_the_same_parts(client, X, engine, params):
     here = partitioned_labels(X, K, engine=engine, engine_params=params, part_size=PART)
@@ -166,13 +168,21 @@ ARGS = ["--k", str(K), "--qi", "a,b,c", "--drop", "id", "--seed", "1", "--no-pro
         "--part-size", "300"]
 
 
+# the README's two forms: MDAV on each part, and MDAV then ONA*'s local search on each part
+PART_ENGINES = [("mdav", []), ("ona_star", ["--engine", "ona_star", "--param", "start=mdav",
+                                            "--param", "max_rounds=6", "--param",
+                                            "candidates=24"])]
+
+
+@pytest.mark.parametrize(("engine", "engine_args"), PART_ENGINES)
 def test_the_cli_runs_on_the_cluster_and_writes_the_local_release(client, survey, tmp_path,
-                                                                   capsys):
+                                                                   capsys, engine, engine_args):
     address = client.scheduler.address
-    assert main(["anonymize", str(survey), *ARGS, "--out", str(tmp_path / "here.csv")]) == 0
-    assert main(["anonymize", str(survey), *ARGS, "--cluster", address,
+    args = [*ARGS, *engine_args]
+    assert main(["anonymize", str(survey), *args, "--out", str(tmp_path / "here.csv")]) == 0
+    assert main(["anonymize", str(survey), *args, "--cluster", address,
                  "--out", str(tmp_path / "there.csv")]) == 0
-    assert "mdav in parts of 300" in capsys.readouterr().out
+    assert f"{engine} in parts of 300" in capsys.readouterr().out
     here, there = (pd.read_csv(tmp_path / f"{name}.csv") for name in ("here", "there"))
     pd.testing.assert_frame_equal(there, here)
     assert there.groupby(["a", "b", "c"]).size().min() >= K

@@ -48,6 +48,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -273,8 +274,14 @@ class Coordination:
 
         return self._do(cut)
 
-    def count(self, survey: str) -> int:
-        return int(self._rows("SELECT COUNT(*) FROM records WHERE survey = %s", (survey,))[0][0])
+    def count_after(self, survey: str, after: int, bound: int) -> tuple[int, int, int]:
+        """Of ``survey``'s records with a ``seq`` above ``after``: how many have one at most
+        ``bound``, how many in all, and the largest ``seq`` (``after`` when none). An index
+        range on ``seq``, not a scan of the survey (see :class:`StoredCount`)."""
+        below, total, top = self._rows(
+            "SELECT COUNT(*) FILTER (WHERE seq <= %s), COUNT(*), COALESCE(MAX(seq), %s) "
+            "FROM records WHERE survey = %s AND seq > %s", (bound, after, survey, after))[0]
+        return int(below), int(total), int(top)
 
     def close(self) -> None:
         self.release()
@@ -284,6 +291,41 @@ class Coordination:
 
 async def _as_taken(ends: dict[int, int]) -> dict[int, int]:
     return ends
+
+
+class StoredCount:
+    """A survey's count of stored records, every instance's, read every poll without counting
+    the whole survey again.
+
+    The records below a *settled* ``seq`` are counted once; each poll counts only those above
+    it (``count(after, bound)``: :meth:`Coordination.count_after`). Two instances' inserts can
+    commit out of ``seq`` order, so a ``seq`` becomes settled only ``settle_seconds`` after a
+    poll saw it as the largest: every insert transaction holding a smaller one has committed
+    by then (the collector's transactions last well under a second). The count is what the
+    leader's arrival estimate reads; a record committed later still than that would be left
+    out of it, not out of any release.
+    """
+
+    def __init__(self, settle_seconds: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.settle_seconds = settle_seconds
+        self.clock = clock
+        self.settled_seq = 0
+        self.settled = 0
+        self._tops: list[tuple[float, int]] = []  # (when, largest seq seen then), oldest first
+
+    def update(self, count: Callable[[int, int], tuple[int, int, int]]) -> int:
+        """The count now; ``count(after, bound)`` as :meth:`Coordination.count_after`."""
+        now = self.clock()
+        bound = self.settled_seq
+        while self._tops and now - self._tops[0][0] >= self.settle_seconds:
+            bound = max(bound, self._tops.pop(0)[1])
+        below, total, top = count(self.settled_seq, bound)
+        n = self.settled + total
+        self.settled += below
+        self.settled_seq = bound
+        self._tops.append((now, top))
+        return n
 
 
 class Coordinator:
@@ -301,6 +343,7 @@ class Coordinator:
         self.stale_seconds = stale_seconds
         self.leading = False
         self.stored: dict[str, int] = {}
+        self._counts: dict[str, StoredCount] = {}
         self.others: dict[str, tuple[str, str]] = {}  # live instances but this one
         self._closes_seen: set[str] = set()  # surveys whose close request the leader saw
         self._task: asyncio.Task | None = None
@@ -402,7 +445,9 @@ class Coordinator:
                         and not rt.closed_event.is_set()):
                     log.info("survey %s: a close was requested through another instance", sid)
                     await service.close(sid)
-            n = await self._call(self.coordination.count, sid)
+            counter = self._counts.setdefault(sid, StoredCount())
+            n = await self._call(counter.update,
+                                 partial(self.coordination.count_after, sid))
             before = self.stored.get(sid)
             if before is not None and n > before:
                 service._observe_shared(sid, n - before)

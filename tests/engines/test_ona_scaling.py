@@ -9,6 +9,8 @@ not asserted equal."""
 
 from __future__ import annotations
 
+import itertools
+
 import numba
 import numpy as np
 import pytest
@@ -163,7 +165,7 @@ def test_zero_rounds_from_mdav_is_mdav_and_more_rounds_never_cost_more():
     assert np.array_equal(ona_star(X, 10, start="mdav", max_rounds=0), mdav(X, 10))
     ils = [information_loss(X, ona_star(X, 10, start="mdav", max_rounds=r, candidates=16))
            for r in (0, 1, 2, 4, 30)]
-    assert all(b <= a + 1e-12 for a, b in zip(ils, ils[1:], strict=False))
+    assert all(b <= a + 1e-12 for a, b in itertools.pairwise(ils))
     assert ils[-1] < ils[0]  # the search does move records on Gaussian data
 
 

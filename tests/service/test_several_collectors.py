@@ -182,6 +182,24 @@ def test_records_are_stored_once_whichever_instance_reads_them(server):
         b.close()
 
 
+def test_the_leader_counts_the_records_above_a_seq(server):
+    store = open_store(server.url)
+    c = coordination(server, "counter")
+    try:
+        store.ensure_survey("tally")
+        store.ensure_survey("other")
+        store.insert_records("other", rows(4))
+        store.insert_records("tally", rows(10))
+        top = store.max_seq("tally")
+        assert c.count_after("tally", 0, 0) == (0, 10, top)
+        assert c.count_after("tally", 0, top - 3) == (7, 10, top)
+        assert c.count_after("tally", top - 3, top) == (3, 3, top)
+        assert c.count_after("tally", top, top) == (0, 0, top)  # nothing above: the seq given
+    finally:
+        c.close()
+        store.close()
+
+
 class StandIn:
     """The parts of a Service a Coordinator uses, for one survey ``s`` whose stored state the
     test sets in ``self.state``."""

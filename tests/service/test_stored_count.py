@@ -1,0 +1,49 @@
+"""The leader's count of a shared survey (``StoredCount``): only the records above a settled
+``seq`` are counted each poll, and a record committed out of ``seq`` order within the settling
+time is still counted."""
+
+from __future__ import annotations
+
+from streamanon.service.leadership import StoredCount
+
+
+class Table:
+    """The committed ``seq``s of a survey, and ``count_after`` over them as PostgreSQL does."""
+
+    def __init__(self) -> None:
+        self.committed: set[int] = set()
+        self.scanned = 0  # rows read by the queries, all polls together
+
+    def count_after(self, after: int, bound: int) -> tuple[int, int, int]:
+        rows = [s for s in self.committed if s > after]
+        self.scanned += len(rows)
+        return sum(s <= bound for s in rows), len(rows), max(rows, default=after)
+
+
+def test_the_count_follows_inserts_and_reads_only_the_unsettled_rows():
+    now = [0.0]
+    table, counter = Table(), StoredCount(settle_seconds=30, clock=lambda: now[0])
+    total = 0
+    for second in range(300):
+        now[0] = float(second)
+        table.committed.update(range(total + 1, total + 101))  # 100 records a second
+        total += 100
+        assert counter.update(table.count_after) == total
+    # each poll read the last 30 s or so of records, not the whole survey
+    assert table.scanned < 300 * 32 * 100
+    assert counter.settled_seq >= total - 32 * 100
+
+
+def test_a_record_committed_out_of_seq_order_within_the_settling_time_is_counted():
+    now = [0.0]
+    table, counter = Table(), StoredCount(settle_seconds=30, clock=lambda: now[0])
+    table.committed.update(range(1, 11))  # seq 11 is held by a transaction still open
+    table.committed.update(range(12, 21))
+    assert counter.update(table.count_after) == 19
+    now[0] = 20.0
+    table.committed.add(11)  # commits 20 s late: below the largest seq seen, not yet settled
+    assert counter.update(table.count_after) == 20
+    for t in (40.0, 80.0, 120.0):
+        now[0] = t
+        assert counter.update(table.count_after) == 20
+    assert counter.settled == 20 and counter.settled_seq == 20
