@@ -621,6 +621,8 @@ class KafkaCollector:
             # 30 s passes), so the default stays 30 s until that is understood; the tests
             # that do not kill services mid-join use 10 s.
             session_timeout_ms=self.config.kafka.session_timeout_ms,
+            # aiokafka's 3 s, or a third of a shorter session (two beats may then be missed)
+            heartbeat_interval_ms=min(3_000, self.config.kafka.session_timeout_ms // 3),
         )
         self._consumer.subscribe([*self._topics, self.config.control_topic],
                                  listener=self._rebalance_listener())

@@ -303,7 +303,7 @@ class StoredCount:
     poll saw it as the largest: every insert transaction holding a smaller one has committed
     by then (the collector's transactions last well under a second). The count is what the
     leader's arrival estimate reads; a record committed later still than that would be left
-    out of it, not out of any release.
+    out of it for good (it is not recounted), not out of any release.
     """
 
     def __init__(self, settle_seconds: float = 30.0,
@@ -315,16 +315,19 @@ class StoredCount:
         self._tops: list[tuple[float, int]] = []  # (when, largest seq seen then), oldest first
 
     def update(self, count: Callable[[int, int], tuple[int, int, int]]) -> int:
-        """The count now; ``count(after, bound)`` as :meth:`Coordination.count_after`."""
+        """The count now; ``count(after, bound)`` as :meth:`Coordination.count_after`. A
+        failed ``count`` changes nothing."""
         now = self.clock()
-        bound = self.settled_seq
-        while self._tops and now - self._tops[0][0] >= self.settle_seconds:
-            bound = max(bound, self._tops.pop(0)[1])
+        ripe = 0  # the tops seen settle_seconds or more before this query
+        while ripe < len(self._tops) and now - self._tops[ripe][0] >= self.settle_seconds:
+            ripe += 1
+        bound = max([self.settled_seq, *(top for _, top in self._tops[:ripe])])
         below, total, top = count(self.settled_seq, bound)
         n = self.settled + total
         self.settled += below
         self.settled_seq = bound
-        self._tops.append((now, top))
+        del self._tops[:ripe]
+        self._tops.append((self.clock(), top))  # seen when the query had run
         return n
 
 

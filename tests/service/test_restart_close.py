@@ -15,7 +15,7 @@ N = 300
 
 def restart(svc, bootstrap: str) -> None:
     """Start the stopped service again, after removing what the broker would otherwise keep
-    in the collector group for a session timeout (30 s)."""
+    in the collector group for a session timeout (10 s with these tests' configuration)."""
     evict_group(bootstrap, f"{svc.prefix}-collector")
     svc.start()
 

@@ -407,7 +407,7 @@ def test_two_instances_collect_and_the_survivor_releases_once(server, broker, tm
         # SIGKILL the lifecycle holder mid-survey; the follower takes the lease over
         a.kill()
         until(lambda: b.role()["role"] == "leader", "the follower did not take over", 60)
-        # no eviction: the broker drops the killed member after its session timeout (30 s)
+        # no eviction: the broker drops the killed member after its session timeout (10 s here)
         # and the survivor takes its partitions in an ordinary rebalance, as in production
         # (evicting the live member with it left it outside the group for good, twice in CI)
         more = [(f"R{i:06d}".encode(), response(i)) for i in range(sent, sent + 200)]

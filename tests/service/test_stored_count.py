@@ -4,6 +4,8 @@ time is still counted."""
 
 from __future__ import annotations
 
+import pytest
+
 from streamanon.service.leadership import StoredCount
 
 
@@ -47,3 +49,21 @@ def test_a_record_committed_out_of_seq_order_within_the_settling_time_is_counted
         now[0] = t
         assert counter.update(table.count_after) == 20
     assert counter.settled == 20 and counter.settled_seq == 20
+
+
+def test_a_failed_count_changes_nothing():
+    now = [0.0]
+    table, counter = Table(), StoredCount(settle_seconds=30, clock=lambda: now[0])
+    table.committed.update(range(1, 11))
+    assert counter.update(table.count_after) == 10
+    now[0] = 40.0
+
+    def broken(after: int, bound: int) -> tuple[int, int, int]:
+        raise ConnectionError("the store went away")
+
+    with pytest.raises(ConnectionError):
+        counter.update(broken)
+    assert (counter.settled, counter.settled_seq) == (0, 0)
+    table.committed.update(range(11, 16))
+    assert counter.update(table.count_after) == 15
+    assert (counter.settled, counter.settled_seq) == (10, 10)  # the top seen at 0 s settled
