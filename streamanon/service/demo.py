@@ -6,10 +6,10 @@ responses with 15 quasi-identifiers arrive uniformly over a survey open for 100 
 malformed ones, which go to the dead-letter topic); the base engine is ONA* (paper 004), whose
 one-shot run on all records takes about half a minute here, so the arrival coefficient s (time
 for all data to arrive / one-shot time) is about 3, where scheduling matters. The planner starts
-the base run on the early responses at the moment it computes (nu* of about 0.2 late records),
-(figures from before ONA*'s faster kernels of issue 18: ONA* now takes a few seconds on these
-records, so nu* is much smaller; the scenario is not re-tuned yet),
-the survey closes on time, NN-split-end absorbs the late responses and the release is published.
+the base run on the early responses at the moment it computes (nu* of about 0.2 late records:
+figures from before ONA*'s faster kernels of issue 18; ONA* now takes a few seconds on these
+records, so nu* is much smaller, and the scenario is not re-tuned yet), the survey closes on
+time, NN-split-end absorbs the late responses and the release is published.
 
 At the end the demo prints the planned against the achieved schedule side by side: nu, head
 start, close-to-release time, the one-shot time measured on the same records after the release,

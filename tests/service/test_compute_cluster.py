@@ -17,23 +17,15 @@ import distributed
 import numpy as np
 import pandas as pd
 
-from scheduler.cost_model import Calibration, CostModelStore, PowerLaw
+from scheduler.cost_model import CostModelStore
 from streamanon.service.config import load_config
 from streamanon.service.lifecycle import Service
 from tests.service.conftest import write_config
 from tests.service.kafka_helpers import produce, response
-from tests.service.test_engine_auto import _collect_and_base, _release
+from tests.service.lifecycle_helpers import collect, put_model, release, run_base
 
 SURVEY = "wellbeing"
 M, K, N_BASE, N_LATE, PART = 3, 5, 300, 40, 100
-
-
-def _mdav_model(path: Path) -> list[tuple[int, float, str]]:
-    """A calibrated MDAV model for (M, K), so the planner needs no calibration; its samples."""
-    store = CostModelStore(path)
-    samples = [(1000, 0.001), (2000, 0.003)]
-    store.put("mdav", M, K, Calibration(PowerLaw.fit(*zip(*samples, strict=True)), samples))
-    return _samples(path)
 
 
 def _samples(path: Path) -> list[tuple[int, float, str]]:
@@ -42,7 +34,8 @@ def _samples(path: Path) -> list[tuple[int, float, str]]:
 
 def test_the_base_run_goes_to_the_cluster_and_the_release_is_gated_here(broker, tmp_path):
     models = tmp_path / "cost_models.json"
-    calibrated = _mdav_model(models)
+    put_model(models, "mdav", M, K, [(1000, 0.001), (2000, 0.003)])  # no calibration
+    calibrated = _samples(models)
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                                   dashboard_address=":0") as cluster:
         path, env = write_config(
@@ -56,12 +49,13 @@ def test_the_base_run_goes_to_the_cluster_and_the_release_is_gated_here(broker, 
             service = Service(config, compute_pool=ThreadPoolExecutor(1))
             await service.start()
             try:
-                await _collect_and_base(service, broker.bootstrap, config, N_BASE)
+                plan = await collect(service, broker.bootstrap, config, SURVEY, N_BASE)
+                await run_base(service, SURVEY, plan)
                 checkpoint = await asyncio.to_thread(service.store.load_checkpoint, SURVEY)
                 await asyncio.to_thread(
                     produce, broker.bootstrap, config.topic(SURVEY, "responses"),
                     [(None, response(i)) for i in range(N_BASE, N_BASE + N_LATE)])
-                return await _release(service), checkpoint
+                return await release(service, SURVEY), checkpoint
             finally:
                 await service.stop()
 

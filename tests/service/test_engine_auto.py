@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,13 +18,12 @@ from typing import Any
 import pytest
 
 import streamanon.service.lifecycle
-from scheduler.cost_model import Calibration, CostModelStore, PowerLaw
 from streamanon.service.config import ConfigError, load_config
 from streamanon.service.lifecycle import Service
 from streamanon.service.releasing import release_run
-from streamanon.service.states import BASE_DONE
 from tests.service.conftest import write_config
 from tests.service.kafka_helpers import produce, response
+from tests.service.lifecycle_helpers import collect, put_model, release, run_base, until
 from tests.service.restart_helpers import evict_group
 
 SURVEY = "wellbeing"
@@ -34,10 +32,8 @@ M, K = 3, 5
 
 def _models(path: Path, ona_seconds_at_2000: float) -> None:
     """MDAV at 1 ms per 1,000 records, ONA* at the given seconds for 2,000 (quadratic)."""
-    store = CostModelStore(path)
     for engine, t2000 in (("mdav", 0.002), ("ona_star", ona_seconds_at_2000)):
-        samples = [(1000, t2000 / 4), (2000, t2000)]
-        store.put(engine, M, K, Calibration(PowerLaw.fit(*zip(*samples, strict=True)), samples))
+        put_model(path, engine, M, K, [(1000, t2000 / 4), (2000, t2000)])
 
 
 def _config(tmp_path: Path, bootstrap: str, models: Path, extra_survey: str = "") -> Any:
@@ -48,31 +44,11 @@ def _config(tmp_path: Path, bootstrap: str, models: Path, extra_survey: str = ""
     return load_config(path, env)
 
 
-async def _until(predicate: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.1)
-
-
 async def _collect_and_base(service: Service, bootstrap: str, config: Any, n: int,
                             failing_first: Any = None) -> None:
     """Send ``n`` responses, then start the base run on them as the planner's trigger does;
     with ``failing_first(check)``, a first base run fails and ``check()`` runs after it."""
-    await asyncio.to_thread(produce, bootstrap, config.topic(SURVEY, "responses"),
-                            [(None, response(i)) for i in range(n)])
-
-    async def stored() -> bool:
-        return (await service.status()).surveys[0].stored >= n
-
-    await _until(stored, "records not stored")
-
-    async def planned() -> bool:  # a plan for the records stored, as the base trigger has
-        plan = service.surveys[SURVEY].last_plan
-        return plan is not None and plan.n_total >= n
-
-    await _until(planned, "no plan made for the records stored")
-    plan = service.surveys[SURVEY].last_plan
+    plan = await collect(service, bootstrap, config, SURVEY, n)
     if failing_first is not None:
         with failing_first():
             assert await service.start_base(SURVEY, plan)
@@ -80,23 +56,16 @@ async def _collect_and_base(service: Service, bootstrap: str, config: Any, n: in
             async def failed() -> bool:
                 return bool((await service.status()).surveys[0].error)
 
-            await _until(failed, "the failing base run did not fail")
-        await _until(lambda: asyncio.sleep(0, service.surveys[SURVEY].base_task is None),
-                     "the failed base run is still running")
+            await until(failed, "the failing base run did not fail")
+        await until(lambda: asyncio.sleep(0, service.surveys[SURVEY].base_task is None),
+                    "the failed base run is still running")
         assert service.surveys[SURVEY].config.engine == "auto"  # chosen again next time
         assert service.surveys[SURVEY].engine_choice is None
-    assert await service.start_base(SURVEY, plan)
-
-    async def base_done() -> bool:
-        return (await service.status()).surveys[0].state == BASE_DONE
-
-    await _until(base_done, "base run not done")
+    await run_base(service, SURVEY, plan)
 
 
 async def _release(service: Service) -> dict:
-    await service.close(SURVEY)
-    await service.closed(SURVEY, timeout=120)
-    return (await service.load_release(SURVEY)).report
+    return await release(service, SURVEY)
 
 
 def test_mdav_is_chosen_when_onas_base_run_would_not_fit(broker, tmp_path, monkeypatch):

@@ -1,0 +1,66 @@
+"""Driving an in-process :class:`~streamanon.service.lifecycle.Service` through a survey:
+collect responses, start the base run as the planner's trigger does, close and release; and
+cost models written beforehand, so the planner needs no calibration. Used by
+test_engine_auto.py and test_compute_cluster.py."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from scheduler.cost_model import Calibration, CostModelStore, PowerLaw
+from streamanon.service.lifecycle import Service
+from streamanon.service.states import BASE_DONE
+from tests.service.kafka_helpers import produce, response
+
+
+def put_model(path: Path, engine: str, m: int, k: int,
+              samples: Sequence[tuple[int, float]]) -> None:
+    """A calibrated cost model of ``engine`` for (m, k) from ``(n, seconds)`` samples."""
+    CostModelStore(path).put(engine, m, k, Calibration(
+        PowerLaw.fit(*zip(*samples, strict=True)), list(samples)))
+
+
+async def until(predicate: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.1)
+
+
+async def collect(service: Service, bootstrap: str, config: Any, survey: str, n: int) -> Any:
+    """Send ``n`` responses and wait until they are stored and planned for; the plan."""
+    await asyncio.to_thread(produce, bootstrap, config.topic(survey, "responses"),
+                            [(None, response(i)) for i in range(n)])
+
+    async def stored() -> bool:
+        return (await service.status()).surveys[0].stored >= n
+
+    await until(stored, "records not stored")
+
+    async def planned() -> bool:  # a plan for the records stored, as the base trigger has
+        plan = service.surveys[survey].last_plan
+        return plan is not None and plan.n_total >= n
+
+    await until(planned, "no plan made for the records stored")
+    return service.surveys[survey].last_plan
+
+
+async def run_base(service: Service, survey: str, plan: Any) -> None:
+    """Start the base run on ``plan`` and wait until it is done."""
+    assert await service.start_base(survey, plan)
+
+    async def base_done() -> bool:
+        return (await service.status()).surveys[0].state == BASE_DONE
+
+    await until(base_done, "base run not done")
+
+
+async def release(service: Service, survey: str) -> dict:
+    """Close ``survey`` and return its release report."""
+    await service.close(survey)
+    await service.closed(survey, timeout=120)
+    return (await service.load_release(survey)).report
