@@ -125,6 +125,24 @@ def stored(url: str) -> int:
             return 0
 
 
+def status_when_ready(port: int, proc: subprocess.Popen, deadline: float) -> dict[str, Any]:
+    """An instance's ``/api/status``, waiting for its HTTP server to come up: a small backlog can
+    be stored before every instance is serving. Raises if the instance exits or ``deadline``
+    (``time.monotonic()``) passes first."""
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status",
+                                        timeout=10) as r:
+                return json.loads(r.read())
+        except OSError as exc:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the instance on port {port} exited "
+                                   f"(code {proc.returncode}) before it answered") from exc
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the instance on port {port} did not answer: {exc}") from exc
+            time.sleep(0.2)
+
+
 def one_run(instances: int, n: int, bootstrap: str, broker_pid: int, server_url: str,
             workdir: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
     url = fresh_database(server_url)
@@ -168,10 +186,8 @@ def one_run(instances: int, n: int, bootstrap: str, broker_pid: int, server_url:
         seconds = time.monotonic() - started
         cpu1 = cpu()
         seconds = max(seconds, 1e-9)
-        shares = []
-        for port in ports:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=10) as r:
-                shares.append(json.loads(r.read())["surveys"][0]["stored"])
+        shares = [status_when_ready(port, proc, deadline)["surveys"][0]["stored"]
+                  for port, proc in zip(ports, procs, strict=True)]
     finally:
         for p in procs:
             p.terminate()

@@ -24,3 +24,62 @@ def test_a_tiny_run_prints_the_table(capsys):
             or line.startswith("| 2 |")]
     assert len(rows) == 2
     assert "cores: PostgreSQL" in out and "cores: broker (Tansu)" in out
+
+
+def test_the_status_of_an_instance_still_starting_is_awaited():
+    """CI failed once: the backlog of a tiny run was stored before the second instance's HTTP
+    server was up, and the bench asked it for its share at once (connection refused)."""
+    import http.server
+    import json
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from streamanon.service.broker import free_port
+
+    port = free_port()
+
+    class Status(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"surveys": [{"stored": 7}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", port), Status, bind_and_activate=False)
+
+    def late():
+        time.sleep(1.0)
+        server.server_bind()
+        server.server_activate()
+        server.serve_forever()
+
+    threading.Thread(target=late, daemon=True).start()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        status = bench_collectors.status_when_ready(port, alive, time.monotonic() + 20)
+        assert status["surveys"][0]["stored"] == 7
+    finally:
+        server.shutdown()
+        alive.kill()
+        alive.wait()
+
+
+def test_an_instance_that_died_is_reported_not_awaited(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from streamanon.service.broker import free_port
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="exited"):
+        bench_collectors.status_when_ready(free_port(), dead, time.monotonic() + 20)
+    assert time.monotonic() - started < 10  # not the whole deadline
