@@ -304,8 +304,13 @@ class CostModelStore:
         self.contention_runs = contention_runs
 
     @staticmethod
-    def key(engine: str, m: int, k: int) -> str:
-        return f"{engine}|m={m}|k={k}"
+    def key(engine: str, m: int, k: int, params: Mapping[str, Any] | None = None) -> str:
+        """The entry of ``engine`` run with ``params`` at (m, k). Without parameters it is the
+        key the store has always used; with them, the parameters follow the engine's name as
+        sorted JSON (the same parameters in any order are one model)."""
+        named = engine + (json.dumps(dict(params), sort_keys=True, separators=(",", ":"),
+                                     default=str) if params else "")
+        return f"{named}|m={m}|k={k}"
 
     def _load(self) -> dict[str, Any]:
         if not self.path.exists():
@@ -326,36 +331,44 @@ class CostModelStore:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def get(self, engine: str, m: int, k: int) -> PowerLaw | None:
-        entry = self._load().get(self.key(engine, m, k))
+    def get(self, engine: str, m: int, k: int,
+            params: Mapping[str, Any] | None = None) -> PowerLaw | None:
+        entry = self._load().get(self.key(engine, m, k, params))
         if not entry or "a" not in entry:  # no entry, or samples at one size only
             return None
         return PowerLaw.from_dict(entry)
 
-    def samples(self, engine: str, m: int, k: int) -> list[tuple[int, float, str]]:
-        entry = self._load().get(self.key(engine, m, k)) or {}
+    def samples(self, engine: str, m: int, k: int,
+                params: Mapping[str, Any] | None = None) -> list[tuple[int, float, str]]:
+        entry = self._load().get(self.key(engine, m, k, params)) or {}
         return [(int(n), float(t), str(src)) for n, t, src in entry.get("samples", [])]
 
-    def put(self, engine: str, m: int, k: int, calibration: Calibration) -> PowerLaw:
-        """Replace the calibration samples of (engine, m, k), keep its real runs, refit."""
-        runs = [s for s in self.samples(engine, m, k) if s[2] == "run"]
+    def put(self, engine: str, m: int, k: int, calibration: Calibration,
+            params: Mapping[str, Any] | None = None) -> PowerLaw:
+        """Replace the calibration samples of (engine with ``params``, m, k), keep its real
+        runs, refit."""
+        runs = [s for s in self.samples(engine, m, k, params) if s[2] == "run"]
         fresh = [(n, t, "calibration") for n, t in calibration.samples]
-        return self._refit(engine, m, k, fresh + runs)
+        return self._refit(engine, m, k, params, fresh + runs)
 
-    def observe(self, engine: str, m: int, k: int, n: int, seconds: float) -> PowerLaw | None:
+    def observe(self, engine: str, m: int, k: int, n: int, seconds: float,
+                params: Mapping[str, Any] | None = None) -> PowerLaw | None:
         """Record a real run of ``seconds`` on ``n`` records and refit (when two sizes exist)."""
-        samples = self.samples(engine, m, k)
+        samples = self.samples(engine, m, k, params)
         runs = [s for s in samples if s[2] == "run"] + [(int(n), float(seconds), "run")]
         runs = runs[-self.max_runs:]
         calibration = [s for s in samples if s[2] == "calibration"]
-        return self._refit(engine, m, k, calibration + runs)
+        return self._refit(engine, m, k, params, calibration + runs)
 
-    def _refit(self, engine: str, m: int, k: int,
+    def _refit(self, engine: str, m: int, k: int, params: Mapping[str, Any] | None,
                samples: list[tuple[int, float, str]]) -> PowerLaw | None:
         data = self._load()
+        key = self.key(engine, m, k, params)
         entry: dict[str, Any] = {"engine": engine, "m": m, "k": k,
                                  "samples": [list(s) for s in samples],
                                  "updated": time.time()}
+        if params:
+            entry["params"] = json.loads(json.dumps(dict(params), default=str))
         calibration = [(n, t) for n, t, src in samples if src == "calibration"]
         runs = [(n, t) for n, t, src in samples if src == "run"]
         model = None
@@ -367,9 +380,9 @@ class CostModelStore:
         if model is not None:
             entry.update(model.to_dict())
         else:
-            previous = data.get(self.key(engine, m, k)) or {}
+            previous = data.get(key) or {}
             entry.update({f.name: previous[f.name] for f in fields(PowerLaw)
                           if f.name in previous})
-        data[self.key(engine, m, k)] = entry
+        data[key] = entry
         self._save(data)
-        return model if model is not None else self.get(engine, m, k)
+        return model if model is not None else self.get(engine, m, k, params)

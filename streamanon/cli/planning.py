@@ -22,7 +22,7 @@ from scheduler.planner import (
     optimal_ratio,
     release_after_close,
 )
-from streamanon.cli._args import positive_int
+from streamanon.cli._args import param, positive_int
 from streamanon.errors import ParameterError
 
 
@@ -62,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="base engine of the cost model (mdav); 'auto' plans with ONA* and "
                          "MDAV and reports which the planner chooses, with the expected "
                          "information loss of each (needs --n/--m/--k)")
+    pl.add_argument("--param", type=param, action="append", default=[], metavar="NAME=VALUE",
+                    help="parameter of --engine, repeatable: the cost model of the engine with "
+                         "these parameters (what a survey's engine_params select)")
     pl.add_argument("--cost-models", metavar="FILE",
                     help="cost-model file (default $STREAMANON_DATA_DIR/cost_models.json)")
     pl.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -79,6 +82,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ca.add_argument("--engine", default="mdav", help="engine to time (default mdav)")
     ca.add_argument("--m", type=positive_int, required=True, help="number of quasi-identifiers")
     ca.add_argument("--k", type=positive_int, required=True, help="anonymity parameter")
+    ca.add_argument("--param", type=param, action="append", default=[], metavar="NAME=VALUE",
+                    help="engine parameter, repeatable: calibrates the engine with these "
+                         "parameters, kept as its own model (a survey's engine_params)")
     ca.add_argument("--budget", type=_duration, default=5.0, metavar="DURATION",
                     help="time to spend timing (default 5s)")
     ca.add_argument("--cost-models", metavar="FILE",
@@ -89,18 +95,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _engine_function(name: str) -> Any:
-    """``engine(X, k)`` for the calibration; an engine's per-record inputs are made up to
-    match the synthetic records: a binary class label (``labels``), two confidential
+def _engine_function(name: str, params: dict[str, Any]) -> Any:
+    """``engine(X, k)`` with ``params`` for the calibration; an engine's per-record inputs are
+    made up to match the synthetic records: a binary class label (``labels``), two confidential
     attributes (``Y``), a sensitive answer on ten levels at t = 0.2 (``S``, the t-closeness
     engines)."""
+    import functools
+
     import numpy as np
 
-    from streamanon.engines import get_engine
+    from streamanon.engines import check_parameters
 
-    info = get_engine(name)
+    info = check_parameters(name, params)
+    given = sorted(set(params) & set(info.per_record))
+    if given:
+        raise ParameterError(f"{name}: {', '.join(given)} are per-record inputs, made up for "
+                             "the calibration; they are not calibration parameters")
     if not info.per_record:
-        return info.function
+        return functools.partial(info.function, **params)
 
     def run(X: Any, k: int) -> Any:
         rng = np.random.default_rng(len(X))
@@ -112,25 +124,33 @@ def _engine_function(name: str) -> Any:
                 made["Y"] = rng.standard_normal((len(X), 2))
             elif parameter == "S":
                 made |= {"S": rng.integers(0, 10, len(X)), "t": 0.2}
-        return info.function(X, k, **made)
+        return info.function(X, k, **made, **params)
 
     return run
 
 
-def _calibrate(store: CostModelStore, engine: str, m: int, k: int, budget: float) -> PowerLaw:
-    result = calibrate(_engine_function(engine), m, k, budget_seconds=budget)
-    return store.put(engine, m, k, result)
+def _named(engine: str, params: dict[str, Any]) -> str:
+    """``engine`` with its parameters, as the output names it."""
+    return engine + (" (" + ", ".join(f"{k}={v}" for k, v in sorted(params.items())) + ")"
+                     if params else "")
+
+
+def _calibrate(store: CostModelStore, engine: str, m: int, k: int, budget: float,
+               params: dict[str, Any]) -> tuple[PowerLaw, list[tuple[int, float]]]:
+    """Calibrate ``engine`` with ``params`` and save it; the model and the timed samples."""
+    result = calibrate(_engine_function(engine, params), m, k, budget_seconds=budget)
+    return store.put(engine, m, k, result, params), result.samples
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     store = CostModelStore(args.cost_models)
-    result = calibrate(_engine_function(args.engine), args.m, args.k,
-                       budget_seconds=args.budget)
-    model = store.put(args.engine, args.m, args.k, result)
-    print(f"{args.engine}, m = {args.m}, k = {args.k}: t = {model.a:.4g} * n^{model.b:.3f} s")
+    params = dict(args.param)
+    model, samples = _calibrate(store, args.engine, args.m, args.k, args.budget, params)
+    print(f"{_named(args.engine, params)}, m = {args.m}, k = {args.k}: "
+          f"t = {model.a:.4g} * n^{model.b:.3f} s")
     print(f"residual (RMS of log error): {model.residual:.3f}")
     print(f"{'n':>10} {'measured s':>12} {'fitted s':>12}")
-    for n, seconds in result.samples:
+    for n, seconds in samples:
         print(f"{n:>10,} {seconds:>12.4f} {model(n):>12.4f}")
     print("predicted: " + ", ".join(f"n = {n:,}: {format_duration(model(n))}"
                                     for n in (100_000, 1_000_000)))
@@ -199,13 +219,14 @@ def _plan_dict(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _stored_model(store: CostModelStore, engine: str, args: argparse.Namespace) -> PowerLaw:
-    model = store.get(engine, args.m, args.k)
+def _stored_model(store: CostModelStore, engine: str, args: argparse.Namespace,
+                  params: dict[str, Any]) -> PowerLaw:
+    model = store.get(engine, args.m, args.k, params)
     if model is None:
         if not args.json:
-            print(f"no cost model for {engine} at m = {args.m}, k = {args.k}: "
+            print(f"no cost model for {_named(engine, params)} at m = {args.m}, k = {args.k}: "
                   "calibrating (a few seconds) ...")
-        model = _calibrate(store, engine, args.m, args.k, 5.0)
+        model, _ = _calibrate(store, engine, args.m, args.k, 5.0, params)
     return model
 
 
@@ -223,13 +244,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise ParameterError("--n, --m and --k go together (t_ref from the cost model)")
         if args.t_ref is not None:
             raise ParameterError("give either --t-ref or --n/--m/--k, not both")
+        if args.engine == "auto" and args.param:
+            raise ParameterError("--engine auto takes no --param (it plans with each "
+                                 "candidate's defaults)")
         store = CostModelStore(args.cost_models)
-        models = {engine: _stored_model(store, engine, args)
+        models = {engine: _stored_model(store, engine, args, dict(args.param))
                   for engine in (AUTO_ENGINES if args.engine == "auto" else (args.engine,))}
         model = models["mdav" if args.engine == "auto" else args.engine]
         t_ref: float | None = model(args.n)
     elif args.engine == "auto":
         raise ParameterError("--engine auto needs --n, --m and --k (the engines' cost models)")
+    elif args.param:
+        raise ParameterError("--param selects a cost model: it needs --n, --m and --k")
     else:
         t_ref = args.t_ref
     if t_ref is not None and not t_ref > 0:
@@ -243,7 +269,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if model is not None:
         forecast = UniformForecast.from_arrival_coefficient(args.n, s, t_ref)
         incremental = TwoStageCost(model)
-        report["cost_model"] = {"engine": "mdav" if args.engine == "auto" else args.engine,
+        report["cost_model"] = {"engine": "mdav" if args.engine == "auto" else
+                                _named(args.engine, dict(args.param)),
                                 "a": model.a, "b": model.b, "residual": model.residual}
         # the compute against the deadline, as the closed forms above: no release overhead
         report["optimal"] = _plan_dict(live.plan(forecast, model, incremental, k=args.k,

@@ -319,9 +319,13 @@ def _record_timing(result: Any) -> None:
     """Add this run to the engine's cost model (what `plan` and the scheduler read)."""
     from scheduler.cost_model import CostModelStore
 
+    from streamanon.engines import get_engine
+
     store = CostModelStore()
+    per_record = get_engine(result.engine).per_record  # columns, not the engine's settings
+    params = {k: v for k, v in result.params.items() if k not in per_record}
     try:
-        store.observe(result.engine, result.m, result.k, result.n, result.seconds)
+        store.observe(result.engine, result.m, result.k, result.n, result.seconds, params)
     except (OSError, ValueError) as exc:
         print(f"streamanon: warning: timing not recorded in {store.path}: {exc}",
               file=sys.stderr)

@@ -9,7 +9,7 @@ input and checks the partition it gets back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -50,6 +50,12 @@ def validate_input(X: np.ndarray, k: int) -> np.ndarray:
     return X
 
 
+def check_parameters(name: str, params: Mapping[str, object]) -> Entry:
+    """Engine ``name``'s entry, after checking that it accepts every one of ``params``
+    (``progress`` is accepted by all); raises :class:`ParameterError` naming the others."""
+    return _ENGINES.check_parameters(name, dict(params), frozenset({"progress"}))
+
+
 def run_engine(name: str, X: np.ndarray, k: int, **params: object) -> np.ndarray:
     """Validate ``X`` and ``k``, run engine ``name`` and check its partition.
 
@@ -60,7 +66,7 @@ def run_engine(name: str, X: np.ndarray, k: int, **params: object) -> np.ndarray
     InputError
         ``X`` is not a finite numeric matrix with at least ``k`` rows.
     """
-    info = _ENGINES.check_parameters(name, params, frozenset({"progress"}))
+    info = check_parameters(name, params)
     X = validate_input(X, k)
     labels = np.asarray(info.function(X, k, **params))
     check_partition(labels, X.shape[0], k)

@@ -384,12 +384,13 @@ class Service:
         from streamanon.incremental import run_stage
 
         m = len(sc.quasi_identifiers)
-        base = self.cost_models.get(engine, m, sc.k)
+        params = sc.engine_params if engine == sc.engine else {}  # "auto" takes none
+        base = self.cost_models.get(engine, m, sc.k, params)
         if base is None:
             log.info("calibrating %s at m = %d, k = %d", engine, m, sc.k)
-            result = calibrate(get_engine(engine).function, m, sc.k,
-                               budget_seconds=self.config.planner.calibration_seconds)
-            base = self.cost_models.put(engine, m, sc.k, result)
+            result = calibrate(functools.partial(get_engine(engine).function, **params), m,
+                               sc.k, budget_seconds=self.config.planner.calibration_seconds)
+            base = self.cost_models.put(engine, m, sc.k, result, params)
         return base, incremental_cost_model(
             sc.incremental, base, m, sc.k, partition=functools.partial(run_engine, "mdav"),
             run_stage=functools.partial(run_stage, sc.incremental,
@@ -603,7 +604,7 @@ class Service:
                 await self._releaser.prepare_base(rt, snapshot_seq, frame, labels)
             if compute.cluster == "local":  # a cluster's time is its parts' and workers'
                 await self._in_store(self.cost_models.observe, sc.engine, m, sc.k,
-                                     len(records), seconds)
+                                     len(records), seconds, sc.engine_params)
             log.info("survey %s: base run on %d records done in %.2f s", sid, len(records),
                      seconds)
         except asyncio.CancelledError:

@@ -108,6 +108,12 @@ def test_plan_engine_auto_reports_the_choice_and_the_expected_loss(capsys, tmp_p
         (["--arrival-coefficient", "5", "--deadline", "1h"], "--deadline needs --t-ref"),
         (["--arrival-coefficient", "-1"], "must be >= 0"),
         (["--arrival-coefficient", "5", "--n", "1000"], "--n, --m and --k go together"),
+        (["--arrival-coefficient", "5", "--param", "max_rounds=6"],
+         "--param selects a cost model: it needs --n, --m and --k"),
+        (["--arrival-coefficient", "5", "--engine", "auto", "--n", "1000", "--m", "2", "--k",
+          "3", "--param", "max_rounds=6"], "--engine auto takes no --param"),
+        (["--arrival-coefficient", "5", "--engine", "ona_star", "--n", "1000", "--m", "2",
+          "--k", "3", "--param", "rounds=6"], "'ona_star' has no parameter rounds"),
     ],
 )
 def test_plan_usage_errors(capsys, args, message):
@@ -132,3 +138,25 @@ def test_calibrate_makes_up_the_per_record_inputs_of_an_engine(engine, capsys, t
                  "--cost-models", str(store)]) == 0
     assert f"{engine}, m = 3, k = 5: t = " in capsys.readouterr().out
     assert engine in store.read_text()
+
+
+def test_calibrate_and_plan_with_engine_parameters_use_their_own_model(capsys, tmp_path):
+    """A survey's ``engine_params`` select a cost model of their own in the service;
+    ``calibrate --param`` makes it and ``plan --param`` reads it, beside the defaults' one."""
+    from scheduler.cost_model import CostModelStore
+
+    store = tmp_path / "models.json"
+    params = {"start": "mdav", "max_rounds": 1}
+    base = ["--engine", "ona_star", "--m", "3", "--k", "5", "--cost-models", str(store)]
+    assert main(["calibrate", *base, "--budget", "1s", "--param", "start=mdav",
+                 "--param", "max_rounds=1"]) == 0
+    assert "ona_star (max_rounds=1, start=mdav), m = 3, k = 5: t = " in capsys.readouterr().out
+    models = CostModelStore(store)
+    assert models.get("ona_star", 3, 5, params) is not None
+    assert models.get("ona_star", 3, 5) is None
+    report = plan_json(capsys, "--n", "20000", "--survey-hours", "1", *base,
+                       "--param", "max_rounds=1", "--param", "start=mdav")
+    fitted = models.get("ona_star", 3, 5, params)
+    assert report["cost_model"]["engine"] == "ona_star (max_rounds=1, start=mdav)"
+    assert (report["cost_model"]["a"], report["cost_model"]["b"]) == (fitted.a, fitted.b)
+    assert models.get("ona_star", 3, 5) is None  # the defaults' model was not calibrated

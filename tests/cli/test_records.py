@@ -153,6 +153,17 @@ def test_anonymize_records_its_timing_in_the_cost_model(survey, tmp_path):
     assert [(n, src) for n, _, src in samples] == [(200, "run")]
 
 
+def test_anonymize_records_the_timing_of_an_engine_with_parameters_apart(survey, tmp_path):
+    from scheduler.cost_model import CostModelStore
+
+    main(["anonymize", str(survey), *ARGS, "--engine", "ona_star", "--param", "start=mdav",
+          "--param", "max_rounds=1", "--out", str(tmp_path / "r.csv")])
+    store = CostModelStore()
+    params = {"start": "mdav", "max_rounds": 1}
+    assert [(n, src) for n, _, src in store.samples("ona_star", 2, 5, params)] == [(200, "run")]
+    assert store.samples("ona_star", 2, 5) == []
+
+
 def test_two_stage_release_from_the_command_line(survey, tmp_path, capsys):
     out = tmp_path / "two.csv"
     assert main(["anonymize", str(survey), *ARGS, "--incremental", "nn_split_end", "--nu",

@@ -299,3 +299,28 @@ def test_the_contention_measured_on_the_base_engine_applies_to_a_nearest_neighbo
     engine = PowerLaw.fit(CALIBRATION_NS, 2e-8 * CALIBRATION_NS**1.5)
     contended = engine.observed([(100_000, 1.4 * engine(100_000))])
     assert stage(contended).c == pytest.approx(1.4 * stage(engine).c)
+
+
+def test_an_engine_with_other_parameters_has_its_own_model(tmp_path):
+    """ONA* from MDAV with 6 rounds and the paper's ONA* (30 rounds from MDAV*) cost very
+    different times: one model for both mispredicted the one run less often. A model is kept
+    per engine and parameters; the same parameters in any order are the same model."""
+    store = CostModelStore(tmp_path / "m.json")
+    ns = [1000, 2000, 4000]
+    paper = store.put("ona_star", 15, 10, calibrate_result(ns, b=2.0))
+    quick = {"start": "mdav", "max_rounds": 6}
+    assert store.get("ona_star", 15, 10, params=quick) is None
+    fitted = store.put("ona_star", 15, 10, calibrate_result(ns, b=1.5), params=quick)
+    assert fitted.b == pytest.approx(1.5)
+    assert store.get("ona_star", 15, 10) == paper
+    same = {"max_rounds": 6, "start": "mdav"}
+    assert CostModelStore(tmp_path / "m.json").get("ona_star", 15, 10, params=same) == fitted
+    store.observe("ona_star", 15, 10, 100_000, 5.0, params=same)
+    assert [s for s in store.samples("ona_star", 15, 10, params=quick) if s[2] == "run"] == [
+        (100_000, 5.0, "run")]
+    assert all(src == "calibration" for _, _, src in store.samples("ona_star", 15, 10))
+    # no parameters, or none given, is the key the store has always used (old files load)
+    assert store.get("ona_star", 15, 10, params={}) == paper
+    data = json.loads((tmp_path / "m.json").read_text())
+    assert "ona_star|m=15|k=10" in data
+    assert data[CostModelStore.key("ona_star", 15, 10, quick)]["params"] == quick

@@ -18,10 +18,11 @@ from tests.service.kafka_helpers import produce, response
 
 
 def put_model(path: Path, engine: str, m: int, k: int,
-              samples: Sequence[tuple[int, float]]) -> None:
-    """A calibrated cost model of ``engine`` for (m, k) from ``(n, seconds)`` samples."""
+              samples: Sequence[tuple[int, float]], params: dict[str, Any] | None = None) -> None:
+    """A calibrated cost model of ``engine`` (with ``params``) for (m, k) from ``(n, seconds)``
+    samples."""
     CostModelStore(path).put(engine, m, k, Calibration(
-        PowerLaw.fit(*zip(*samples, strict=True)), list(samples)))
+        PowerLaw.fit(*zip(*samples, strict=True)), list(samples)), params=params)
 
 
 async def until(predicate: Any, what: str, timeout: float = 60) -> None:
