@@ -318,7 +318,6 @@ def _free_text(column: Any) -> bool:
 def _record_timing(result: Any) -> None:
     """Add this run to the engine's cost model (what `plan` and the scheduler read)."""
     from scheduler.cost_model import CostModelStore
-
     from streamanon.engines import get_engine
 
     store = CostModelStore()
