@@ -286,7 +286,9 @@ def default_store_path() -> Path:
 
 
 class CostModelStore:
-    """Fitted cost models by (engine, m, k), kept in a JSON file.
+    """Fitted cost models by (engine, its parameters, m, k), kept in a JSON file. Which
+    parameters select a model is the caller's choice (the service and the CLI pass
+    :func:`streamanon.engines.model_parameters`); none is the engine's defaults.
 
     Each entry keeps its calibration samples and up to ``max_runs`` timings of real runs;
     :meth:`observe` adds a real run and refits, so the model follows the machine it runs on.

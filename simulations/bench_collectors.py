@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from contextlib import ExitStack, suppress
 from pathlib import Path
@@ -127,13 +128,15 @@ def stored(url: str) -> int:
 
 def status_when_ready(port: int, proc: subprocess.Popen, deadline: float) -> dict[str, Any]:
     """An instance's ``/api/status``, waiting for its HTTP server to come up: a small backlog can
-    be stored before every instance is serving. Raises if the instance exits or ``deadline``
-    (``time.monotonic()``) passes first."""
+    be stored before every instance is serving. Raises if the instance exits, answers with an
+    HTTP error, or ``deadline`` (``time.monotonic()``) passes first."""
     while True:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status",
                                         timeout=10) as r:
                 return json.loads(r.read())
+        except urllib.error.HTTPError:
+            raise  # it is serving, and said no
         except OSError as exc:
             if proc.poll() is not None:
                 raise RuntimeError(f"the instance on port {port} exited "
@@ -186,7 +189,8 @@ def one_run(instances: int, n: int, bootstrap: str, broker_pid: int, server_url:
         seconds = time.monotonic() - started
         cpu1 = cpu()
         seconds = max(seconds, 1e-9)
-        shares = [status_when_ready(port, proc, deadline)["surveys"][0]["stored"]
+        started_by = max(deadline, time.monotonic() + 120)  # a start of its own, at least
+        shares = [status_when_ready(port, proc, started_by)["surveys"][0]["stored"]
                   for port, proc in zip(ports, procs, strict=True)]
     finally:
         for p in procs:

@@ -107,10 +107,10 @@ def _engine_function(name: str, params: dict[str, Any]) -> Any:
     from streamanon.engines import check_parameters
 
     info = check_parameters(name, params)
-    given = sorted(set(params) & set(info.per_record))
+    given = sorted(set(params) & (set(info.per_record) | {"progress"}))
     if given:
-        raise ParameterError(f"{name}: {', '.join(given)} are per-record inputs, made up for "
-                             "the calibration; they are not calibration parameters")
+        raise ParameterError(f"{name}: {', '.join(given)} cannot be calibrated with (per-record "
+                             "inputs are made up for the calibration)")
     if not info.per_record:
         return functools.partial(info.function, **params)
 
@@ -124,7 +124,7 @@ def _engine_function(name: str, params: dict[str, Any]) -> Any:
                 made["Y"] = rng.standard_normal((len(X), 2))
             elif parameter == "S":
                 made |= {"S": rng.integers(0, 10, len(X)), "t": 0.2}
-        return info.function(X, k, **made, **params)
+        return info.function(X, k, **{**made, **params})  # a given t replaces the made-up one
 
     return run
 
@@ -138,8 +138,10 @@ def _named(engine: str, params: dict[str, Any]) -> str:
 def _calibrate(store: CostModelStore, engine: str, m: int, k: int, budget: float,
                params: dict[str, Any]) -> tuple[PowerLaw, list[tuple[int, float]]]:
     """Calibrate ``engine`` with ``params`` and save it; the model and the timed samples."""
+    from streamanon.engines import model_parameters
+
     result = calibrate(_engine_function(engine, params), m, k, budget_seconds=budget)
-    return store.put(engine, m, k, result, params), result.samples
+    return store.put(engine, m, k, result, model_parameters(engine, params)), result.samples
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -221,7 +223,9 @@ def _plan_dict(plan: Plan) -> dict[str, Any]:
 
 def _stored_model(store: CostModelStore, engine: str, args: argparse.Namespace,
                   params: dict[str, Any]) -> PowerLaw:
-    model = store.get(engine, args.m, args.k, params)
+    from streamanon.engines import model_parameters
+
+    model = store.get(engine, args.m, args.k, model_parameters(engine, params))
     if model is None:
         if not args.json:
             print(f"no cost model for {_named(engine, params)} at m = {args.m}, k = {args.k}: "
@@ -269,8 +273,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if model is not None:
         forecast = UniformForecast.from_arrival_coefficient(args.n, s, t_ref)
         incremental = TwoStageCost(model)
-        report["cost_model"] = {"engine": "mdav" if args.engine == "auto" else
-                                _named(args.engine, dict(args.param)),
+        report["cost_model"] = {"engine": "mdav" if args.engine == "auto" else args.engine,
+                                "params": dict(args.param),
                                 "a": model.a, "b": model.b, "residual": model.residual}
         # the compute against the deadline, as the closed forms above: no release overhead
         report["optimal"] = _plan_dict(live.plan(forecast, model, incremental, k=args.k,
@@ -340,7 +344,8 @@ def _print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
             ])
     if "cost_model" in report:
         cm = report["cost_model"]
-        print(f"\nWith the calibrated cost model of {cm['engine']} (t = {cm['a']:.4g} n^"
+        print(f"\nWith the calibrated cost model of {_named(cm['engine'], cm['params'])} "
+              f"(t = {cm['a']:.4g} n^"
               f"{cm['b']:.3f}, residual {cm['residual']:.3f}) and a 2-stage incremental run:")
         for key, title in (("optimal", "optimal"), ("deadline", "deadline")):
             if key not in report:

@@ -318,11 +318,10 @@ def _free_text(column: Any) -> bool:
 def _record_timing(result: Any) -> None:
     """Add this run to the engine's cost model (what `plan` and the scheduler read)."""
     from scheduler.cost_model import CostModelStore
-    from streamanon.engines import get_engine
+    from streamanon.engines import model_parameters
 
     store = CostModelStore()
-    per_record = get_engine(result.engine).per_record  # columns, not the engine's settings
-    params = {k: v for k, v in result.params.items() if k not in per_record}
+    params = model_parameters(result.engine, result.params)  # columns and defaults left out
     try:
         store.observe(result.engine, result.m, result.k, result.n, result.seconds, params)
     except (OSError, ValueError) as exc:

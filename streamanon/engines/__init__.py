@@ -9,7 +9,9 @@ input and checks the partition it gets back.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +56,37 @@ def check_parameters(name: str, params: Mapping[str, object]) -> Entry:
     """Engine ``name``'s entry, after checking that it accepts every one of ``params``
     (``progress`` is accepted by all); raises :class:`ParameterError` naming the others."""
     return _ENGINES.check_parameters(name, dict(params), frozenset({"progress"}))
+
+
+def model_parameters(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters that select engine ``name``'s cost model: ``params`` without
+    ``progress``, the per-record inputs (data, not settings) and the ones equal to the
+    engine's defaults, with numbers as plain Python numbers (an integral float as an int), so
+    ``max_rounds = 6.0`` in a TOML file, ``--param max_rounds=6`` and NumPy's ``int64(6)``
+    select one model, and the defaults written out select the defaults' model."""
+    info = check_parameters(name, params)
+    defaults = {p.name: p.default for p in inspect.signature(info.function).parameters.values()
+                if p.default is not inspect.Parameter.empty}
+    out = {}
+    for key, value in sorted(params.items()):
+        value = _plain(value)
+        if key == "progress" or key in info.per_record or (
+                key in defaults and _plain(defaults[key]) == value):
+            continue
+        out[key] = value
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def run_engine(name: str, X: np.ndarray, k: int, **params: object) -> np.ndarray:

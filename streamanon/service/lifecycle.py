@@ -380,17 +380,19 @@ class Service:
 
     def _engine_models(self, sc: SurveyConfig, engine: str,
                        split: PowerLaw | None = None) -> tuple[PowerLaw, Any]:
-        from streamanon.engines import get_engine, run_engine
+        from streamanon.engines import get_engine, model_parameters, run_engine
         from streamanon.incremental import run_stage
 
         m = len(sc.quasi_identifiers)
         params = sc.engine_params if engine == sc.engine else {}  # "auto" takes none
-        base = self.cost_models.get(engine, m, sc.k, params)
+        selects = model_parameters(engine, params)
+        base = self.cost_models.get(engine, m, sc.k, selects)
         if base is None:
-            log.info("calibrating %s at m = %d, k = %d", engine, m, sc.k)
+            log.info("calibrating %s%s at m = %d, k = %d", engine,
+                     f" with {selects}" if selects else "", m, sc.k)
             result = calibrate(functools.partial(get_engine(engine).function, **params), m,
                                sc.k, budget_seconds=self.config.planner.calibration_seconds)
-            base = self.cost_models.put(engine, m, sc.k, result, params)
+            base = self.cost_models.put(engine, m, sc.k, result, selects)
         return base, incremental_cost_model(
             sc.incremental, base, m, sc.k, partition=functools.partial(run_engine, "mdav"),
             run_stage=functools.partial(run_stage, sc.incremental,
@@ -574,6 +576,8 @@ class Service:
         return True
 
     async def _base(self, sid: str, snapshot_seq: int, started: float) -> None:
+        from streamanon.engines import model_parameters
+
         rt = self.surveys[sid]
         sc = rt.config
         m = len(sc.quasi_identifiers)
@@ -604,7 +608,8 @@ class Service:
                 await self._releaser.prepare_base(rt, snapshot_seq, frame, labels)
             if compute.cluster == "local":  # a cluster's time is its parts' and workers'
                 await self._in_store(self.cost_models.observe, sc.engine, m, sc.k,
-                                     len(records), seconds, sc.engine_params)
+                                     len(records), seconds,
+                                     model_parameters(sc.engine, sc.engine_params))
             log.info("survey %s: base run on %d records done in %.2f s", sid, len(records),
                      seconds)
         except asyncio.CancelledError:

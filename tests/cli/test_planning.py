@@ -157,6 +157,32 @@ def test_calibrate_and_plan_with_engine_parameters_use_their_own_model(capsys, t
     report = plan_json(capsys, "--n", "20000", "--survey-hours", "1", *base,
                        "--param", "max_rounds=1", "--param", "start=mdav")
     fitted = models.get("ona_star", 3, 5, params)
-    assert report["cost_model"]["engine"] == "ona_star (max_rounds=1, start=mdav)"
+    assert report["cost_model"]["engine"] == "ona_star"
+    assert report["cost_model"]["params"] == params
     assert (report["cost_model"]["a"], report["cost_model"]["b"]) == (fitted.a, fitted.b)
     assert models.get("ona_star", 3, 5) is None  # the defaults' model was not calibrated
+    assert main(["plan", "--n", "20000", "--survey-hours", "1", *base, "--param",
+                 "max_rounds=1.0", "--param", "start=mdav"]) == 0  # 1.0 is 1: the same model
+    out = capsys.readouterr().out
+    assert "cost model of ona_star (max_rounds=1.0, start=mdav)" in out
+    assert "calibrating" not in out
+
+
+def test_calibrate_a_t_closeness_engine_at_a_given_t(capsys, tmp_path):
+    """The made-up calibration inputs include t = 0.2; a given --param t replaces it."""
+    store = tmp_path / "models.json"
+    assert main(["calibrate", "--engine", "tclose_kfirst", "--m", "3", "--k", "5", "--budget",
+                 "1s", "--param", "t=0.3", "--cost-models", str(store)]) == 0
+    from scheduler.cost_model import CostModelStore
+
+    assert CostModelStore(store).get("tclose_kfirst", 3, 5, {"t": 0.3}) is not None
+
+
+@pytest.mark.parametrize("param, message", [("progress=x", "progress cannot be calibrated"),
+                                            ("S=col", "S cannot be calibrated"),
+                                            ("rounds=3", "has no parameter rounds")])
+def test_calibrate_refuses_what_is_not_an_engine_setting(capsys, tmp_path, param, message):
+    engine = "tclose_kfirst" if param.startswith("S=") else "ona_star"
+    assert main(["calibrate", "--engine", engine, "--m", "3", "--k", "5", "--param", param,
+                 "--cost-models", str(tmp_path / "m.json")]) == 2
+    assert message in capsys.readouterr().err

@@ -52,20 +52,25 @@ def test_the_status_of_an_instance_still_starting_is_awaited():
             pass
 
     server = http.server.HTTPServer(("127.0.0.1", port), Status, bind_and_activate=False)
+    serving = threading.Event()
 
     def late():
         time.sleep(1.0)
         server.server_bind()
         server.server_activate()
+        serving.set()
         server.serve_forever()
 
-    threading.Thread(target=late, daemon=True).start()
+    thread = threading.Thread(target=late, daemon=True)
+    thread.start()
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         status = bench_collectors.status_when_ready(port, alive, time.monotonic() + 20)
         assert status["surveys"][0]["stored"] == 7
     finally:
-        server.shutdown()
+        if serving.is_set():  # shutdown() waits for serve_forever(), which may never have run
+            server.shutdown()
+        server.server_close()
         alive.kill()
         alive.wait()
 
