@@ -302,17 +302,20 @@ class StoredCount:
     commit out of ``seq`` order, so a ``seq`` becomes settled only ``settle_seconds`` after a
     poll saw it as the largest: every insert transaction holding a smaller one has committed
     by then (the collector's transactions last well under a second). The count is what the
-    leader's arrival estimate reads; a record committed later still than that would be left
-    out of it for good (it is not recounted), not out of any release.
+    leader's arrival estimate reads. A record committed later still than that is missed by
+    the polls above the settled point until the next full count, every ``recount_seconds``
+    (never out of any release).
     """
 
-    def __init__(self, settle_seconds: float = 30.0,
+    def __init__(self, settle_seconds: float = 30.0, recount_seconds: float = 600.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.settle_seconds = settle_seconds
+        self.recount_seconds = recount_seconds
         self.clock = clock
         self.settled_seq = 0
         self.settled = 0
         self._tops: list[tuple[float, int]] = []  # (when, largest seq seen then), oldest first
+        self._counted_from_start = clock()
 
     def update(self, count: Callable[[int, int], tuple[int, int, int]]) -> int:
         """The count now; ``count(after, bound)`` as :meth:`Coordination.count_after`. A
@@ -322,9 +325,13 @@ class StoredCount:
         while ripe < len(self._tops) and now - self._tops[ripe][0] >= self.settle_seconds:
             ripe += 1
         bound = max([self.settled_seq, *(top for _, top in self._tops[:ripe])])
-        below, total, top = count(self.settled_seq, bound)
-        n = self.settled + total
-        self.settled += below
+        recount = now - self._counted_from_start >= self.recount_seconds
+        after, settled = (0, 0) if recount else (self.settled_seq, self.settled)
+        below, total, top = count(after, bound)
+        if recount:
+            self._counted_from_start = now
+        n = settled + total
+        self.settled = settled + below
         self.settled_seq = bound
         del self._tops[:ripe]
         self._tops.append((self.clock(), top))  # seen when the query had run

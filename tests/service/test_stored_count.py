@@ -67,3 +67,29 @@ def test_a_failed_count_changes_nothing():
     table.committed.update(range(11, 16))
     assert counter.update(table.count_after) == 15
     assert (counter.settled, counter.settled_seq) == (10, 10)  # the top seen at 0 s settled
+
+
+def test_a_record_committed_after_its_seq_settled_is_counted_at_the_next_recount():
+    """Left by issue 19: such a record was left out of the count for good. The count now starts
+    again from the first record every ``recount_seconds``: one full count, then the settled
+    point again."""
+    now = [0.0]
+    table = Table()
+    counter = StoredCount(settle_seconds=30, recount_seconds=600, clock=lambda: now[0])
+    table.committed.update(range(1, 11))
+    table.committed.update(range(12, 21))
+    for t in (0.0, 40.0, 80.0):
+        now[0] = t
+        assert counter.update(table.count_after) == 19
+    assert counter.settled_seq == 20
+    table.committed.add(11)  # 100 s late: its seq is settled, the polls above it miss it
+    now[0] = 120.0
+    assert counter.update(table.count_after) == 19
+    now[0] = 600.0
+    scanned = table.scanned
+    assert counter.update(table.count_after) == 20  # the recount
+    assert table.scanned - scanned == 20
+    now[0] = 601.0
+    scanned = table.scanned
+    assert counter.update(table.count_after) == 20
+    assert table.scanned - scanned == 0  # above the settled point again
