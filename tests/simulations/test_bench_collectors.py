@@ -1,11 +1,20 @@
-"""Smoke test of simulations/bench_collectors.py: a tiny run prints its table."""
+"""Smoke test of simulations/bench_collectors.py: a tiny run prints its table; an instance's
+share is asked for once it serves."""
 
 from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
 from simulations import bench_collectors
 from simulations.postgres import why_unavailable
+from streamanon.service.broker import free_port
 
 
 def test_help_describes_the_benchmark(capsys):
@@ -29,15 +38,6 @@ def test_a_tiny_run_prints_the_table(capsys):
 def test_the_status_of_an_instance_still_starting_is_awaited():
     """CI failed once: the backlog of a tiny run was stored before the second instance's HTTP
     server was up, and the bench asked it for its share at once (connection refused)."""
-    import http.server
-    import json
-    import subprocess
-    import sys
-    import threading
-    import time
-
-    from streamanon.service.broker import free_port
-
     port = free_port()
 
     class Status(http.server.BaseHTTPRequestHandler):
@@ -76,12 +76,6 @@ def test_the_status_of_an_instance_still_starting_is_awaited():
 
 
 def test_an_instance_that_died_is_reported_not_awaited(monkeypatch):
-    import subprocess
-    import sys
-    import time
-
-    from streamanon.service.broker import free_port
-
     def no_wait(seconds):
         raise AssertionError("waited for an instance that had exited")
 
