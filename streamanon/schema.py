@@ -31,7 +31,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -41,6 +41,10 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 ROLES = ("identifier", "quasi_identifier", "confidential", "label", "weight", "ignore")
 TYPES = ("int", "float", "str", "bool", "category", "ordinal", "timestamp", "text")
@@ -73,6 +77,14 @@ class FieldSpec(BaseModel):
     #: A confidential answer whose disclosure the release must limit beyond k-anonymity:
     #: l-diversity and t-closeness (``streamanon.privacy``) are checked on it.
     sensitive: bool = False
+
+    def bounds_text(self) -> str:
+        """The declared bounds in words: ``outside its bounds (min 16, max 80)``."""
+        parts = [f"{word} {value:g}" for word, value in (("min", self.min), ("max", self.max))
+                 if value is not None]
+        if self.role == "weight":
+            parts.insert(0, "> 0")
+        return f"outside its bounds ({', '.join(parts)})"
 
     def problems(self, name: str) -> list[str]:
         """What is wrong with this field's declaration, each naming ``name``."""
@@ -263,3 +275,86 @@ def quick_schema(columns: Sequence[str], qi: Sequence[str], confidential: Sequen
             spec |= {"required": False, "missing": missing}
         fields[name] = spec
     return parse_schema(fields, strata, source="columns")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """The rows of one column whose values break its field's declaration.
+
+    ``reason`` is the service's dead-letter reason for the same value (``wrong_type``,
+    ``not_finite``, ``out_of_bounds``, ``out_of_levels``); ``rows`` are positions in the
+    table (0-based); ``detail`` says what the declaration asks, never a value.
+    """
+
+    column: str
+    reason: str
+    rows: np.ndarray
+    detail: str
+
+
+def violations(frame: pd.DataFrame, schema: Schema) -> list[Violation]:
+    """Every value of ``frame`` that its field's type, levels or bounds forbid, as the
+    service's validation (``streamanon.service.validation``) forbids it in a response.
+
+    A table has no JSON types: a number written as text is a number, an integral float an
+    integer, ``true``/``false`` a boolean. A missing value is not checked here (whether it
+    may be missing is the field's ``required``). Identifiers and ignored columns, removed
+    from a release, are not checked; nor are columns the table does not have.
+    """
+    import numpy as np
+    import pandas as pd
+
+    out: list[Violation] = []
+
+    def add(name: str, reason: str, mask: np.ndarray, detail: str) -> None:
+        if mask.any():
+            out.append(Violation(name, reason, np.flatnonzero(mask), detail))
+
+    for name, spec in schema.fields.items():
+        if spec.role in DROPPED_ROLES or name not in frame.columns:
+            continue
+        series = frame[name]
+        present = series.notna().to_numpy()
+        kind = spec.type or ("float" if spec.role in ("quasi_identifier", "weight") else None)
+        if kind in ("int", "float"):
+            if pd.api.types.is_bool_dtype(series):
+                numbers = np.full(len(series), np.nan)
+            else:
+                numbers = pd.to_numeric(series, errors="coerce").to_numpy(
+                    dtype=np.float64, na_value=np.nan)
+            typed = present & ~np.isnan(numbers)
+            add(name, "wrong_type", present & ~typed,
+                "not an integer" if kind == "int" else "not a number")
+            finite = typed & np.isfinite(numbers)
+            add(name, "not_finite", typed & ~finite, "not a finite number")
+            if kind == "int":
+                fraction = finite & (numbers != np.round(numbers))
+                add(name, "wrong_type", fraction, "not an integer")
+                finite &= ~fraction
+            outside = np.zeros(len(series), dtype=bool)
+            with np.errstate(invalid="ignore"):
+                if spec.min is not None:
+                    outside |= finite & (numbers < spec.min)
+                if spec.max is not None:
+                    outside |= finite & (numbers > spec.max)
+                if spec.role == "weight":
+                    outside |= finite & ~(numbers > 0)
+            add(name, "out_of_bounds", outside, spec.bounds_text())
+        elif kind == "bool" or (kind in ("category", "ordinal") and spec.levels):
+            levels = (False, True) if kind == "bool" else tuple(spec.levels or ())
+            known = set(levels)
+            values = series.astype(object).to_numpy()
+            wrong = np.zeros(len(values), dtype=bool)
+            for i in np.flatnonzero(present):
+                value = values[i]
+                if kind == "bool" and isinstance(value, str):
+                    value = {"true": True, "false": False}.get(value.strip().lower(), value)
+                try:
+                    wrong[i] = value not in known
+                except TypeError:  # unhashable
+                    wrong[i] = True
+            if kind == "bool":
+                add(name, "wrong_type", wrong, "not true or false")
+            else:
+                add(name, "out_of_levels", wrong, f"not one of its {len(levels)} levels")
+    return out

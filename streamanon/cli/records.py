@@ -49,6 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="quick form: what a missing quasi-identifier value becomes: 'group' "
                          "(kept missing, microaggregated with records missing the same fields) "
                          "or 'impute' (its cell's value); default: an error")
+    an.add_argument("--out-of-bounds", choices=("refuse", "drop", "clip"), default=None,
+                    help="with --schema: what a value outside its field's min/max, levels or "
+                         "type does (the values the service dead-letters): 'refuse' (default: "
+                         "an error naming the column, the count and the first rows), 'drop' "
+                         "(its row is left out) or 'clip' (a number is moved to the bound it "
+                         "crosses; anything else is refused); counted in the report")
     an.add_argument("--strata", type=columns, default=[], metavar="COLS",
                     help="microaggregate within each stratum of these columns (strata under k "
                          "records join the most similar one, reported)")
@@ -168,14 +174,21 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
             raise ParameterError(f"{', '.join(given)} and --schema: the schema gives every "
                                  "column's role; use one or the other")
         described: dict[str, Any] = {"schema": load_schema(args.schema)}
+    elif args.out_of_bounds is not None:
+        raise ParameterError("--out-of-bounds needs --schema: the bounds, levels and types "
+                             "are the schema's")
     elif args.qi is None:
         raise ParameterError("describe the data: --schema FILE, or --qi COLS (quick form for "
                              "numeric data)")
     else:
         described = quick
     frame = read_table(args.input)
+    outside = None
     if args.schema is None:
         _check_roles(frame, args)
+    else:
+        frame, outside = _within_schema(frame, described["schema"],
+                                        args.out_of_bounds or "refuse", args)
     params = dict(args.param)
     if (args.incremental is None) != (args.nu is None):
         raise ParameterError("--incremental and --nu go together")
@@ -212,6 +225,8 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
     report["input"] = str(args.input)
     report["output"] = str(args.out)
     report["total_seconds"] = time.perf_counter() - started
+    if outside is not None:
+        report["outside_schema"] = outside
     for warning in _publication_warnings(frame, report["columns"]):
         print(f"streamanon: warning: {warning}", file=sys.stderr)
     write_table(result.data, args.out)
@@ -232,6 +247,101 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
         print(f"two-stage vs one-shot: delta = {100 * report['delta']:+.2f} %, "
               f"tau_0 = {report['tau_0']:.3f}, tau_+ = {report['tau_plus']:.3f}")
     return 0
+
+
+#: Rows named in a refusal, per column.
+SHOWN_ROWS = 5
+
+
+def _within_schema(frame: Any, schema: Any, policy: str,
+                   args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """``frame`` without values outside the schema (:func:`streamanon.schema.violations`):
+    refused, their rows dropped, or numbers clipped to their bounds; and what was done, for
+    the report (counts per column and reason, no values)."""
+    import numpy as np
+    import pandas as pd
+
+    from streamanon.schema import violations
+
+    found = violations(frame, schema)
+    counts: dict[str, dict[str, int]] = {}
+    for v in found:
+        counts.setdefault(v.column, {})
+        counts[v.column][v.reason] = counts[v.column].get(v.reason, 0) + len(v.rows)
+    outside = {"policy": policy, "rows_dropped": 0, "values_clipped": 0, "columns": counts}
+    if not found:
+        return frame, outside
+    csv = str(args.input).lower().endswith(".csv")
+    if policy == "refuse":
+        raise InputError(_outside_text(found, args, csv) + "; fix the data or the schema, or "
+                         "pass --out-of-bounds drop (leave those rows out) or clip (move a "
+                         "number to the bound it crosses)")
+    if policy == "drop":
+        rows = np.unique(np.concatenate([v.rows for v in found]))
+        frame = frame.drop(index=frame.index[rows]).reset_index(drop=True)
+        outside["rows_dropped"] = int(rows.size)
+        done = f"dropped {rows.size:,} of {rows.size + len(frame):,} rows"
+    else:
+        frame = frame.copy()
+        for v in found:
+            if v.reason == "out_of_bounds":
+                outside["values_clipped"] += _clip(frame, v.column, schema.fields[v.column],
+                                                   v.rows)
+        left = violations(frame, schema)
+        if left:
+            raise InputError(_outside_text(left, args, csv) + "; --out-of-bounds clip moves a "
+                             "number to its bound and cannot fix these: fix them, or pass "
+                             "--out-of-bounds drop (leave those rows out)")
+        done = f"clipped {outside['values_clipped']:,} values to their bounds"
+    for name, spec in schema.fields.items():  # numbers read as text next to a dropped word
+        if (name in frame.columns and frame[name].dtype == object
+                and (spec.type in ("int", "float")
+                     or (spec.type is None and spec.role in ("quasi_identifier", "weight")))):
+            frame[name] = pd.to_numeric(frame[name])
+    per_column = ", ".join(f"{name}: {n:,} {reason}" for name, by in counts.items()
+                           for reason, n in by.items())
+    print(f"streamanon: warning: {done} outside the schema ({per_column}); counted in the "
+          "report (outside_schema)", file=sys.stderr)
+    return frame, outside
+
+
+def _clip(frame: Any, name: str, spec: Any, rows: Any) -> int:
+    """Move the values of ``name`` at ``rows`` to the bounds they cross (an integer field's
+    to the nearest integer inside); how many changed."""
+    import math
+
+    import numpy as np
+    import pandas as pd
+
+    integer = spec.type == "int"
+    lo = None if spec.min is None else (math.ceil(spec.min) if integer else spec.min)
+    hi = None if spec.max is None else (math.floor(spec.max) if integer else spec.max)
+    if lo is None and hi is None:
+        return 0
+    before = pd.to_numeric(frame[name].iloc[rows]).to_numpy(dtype=np.float64)
+    after = np.clip(before, -np.inf if lo is None else lo, np.inf if hi is None else hi)
+    column = frame[name]
+    if integer and pd.api.types.is_integer_dtype(column):
+        column.iloc[rows] = after.astype(column.dtype)
+    else:
+        column = column.astype(object if column.dtype == object else np.float64)
+        column.iloc[rows] = after
+    frame[name] = column
+    return int(np.sum(after != before))
+
+
+def _outside_text(found: list[Any], args: argparse.Namespace, csv: bool) -> str:
+    """The values outside the schema in one line: per column the count, what the schema
+    asks and the first rows (numbered from 1; in a CSV file, after the header)."""
+    where = "data rows" if csv else "rows"
+    parts = []
+    for v in found:
+        shown = ", ".join(str(int(r) + 1) for r in v.rows[:SHOWN_ROWS])
+        more = ", ..." if len(v.rows) > SHOWN_ROWS else ""
+        parts.append(f"{v.column}: {len(v.rows):,} value(s) {v.detail} ({where} "
+                     f"{shown}{more})")
+    counted = " (data row 1 is the line after the header)" if csv else ""
+    return (f"{args.input} breaks the schema {args.schema}{counted}: " + "; ".join(parts))
 
 
 def _partitioned(args: argparse.Namespace,
