@@ -118,7 +118,7 @@ def test_unknown_column_in_the_original_names_that_file(tmp_path):
 def test_cmd_verify_takes_a_namespace(tmp_path, capsys):
     path = write(pd.DataFrame({"a": [1.0, 1.0]}), tmp_path / "release.csv")
     args = argparse.Namespace(file=path, k=2, qi=["a"], original=None, sensitive=[],
-                              l=None, t=None)
+                              l=None, t=None, schema=None)
     assert cmd_verify(args) == 0
     assert "2-anonymous" in capsys.readouterr().out
 
@@ -141,3 +141,84 @@ def test_verify_reports_l_and_t_of_sensitive_columns_and_checks_them(tmp_path, c
     assert main(["verify", str(path), "--k", "3", "--qi", "age", "--sensitive", "answer",
                  "--t", "0.5"]) == 0
     assert main(["verify", str(path), "--k", "3", "--qi", "age", "--t", "0.5"]) == 2
+
+
+# -- the key from the schema (--schema without --qi) ------------------------------------------
+
+SCHEMA_TOML = """[schema]
+respondent_id = { role = "identifier" }
+email = { role = "identifier" }
+age = { role = "quasi_identifier", type = "int", min = 16, max = 99 }
+household_size = { role = "quasi_identifier", type = "int" }
+income = { role = "quasi_identifier", type = "float" }
+commute_km = { role = "confidential", type = "float" }
+years_at_address = { role = "confidential", type = "int" }
+satisfaction = { role = "confidential", type = "int", sensitive = true }
+health_score = { role = "confidential", type = "int" }
+votes_next_election = { role = "confidential", type = "str" }
+"""
+SCHEMA_KEY = ["age", "household_size", "income"]
+SURVEY = Path(__file__).resolve().parents[2] / "streamanon" / "data" / "example_survey.csv"
+
+
+@pytest.fixture(scope="module")
+def schema_release(tmp_path_factory) -> dict[str, str]:
+    """The packaged survey released with k = 5, l = 2 on the schema's sensitive answer."""
+    folder = tmp_path_factory.mktemp("verify_schema")
+    schema = folder / "schema.toml"
+    schema.write_text(SCHEMA_TOML, encoding="utf-8")
+    release = folder / "release.csv"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STREAMANON_DATA_DIR", str(folder / "data"))
+        assert main(["anonymize", str(SURVEY), "--schema", str(schema), "--k", "5",
+                     "--l", "2", "--out", str(release), "--seed", "1", "--no-progress"]) == 0
+    return {"schema": str(schema), "release": str(release), "original": str(SURVEY)}
+
+
+def test_the_key_comes_from_the_schema_when_qi_is_not_given(schema_release, capsys):
+    capsys.readouterr()
+    release = pd.read_csv(schema_release["release"])
+    groups = release.groupby(SCHEMA_KEY, dropna=False).size()
+    assert main(["verify", schema_release["release"], "--schema", schema_release["schema"],
+                 "--k", "5"]) == 0
+    out = capsys.readouterr().out
+    assert (f"5-anonymous ({len(release)} records, {len(groups)} quasi-identifier groups, "
+            f"smallest {groups.min()})") in out
+
+
+def test_a_file_that_is_not_k_anonymous_on_the_schemas_key_fails(schema_release, capsys):
+    original = pd.read_csv(schema_release["original"])
+    groups = original.groupby(SCHEMA_KEY, dropna=False).size()
+    assert groups.min() < 5
+    assert main(["verify", schema_release["original"], "--schema", schema_release["schema"],
+                 "--k", "5"]) == EXIT_CHECK_FAILED
+    err = capsys.readouterr().err
+    assert f"NOT 5-anonymous: {int((groups < 5).sum())} of {len(groups)}" in err
+    assert err.count("\n") == 1
+
+
+def test_without_schema_the_key_is_still_required(tmp_path, capsys):
+    path = write(pd.DataFrame({"a": [1.0, 1.0]}), tmp_path / "release.csv")
+    assert main(["verify", path, "--k", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("streamanon: error: ") and err.count("\n") == 1
+    assert "--qi" in err and "--schema" in err
+
+
+def test_l_and_t_are_checked_on_the_schemas_sensitive_answers(schema_release, capsys):
+    release = pd.read_csv(schema_release["release"])
+    achieved = int(release.groupby(SCHEMA_KEY, dropna=False)["satisfaction"].nunique().min())
+    assert achieved >= 2
+    base = ["verify", schema_release["release"], "--schema", schema_release["schema"],
+            "--k", "5"]
+    capsys.readouterr()
+    assert main([*base, "--l", str(achieved)]) == 0
+    assert f"satisfaction: l = {achieved}, t = " in capsys.readouterr().out
+    assert main([*base, "--l", str(achieved + 1)]) == EXIT_CHECK_FAILED
+    err = capsys.readouterr().err
+    assert f"satisfaction: l = {achieved} < {achieved + 1}" in err and err.count("\n") == 1
+    assert main([*base, "--t", "1"]) == 0  # no distribution is further than 1 from another
+    capsys.readouterr()
+    assert main([*base, "--t", "0"]) == EXIT_CHECK_FAILED  # the groups' answers differ
+    err = capsys.readouterr().err
+    assert "satisfaction: t = " in err and err.count("\n") == 1
