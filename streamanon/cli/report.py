@@ -30,8 +30,12 @@ def register(sub: argparse._SubParsersAction) -> None:
             "before and after, and each attribute's distribution before and after as a "
             "picture. The page shows aggregates only, never a record. The released file is "
             "shuffled, so measures that need the row-to-row link (record linkage, interval "
-            "disclosure, per-record loss) are not taken. The engine, and l and t unless "
-            "given, are read from the release's RELEASE_STEM.report.json when it is there. "
+            "disclosure) cannot be taken here: they are read from the report.json that "
+            "anonymize or the service wrote beside the release, measured before shuffling "
+            "(RELEASE_STEM.report.json, or report.json in a service release's directory, when "
+            "it has as many records and the same key), and the page says so; without one "
+            "they are not measured. The engine, and l and t unless given, are read from the "
+            "same report.json. "
             "Exit status 0 if the release has no warning (k-anonymous, no sample unique, the "
             "l and t asked), 1 if it has one; the page is written either way."
         ),
@@ -81,12 +85,22 @@ def cmd_report(args: argparse.Namespace) -> int:
                          f"it has: {', '.join(map(str, release.columns))}")
     measures = measure(original, release, schema, args.k, aligned=False,
                        sensitive=sensitive).to_json()
-    made = _release_report(release_path)
+    made, made_path, why = _release_report(release_path, len(release))
     privacy = made.get("privacy") or {}
     settings = {"k": args.k, "l": privacy.get("l") if args.l is None else args.l,
                 "t": privacy.get("t") if args.t is None else args.t, "engine": _engine(made),
                 "original": args.original, "release": args.release, "schema": args.schema,
                 "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    aligned, source = (_linkage(made, made_path, measures["key"]) if made_path
+                       else (None, why))
+    if aligned is None:
+        linkage_line = f"record linkage and interval disclosure: not measured ({source})"
+    else:
+        measures["risk"]["record_linkage"] = aligned["record_linkage"]
+        measures["risk"]["interval_disclosure"] = aligned["interval_disclosure"]
+        settings["record linkage and interval disclosure"] = source
+        linkage_line = (f"record linkage {_pct(aligned['record_linkage'])}, interval "
+                        f"disclosure {_pct(aligned['interval_disclosure'])}: {source}")
     page = render(measures, original, release, schema, settings)
     atomic_write(out, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
     warnings = [s.text for s in verdict(measures, settings) if s.warning]
@@ -95,20 +109,56 @@ def cmd_report(args: argparse.Namespace) -> int:
           f"{100 * after['sample_uniques']:.1f} % (before "
           f"{100 * measures['risk']['before']['sample_uniques']:.1f} %), "
           f"{len(warnings)} warning(s)")
+    print(linkage_line)
     for text in warnings:
         print(f"streamanon: warning: {text}", file=sys.stderr)
     return EXIT_CHECK_FAILED if warnings else 0
 
 
-def _release_report(release: Path) -> dict[str, Any]:
-    """The release's report.json (written by ``anonymize``), or {} if absent or unreadable."""
+def _release_report(release: Path, n: int) -> tuple[dict[str, Any], Path | None, str]:
+    """The report.json written with the release: ``anonymize``'s RELEASE_STEM.report.json,
+    else the service's report.json in the release's directory; with its path. ({}, None,
+    why not) when there is none, or the one there is of another release (another number of
+    records)."""
     from streamanon.io import report_path
 
-    try:
-        report = json.loads(report_path(release).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return report if isinstance(report, dict) else {}
+    own = report_path(release)
+    for path in (own, release.with_name("report.json")):
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(report, dict):
+            continue
+        if report.get("n") != n:
+            return {}, None, (f"the {path.name} beside it describes another release: "
+                              f"{report.get('n')} records, this one has {n}")
+        return report, path, ""
+    return {}, None, (f"the released file is shuffled, and no {own.name} of anonymize (or "
+                      "report.json of the service) is beside it")
+
+
+def _linkage(report: dict[str, Any], path: Path, key: list[str]
+             ) -> tuple[dict[str, float | None] | None, str]:
+    """Record linkage and interval disclosure as the release's own report has them, measured
+    before shuffling (row i of the release known to be record i), and where they came from;
+    (None, why not) when the report has none on this key."""
+    measured = report.get("risk") or {}
+    aligned = measured.get("risk") or {}
+    if measured.get("key") != key:
+        return None, (f"{path.name} measured them on another key: "
+                      f"{', '.join(measured.get('key') or []) or 'none'}")
+    if aligned.get("record_linkage") is None and aligned.get("interval_disclosure") is None:
+        return None, (f"{path.name} has no record linkage: its release was measured without "
+                      "knowing which released row is which record")
+    who = "the service" if "release_id" in report else "anonymize"
+    return ({"record_linkage": aligned.get("record_linkage"),
+             "interval_disclosure": aligned.get("interval_disclosure")},
+            f"measured by {who} before shuffling, from {path.name}")
+
+
+def _pct(share: float | None) -> str:
+    return "not measured" if share is None else f"{100 * share:.1f} %"
 
 
 def _engine(report: dict[str, Any]) -> str | None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +97,9 @@ def test_the_page_has_the_verdict_and_every_section(reported):
     assert "Every respondent is hidden among at least " in verdict_html
     assert "no respondent is unique (before: " in verdict_html
     assert "On the sensitive answer q1, every group holds at least " in verdict_html
-    assert "not measured" in verdict_html  # a shuffled release: no record linkage
+    # a shuffled release, but anonymize measured the linkage before shuffling
+    assert "links them to their own record with probability " in verdict_html
+    assert "not measured" not in verdict_html
     # a picture per drawn attribute (the key, then the answers) and one of the correlations
     assert page.count('<img src="data:image/png;base64,') == 11
     assert page.count('<img class="wide" src="data:image/png;base64,') == 1
@@ -136,6 +140,72 @@ def test_the_numbers_are_those_of_measure(reported):
                          ("engine", "tclose_kfirst")):
         assert f"<tr><th>{label}</th><td>{value}</td></tr>" in page
     assert f"{N:,} original, {N:,} released" in page
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f} %"
+
+
+def test_the_linkage_anonymize_measured_is_shown_with_where_it_came_from(survey, reported):
+    made = json.loads(survey["release"].with_name("release.report.json").read_text())
+    linkage = made["risk"]["risk"]["record_linkage"]
+    interval = made["risk"]["risk"]["interval_disclosure"]
+    assert linkage is not None and interval is not None
+    page = reported["page"]
+    assert f"<tr><th>record linkage</th><td>{_pct(linkage)}</td>" in page
+    assert f"<tr><th>interval disclosure</th><td>{_pct(interval)}</td>" in page
+    assert f"links them to their own record with probability {_pct(linkage)}" in page
+    source = "measured by anonymize before shuffling, from release.report.json"
+    assert source in page
+    assert f"record linkage {_pct(linkage)}, interval disclosure {_pct(interval)}" \
+        in reported["stdout"] and source in reported["stdout"]
+
+
+def _report(survey: dict[str, Path], release: Path) -> tuple[int, str, str, str]:
+    status, stdout, stderr = run(["report", str(survey["original"]), str(release),
+                                  "--schema", str(survey["schema"]), "--k", str(K)])
+    page = release.with_name(release.stem + ".report.html").read_text(encoding="utf-8")
+    return status, stdout, stderr, page
+
+
+def test_without_the_releases_report_json_the_linkage_is_not_measured(survey, tmp_path):
+    release = tmp_path / "copy.csv"
+    shutil.copyfile(survey["release"], release)
+    status, stdout, _, page = _report(survey, release)
+    assert status == 0
+    assert "Record linkage and interval disclosure were not measured" in page
+    assert "<tr><th>record linkage</th><td>\u2013</td>" in page
+    assert "not measured" in stdout and "copy.report.json" in stdout
+
+
+def test_a_report_json_of_another_release_is_not_read(survey, tmp_path):
+    release = tmp_path / "release.csv"
+    write_table(read_table(survey["release"]).iloc[K:], release)  # not the release it measured
+    shutil.copyfile(survey["release"].with_name("release.report.json"),
+                    tmp_path / "release.report.json")
+    _, stdout, _, page = _report(survey, release)
+    assert "Record linkage and interval disclosure were not measured" in page
+    assert "measured by anonymize" not in page
+    assert f"{N:,} records" in stdout and f"this one has {N - K:,}" in stdout
+    assert "not measured" in stdout and "release.report.json" in stdout
+
+
+def test_a_service_releases_report_json_in_its_directory_is_read(survey, tmp_path):
+    made = json.loads(survey["release"].with_name("release.report.json").read_text())
+    service = {"survey": "s1", "release_id": "s1-1", "n": made["n"], "k": K,
+               "engine": made["engine"], "incremental": None, "privacy": made["privacy"],
+               "risk": made["risk"]}
+    folder = tmp_path / "s1"
+    folder.mkdir()
+    release = folder / "release.csv"
+    shutil.copyfile(survey["release"], release)
+    (folder / "report.json").write_text(json.dumps(service), encoding="utf-8")
+    status, stdout, _, page = _report(survey, release)
+    assert status == 0
+    linkage = made["risk"]["risk"]["record_linkage"]
+    assert f"<tr><th>record linkage</th><td>{_pct(linkage)}</td>" in page
+    assert "measured by the service before shuffling, from report.json" in page
+    assert "measured by the service" in stdout
 
 
 def test_no_original_record_value_is_in_the_page(reported):
