@@ -31,7 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "[surveys.schema]; categorical, ordinal, integer, boolean and missing values, a "
             "weight, strata), or for all-numeric data with the quick form --qi/--confidential/"
             "--drop. Every column of the input must have a role, so that no identifier slips "
-            "through by accident."
+            "through by accident. With --schema every value is first checked against its "
+            "field's type, levels and min/max, as the service checks a response: a value "
+            "outside them is refused (see --out-of-bounds)."
         ),
     )
     an.add_argument("input", metavar="INPUT", help="input file (.csv or .parquet)")
