@@ -9,9 +9,12 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: install system-deps test lint demo bench clean
 
 $(STAMP): pyproject.toml
+	@echo "[set-up 1/2] creating $(VENV) (a few seconds)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@echo "[set-up 2/2] installing streamanon and its dependencies into $(VENV) (1 to 4 minutes on a fresh machine; pip's own progress follows)"
+	$(BIN)/python -m pip install --progress-bar on -e '.[test]'
 	touch $(STAMP)
+	@echo "[set-up] done: $(VENV) is ready"
 
 install: $(STAMP)
 
@@ -28,7 +31,7 @@ system-deps:
 	done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian packages for the tests:$$missing"; \
+	    echo "[set-up] installing Debian packages for the tests:$$missing (1 to 3 minutes; apt-get is quiet)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  else \
 	    echo "error: the tests need the Debian packages$$missing; install them (as root: apt-get install$$missing)"; exit 1; \
@@ -36,7 +39,9 @@ system-deps:
 	fi
 
 test: $(STAMP) system-deps
+	@echo "[test 1/2] ruff: style and import checks (seconds)"
 	$(BIN)/ruff check streamanon scheduler tests simulations
+	@echo "[test 2/2] pytest: the full suite (about 30 minutes on two cores; the first run also compiles the numba kernels, about a minute)"
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
@@ -50,6 +55,7 @@ BENCH_OUT ?= simulations/results/bench_mdav.json
 BENCH_ARGS ?=
 
 demo: $(STAMP)
+	@echo "[demo] streamanon demo: calibration first (about a minute the first time: the numba kernels compile), then about three minutes of survey"
 	$(BIN)/streamanon demo --out $(DEMO_OUT) $(DEMO_ARGS)
 
 bench: $(STAMP)

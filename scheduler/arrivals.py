@@ -178,6 +178,14 @@ class ArrivalEstimator:
                  for i in range(n)]
         return float(np.median(rates))
 
+    def complete_bins(self, now: float) -> int:
+        """How many complete bins have passed since the first arrival (0 before any)."""
+        if self.first is None:
+            return 0
+        current = math.floor(now / self.bin_seconds) * self.bin_seconds
+        first_bin = math.floor(self.first / self.bin_seconds) * self.bin_seconds
+        return max(round((current - first_bin) / self.bin_seconds), 0)
+
     def expected_total(self, now: float, close: float) -> float:
         """Records expected by ``close`` at the current pace."""
         return self.count + self.pace(now) * max(close - now, 0.0)

@@ -1,8 +1,12 @@
-"""The base engine the planner chooses: the quality engine (ONA*) when it fits, else MDAV.
+"""The base engine and incremental stage the planner chooses: quality when it fits, else speed.
 
-A survey configured with ``engine = "auto"`` leaves the choice to the planner (issue 18,
-point 3). Each candidate engine has its own cost model; :func:`choose` plans the survey with
-each (:func:`scheduler.live.plan`, same forecast, deadline and refinement), estimates each
+A survey configured with ``engine = "auto"`` leaves the choice of the base engine to the
+planner (ONA* when it fits, else MDAV), and one with ``incremental = "auto"`` (the default)
+the choice of the incremental stage (NN-split-end, the better quality, while its cost grows
+with base cells times late records; 2MDAV, which costs only the late records, when that is
+what keeps the release early: a million records, say). Each candidate (an engine and a stage)
+has its own cost models; :func:`choose` plans the survey with each
+(:func:`scheduler.live.plan`, same forecast, deadline and refinement), estimates each
 plan's information loss (:func:`expected_delta`), and takes the one with the least expected
 loss among those that *fit*:
 
@@ -15,14 +19,9 @@ loss among those that *fit*:
 When no plan fits, the earliest release wins. The plan returned carries ``engine`` and
 ``expected_delta``.
 
-The quality model is empirical, from this repository's measurements (README "Choosing between
-2MDAV and NN-split-end" and "Anytime refinement"): the one-shot loss of each engine relative
-to MDAV (:data:`ONE_SHOT_LOSS`, Gaussian and census-like data, k = 10), and the loss each
-incremental stage adds at a ratio nu over an MDAV base (:data:`STAGE_DELTA`, Gaussian
-50,000 x 15, k = 10), mixed as :func:`expected_delta` says. It ranks the candidates; it
-does not predict a survey's IL to the percent (delta grows as m falls: at m = 5 NN-split-end
-adds 4.7 % at nu = 0.1 where the table says 2.1 %). The refinement, which only lowers the
-loss, is not in it.
+The quality model is :mod:`scheduler.quality`'s (:func:`expected_delta`, relative to one-shot
+MDAV). The refinement, which only lowers the loss, is not in it. Each candidate's plan is made
+with the survey's objective (``quality``, :func:`scheduler.live.plan`) for its own engine.
 
 Everything here is pure: numbers in, numbers out.
 """
@@ -32,36 +31,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from scheduler.live import DEADLINE_QUANTILE, Forecast, plan
 from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead
 from scheduler.planner import BaseCost, IncrementalCost, Plan
+from scheduler.quality import DEFAULT_MAX_DELTA, QualityBound, expected_delta
 
 #: What ``engine = "auto"`` chooses from, quality first.
 AUTO_ENGINES = ("ona_star", "mdav")
 
-#: One-shot information loss relative to MDAV's on the same records (measured: ONA* -13.6 %
-#: on Gaussian 50,000 x 15 and -14.9 % on census-like 50,000 x 13, k = 10; README "Anytime
-#: refinement"). An engine missing here counts as MDAV.
-ONE_SHOT_LOSS: Mapping[str, float] = {"mdav": 1.0, "ona_star": 0.86}
-
-#: The loss an incremental stage adds over its base engine's one-shot loss, by nu, over an
-#: MDAV base (m = 15, k = 10, 50,000 Gaussian records; README "Choosing between 2MDAV and
-#: NN-split-end"); linear in between. ``nn_split_mid`` is taken as ``nn_split_end`` and
-#: ``nn_inertial`` as ``nn`` (they measured the same there).
-_NU = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 0.9, 1.0)
-_SPLIT_END = (0.0, 0.0021, 0.0104, 0.0210, 0.0469, 0.0718, 0.0847, 0.0796, 0.0894, 0.1182,
-              0.1182)
-_NN = (0.0, 0.0021, 0.0104, 0.0210, 0.0470, 0.0748, 0.1081, 0.1478, 0.2589, 0.5044, 0.5044)
-STAGE_DELTA: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
-    "two_stage": (_NU, (0.0, 0.0098, 0.0309, 0.0485, 0.0740, 0.0860, 0.0945, 0.0978, 0.0875,
-                        0.0489, 0.0489)),
-    "nn_split_end": (_NU, _SPLIT_END),
-    "nn_split_mid": (_NU, _SPLIT_END),
-    "nn": (_NU, _NN),
-    "nn_inertial": (_NU, _NN),
-}
+#: What ``incremental = "auto"`` chooses from, quality first.
+AUTO_STAGES = ("nn_split_end", "two_stage")
 
 #: Without a deadline, a plan fits when its release after close is within this factor of the
 #: earliest candidate's, or within :data:`SLACK_SECONDS` more.
@@ -69,27 +48,15 @@ SLACK_FACTOR = 1.5
 SLACK_SECONDS = 5.0
 
 
-def expected_delta(engine: str, stage: str, nu: float) -> float:
-    """The expected information loss of a release (``engine`` on the base, ``stage`` on the
-    fraction ``nu`` that came later) relative to one-shot MDAV on all records, less one.
-
-    A mixture: the base records keep their engine's one-shot loss, the late ones MDAV's, and
-    the stage adds its measured loss at ``nu``. Over an MDAV base it is the measured curve
-    itself; over an ONA* base it gives -10.5 % at nu = 0.1 (measured -10.3 % on Gaussian,
-    -11.0 % on census-like) and, as nu nears 1, what NN-split-end alone gives whatever the
-    base (measured +11.6 % at nu = 0.993, 200,000 x 15)."""
-    nu = min(max(nu, 0.0), 1.0)
-    xs, ys = STAGE_DELTA.get(stage, STAGE_DELTA["two_stage"])
-    return ONE_SHOT_LOSS.get(engine, 1.0) * (1.0 - nu) + nu + float(np.interp(nu, xs, ys)) - 1.0
-
-
 @dataclass(frozen=True)
 class Option:
-    """A candidate base engine with its cost models."""
+    """A candidate base engine (and incremental stage: None for the survey's) with its cost
+    models."""
 
     engine: str
     base_cost: BaseCost
     incremental_cost: IncrementalCost
+    stage: str | None = None
 
 
 @dataclass(frozen=True)
@@ -112,44 +79,84 @@ def _fits(plans: Sequence[Plan], deadline: float | None) -> list[bool]:
         return [bool(p.meets_deadline) for p in plans]
     # predictions, as nu* is solved on them; the compute's alone: the refinement is the same
     # for every candidate and would widen the slack
-    earliest = min(p.compute_after_close for p in plans)
+    def after_close(p: Plan) -> float:
+        return p.compute_after_close + p.overhead_seconds
+
+    earliest = min(after_close(p) for p in plans)
     bound = max(SLACK_FACTOR * earliest, earliest + SLACK_SECONDS)
-    return [p.compute_after_close <= bound for p in plans]
+    return [after_close(p) <= bound for p in plans]
 
 
 def choose(arrivals: Forecast, options: Sequence[Option], *, k: int, stage: str,
            deadline: float | None = None, seconds_to_close: float | None = None,
            overhead: bool = True, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
-           quantile: float | None = DEADLINE_QUANTILE, refine: str | float = "off") -> Choice:
+           quantile: float | None = DEADLINE_QUANTILE, refine: str | float = "off",
+           max_delta: float | None = DEFAULT_MAX_DELTA) -> Choice:
     """Plan with each of ``options`` (in order of preference) and choose one (module doc).
 
     The keyword arguments are :func:`scheduler.live.plan`'s; ``stage`` is the survey's
-    incremental stage, for the quality model.
+    incremental stage, for the quality model, unless an option names its own. ``max_delta`` is
+    the quality bound of each candidate's plan (:class:`scheduler.quality.QualityBound` with
+    its own engine and stage), None for the earliest release whatever the loss. The plan
+    returned names its engine and stage.
     """
     if not options:
         raise ValueError("no candidate engine to choose from")
     plans = []
     for option in options:
+        own = option.stage or stage
         p = plan(arrivals, option.base_cost, option.incremental_cost, k=k, deadline=deadline,
                  seconds_to_close=seconds_to_close, overhead=overhead,
-                 overhead_model=overhead_model, quantile=quantile, refine=refine)
-        plans.append(replace(p, engine=option.engine,
-                             expected_delta=expected_delta(option.engine, stage, p.nu)))
+                 overhead_model=overhead_model, quantile=quantile, refine=refine,
+                 quality=None if max_delta is None else QualityBound(option.engine, own,
+                                                                     max_delta))
+        plans.append(replace(p, engine=option.engine, stage=option.stage,
+                             expected_delta=expected_delta(option.engine, own, p.nu)))
     fits = _fits(plans, deadline)
     if any(fits):
         best = min((i for i, ok in enumerate(fits) if ok),
                    key=lambda i: (plans[i].expected_delta, i))
         bound = "meets the deadline" if deadline is not None else "releases in time"
-        reason = (f"{plans[best].engine} {bound} with the least expected information loss "
+        reason = (f"{_name(plans[best])} {bound} with the least expected information loss "
                   f"({plans[best].expected_delta:+.1%} against one-shot MDAV)")
     else:
         best = min(range(len(plans)), key=lambda i: (plans[i].latest_finish, i))
-        reason = (f"no engine meets the deadline: {plans[best].engine} releases earliest "
+        noun = "candidate" if any(o.stage for o in options) else "engine"
+        reason = (f"no {noun} meets the deadline: {_name(plans[best])} releases earliest "
                   f"({plans[best].latest_finish:.3g} s after close)")
     others = "; ".join(
-        f"{p.engine}: nu {p.nu:.3g}, release {p.latest_finish:.3g} s after close, expected "
+        f"{_name(p)}: nu {p.nu:.3g}, release {p.latest_finish:.3g} s after close, expected "
         f"{p.expected_delta:+.1%}{'' if ok else ', does not fit'}"
         for i, (p, ok) in enumerate(zip(plans, fits, strict=True)) if i != best)
     if others:
         reason = f"{reason}; {others}"
     return Choice(plan=plans[best], candidates=tuple(plans), fits=tuple(fits), reason=reason)
+
+
+def _name(p: Plan) -> str:
+    return str(p.engine) if p.stage is None else f"{p.engine} + {p.stage}"
+
+
+def choose_stage(n_base: float, n_late: float, options: Mapping[str, IncrementalCost], *,
+                 engine: str, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD
+                 ) -> tuple[str, str]:
+    """The incremental stage for ``n_late`` records after a base run on ``n_base``, at close:
+    the candidates (stage -> cost model, in order of preference) are timed by their models
+    with the release steps the late records add, and the one with the least expected loss
+    among those within the slack of the earliest (:data:`SLACK_FACTOR`,
+    :data:`SLACK_SECONDS`) is taken, as :func:`choose` does before close. Returns the stage
+    and why."""
+    if not options:
+        raise ValueError("no candidate stage to choose from")
+    nu = n_late / (n_base + n_late) if n_base + n_late > 0 else 0.0
+    seconds = {stage: float(cost(n_base, n_late)) + overhead_model.late_part(n_late)
+               for stage, cost in options.items()}
+    earliest = min(seconds.values())
+    bound = max(SLACK_FACTOR * earliest, earliest + SLACK_SECONDS)
+    fits = [stage for stage in options if seconds[stage] <= bound]
+    best = min(fits, key=lambda stage: (expected_delta(engine, stage, nu),
+                                        list(options).index(stage)))
+    others = ", ".join(f"{stage} {t:.3g} s" for stage, t in seconds.items() if stage != best)
+    return best, (f"{best}: {seconds[best]:.3g} s predicted for {n_late:,.0f} late records, "
+                  f"the least expected loss ({expected_delta(engine, best, nu):+.1%} against "
+                  f"one-shot MDAV) within the time of the earliest; {others}")

@@ -49,6 +49,10 @@ class Planner:
         ``plan(now) -> Plan``: the current plan, re-estimated from the arrivals so far.
     on_base_start, on_close
         Callbacks; each runs at most once.
+    ready
+        ``ready(now) -> bool``: whether the forecast behind the plan may be acted on
+        (:func:`scheduler.live.forecast_ready`). Until it is, the plan is made and kept but
+        the base run does not start. Default: always.
     clock
         ``clock() -> datetime`` (aware). Default: UTC wall clock.
     interval_seconds
@@ -66,6 +70,7 @@ class Planner:
         on_close: Callable[[], None],
         clock: Callable[[], datetime] = utc_now,
         interval_seconds: float = 5.0,
+        ready: Callable[[datetime], bool] | None = None,
     ) -> None:
         if close_at is not None and close_at.tzinfo is None:
             raise ValueError("close_at must be timezone-aware")
@@ -77,6 +82,8 @@ class Planner:
         self._on_close = on_close
         self.clock = clock
         self.interval_seconds = interval_seconds
+        self._ready = ready
+        self._waiting_logged = False
         self.last_plan: Plan | None = None
         self.base_at: datetime | None = None
         self.base_started = False
@@ -146,6 +153,12 @@ class Planner:
     def _fire_base(self) -> None:
         with self._lock:
             if self.base_started or self.closed:
+                return
+            if self._ready is not None and not self._ready(self.clock()):
+                if not self._waiting_logged:  # the next re-plan tries again
+                    log.info("survey %s: the plan says start the base run, but too few "
+                             "arrivals have been seen to forecast; waiting", self.survey_id)
+                    self._waiting_logged = True
                 return
             self.base_started = True
             plan = self.last_plan

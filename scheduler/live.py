@@ -13,9 +13,16 @@ exactly as the service does:
 - :func:`margin_factor`: the safety margin, the upper bound of the compute's time relative to
   the cost model's prediction (its prediction interval, :meth:`PowerLaw.upper
   <scheduler.cost_model.PowerLaw.upper>`);
-- :func:`plan`: nu* (earliest release) or, with a deadline, nu_end against that upper bound,
-  returning a :class:`~scheduler.planner.Plan` whose ``margin_seconds`` is the margin kept and
-  whose ``warnings`` say what could not be met;
+- :func:`plan`: with a :class:`~scheduler.quality.QualityBound` (the service's default
+  objective, ``objective = "balanced"``), the earliest release among the ratios whose expected
+  loss stays within the bound; without one, nu* (the earliest release); with a deadline,
+  nu_end against that upper bound. Every objective weighs the release steps that grow with
+  the late records (:meth:`ReleaseOverhead.late_part
+  <scheduler.overhead.ReleaseOverhead.late_part>`), so a one-shot run at close competes with
+  the two-stage plans on the whole time after close. It returns a
+  :class:`~scheduler.planner.Plan` whose ``margin_seconds`` is the margin kept and whose
+  ``warnings`` say what could not be met;
+- :func:`forecast_ready`: whether enough arrivals have been seen to act on a plan;
 - :func:`base_moment`: when the base snapshot is taken for a plan.
 
 Everything here is pure: numbers in, numbers out; no clock, no store, no service.
@@ -37,12 +44,17 @@ from scheduler.planner import (
     plan_deadline,
     plan_optimal,
 )
+from scheduler.quality import QualityBound
 
 #: The upper quantile of the compute's time that a deadline plan keeps within the deadline.
 DEADLINE_QUANTILE = 0.95
 
 #: The refinement's seconds with ``refine = "auto"`` and no deadline (``streamanon.refine``).
 AUTO_REFINE_SECONDS = 5.0
+
+#: Complete arrival bins (:class:`scheduler.arrivals.ArrivalEstimator`) a forecast needs
+#: before the base run may start on it (:func:`forecast_ready`).
+MIN_FORECAST_BINS = 3
 
 Moment = TypeVar("Moment", float, datetime)
 
@@ -89,6 +101,19 @@ def margin_factor(base_cost: BaseCost, n: float,
     return max(upper(n, quantile) / predicted, 1.0)
 
 
+def forecast_ready(complete_bins: int, seconds_to_close: float, bin_seconds: float,
+                   min_bins: int = MIN_FORECAST_BINS) -> bool:
+    """Whether a plan may be acted on: the pace has been measured over ``min_bins`` complete
+    arrival bins, or the close is nearer than that much time (waiting longer would cost more
+    than a rough forecast).
+
+    In the first seconds of a survey the pace is a handful of records over a fraction of a
+    bin: a plan on it may put the base snapshot "now" on almost nothing (a plan at +0.8 s
+    once left 99.8 % of a million records to the incremental stage). The plan is still made
+    and shown; only the base run waits."""
+    return complete_bins >= min_bins or seconds_to_close <= min_bins * bin_seconds
+
+
 def forecast(received: int, pace: float, seconds_to_close: float,
              expected_records: int | None) -> UniformForecast:
     """The live forecast: the measured ``pace`` until close, and as the total the survey's
@@ -111,8 +136,10 @@ def forecast(received: int, pace: float, seconds_to_close: float,
 def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalCost, *,
          k: int, deadline: float | None = None, seconds_to_close: float | None = None,
          overhead: bool = True, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
-         quantile: float | None = DEADLINE_QUANTILE, refine: str | float = "off") -> Plan:
-    """The plan for the records ``arrivals`` expects: nu*, or nu_end under a ``deadline``.
+         quantile: float | None = DEADLINE_QUANTILE, refine: str | float = "off",
+         quality: QualityBound | None = None) -> Plan:
+    """The plan for the records ``arrivals`` expects: the earliest release within the
+    ``quality`` bound, nu* without one, or nu_end under a ``deadline``.
 
     Parameters
     ----------
@@ -129,9 +156,10 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
         Time left until close: the base snapshot cannot be taken before now. None: no limit
         (a plan made before the survey opens).
     overhead
-        Keep the release overhead free of the deadline (:func:`compute_budget`), as the
-        service does. False plans the compute alone against the deadline, for callers whose
-        release is the compute alone (``streamanon plan``, the sweep's release model).
+        Keep the release overhead free of the deadline (:func:`compute_budget`) and weigh the
+        part of it that grows with the late records in every objective, as the service does.
+        False plans the compute alone, for callers whose release is the compute alone (the
+        paper's closed forms, the sweep's release model).
     overhead_model
         The release overhead by step (:mod:`scheduler.overhead`); default the documented
         :data:`~scheduler.overhead.DEFAULT_OVERHEAD`, or one fitted on measured releases.
@@ -149,16 +177,28 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
         ``"auto"`` gets all that the compute's upper bound leaves; without a deadline,
         ``"auto"`` is :data:`AUTO_REFINE_SECONDS`. The refinement stops at the deadline less
         the overhead whatever it was planned, so it never makes the plan miss it.
+    quality
+        Without a deadline: the earliest release among the ratios whose expected loss is
+        within this bound of the same engine's one-shot release (``Plan.nu_limit``). None:
+        the earliest release whatever the loss (the paper's nu*). A deadline plan already
+        takes the smallest ratio that meets the deadline.
 
     An infeasible deadline falls back to nu* and says so in ``Plan.warnings``; no Python
     warning is issued, so callers need no process-wide warnings filter.
     """
     total = max(arrivals.total, 1.0)
+
+    def late_overhead(nu: float) -> float:  # nu = 0: the release is made whole at close
+        return overhead_model.late_part(total if nu <= 0 else nu * total)
+
     kwargs = dict(k=k, arrival_coefficient=arrivals.arrival_coefficient(base_cost(total)),
                   max_head_start=None if seconds_to_close is None else max(seconds_to_close, 0.0),
-                  margin_factor=margin_factor(base_cost, total, quantile))
+                  margin_factor=margin_factor(base_cost, total, quantile),
+                  overhead=late_overhead if overhead else None)
     if deadline is None:
-        chosen = plan_optimal(total, base_cost, incremental_cost, arrivals.head_start, **kwargs)
+        chosen = plan_optimal(total, base_cost, incremental_cost, arrivals.head_start,
+                              nu_limit=1.0 if quality is None else quality.max_ratio(),
+                              **kwargs)
         seconds = 0.0 if refine == "off" else (
             AUTO_REFINE_SECONDS if refine == "auto" else float(refine))
         return replace(chosen, refine_seconds=seconds)

@@ -10,14 +10,15 @@ step for a release of ``n`` records, so that a deadline keeps that much free
 (:func:`scheduler.live.compute_budget`).
 
 :data:`DEFAULT_OVERHEAD` is the model until one is fitted from measured close steps
-(:meth:`ReleaseOverhead.fit`, :meth:`ReleaseOverhead.from_reports`): the fit on the two
-two-stage releases of ``python simulations/bench_service.py`` (200,000 and 1,000,000 x 15, the
-base release spliced, this 2-core machine with the broker on it), per record rounded up and
-0.1 s fixed per step: 0.5 s + 8.6 us per record (2.2 s for 200,000, 9.1 s for 1,000,000).
-Before issue 17 it was 1 s + 40 us per record. A release made whole at close (no base release)
-costs more: load and gate are per-record over all records (the one-shot releases of the same
-benchmark fit 0.15 s + 19.7 us per record), which the planner does not plan for, as its plans
-are two-stage. A default to be refitted on the machine, not a constant.
+(:meth:`ReleaseOverhead.fit`, :meth:`ReleaseOverhead.from_reports`). Its per-record parts are
+the fit on the two-stage releases of ``python simulations/bench_service.py`` (200,000 and
+1,000,000 x 15, the base release spliced; 0.5 s + 8.6 us per record in all). Its late-record
+parts price the records a base release did not cover, which loading and the gate handle one by
+one: about 4.5 us each to load and 5 us each to gate and table (the same benchmark at
+``--nu 0.05`` and ``--nu 0.5`` and its one-shot releases, and a million-record release with
+998,335 late records: 4.9 s to load, 5.5 s to gate). Without them a plan that leaves almost
+every record to the incremental stage looked cheap. A default to be refitted on the machine,
+not a constant.
 
 Pure: numbers and mappings in, numbers out.
 """
@@ -36,28 +37,49 @@ COMPUTE_STEPS = ("wait_for_base", "compute")
 
 @dataclass(frozen=True)
 class StepCost:
-    """One close step: ``seconds + per_record * n``."""
+    """One close step: ``seconds + per_record * n + per_late_record * late``.
+
+    ``late`` is the number of records the release could not take from a base release made
+    before close: the records after the base snapshot, or all ``n`` when the release is made
+    whole at close (one-shot, or a release that could not be spliced). Loading and the gate
+    grow with them; the files and publishing with ``n``."""
 
     seconds: float
     per_record: float
+    per_late_record: float = 0.0
 
-    def __call__(self, n: float) -> float:
-        return self.seconds + self.per_record * max(float(n), 0.0)
+    def __call__(self, n: float, late: float = 0.0) -> float:
+        return (self.seconds + self.per_record * max(float(n), 0.0)
+                + self.per_late_record * max(float(late), 0.0))
 
     @classmethod
     def fit(cls, ns: Iterable[float], seconds: Iterable[float],
-            prior: StepCost | None = None) -> StepCost:
-        """Least squares with both coefficients kept >= 0.
+            prior: StepCost | None = None,
+            lates: Iterable[float] | None = None) -> StepCost:
+        """Least squares with every coefficient kept >= 0.
 
-        With timings at two or more sizes, ``a + b n`` is fitted (a negative coefficient is
-        set to 0 and the other refitted alone). At one size only the split between the fixed
-        and the per-record part cannot be measured: the fixed part is the ``prior``'s (at most
-        the measured mean), the rest is per record.
+        With ``lates`` that vary apart from the sizes, ``a + b n + c late`` is fitted by
+        non-negative least squares. Otherwise, with timings at two or more sizes, ``a + b n``
+        is fitted (a negative coefficient is set to 0 and the other refitted alone). At one
+        size only the split between the fixed and the per-record part cannot be measured: the
+        fixed part is the ``prior``'s (at most the measured mean), the rest is per record.
         """
         n = np.asarray(list(ns), dtype=float)
         t = np.asarray(list(seconds), dtype=float)
         if n.size == 0:
             raise ValueError("need at least one timing to fit a close step")
+        late = None if lates is None else np.asarray(list(lates), dtype=float)
+        if late is not None and late.size == n.size:
+            design = np.column_stack([np.ones_like(n), n, late])
+            design = design / np.maximum(np.abs(design).max(axis=0), 1.0)
+            if np.linalg.matrix_rank(design) == 3:
+                from scipy.optimize import nnls
+
+                coef, _ = nnls(design, t)
+                scale = np.maximum(np.abs(np.column_stack([np.ones_like(n), n, late]))
+                                   .max(axis=0), 1.0)
+                a, b, c = coef / scale
+                return cls(float(a), float(b), float(c))
         if np.ptp(n) > 0:
             b, a = np.polyfit(n, t, 1)
             if b < 0:
@@ -81,17 +103,26 @@ class ReleaseOverhead:
     steps: dict[str, StepCost] = field(default_factory=dict)
     runs: int = 0
 
-    def __call__(self, n: float) -> float:
-        return sum(step(n) for step in self.steps.values())
+    def __call__(self, n: float, late: float = 0.0) -> float:
+        """Seconds for a release of ``n`` records, ``late`` of which were not in a base
+        release made before close (:class:`StepCost`)."""
+        return sum(step(n, late) for step in self.steps.values())
 
-    def step(self, name: str, n: float) -> float:
+    def late_part(self, late: float) -> float:
+        """The seconds that ``late`` records add to a release (the planner weighs them)."""
+        return sum(step.per_late_record * max(float(late), 0.0)
+                   for step in self.steps.values())
+
+    def step(self, name: str, n: float, late: float = 0.0) -> float:
         """Seconds of one step for ``n`` records (0 for a step the model does not have)."""
-        return self.steps[name](n) if name in self.steps else 0.0
+        return self.steps[name](n, late) if name in self.steps else 0.0
 
     @classmethod
-    def fit(cls, timings: Iterable[tuple[float, Mapping[str, float]]],
+    def fit(cls, timings: Iterable[tuple[float, Mapping[str, float]]
+                                   | tuple[float, float, Mapping[str, float]]],
             prior: ReleaseOverhead | None = None) -> ReleaseOverhead:
-        """The overhead fitted on measured releases, each ``(n, close_steps_seconds)``.
+        """The overhead fitted on measured releases, each ``(n, close_steps_seconds)`` or
+        ``(n, late, close_steps_seconds)`` (``late``: :class:`StepCost`).
 
         Every step that is not compute (:data:`COMPUTE_STEPS`) is fitted on its own
         (:meth:`StepCost.fit`); a step missing from a release's timings did not run in it and
@@ -100,13 +131,16 @@ class ReleaseOverhead:
         step timed at one size only. No timings: the prior itself.
         """
         prior = DEFAULT_OVERHEAD if prior is None else prior
-        runs = [(float(n), dict(steps)) for n, steps in timings]
+        runs = [(float(t[0]), None if len(t) == 2 else float(t[1]), dict(t[-1]))
+                for t in timings]
         if not runs:
             return prior
-        names = sorted({name for _, steps in runs for name in steps} - set(COMPUTE_STEPS))
-        ns = [n for n, _ in runs]
-        return cls({name: StepCost.fit(ns, [steps.get(name, 0.0) for _, steps in runs],
-                                       prior.steps.get(name))
+        names = sorted({name for *_, steps in runs for name in steps} - set(COMPUTE_STEPS))
+        ns = [n for n, _, _ in runs]
+        lates = None if any(late is None for _, late, _ in runs) else [
+            late for _, late, _ in runs]
+        return cls({name: StepCost.fit(ns, [steps.get(name, 0.0) for *_, steps in runs],
+                                       prior.steps.get(name), lates)
                     for name in names}, runs=len(runs))
 
     @classmethod
@@ -114,32 +148,37 @@ class ReleaseOverhead:
                      prior: ReleaseOverhead | None = None) -> ReleaseOverhead:
         """:meth:`fit` on releases' ``report.json`` documents: ``n`` and
         ``close_steps_seconds`` (at the top level, where the service writes it, or under
-        ``published``). Reports of unpublished releases, without close steps, are skipped."""
-        timings = []
+        ``published``). Reports of unpublished releases, without close steps, are skipped.
+        The late records are ``n_increment`` of a spliced release, else all ``n``."""
+        timings: list[tuple[float, float, Mapping[str, float]]] = []
         for report in reports:
             steps = report.get("close_steps_seconds") or (
                 report.get("published") or {}).get("close_steps_seconds")
             if steps:
-                timings.append((float(report["n"]), steps))
+                n = float(report["n"])
+                late = float(report.get("n_increment") or 0) if report.get("spliced") else n
+                timings.append((n, late, steps))
         return cls.fit(timings, prior)
 
     def to_dict(self) -> dict[str, Any]:
-        """As JSON: ``{"steps": {name: [seconds, per_record]}, "runs": runs}``."""
-        return {"steps": {name: [s.seconds, s.per_record] for name, s in self.steps.items()},
-                "runs": self.runs}
+        """As JSON: ``{"steps": {name: [seconds, per_record, per_late_record]}, "runs":
+        runs}``."""
+        return {"steps": {name: [s.seconds, s.per_record, s.per_late_record]
+                          for name, s in self.steps.items()}, "runs": self.runs}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReleaseOverhead:
-        """A model from :meth:`to_dict`."""
-        return cls({name: StepCost(float(a), float(b)) for name, (a, b) in
+        """A model from :meth:`to_dict` (a step of two numbers has no late-record part)."""
+        return cls({name: StepCost(*(float(x) for x in values)) for name, values in
                     data["steps"].items()}, runs=int(data.get("runs", 0)))
 
 
-#: The overhead before any fit: 0.5 s + 8.6 us per record in all (see the module docstring).
+#: The overhead before any fit: 0.5 s + 8.6 us per record in all, and 9.5 us per late record
+#: (see the module docstring).
 DEFAULT_OVERHEAD = ReleaseOverhead({
     "drain": StepCost(0.1, 0.1e-6),
-    "load": StepCost(0.1, 0.3e-6),
-    "gate_and_table": StepCost(0.1, 2.2e-6),
+    "load": StepCost(0.1, 0.3e-6, 4.5e-6),
+    "gate_and_table": StepCost(0.1, 2.2e-6, 5.0e-6),
     "files": StepCost(0.1, 0.8e-6),
     "publish": StepCost(0.1, 5.2e-6),
 })

@@ -152,6 +152,9 @@ IncrementalCost = Callable[[float, float], float]
 """Seconds to run the incremental stage given n_0 base records and n_+ new records."""
 HeadStart = Callable[[float], float]
 """Seconds before close at which all but a fraction nu of the final records have arrived."""
+Overhead = Callable[[float], float]
+"""Seconds after close that are not compute but grow with the late records, by nu (nu = 0: the
+release made whole at close)."""
 
 
 def release_after_close(head_start: Any, base_seconds: Any, incremental_seconds: Any) -> Any:
@@ -180,7 +183,14 @@ class Plan:
     (:func:`scheduler.live.plan`; 0 when off); it is part of ``finish_after_close``. ``engine``
     and ``expected_delta`` are set when the plan chose the base engine
     (:mod:`scheduler.choice`): the engine, and its expected information loss relative to
-    one-shot MDAV at close, less one (negative is better).
+    one-shot MDAV at close, less one (negative is better); ``stage`` the incremental stage
+    the plan was made for when the planner chose it.
+
+    ``overhead_seconds`` is the part of the release steps (loading, gate and table, files,
+    publishing) that grows with the records the base release did not cover, which the plan
+    weighed (``overhead`` of :func:`plan_optimal`); it is part of ``finish_after_close``. The
+    fixed part of the steps is not (:func:`scheduler.live.release_overhead`).
+    ``nu_limit`` is the largest ratio the plan's quality bound allowed (1: no bound).
     """
 
     mode: str  # "optimal", "deadline" or "one-shot"
@@ -198,6 +208,9 @@ class Plan:
     refine_seconds: float = 0.0
     engine: str | None = None
     expected_delta: float | None = None
+    stage: str | None = None
+    overhead_seconds: float = 0.0
+    nu_limit: float = 1.0
 
     @property
     def n_base(self) -> int:
@@ -216,7 +229,7 @@ class Plan:
 
     @property
     def finish_after_close(self) -> float:
-        return self.compute_after_close + self.refine_seconds
+        return self.compute_after_close + self.refine_seconds + self.overhead_seconds
 
     @property
     def latest_finish(self) -> float:
@@ -246,6 +259,7 @@ class _Problem:
     head_start: HeadStart
     nu_max: float
     max_head_start: float | None
+    overhead: Overhead | None = None
 
     def tau_0(self, nu: float) -> float:
         return self.base_cost((1.0 - nu) * self.n) / self.t_ref
@@ -261,8 +275,12 @@ class _Problem:
             seconds = min(seconds, self.max_head_start)  # the snapshot cannot be in the past
         return seconds / self.t_ref
 
+    def extra(self, nu: float) -> float:
+        return 0.0 if self.overhead is None else self.overhead(nu) / self.t_ref
+
     def finish(self, nu: float) -> float:
-        return max(self.tau_0(nu) - self.tau_minus(nu), 0.0) + self.tau_plus(nu)
+        return (max(self.tau_0(nu) - self.tau_minus(nu), 0.0) + self.tau_plus(nu)
+                + self.extra(nu))
 
     def gain(self, nu: float) -> float:
         return 1.0 - self.finish(nu)
@@ -312,6 +330,8 @@ def _problem(
     head_start: HeadStart,
     k: int,
     max_head_start: float | None,
+    nu_limit: float = 1.0,
+    overhead: Overhead | None = None,
 ) -> tuple[_Problem | None, list[str]]:
     notes: list[str] = []
     n = float(n_total)
@@ -322,6 +342,9 @@ def _problem(
     if not t_ref > 0:
         raise ValueError("the base cost model must give a positive time for n records")
     nu_max = 1.0 - 2.0 * k / n  # keep at least 2k records in the base snapshot
+    if nu_limit < nu_max:
+        nu_max = max(float(nu_limit), 0.0)
+        notes.append(f"the quality bound limits nu to {nu_max:.4g}")
     if max_head_start is not None:
         if max_head_start <= 0:
             notes.append("the close time has passed: run one-shot now")
@@ -337,21 +360,24 @@ def _problem(
                 f"{nu_max:.4g} (snapshot now)"
             )
     problem = _Problem(n, t_ref, base_cost, incremental_cost, head_start, nu_max,
-                       max_head_start)
+                       max_head_start, overhead)
     return problem, notes
 
 
 def _one_shot(n_total: float, base_cost: BaseCost, notes: list[str], mode: str = "one-shot",
-              deadline: float | None = None, margin_factor: float = 1.0) -> Plan:
+              deadline: float | None = None, margin_factor: float = 1.0,
+              overhead: Overhead | None = None, nu_limit: float = 1.0) -> Plan:
     t_ref = float(base_cost(float(n_total))) if n_total > 0 else 0.0
     return Plan(mode=mode, nu=0.0, n_total=float(n_total), t_ref=t_ref, head_start=0.0,
                 base_seconds=t_ref, incremental_seconds=0.0, deadline=deadline,
-                warnings=tuple(notes), margin_seconds=(margin_factor - 1.0) * t_ref)
+                warnings=tuple(notes), margin_seconds=(margin_factor - 1.0) * t_ref,
+                overhead_seconds=0.0 if overhead is None else float(overhead(0.0)),
+                nu_limit=nu_limit)
 
 
 def _make_plan(p: _Problem, nu: float, mode: str, notes: list[str],
                deadline: float | None = None, s: float | None = None,
-               margin_factor: float = 1.0) -> Plan:
+               margin_factor: float = 1.0, nu_limit: float = 1.0) -> Plan:
     head = p.tau_minus(nu) * p.t_ref
     base = p.tau_0(nu) * p.t_ref
     incremental = p.tau_plus(nu) * p.t_ref
@@ -370,6 +396,8 @@ def _make_plan(p: _Problem, nu: float, mode: str, notes: list[str],
         deadline=deadline,
         warnings=tuple(notes),
         margin_seconds=margin,
+        overhead_seconds=p.extra(nu) * p.t_ref,
+        nu_limit=nu_limit,
     )
 
 
@@ -390,6 +418,8 @@ def plan_optimal(
     max_head_start: float | None = None,
     arrival_coefficient: float | None = None,
     margin_factor: float = 1.0,
+    nu_limit: float = 1.0,
+    overhead: Overhead | None = None,
 ) -> Plan:
     """nu* for any cost models and arrival forecast: the ratio with the earliest release.
 
@@ -414,17 +444,27 @@ def plan_optimal(
         The upper bound of the stages' times relative to the cost models (see
         :func:`plan_deadline`). nu* is solved on the predictions themselves; the plan records
         how much later the release would be at the bound (``Plan.margin_seconds``).
+    nu_limit
+        The largest ratio allowed (a quality bound, :class:`scheduler.quality.QualityBound`);
+        the earliest release is sought below it.
+    overhead
+        Seconds after close that grow with the late records, by nu (nu = 0: the release made
+        whole at close); weighed with the compute and recorded in ``Plan.overhead_seconds``.
+        With it, nu = 0 (one-shot at close) competes with the two-stage plans on the whole
+        time after close.
     """
     factor = _check_margin(margin_factor)
     problem, notes = _problem(n_total, base_cost, incremental_cost, head_start, k,
-                              max_head_start)
+                              max_head_start, nu_limit, overhead)
     if problem is None:
-        return _one_shot(n_total, base_cost, notes, margin_factor=factor)
+        return _one_shot(n_total, base_cost, notes, margin_factor=factor, overhead=overhead,
+                         nu_limit=nu_limit)
     nu = _maximise(problem.gain, problem.grid())
     kink = problem.critical()  # the optimum often sits exactly on nu_-: solve it there too
-    if kink is not None and problem.gain(kink) >= problem.gain(nu):
+    if kink is not None and kink <= problem.nu_max and problem.gain(kink) >= problem.gain(nu):
         nu = kink
-    return _make_plan(problem, nu, "optimal", notes, s=arrival_coefficient, margin_factor=factor)
+    return _make_plan(problem, nu, "optimal", notes, s=arrival_coefficient, margin_factor=factor,
+                      nu_limit=nu_limit)
 
 
 def _tolerated_slowdown(p: _Problem, nu: float, deadline: float) -> float:
@@ -434,8 +474,10 @@ def _tolerated_slowdown(p: _Problem, nu: float, deadline: float) -> float:
     With both stages ``x`` times slower the release is out ``max(x t_0 - h, 0) + x t_+``
     after close (``h`` the head start), which grows with ``x``: it reaches the deadline at
     ``x = deadline / t_+`` while the base run ends before close (``x t_0 <= h``), else at
-    ``x = (deadline + h) / (t_0 + t_+)``.
+    ``x = (deadline + h) / (t_0 + t_+)``. The overhead that grows with the late records is
+    taken off the deadline first.
     """
+    deadline = deadline - p.extra(nu) * p.t_ref
     base = p.tau_0(nu) * p.t_ref
     incremental = p.tau_plus(nu) * p.t_ref
     head = p.tau_minus(nu) * p.t_ref
@@ -457,6 +499,7 @@ def plan_deadline(
     arrival_coefficient: float | None = None,
     warn: bool = True,
     margin_factor: float = 1.0,
+    overhead: Overhead | None = None,
 ) -> Plan:
     """nu_end: the smallest ratio whose release is out ``deadline`` seconds after close.
 
@@ -473,22 +516,27 @@ def plan_deadline(
     times stay the predictions, the difference being ``Plan.margin_seconds``. When no ratio
     meets the deadline at the bound but some meets it as predicted, the plan takes the ratio
     that tolerates the largest slow-down of both stages and says so.
+
+    ``overhead`` (seconds after close that grow with the late records, by nu) counts against
+    the deadline with the compute (:func:`plan_optimal`).
     """
     factor = _check_margin(margin_factor)
     problem, notes = _problem(n_total, base_cost, incremental_cost, head_start, k,
-                              max_head_start)
+                              max_head_start, overhead=overhead)
     if problem is None:
-        return _one_shot(n_total, base_cost, notes, deadline=deadline, margin_factor=factor)
+        return _one_shot(n_total, base_cost, notes, deadline=deadline, margin_factor=factor,
+                         overhead=overhead)
     bound = "" if factor == 1.0 else f" with the stages {factor:.3g} times the prediction"
-    if deadline >= factor * problem.t_ref:
+    if deadline >= factor * problem.t_ref + problem.extra(0.0) * problem.t_ref:
         notes.append(f"the one-shot run meets the deadline{bound}: no distortion cost")
-        return _one_shot(n_total, base_cost, notes, deadline=deadline, margin_factor=factor)
+        return _one_shot(n_total, base_cost, notes, deadline=deadline, margin_factor=factor,
+                         overhead=overhead)
 
     def excess(nu: float) -> float:
         return float(release_after_close(problem.tau_minus(nu) * problem.t_ref,
                                          factor * problem.tau_0(nu) * problem.t_ref,
                                          factor * problem.tau_plus(nu) * problem.t_ref)
-                     ) - deadline
+                     ) + problem.extra(nu) * problem.t_ref - deadline
 
     xs = problem.grid()
     values = np.array([excess(x) for x in xs])
@@ -496,7 +544,7 @@ def plan_deadline(
     if ok.size == 0:
         best = plan_optimal(n_total, base_cost, incremental_cost, head_start, k=k,
                             max_head_start=max_head_start,
-                            arrival_coefficient=arrival_coefficient)
+                            arrival_coefficient=arrival_coefficient, overhead=overhead)
         if factor > 1.0 and best.finish_after_close <= deadline:
             nu = _maximise(lambda x: _tolerated_slowdown(problem, x, deadline), xs)
             slack = _tolerated_slowdown(problem, nu, deadline)

@@ -63,24 +63,37 @@ def register(sub: argparse._SubParsersAction) -> None:
         "demo",
         help="the end-to-end demo on the embedded broker",
         description=(
-            "Start the embedded broker and the service, open a synthetic survey (15,000 "
-            "responses, 15 quasi-identifiers, open 100 s, uniform arrivals plus a few malformed "
-            "responses), let the planner start the ONA* base run when it computes, close on "
-            "time, absorb the late responses with NN-split-end and publish the release. Prints "
-            "the planned against the achieved schedule (nu, head start, close-to-release), the "
-            "one-shot time measured on the same records, D and delta; writes OUT/report.md, "
-            "OUT/dashboard.html (the dashboard's final state) and the release under OUT/demo/. "
-            "About three minutes on two cores (plus about a minute of kernel compilation on "
-            "the first run)."
+            "Read (or calibrate) the base engine's cost model on this machine, size a "
+            "synthetic survey so that the schedule matters (the number of responses and how "
+            "long it is open follow from the predicted one-shot time; --n and --open-seconds "
+            "override), then start the embedded broker and the service, let the planner start "
+            "the ONA* base run when it computes, close on time, absorb the late responses with "
+            "NN-split-end and publish the release; then release the same records one-shot at "
+            "close for the comparison. Prints the planned against the achieved schedule (nu, "
+            "head start, close-to-release), the one-shot release measured on the same records, "
+            "D and delta; writes OUT/report.md, OUT/simulation.json, OUT/dashboard.html (the "
+            "dashboard's final state) and the release under OUT/demo/. About three minutes on "
+            "two cores after set-up (--budget), plus about a minute of calibration and kernel "
+            "compilation on the first run."
         ),
     )
-    de.add_argument("--n", type=int, default=demo.N, help=f"responses (default {demo.N})")
+    de.add_argument("--n", type=int, default=None,
+                    help="responses (default: sized from the cost model)")
     de.add_argument("--m", type=int, default=demo.M,
                     help=f"quasi-identifiers (default {demo.M})")
     de.add_argument("--k", type=int, default=demo.K,
                     help=f"anonymity parameter (default {demo.K})")
-    de.add_argument("--open-seconds", type=float, default=demo.OPEN_SECONDS,
-                    help=f"how long the survey is open (default {demo.OPEN_SECONDS:g})")
+    de.add_argument("--open-seconds", type=float, default=None,
+                    help="how long the survey is open (default: sized from the cost model)")
+    de.add_argument("--budget", type=float, default=demo.BUDGET_SECONDS, metavar="SECONDS",
+                    help="about how long the demo may take after set-up when it sizes the "
+                         f"scenario (default {demo.BUDGET_SECONDS:g})")
+    de.add_argument("--dry-run", action="store_true",
+                    help="only size the scenario and plan it (written to OUT/scenario.json); "
+                         "runs no survey")
+    de.add_argument("--speed", type=float, default=1.0, metavar="X",
+                    help="with --dry-run: size the scenario for a machine X times faster "
+                         "(the cost model divided by X)")
     de.add_argument("--engine", default=demo.ENGINE,
                     help=f"base engine (default {demo.ENGINE}; see `streamanon engines`)")
     de.add_argument("--incremental", default=demo.INCREMENTAL,
@@ -213,8 +226,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from streamanon.incremental import get_stage
     from streamanon.service.demo import run_demo
 
-    if args.n < 3 * args.k or args.m < 1 or args.k < 1 or args.open_seconds <= 0:
+    if (args.n is not None and args.n < 3 * args.k) or args.m < 1 or args.k < 1 or (
+            args.open_seconds is not None and args.open_seconds <= 0):
         raise StreamanonError("need --n >= 3k, --m >= 1, --k >= 1 and --open-seconds > 0")
+    if not (args.budget > 0 and args.speed > 0):
+        raise StreamanonError("--budget and --speed must be positive")
+    if args.speed != 1.0 and not args.dry_run:
+        raise StreamanonError("--speed plans for another machine: it needs --dry-run")
     if args.linger < 0:
         raise StreamanonError("--linger must be at least 0 seconds")
     get_engine(args.engine)
@@ -222,7 +240,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _logging(args)
     run_demo(n=args.n, m=args.m, k=args.k, out=args.out, open_seconds=args.open_seconds,
              seed=args.seed, engine=args.engine, incremental=args.incremental,
-             http=args.http, linger=args.linger)
+             http=args.http, linger=args.linger, budget=args.budget, speed=args.speed,
+             dry_run=args.dry_run)
     return 0
 
 

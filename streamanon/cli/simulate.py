@@ -49,8 +49,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     si.add_argument("--engine", default="mdav",
                     help="base engine (default mdav); auto: the planner chooses ONA* or MDAV "
                          "as the service does with engine = \"auto\"")
-    si.add_argument("--incremental", default="nn_split_end",
-                    help="incremental stage (default nn_split_end)")
+    si.add_argument("--incremental", default="auto",
+                    help="incremental stage (default auto: the planner chooses NN-split-end "
+                         "or 2MDAV, as the service does)")
+    si.add_argument("--objective", default="balanced", choices=["balanced", "earliest"],
+                    help="without a deadline: balanced (default; the earliest release whose "
+                         "expected information loss is within --max-delta of the engine's "
+                         "one-shot release) or earliest (the paper's nu*, whatever the loss)")
+    si.add_argument("--max-delta", type=float, default=0.05, metavar="D",
+                    help="the balanced objective's bound on the expected loss against the "
+                         "one-shot release, as a fraction (default 0.05: +5 %%)")
+    si.add_argument("--reference", default="compute", choices=["compute", "release"],
+                    help="the one-shot comparison: compute (default; the engine on all "
+                         "records, timed in this process) or release (the same records "
+                         "released one-shot at close through the service: the same steps)")
     si.add_argument("--refine", default="off", metavar="off|auto|SECONDS",
                     help="anytime refinement after the incremental stage: off (default), auto "
                          "(the time the deadline leaves) or seconds")
@@ -77,7 +89,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     if args.engine != "auto":  # else the planner chooses (scheduler.choice)
         get_engine(args.engine)
-    get_stage(args.incremental)
+    if args.incremental != "auto":
+        get_stage(args.incremental)
+    if not args.max_delta >= 0:
+        raise StreamanonError("--max-delta must be at least 0")
     refine = parse_refine(args.refine)
     if args.n < 3 * args.k:
         raise StreamanonError(f"--n must be at least 3k = {3 * args.k}")
@@ -88,7 +103,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             survey_duration=args.survey_duration, speedup=args.speedup, deadline=args.deadline,
             engine=args.engine, incremental=args.incremental, data=args.data, out=args.out,
             dry_run=args.dry_run, seed=args.seed, http=args.http,
-            progress=lambda message: print(message, flush=True), refine=refine)
+            progress=lambda message: print(message, flush=True), refine=refine,
+            objective=args.objective, max_delta=args.max_delta, reference=args.reference)
     except ValueError as exc:
         raise StreamanonError(str(exc)) from None
     from pathlib import Path

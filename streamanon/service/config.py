@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from scheduler.durations import parse_duration
+from scheduler.quality import QualityBound
 from streamanon.errors import StreamanonError
 from streamanon.schema import FieldSpec, Schema
 
@@ -61,11 +62,19 @@ class SurveyConfig(_Strict):
     # "auto": the planner chooses ONA* when its base run fits, else MDAV (scheduler.choice)
     engine: str = "auto"
     engine_params: dict[str, Any] = Field(default_factory=dict)
-    incremental: str = "nn_split_end"
+    # "auto": the planner chooses NN-split-end or 2MDAV (scheduler.choice.AUTO_STAGES) by the
+    # same objective as nu, and the stage is fixed at close from the real counts.
+    incremental: str = "auto"
     incremental_params: dict[str, Any] = Field(default_factory=dict)
     # Anytime refinement after the incremental stage (streamanon.refine): "off", "auto" (the
     # time left before the deadline less the release overhead) or seconds.
     refine: str | float = "off"
+    # What the planner seeks without a deadline: "balanced" (the earliest release among the
+    # ratios whose expected information loss is within max_delta of the engine's one-shot
+    # release, scheduler.quality) or "earliest" (the earliest release whatever the loss: the
+    # paper's nu*). A deadline plan takes the smallest ratio that meets the deadline.
+    objective: Literal["balanced", "earliest"] = "balanced"
+    max_delta: float = Field(default=0.05, ge=0, le=10)
     duplicates: Literal["reject", "allow"] = "reject"
     expected_records: int | None = Field(default=None, ge=1)
     # What a dead letter keeps of the respondent id: "keep" (the original bytes) or "redact"
@@ -102,6 +111,14 @@ class SurveyConfig(_Strict):
         if isinstance(value, datetime) and value.tzinfo is None:
             raise ValueError("close time needs a time zone, e.g. 2026-12-01T18:00:00Z")
         return value
+
+    def quality(self, engine: str | None = None,
+                stage: str | None = None) -> QualityBound | None:
+        """The planner's quality bound for base ``engine`` and incremental ``stage`` (default
+        the configured ones), or None with ``objective = "earliest"``."""
+        if self.objective == "earliest":
+            return None
+        return QualityBound(engine or self.engine, stage or self.incremental, self.max_delta)
 
     @property
     def close_at(self) -> datetime | None:
@@ -325,7 +342,7 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
 def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
                  source: str = "configuration", require_secrets: bool = True) -> Config:
     """Validate a parsed TOML document with environment overrides and secrets."""
-    from scheduler.choice import AUTO_ENGINES
+    from scheduler.choice import AUTO_ENGINES, AUTO_STAGES
     from streamanon.engines import available_engines
     from streamanon.incremental import available_stages
     from streamanon.mixed import MIXED_ENGINES
@@ -380,9 +397,14 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
                     problems.append(f"{where}.engine_params: {engine.name} has no parameter "
                                     f"{', '.join(unknown)}; accepted: "
                                     f"{', '.join(sorted(engine.parameters)) or 'none'}")
-            if survey.incremental not in stages:
+            if survey.incremental == "auto":
+                if survey.incremental_params:
+                    problems.append(f"{where}.incremental_params: incremental \"auto\" takes "
+                                    f"no parameters (it chooses between "
+                                    f"{' and '.join(AUTO_STAGES)} with their defaults)")
+            elif survey.incremental not in stages:
                 problems.append(f"{where}.incremental: unknown stage {survey.incremental!r}; "
-                                f"available: {', '.join(sorted(stages))}")
+                                f"available: auto, {', '.join(sorted(stages))}")
             if len(survey.names("identifier")) != 1:
                 problems.append(f"{where}.schema: exactly one field must have role "
                                 "'identifier' (the respondent id)")

@@ -46,10 +46,11 @@ import numpy as np
 
 from scheduler import live
 from scheduler.arrivals import ArrivalEstimator
-from scheduler.choice import AUTO_ENGINES, Choice, Option, choose, expected_delta
+from scheduler.choice import AUTO_ENGINES, AUTO_STAGES, Choice, Option, choose
 from scheduler.cost_model import CostModelStore, PowerLaw, calibrate, incremental_cost_model
 from scheduler.jobs import Planner
 from scheduler.planner import Plan
+from scheduler.quality import expected_delta
 from streamanon.errors import describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
@@ -221,7 +222,8 @@ class Service:
                 plan=lambda now, sid=sid: self._plan(sid, now),
                 on_base_start=lambda plan, sid=sid: self._threadsafe(self._planned_base(sid, plan)),
                 on_close=lambda sid=sid: self._threadsafe(self.close(sid)),
-                interval_seconds=cfg.planner.interval_seconds)
+                interval_seconds=cfg.planner.interval_seconds,
+                ready=lambda now, sid=sid: self._forecast_ready(sid, now))
             rt.planner.base_started = state != OPEN
             rt.planner.start()
 
@@ -366,27 +368,54 @@ class Service:
     def _load_models(self, sc: SurveyConfig) -> None:
         """The base cost model (stored, or calibrated now) and the incremental one; with
         ``engine = "auto"``, those of every candidate (:data:`scheduler.choice.AUTO_ENGINES`),
-        MDAV's in use until the planner chooses."""
+        MDAV's in use until the planner chooses; with ``incremental = "auto"``, an incremental
+        model for every candidate stage (:data:`scheduler.choice.AUTO_STAGES`) after each."""
+        stages = AUTO_STAGES if sc.incremental == "auto" else (None,)
         if sc.engine != "auto":
-            self._models[sc.id] = self._engine_models(sc, sc.engine)
+            self._models[sc.id] = self._engine_models(sc, sc.engine, stage=stages[0])
+            if sc.incremental == "auto":
+                base = self._models[sc.id][0]
+                self._options[sc.id] = [
+                    Option(sc.engine, *(self._models[sc.id] if stage == stages[0] else
+                                        self._engine_models(sc, sc.engine, stage=stage,
+                                                            base=base)), stage=stage)
+                    for stage in stages]
             return
         self.surveys[sc.id].auto_engine = True
-        mdav = self._engine_models(sc, "mdav")  # NN-split-end splits with MDAV after either
-        self._options[sc.id] = [
-            Option(engine, *(mdav if engine == "mdav" else
-                             self._engine_models(sc, engine, split=mdav[0])))
-            for engine in AUTO_ENGINES]
+        # NN-split-end splits with MDAV after either
+        mdav = self._engine_models(sc, "mdav", stage=stages[0])
+        options = []
+        for engine in AUTO_ENGINES:
+            first = mdav if engine == "mdav" else self._engine_models(
+                sc, engine, split=mdav[0], stage=stages[0])
+            for stage in stages:
+                models = first if stage == stages[0] else self._engine_models(
+                    sc, engine, split=mdav[0], stage=stage, base=first[0])
+                options.append(Option(engine, *models, stage=stage))
+        self._options[sc.id] = options
         self._models[sc.id] = mdav
 
+    def _stage_models(self, sid: str) -> dict[str, Any]:
+        """``incremental = "auto"``: the candidate stages' cost models after the survey's
+        (chosen) engine, in order of preference; empty otherwise."""
+        rt = self.surveys[sid]
+        if rt.config.incremental != "auto":
+            return {}
+        engine = rt.config.engine if rt.config.engine != "auto" else "mdav"
+        return {o.stage: o.incremental_cost for o in self._options.get(sid, [])
+                if o.engine == engine and o.stage is not None}
+
     def _engine_models(self, sc: SurveyConfig, engine: str,
-                       split: PowerLaw | None = None) -> tuple[PowerLaw, Any]:
+                       split: PowerLaw | None = None, stage: str | None = None,
+                       base: PowerLaw | None = None) -> tuple[PowerLaw, Any]:
         from streamanon.engines import get_engine, model_parameters, run_engine
         from streamanon.incremental import run_stage
 
         m = len(sc.quasi_identifiers)
         params = sc.engine_params if engine == sc.engine else {}  # "auto" takes none
         selects = model_parameters(engine, params)
-        base = self.cost_models.get(engine, m, sc.k, selects)
+        stage = stage or sc.incremental
+        base = base or self.cost_models.get(engine, m, sc.k, selects)
         if base is None:
             log.info("calibrating %s%s at m = %d, k = %d", engine,
                      f" with {selects}" if selects else "", m, sc.k)
@@ -394,9 +423,9 @@ class Service:
                                sc.k, budget_seconds=self.config.planner.calibration_seconds)
             base = self.cost_models.put(engine, m, sc.k, result, selects)
         return base, incremental_cost_model(
-            sc.incremental, base, m, sc.k, partition=functools.partial(run_engine, "mdav"),
-            run_stage=functools.partial(run_stage, sc.incremental,
-                                        **(sc.incremental_params or {})), split=split)
+            stage, base, m, sc.k, partition=functools.partial(run_engine, "mdav"),
+            run_stage=functools.partial(run_stage, stage, **(sc.incremental_params or {})),
+            split=split)
 
     def _option_models(self, sid: str, engine: str) -> tuple[PowerLaw, Any]:
         option = next(o for o in self._options[sid] if o.engine == engine)
@@ -432,6 +461,17 @@ class Service:
             rt.engine_choice = None
             log.info("survey %s: no base run stored: the base engine will be chosen again", sid)
 
+    def _forecast_ready(self, sid: str, now: datetime) -> bool:
+        """Whether the survey's arrivals so far are enough to act on its plan
+        (:func:`scheduler.live.forecast_ready`)."""
+        rt = self.surveys[sid]
+        close = rt.config.close_at
+        t = now.timestamp()
+        with self._lock:
+            bins = rt.estimator.complete_bins(t)
+            width = rt.estimator.bin_seconds
+        return live.forecast_ready(bins, (close.timestamp() - t) if close else 0.0, width)
+
     def _plan(self, sid: str, now: datetime) -> Plan:
         rt = self.surveys[sid]
         sc = rt.config
@@ -459,11 +499,20 @@ class Service:
         if rt.auto_engine and sc.engine == "auto":
             choice = choose(arrivals, self._options[sid], k=sc.k, stage=sc.incremental,
                             deadline=sc.deadline, seconds_to_close=seconds_to_close,
-                            refine=sc.refine)
+                            refine=sc.refine,
+                            max_delta=None if sc.objective == "earliest" else sc.max_delta)
             return choice.plan, choice
+        if sc.incremental == "auto":  # the stage is the planner's: every candidate's plan
+            candidates = [o for o in self._options[sid] if o.engine == sc.engine]
+            chosen = choose(arrivals, candidates, k=sc.k, stage=sc.incremental,
+                            deadline=sc.deadline, seconds_to_close=seconds_to_close,
+                            refine=sc.refine,
+                            max_delta=None if sc.objective == "earliest" else sc.max_delta)
+            return chosen.plan, None
         base, incremental = self._models[sid]
         plan = live.plan(arrivals, base, incremental, k=sc.k, deadline=sc.deadline,
-                         seconds_to_close=seconds_to_close, refine=sc.refine)
+                         seconds_to_close=seconds_to_close, refine=sc.refine,
+                         quality=sc.quality())
         if rt.auto_engine:  # chosen: the plans go on saying which engine, and its quality
             plan = dataclasses.replace(plan, engine=sc.engine, expected_delta=expected_delta(
                 sc.engine, sc.incremental, plan.nu))
@@ -659,7 +708,8 @@ class Service:
             self._choose_now(sid, one_shot_records=await self._in_store(self.store.count, sid))
         await close_survey(rt, store=self.store, in_store=self._in_store,
                            collector=self.collector,
-                           release=lambda: releaser.release(rt, self._models[sid][0]),
+                           release=lambda: releaser.release(rt, self._models[sid][0],
+                                                            self._stage_models(sid)),
                            before_marks=None if self.coordinator is None
                            else self.coordinator.followers_closed)
 

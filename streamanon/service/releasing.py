@@ -16,6 +16,7 @@ import logging
 import secrets
 import time
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from scheduler import live
+from scheduler.choice import AUTO_STAGES, choose_stage
 from scheduler.cost_model import PowerLaw
 from streamanon.errors import describe_error, withheld
 from streamanon.incremental import base_is_usable
@@ -91,8 +93,11 @@ def fresh_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray, k
 def release_run(survey: SurveyConfig, refine_until: float | None = None) -> TwoStageRun:
     """The survey's base engine and incremental stage with their parameters and refinement
     (ended by ``refine_until`` on the :func:`time.time` clock, when given); its methods run
-    in the compute process."""
-    return TwoStageRun(survey.k, survey.engine, survey.incremental,
+    in the compute process. ``incremental = "auto"`` is resolved by the release for the real
+    counts (:meth:`Releaser.write`); a base run or a one-shot release runs no stage, so the
+    first candidate stands in."""
+    stage = AUTO_STAGES[0] if survey.incremental == "auto" else survey.incremental
+    return TwoStageRun(survey.k, survey.engine, stage,
                        engine_params=survey.engine_params,
                        incremental_params=survey.incremental_params,
                        refine=survey.refine, refine_until=refine_until)
@@ -113,10 +118,12 @@ class Releaser:
         self.producer = producer
         self.telemetry = telemetry
 
-    async def release(self, rt: SurveyRuntime, base_model: PowerLaw) -> None:
+    async def release(self, rt: SurveyRuntime, base_model: PowerLaw,
+                      stages: Mapping[str, Any] | None = None) -> None:
         """Publish the survey's one release: compute it and write its files, unless a release
         was written before (a restart, a failed publish), which is published again from its
-        files as written, never computed again. ``base_model`` is the survey's base cost model."""
+        files as written, never computed again. ``base_model`` is the survey's base cost model;
+        ``stages`` the candidate stages' cost models of ``incremental = "auto"``."""
         sid = rt.config.id
         row = await self._in_store(self.store.load_release, sid)
         if row is not None and row.status == "published":
@@ -127,14 +134,15 @@ class Releaser:
         resumed = row is not None
         fresh = None
         if row is None:
-            row, fresh = await self.write(rt, base_model)
+            row, fresh = await self.write(rt, base_model, stages)
             rt.base_release = None  # used: its records are in ``fresh`` now
         else:
             log.info("survey %s: release %s was written before; publishing its files again",
                      sid, row.release_id)
         await self.publish(rt, row, resumed, fresh)
 
-    async def write(self, rt: SurveyRuntime, base_model: PowerLaw) -> tuple[ReleaseRow, Fresh]:
+    async def write(self, rt: SurveyRuntime, base_model: PowerLaw,
+                    stages: Mapping[str, Any] | None = None) -> tuple[ReleaseRow, Fresh]:
         """Compute the release, apply the k-anonymity gate, write its Parquet file, and note
         it as written: from then on it is the survey's release, whatever happens.
 
@@ -164,8 +172,14 @@ class Releaser:
         fits_deadline = (sc.deadline is not None
                          and base_model(n) <= 0.8 * live.compute_budget(sc.deadline, n))
         base = None
+        stage_choice = None
         if cp is not None and not fits_deadline and base_is_usable(cp.n_base, sc.k, n):
             base = BaseSnapshot(cp.n_base, cp.labels, cp.mean, cp.scale, cp.seconds)
+            if sc.incremental == "auto":  # the stage for the real counts (scheduler.choice)
+                stage, why = (choose_stage(cp.n_base, n - cp.n_base, stages, engine=sc.engine)
+                              if stages else (AUTO_STAGES[0], "no cost models to choose by"))
+                stage_choice = {"configured": "auto", "chosen": stage, "reason": why}
+                sc = sc.model_copy(update={"incremental": stage})
             log.info("survey %s: computing the release: %s on %d records after a base of %d",
                      sid, sc.incremental, n - cp.n_base, cp.n_base)
         else:
@@ -252,7 +266,9 @@ class Releaser:
             privacy=None if privacy is None else {"l": sc.l, "t": sc.t,
                                                   "sensitive": release.privacy},
             risk=None, spliced=spliced,  # the risk is measured once the release is out
-            engine_choice=rt.engine_choice)
+            engine_choice=rt.engine_choice, incremental_choice=stage_choice,
+            predicted_release_seconds=(plan.finish_after_close + live.release_overhead(n)
+                                       if plan else None))
         row = ReleaseRow(release_id, "written", seed, report.to_json())
         await self._in_store(self.store.save_release, sid, row)
         return row, Fresh(frame, release.table, messages, order)

@@ -71,6 +71,10 @@ class ReleaseReport:
     # engine = "auto": the engine the planner chose, why, and the expected IL against
     # one-shot MDAV (less one) it chose on (scheduler.choice)
     engine_choice: dict[str, Any] | None = None
+    # incremental = "auto": the stage chosen at close for the real counts, and why
+    incremental_choice: dict[str, Any] | None = None
+    # the live plan's close-to-release: its compute and the release steps (the overhead model)
+    predicted_release_seconds: float | None = None
     publication: Publication | None = None
 
     def published(self, publication: Publication) -> ReleaseReport:

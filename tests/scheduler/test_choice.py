@@ -110,7 +110,8 @@ FORECAST = survey(200_000, 2)
 
 def test_refine_off_plans_as_before_and_seconds_are_added_after_the_stages():
     off = live.plan(FORECAST, MDAV, TwoStageCost(MDAV), k=K)
-    assert off.refine_seconds == 0.0 and off.finish_after_close == off.compute_after_close
+    assert off.refine_seconds == 0.0
+    assert off.finish_after_close == off.compute_after_close + off.overhead_seconds
     ten = live.plan(FORECAST, MDAV, TwoStageCost(MDAV), k=K, refine=10.0)
     assert ten.nu == off.nu and ten.refine_seconds == 10.0
     assert ten.finish_after_close == pytest.approx(off.finish_after_close + 10.0)

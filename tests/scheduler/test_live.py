@@ -13,6 +13,7 @@ import pytest
 from scheduler import live
 from scheduler.arrivals import UniformForecast
 from scheduler.cost_model import PowerLaw, TwoStageCost
+from scheduler.overhead import DEFAULT_OVERHEAD
 from scheduler.planner import (
     Plan,
     deadline_ratio,
@@ -74,15 +75,23 @@ def test_a_deadline_keeps_the_release_overhead_free():
     budget = live.compute_budget(3600.0, N)
     assert plan.deadline == budget < 3600.0
     assert plan == plan_deadline(N, QUADRATIC, inc, PAPER.head_start, budget, k=K,
-                                 arrival_coefficient=plan.arrival_coefficient)
+                                 arrival_coefficient=plan.arrival_coefficient,
+                                 overhead=late_overhead(N))
+
+
+def late_overhead(n):
+    """The default overhead's late-record part by nu, as live.plan weighs it."""
+    return lambda nu: DEFAULT_OVERHEAD.late_part(n if nu <= 0 else nu * n)
 
 
 def test_without_a_deadline_it_is_the_optimal_plan_within_the_time_left():
     inc = TwoStageCost(QUADRATIC)
     plan = live.plan(PAPER, QUADRATIC, inc, k=K, seconds_to_close=600.0)
     assert plan == plan_optimal(N, QUADRATIC, inc, PAPER.head_start, k=K, max_head_start=600.0,
-                                arrival_coefficient=plan.arrival_coefficient)
+                                arrival_coefficient=plan.arrival_coefficient,
+                                overhead=late_overhead(N))
     assert plan.head_start <= 600.0
+    assert plan.overhead_seconds == pytest.approx(DEFAULT_OVERHEAD.late_part(plan.nu * N))
 
 
 def test_a_past_close_plans_one_shot_now():

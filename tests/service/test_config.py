@@ -22,7 +22,9 @@ def test_minimal_config_with_defaults():
     assert cfg.http.bind == "127.0.0.1:8080"  # loopback by default
     assert cfg.store.url.startswith("sqlite:///")
     sc = cfg.surveys[0]
-    assert (sc.engine, sc.incremental, sc.duplicates) == ("auto", "nn_split_end", "reject")
+    assert (sc.engine, sc.incremental, sc.duplicates) == ("auto", "auto", "reject")
+    # the planner's default objective cares about quality (scheduler.quality)
+    assert (sc.objective, sc.max_delta) == ("balanced", 0.05)
     assert sc.quasi_identifiers == ["age"] and sc.identifier == "rid"
     assert cfg.topic("s1", "responses") == "streamanon.s1.responses"
     assert cfg.hmac_key == b"k" * 32
@@ -73,6 +75,25 @@ def test_engine_choice_and_parameters_are_checked():
     text = str(exc.value)
     assert "surveys[0](a).engine: lda_mdav needs per-record parameter(s) labels" in text
     assert "surveys[1](b).engine_params: mona has no parameter alpha" in text
+
+
+def test_the_stage_choice_and_the_objective_are_checked():
+    cfg = parse_config({"surveys": [survey(objective="earliest", max_delta=0.1,
+                                           incremental="two_stage")]}, ENV)
+    sc = cfg.surveys[0]
+    assert (sc.objective, sc.max_delta, sc.incremental) == ("earliest", 0.1, "two_stage")
+    assert sc.quality() is None  # earliest: no quality bound
+    bound = parse_config({"surveys": [survey(engine="mdav")]}, ENV).surveys[0].quality()
+    assert (bound.engine, bound.stage, bound.max_delta) == ("mdav", "auto", 0.05)
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"surveys": [survey(id="a", incremental_params={"index": "scan"})]}, ENV)
+    assert 'surveys[0](a).incremental_params: incremental "auto" takes no parameters' in str(
+        exc.value)
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"surveys": [survey(id="b", objective="fastest"),
+                                  survey(id="c", max_delta=-1)]}, ENV)
+    text = str(exc.value)
+    assert "surveys[0](b).objective" in text and "surveys[1](c).max_delta" in text
 
 
 def test_secrets_are_refused_in_the_file_and_required_from_the_environment():

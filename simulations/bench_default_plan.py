@@ -1,0 +1,179 @@
+"""The default plan against the one-shot release: does the default path keep the promise?
+
+    python simulations/bench_default_plan.py                      # the table of issue 28
+    python simulations/bench_default_plan.py --sizes 20000 --engines mdav \\
+        --profiles uniform --open-seconds 30                          # a quick look
+
+For each size, engine and arrival profile, a survey runs through the real pipeline
+(:func:`streamanon.service.simulate.run_simulation`: the embedded broker, the service with its
+defaults, ``objective = "balanced"`` and ``incremental = "auto"``, the live planner, the close
+on time, the release), on i.i.d. Gaussian records (m = 15, k = 10) arriving over
+``--open-seconds`` of wall clock. Then, once per size and engine, the same records are released
+one-shot at close through the same service (:func:`~streamanon.service.simulate.one_shot_release`:
+every response stored, then closed, no base run), so both sides pay the same release steps.
+
+Each row: the planner's nu and stage, the late records, close to release as the live plan
+predicted it (its compute and the overhead model) and as achieved, the one-shot release
+(compute and close to release), how many times sooner the default plan released, and delta
+(D of the release against D of the one-shot release, less one). The checks of issue 28: where
+the one-shot compute takes 30 s or more, at least 6x sooner and delta <= +5 %; where it is
+shorter, never slower than the one-shot release; the planned close-to-release within 30 % of
+the achieved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from simulations.common import RESULTS, ROOT
+from streamanon.service.simulate import make_data, one_shot_release, run_simulation
+
+M, K = 15, 10
+
+#: Where the one-shot compute is at least this long, the default plan must be this many
+#: times sooner (issue 28, point 1) ...
+LONG_ONE_SHOT, SOONER = 30.0, 6.0
+#: ... with delta at most this.
+MAX_DELTA = 0.05
+#: The planned close-to-release must be within this of the achieved.
+PLAN_ERROR = 0.30
+
+
+def machine() -> str:
+    """Cores and CPU model, for the table's provenance."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {model}"
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def row(summary: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """One row from the run's summary and the one-shot reference's report."""
+    r = summary["release"]
+    late = r["n"] - r["n_base"] if r["mode"] == "two-stage" else r["n"]
+    achieved = r["close_to_release_seconds"]
+    planned = r.get("predicted_release_seconds")
+    one_shot_compute = reference["close_steps_seconds"]["compute"]
+    one_shot_release = reference["close_to_release_seconds"]
+    delta = r["distortion"] / reference["distortion"] - 1
+    sooner = one_shot_release / achieved
+    checks = []
+    if one_shot_compute >= LONG_ONE_SHOT:
+        checks.append(("sooner", sooner >= SOONER))
+        checks.append(("delta", delta <= MAX_DELTA))
+    else:
+        checks.append(("not slower", sooner >= 1.0))
+    if planned is not None:
+        checks.append(("plan", abs(planned - achieved) <= PLAN_ERROR * achieved))
+    return {"n": r["n"], "engine": summary["engine"], "profile": summary["profile"],
+            "nu": r["nu"], "stage": summary.get("incremental"), "mode": r["mode"],
+            "late": late, "planned_seconds": planned, "achieved_seconds": achieved,
+            "one_shot_compute_seconds": one_shot_compute,
+            "one_shot_release_seconds": one_shot_release, "sooner": sooner, "delta": delta,
+            "distortion": r["distortion"], "one_shot_distortion": reference["distortion"],
+            "close_steps_seconds": r["close_steps_seconds"],
+            "checks": {name: ok for name, ok in checks}}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| n | engine | arrivals | nu | stage | late | planned | achieved | one-shot "
+            "compute | one-shot release | sooner | delta | checks |")
+    lines = [head, "|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for x in rows:
+        planned = "-" if x["planned_seconds"] is None else f"{x['planned_seconds']:.2f} s"
+        checks = ", ".join(f"{name} {'ok' if ok else 'MISSED'}"
+                           for name, ok in x["checks"].items())
+        lines.append(
+            f"| {x['n']:,} | {x['engine']} | {x['profile']} | {x['nu']:.4f} | "
+            f"{x['stage'] or '-'} | {x['late']:,} | {planned} | "
+            f"{x['achieved_seconds']:.2f} s | {x['one_shot_compute_seconds']:.2f} s | "
+            f"{x['one_shot_release_seconds']:.2f} s | {x['sooner']:.1f}x | "
+            f"{100 * x['delta']:+.2f} % | {checks} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Prints a markdown table with its provenance and writes the rows to --out.")
+    parser.add_argument("--sizes", default="200000,1000000",
+                        help="comma-separated numbers of responses (default 200000,1000000)")
+    parser.add_argument("--engines", default="mdav,ona_star",
+                        help="comma-separated base engines (default mdav,ona_star)")
+    parser.add_argument("--profiles", default="uniform,back_loaded",
+                        help="comma-separated arrival profiles (default uniform,back_loaded: "
+                             "a rush before the close)")
+    parser.add_argument("--open-seconds", type=float, default=300.0,
+                        help="how long each survey is open, wall clock (default 300)")
+    parser.add_argument("--skip", default="",
+                        help="comma-separated SIZE:ENGINE pairs not to run, e.g. "
+                             "1000000:ona_star")
+    parser.add_argument("--out", default=str(RESULTS / "bench_default_plan.json"))
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    engines = args.engines.split(",")
+    profiles = args.profiles.split(",")
+    skip = {tuple(x.split(":")) for x in args.skip.split(",") if x}
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            for engine in engines:
+                if (str(n), engine) in skip:
+                    print(f"skipped: {n:,} with {engine}", flush=True)
+                    continue
+                out = Path(tmp) / f"{n}-{engine}"
+                summaries = []
+                for profile in profiles:
+                    print(f"{n:,} x {M}, {engine}, {profile} arrivals over "
+                          f"{args.open_seconds:g} s ...", flush=True)
+                    summaries.append(run_simulation(
+                        profile=profile, n=n, m=M, k=K, survey_duration=args.open_seconds,
+                        speedup=1.0, engine=engine, data="gaussian", out=out / profile,
+                        seed=7, reference="none",
+                        progress=lambda message: None))
+                print(f"{n:,} x {M}, {engine}: the one-shot release of the same records ...",
+                      flush=True)
+                reference = one_shot_release(make_data("gaussian", n, M, 7), out=out / "ref",
+                                             k=K, engine=engine)
+                for summary in summaries:
+                    rows.append(row(summary, reference))
+                    print(table(rows[-1:]).splitlines()[-1], flush=True)
+    print(f"\nThe default plan against the one-shot release; {started}, commit {commit()}, "
+          f"{machine()}; i.i.d. Gaussian x {M}, k = {K}, surveys open "
+          f"{args.open_seconds:g} s; command: python simulations/bench_default_plan.py "
+          f"--sizes {args.sizes} --engines {args.engines} --profiles {args.profiles} "
+          f"--open-seconds {args.open_seconds:g}" + (f" --skip {args.skip}" if skip else "")
+          + "\n")
+    print(table(rows))
+    missed = [x for x in rows if not all(x["checks"].values())]
+    print(f"\n{len(rows) - len(missed)} of {len(rows)} rows meet every check")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"date": started, "commit": commit(),
+                                          "machine": machine(), "rows": rows}, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

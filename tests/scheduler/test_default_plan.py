@@ -1,0 +1,161 @@
+"""The default plan keeps the promise: quality in the objective, the steps after close priced,
+no commitment before the forecast is seen, one-shot when that is sooner (issue 28)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from scheduler import live
+from scheduler.arrivals import ArrivalEstimator, UniformForecast
+from scheduler.choice import AUTO_STAGES, Option, choose, choose_stage
+from scheduler.cost_model import NearestNeighbourCost, PowerLaw, TwoStageCost
+from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead, StepCost
+from scheduler.quality import DEFAULT_MAX_DELTA, QualityBound, delta_against_one_shot
+
+K = 10
+N = 1_000_000
+OPEN = 300.0
+#: MDAV on this machine: 35.58 s for a million records (the run issue 28 reports).
+MDAV = PowerLaw.quadratic(35.58, N)
+#: NN-split-end as calibrated here: adjoining costs c n_0 n_+ / k, splitting with MDAV.
+NN = NearestNeighbourCost(c=6.5e-9, k=K, split=MDAV)
+UNIFORM = UniformForecast(total=N, pace=N / OPEN)
+
+
+def test_the_quality_bound_is_the_largest_ratio_within_the_loss_bound():
+    for engine, stage in [("mdav", "nn_split_end"), ("ona_star", "nn_split_end"),
+                          ("mdav", "two_stage")]:
+        bound = QualityBound(engine, stage)
+        nu = bound.max_ratio()
+        assert 0 < nu < 1
+        assert bound.delta(nu) == pytest.approx(DEFAULT_MAX_DELTA, abs=1e-6)
+        assert bound.delta(0.9 * nu) < DEFAULT_MAX_DELTA < bound.delta(1.1 * nu)
+    # against the same engine's one-shot: nothing late, nothing lost
+    assert delta_against_one_shot("ona_star", "nn_split_end", 0.0) == pytest.approx(0.0)
+    assert QualityBound("mdav", "nn_split_end", max_delta=1.0).max_ratio() == 1.0
+    with pytest.raises(ValueError):
+        QualityBound("mdav", "nn_split_end", max_delta=-0.1)
+
+
+def test_at_a_million_the_default_plan_leaves_a_small_increment_where_the_earliest_one_did_not():
+    """Issue 28: the time-only plan put 99.7 % of a million records in the incremental stage;
+    with the quality bound and the late records priced it keeps most in the base run."""
+    earliest = live.plan(UNIFORM, MDAV, NN, k=K, seconds_to_close=OPEN)
+    assert earliest.nu > 0.9  # the degenerate plan is still what time alone chooses
+    default = live.plan(UNIFORM, MDAV, NN, k=K, seconds_to_close=OPEN,
+                        quality=QualityBound("mdav", "nn_split_end"))
+    assert 0 < default.nu <= default.nu_limit < 0.25
+    assert delta_against_one_shot("mdav", "nn_split_end", default.nu) <= DEFAULT_MAX_DELTA
+    # the late records' loading and gate are in the plan's time after close
+    assert default.overhead_seconds == pytest.approx(
+        DEFAULT_OVERHEAD.late_part(default.nu * N))
+    assert earliest.overhead_seconds == pytest.approx(DEFAULT_OVERHEAD.late_part(earliest.nu * N))
+    assert earliest.overhead_seconds > 9.0  # what made it look cheaper than it was
+
+
+def test_the_default_chooses_2mdav_at_a_million_and_nn_split_end_where_it_is_cheap():
+    options = [Option("mdav", MDAV, NN, "nn_split_end"),
+               Option("mdav", MDAV, TwoStageCost(MDAV), "two_stage")]
+    big = choose(UNIFORM, options, k=K, stage="auto", seconds_to_close=OPEN)
+    assert big.plan.stage == "two_stage"
+    assert big.plan.finish_after_close + live.release_overhead(N) < (
+        MDAV(N) + DEFAULT_OVERHEAD(N, late=N)) / 5
+    small_n = 50_000
+    small = choose(UniformForecast(total=small_n, pace=small_n / OPEN),
+                   [Option("mdav", PowerLaw.quadratic(20.0, small_n), o.incremental_cost,
+                           o.stage) for o in options], k=K, stage="auto",
+                   seconds_to_close=OPEN)
+    assert small.plan.stage == "nn_split_end"  # cheap enough there: the better quality
+
+
+def test_at_close_the_stage_is_chosen_for_the_real_counts():
+    stages = {"nn_split_end": NN, "two_stage": TwoStageCost(MDAV)}
+    stage, why = choose_stage(950_000, 50_000, stages, engine="mdav")
+    assert stage == "two_stage" and "50,000 late records" in why
+    stage, _ = choose_stage(9_000, 1_000, stages, engine="mdav")
+    assert stage == "nn_split_end"
+    assert list(stages) == list(AUTO_STAGES)
+
+
+def test_a_short_one_shot_is_not_beaten_by_a_slower_two_stage_plan():
+    """Where the one-shot compute is a second, the release steps decide: the plan is never
+    slower after close than the one-shot release it would replace."""
+    n = 200_000
+    fast = PowerLaw.quadratic(0.5, n)
+    slow_stage = NearestNeighbourCost(c=6.5e-9, k=K, split=fast)
+    plan = live.plan(UniformForecast(total=n, pace=n / 60.0), fast, slow_stage, k=K,
+                     seconds_to_close=60.0, quality=QualityBound("mdav", "nn_split_end"))
+    one_shot = fast(n) + DEFAULT_OVERHEAD.late_part(n)
+    assert plan.finish_after_close <= one_shot + 1e-9
+
+
+def test_a_fitted_overhead_recovers_the_late_record_part():
+    truth = {"load": (0.1, 3e-7, 5e-6), "publish": (0.2, 5e-6, 0.0)}
+    runs = [(n, late, {name: a + b * n + c * late for name, (a, b, c) in truth.items()})
+            for n, late in [(200_000, 10_000), (200_000, 100_000), (200_000, 200_000),
+                            (1_000_000, 50_000), (1_000_000, 1_000_000)]]
+    model = ReleaseOverhead.fit(runs)
+    for name, (a, b, c) in truth.items():
+        step = model.steps[name]
+        assert step.seconds == pytest.approx(a, abs=1e-6)
+        assert step.per_record == pytest.approx(b, rel=1e-6, abs=1e-12)
+        assert step.per_late_record == pytest.approx(c, rel=1e-6, abs=1e-12)
+    again = ReleaseOverhead.from_dict(model.to_dict())
+    assert again == model
+    old = ReleaseOverhead.from_dict({"steps": {"load": [0.1, 1e-6]}, "runs": 1})
+    assert old.steps["load"] == StepCost(0.1, 1e-6, 0.0)  # a model saved before the late part
+    reports = [{"n": n, "n_increment": late, "spliced": late < n, "close_steps_seconds": steps}
+               for n, late, steps in runs]
+    assert ReleaseOverhead.from_reports(reports) == model
+
+
+def test_the_forecast_is_ready_after_three_bins_or_near_the_close():
+    assert not live.forecast_ready(0, 3600.0, 60.0)
+    assert not live.forecast_ready(2, 3600.0, 60.0)
+    assert live.forecast_ready(3, 3600.0, 60.0)
+    assert live.forecast_ready(0, 100.0, 60.0)  # the close is nearer than three bins
+    est = ArrivalEstimator(bin_seconds=10.0, bins=6)
+    assert est.complete_bins(0.0) == 0
+    est.observe([100.0, 101.0])
+    assert est.complete_bins(105.0) == 0 and est.complete_bins(131.0) == 3
+
+
+class _Scheduler:
+    """Enough of APScheduler for the planner job: jobs are kept, never run by themselves."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, object] = {}
+
+    def add_job(self, func, trigger, **kw):
+        self.jobs[kw["id"]] = (func, trigger, kw)
+
+    def remove_job(self, job_id):
+        self.jobs.pop(job_id, None)
+
+    def get_job(self, job_id):
+        return self.jobs.get(job_id)
+
+
+def test_the_base_run_waits_until_the_forecast_is_ready():
+    from scheduler.jobs import Planner
+    from scheduler.planner import Plan
+
+    close = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+    now = [close - timedelta(hours=1)]
+    fired = []
+    plan_now = Plan(mode="optimal", nu=0.99, n_total=1000.0, t_ref=10.0,
+                    head_start=10_000.0, base_seconds=0.1, incremental_seconds=1.0)
+    ready = [False]
+    job = Planner(_Scheduler(), survey_id="s", close_at=close, plan=lambda t: plan_now,
+                  on_base_start=fired.append, on_close=lambda: None, clock=lambda: now[0],
+                  interval_seconds=1.0, ready=lambda t: ready[0])
+    job.start()  # the plan says "now", on a forecast of a handful of arrivals
+    assert fired == [] and not job.base_started
+    job.replan()
+    assert fired == []
+    ready[0] = True
+    now[0] += timedelta(seconds=30)
+    job.replan()
+    assert fired == [plan_now] and job.base_started
