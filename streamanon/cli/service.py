@@ -97,7 +97,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     de.add_argument("--engine", default=demo.ENGINE,
                     help=f"base engine (default {demo.ENGINE}; see `streamanon engines`)")
     de.add_argument("--incremental", default=demo.INCREMENTAL,
-                    help=f"incremental stage (default {demo.INCREMENTAL})")
+                    help=f"incremental stage (default {demo.INCREMENTAL}: the planner chooses "
+                         "NN-split-end or 2MDAV, as the service does)")
     de.add_argument("--seed", type=int, default=7, help="seed of the data (default 7)")
     de.add_argument("--out", default="demo-output", help="output directory (./demo-output)")
     de.add_argument("--log-level", default="warning",
@@ -236,7 +237,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.linger < 0:
         raise StreamanonError("--linger must be at least 0 seconds")
     get_engine(args.engine)
-    get_stage(args.incremental)
+    if args.incremental != "auto":
+        get_stage(args.incremental)
     _logging(args)
     run_demo(n=args.n, m=args.m, k=args.k, out=args.out, open_seconds=args.open_seconds,
              seed=args.seed, engine=args.engine, incremental=args.incremental,
