@@ -19,6 +19,7 @@ Everything here is pure: numbers in, numbers out.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -87,14 +88,19 @@ class QualityBound:
     def max_ratio(self) -> float:
         """The largest nu whose expected delta is within the bound (the model is increasing
         in nu up to where it may flatten; the first crossing counts)."""
-        grid = np.linspace(0.0, 1.0, 10_001)
-        deltas = np.array([self.delta(float(nu)) for nu in grid])
-        over = np.flatnonzero(deltas > self.max_delta + 1e-12)
-        if over.size == 0:
-            return 1.0
-        i = int(over[0])
-        if i == 0:
-            return 0.0
-        lo, hi = grid[i - 1], grid[i]  # linear between the grid's neighbours
-        d_lo, d_hi = deltas[i - 1], deltas[i]
-        return float(lo + (hi - lo) * (self.max_delta - d_lo) / (d_hi - d_lo))
+        return _max_ratio(self.engine, self.stage, float(self.max_delta))
+
+
+@functools.lru_cache(maxsize=256)
+def _max_ratio(engine: str, stage: str, max_delta: float) -> float:
+    grid = np.linspace(0.0, 1.0, 10_001)
+    deltas = np.array([delta_against_one_shot(engine, stage, float(nu)) for nu in grid])
+    over = np.flatnonzero(deltas > max_delta + 1e-12)
+    if over.size == 0:
+        return 1.0
+    i = int(over[0])
+    if i == 0:
+        return 0.0
+    lo, hi = grid[i - 1], grid[i]  # linear between the grid's neighbours
+    d_lo, d_hi = deltas[i - 1], deltas[i]
+    return float(lo + (hi - lo) * (max_delta - d_lo) / (d_hi - d_lo))

@@ -75,3 +75,25 @@ def test_report_is_in_the_command_list_with_the_command_the_walkthrough_runs():
                             flags=re.S).group(1)
     assert shown[:2] == ["streamanon", "report"]
     assert " ".join(shown) in [" ".join(line.split()) for line in walkthrough.splitlines()]
+
+
+def test_the_demo_sample_is_the_one_a_real_run_made():
+    """The README's ``make demo`` block is made by ``simulations/readme_demo.py`` from the
+    summary of a real run kept in docs/demo-sample.json, never edited by hand: remade from
+    that summary it is the same, and what it claims holds in the summary."""
+    import json
+
+    from simulations.readme_demo import END, SAMPLE, START, block
+
+    sample = json.loads(SAMPLE.read_text())
+    text = README.read_text()
+    shown = START + text.split(START, 1)[1].split(END, 1)[0] + END
+    assert shown == block(sample)
+    provenance = sample["provenance"]
+    assert provenance["command"] == "make demo" and provenance["commit"] != "unknown"
+    assert f"commit {provenance['commit']}" in shown and provenance["machine"] in shown
+    summary = sample["summary"]
+    release = summary["release"]
+    assert release["mode"] == "two-stage" and release["nu"] > 0
+    sooner = summary["one_shot_release_seconds"] / release["close_to_release_seconds"]
+    assert f"{sooner:.1f}x sooner" in shown

@@ -761,7 +761,8 @@ class Service:
                     base_at=base_at.isoformat() if base_at else None,
                     refine_seconds=plan.refine_seconds, engine=plan.engine,
                     expected_delta=plan.expected_delta,
-                    choice=None if rt.choice is None else rt.choice.reason),
+                    choice=None if rt.choice is None else rt.choice.reason,
+                    stage=plan.stage),
                 release=None if release is None else ReleaseStatus.of(
                     release.status, ReleaseReport.from_json(release.report)),
             ))

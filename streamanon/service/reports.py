@@ -150,6 +150,9 @@ class PlanStatus:
     engine: str | None = None
     expected_delta: float | None = None
     choice: str | None = None
+    # incremental = "auto": the stage the plan was made for (fixed at close for the real
+    # counts)
+    stage: str | None = None
 
 
 @dataclass(frozen=True)

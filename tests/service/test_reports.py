@@ -39,7 +39,7 @@ SURVEY_KEYS = [
     "nu", "cost_model", "arrivals", "forecast", "progress", "plan", "release"]
 PLAN_KEYS = ["mode", "nu", "n_total", "head_start_seconds", "finish_after_close_seconds",
              "arrival_coefficient", "base_at", "refine_seconds", "engine", "expected_delta",
-             "choice"]
+             "choice", "stage"]
 PROGRESS_KEYS = ["stage", "started_at", "elapsed_seconds", "expected_seconds", "refine_seconds"]
 RELEASE_KEYS = [
     "status", "n", "k", "engine", "incremental", "mode", "nu", "n_base", "distortion",

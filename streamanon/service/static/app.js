@@ -127,7 +127,9 @@ function update(view, s, now) {
   state.className = `state ${s.state}`;
   const chosen = s.engine === "auto" && s.plan && s.plan.engine ?
     ` (planner: ${s.plan.engine}, expected IL ${fmtPercent(s.plan.expected_delta)} vs one-shot MDAV)` : "";
-  setText(r, "engines", `k = ${s.k} · ${s.engine}${chosen} + ${s.incremental}`);
+  const stage = s.incremental === "auto" && s.plan && s.plan.stage ?
+    `auto (planned: ${s.plan.stage})` : s.incremental;
+  setText(r, "engines", `k = ${s.k} · ${s.engine}${chosen} + ${stage}`);
   if (s.plan && s.plan.choice) field(r, "engines").title = s.plan.choice;
   const err = field(r, "error");
   err.hidden = !s.error;
