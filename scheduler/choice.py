@@ -144,15 +144,15 @@ def choose_stage(n_base: float, n_late: float, options: Mapping[str, Incremental
     the candidates (stage -> cost model, in order of preference) are timed by their models
     with the release steps the late records add, and the one with the least expected loss
     among those within the slack of the earliest (:data:`SLACK_FACTOR`,
-    :data:`SLACK_SECONDS`) is taken, as :func:`choose` does before close. Returns the stage
-    and why."""
+    :data:`SLACK_SECONDS`, but at most a second more: at close the seconds are the
+    release's own) is taken. Returns the stage and why."""
     if not options:
         raise ValueError("no candidate stage to choose from")
     nu = n_late / (n_base + n_late) if n_base + n_late > 0 else 0.0
     seconds = {stage: float(cost(n_base, n_late)) + overhead_model.late_part(n_late)
                for stage, cost in options.items()}
     earliest = min(seconds.values())
-    bound = max(SLACK_FACTOR * earliest, earliest + SLACK_SECONDS)
+    bound = max(SLACK_FACTOR * earliest, earliest + min(SLACK_SECONDS, 1.0))
     fits = [stage for stage in options if seconds[stage] <= bound]
     best = min(fits, key=lambda stage: (expected_delta(engine, stage, nu),
                                         list(options).index(stage)))

@@ -157,7 +157,9 @@ class Planner:
             if self._ready is not None and not self._ready(self.clock()):
                 if not self._waiting_logged:  # the next re-plan tries again
                     log.info("survey %s: the plan says start the base run, but too few "
-                             "arrivals have been seen to forecast; waiting", self.survey_id)
+                             "arrivals have been seen to forecast, or the snapshot would hold "
+                             "fewer records than the plan counts on; waiting",
+                             self.survey_id)
                     self._waiting_logged = True
                 return
             self.base_started = True

@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
 from scheduler.arrivals import UniformForecast
-from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead
+from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead, StepCost
 from scheduler.planner import (
     BaseCost,
     IncrementalCost,
@@ -51,6 +51,12 @@ DEADLINE_QUANTILE = 0.95
 
 #: The refinement's seconds with ``refine = "auto"`` and no deadline (``streamanon.refine``).
 AUTO_REFINE_SECONDS = 5.0
+
+#: What a base run costs besides the engine: the snapshot read from the store, the checkpoint
+#: and the base release made before close (0.5 s + 10 us a record: the close steps of
+#: ``simulations/bench_default_plan.py`` at 200,000 records waited 3.3 s past the engine's
+#: end). The plan keeps that much more head start, so the release does not wait for it.
+BASE_OVERHEAD = StepCost(0.5, 10e-6)
 
 #: Complete arrival bins (:class:`scheduler.arrivals.ArrivalEstimator`) a forecast needs
 #: before the base run may start on it (:func:`forecast_ready`).
@@ -112,6 +118,20 @@ def forecast_ready(complete_bins: int, seconds_to_close: float, bin_seconds: flo
     once left 99.8 % of a million records to the incremental stage). The plan is still made
     and shown; only the base run waits."""
     return complete_bins >= min_bins or seconds_to_close <= min_bins * bin_seconds
+
+
+def snapshot_ready(plan: Plan | None, received: float, seconds_to_close: float) -> bool:
+    """Whether the base snapshot may be taken now for ``plan``: it holds the records the plan
+    counts on (``plan.n_base``), or waiting longer would leave the base run no time to end by
+    the close (``plan.base_seconds``).
+
+    The moment comes from the pace (:func:`base_moment`); when arrivals speed up towards the
+    close (a rush before the deadline), the records at that moment fall short of the plan and
+    more come late than the quality bound allows (a run with such a rush had 39 % late where
+    13 % were planned). Counting keeps the late records to the plan."""
+    if plan is None or plan.nu <= 0:
+        return True
+    return received >= plan.n_base or seconds_to_close <= plan.base_seconds
 
 
 def forecast(received: int, pace: float, seconds_to_close: float,
@@ -189,14 +209,21 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
     total = max(arrivals.total, 1.0)
 
     def late_overhead(nu: float) -> float:  # nu = 0: the release is made whole at close
-        return overhead_model.late_part(total if nu <= 0 else nu * total)
+        if nu <= 0:  # no base run, so none of its own overhead either
+            return overhead_model.late_part(total) - BASE_OVERHEAD(total)
+        return overhead_model.late_part(nu * total)
 
-    kwargs = dict(k=k, arrival_coefficient=arrivals.arrival_coefficient(base_cost(total)),
+    def with_base_steps(n: float) -> float:  # the base run's own steps beside the engine
+        return base_cost(n) + BASE_OVERHEAD(n)
+
+    base = with_base_steps if overhead else base_cost
+
+    kwargs = dict(k=k, arrival_coefficient=arrivals.arrival_coefficient(base(total)),
                   max_head_start=None if seconds_to_close is None else max(seconds_to_close, 0.0),
                   margin_factor=margin_factor(base_cost, total, quantile),
                   overhead=late_overhead if overhead else None)
     if deadline is None:
-        chosen = plan_optimal(total, base_cost, incremental_cost, arrivals.head_start,
+        chosen = plan_optimal(total, base, incremental_cost, arrivals.head_start,
                               nu_limit=1.0 if quality is None else quality.max_ratio(),
                               **kwargs)
         seconds = 0.0 if refine == "off" else (
@@ -205,12 +232,12 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
     budget = compute_budget(deadline, total, overhead_model) if overhead else deadline
     chosen = None
     if refine not in ("off", "auto") and float(refine) < budget:  # the compute without them
-        chosen = plan_deadline(total, base_cost, incremental_cost, arrivals.head_start,
+        chosen = plan_deadline(total, base, incremental_cost, arrivals.head_start,
                                budget - float(refine), warn=False, **kwargs)
         if not chosen.meets_deadline:
             chosen = None
     if chosen is None:
-        chosen = plan_deadline(total, base_cost, incremental_cost, arrivals.head_start, budget,
+        chosen = plan_deadline(total, base, incremental_cost, arrivals.head_start, budget,
                                warn=False, **kwargs)
     if refine == "off":
         return chosen

@@ -142,6 +142,9 @@ def main() -> None:
     parser.add_argument("--arrival-coefficient", type=float, default=10.0, metavar="S",
                         help="each survey is open S times the one-shot time the calibrated "
                              "cost model predicts (default 10)")
+    parser.add_argument("--max-open-seconds", type=float, default=420.0,
+                        help="at most this long (default 420: this session's time for the "
+                             "table; s is then smaller than asked, as the table shows)")
     parser.add_argument("--open-seconds", type=float, default=None,
                         help="how long each survey is open, wall clock (default: from "
                              "--arrival-coefficient)")
@@ -168,7 +171,8 @@ def main() -> None:
                 for profile in profiles:
                     (out / profile).mkdir()
                     shutil.copy(out / "cost_models.json", out / profile / "cost_models.json")
-                window = args.open_seconds or args.arrival_coefficient * model(n)
+                window = args.open_seconds or min(args.arrival_coefficient * model(n),
+                                                  args.max_open_seconds)
                 summaries = []
                 for profile in profiles:
                     print(f"{n:,} x {M}, {engine}, {profile} arrivals over "

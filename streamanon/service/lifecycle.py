@@ -462,15 +462,21 @@ class Service:
             log.info("survey %s: no base run stored: the base engine will be chosen again", sid)
 
     def _forecast_ready(self, sid: str, now: datetime) -> bool:
-        """Whether the survey's arrivals so far are enough to act on its plan
-        (:func:`scheduler.live.forecast_ready`)."""
+        """Whether the survey's arrivals so far are enough to act on its plan: the pace has
+        been measured (:func:`scheduler.live.forecast_ready`), and the plan's base snapshot
+        has its records (:func:`scheduler.live.snapshot_ready`)."""
         rt = self.surveys[sid]
         close = rt.config.close_at
         t = now.timestamp()
+        left = (close.timestamp() - t) if close else 0.0
         with self._lock:
             bins = rt.estimator.complete_bins(t)
             width = rt.estimator.bin_seconds
-        return live.forecast_ready(bins, (close.timestamp() - t) if close else 0.0, width)
+            plan, received = rt.last_plan, rt.ingest.stored
+        if self.coordinator is not None:
+            received = self.coordinator.stored.get(sid, received)
+        return (live.forecast_ready(bins, left, width)
+                and live.snapshot_ready(plan, received, left))
 
     def _plan(self, sid: str, now: datetime) -> Plan:
         rt = self.surveys[sid]

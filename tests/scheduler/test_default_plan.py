@@ -16,7 +16,7 @@ from scheduler.quality import DEFAULT_MAX_DELTA, QualityBound, delta_against_one
 
 K = 10
 N = 1_000_000
-OPEN = 300.0
+OPEN = 700.0  # s = 19.7 with MDAV's 35.58 s, as in issue 28's run
 #: MDAV on this machine: 35.58 s for a million records (the run issue 28 reports).
 MDAV = PowerLaw.quadratic(35.58, N)
 #: NN-split-end as calibrated here: adjoining costs c n_0 n_+ / k, splitting with MDAV.
@@ -44,13 +44,18 @@ def test_at_a_million_the_default_plan_leaves_a_small_increment_where_the_earlie
     with the quality bound and the late records priced it keeps most in the base run."""
     earliest = live.plan(UNIFORM, MDAV, NN, k=K, seconds_to_close=OPEN)
     assert earliest.nu > 0.9  # the degenerate plan is still what time alone chooses
-    default = live.plan(UNIFORM, MDAV, NN, k=K, seconds_to_close=OPEN,
-                        quality=QualityBound("mdav", "nn_split_end"))
+    stage = TwoStageCost(MDAV)
+    default = live.plan(UNIFORM, MDAV, stage, k=K, seconds_to_close=OPEN,
+                        quality=QualityBound("mdav", "two_stage"))
     assert 0 < default.nu <= default.nu_limit < 0.25
-    assert delta_against_one_shot("mdav", "nn_split_end", default.nu) <= DEFAULT_MAX_DELTA
+    assert delta_against_one_shot("mdav", "two_stage", default.nu) <= DEFAULT_MAX_DELTA
     # the late records' loading and gate are in the plan's time after close
     assert default.overhead_seconds == pytest.approx(
         DEFAULT_OVERHEAD.late_part(default.nu * N))
+    # and the base run's own steps in its time: it ends by the close
+    assert default.base_seconds == pytest.approx(
+        MDAV(default.n_base) + live.BASE_OVERHEAD(default.n_base), rel=1e-6)
+    assert default.compute_after_close < 1.0
     assert earliest.overhead_seconds == pytest.approx(DEFAULT_OVERHEAD.late_part(earliest.nu * N))
     assert earliest.overhead_seconds > 9.0  # what made it look cheaper than it was
 
@@ -60,8 +65,9 @@ def test_the_default_chooses_2mdav_at_a_million_and_nn_split_end_where_it_is_che
                Option("mdav", MDAV, TwoStageCost(MDAV), "two_stage")]
     big = choose(UNIFORM, options, k=K, stage="auto", seconds_to_close=OPEN)
     assert big.plan.stage == "two_stage"
+    # the fixed release steps of a million records (9.1 s, publishing most) bound the gain
     assert big.plan.finish_after_close + live.release_overhead(N) < (
-        MDAV(N) + DEFAULT_OVERHEAD(N, late=N)) / 5
+        MDAV(N) + DEFAULT_OVERHEAD(N, late=N)) / 4.5
     small_n = 50_000
     small = choose(UniformForecast(total=small_n, pace=small_n / OPEN),
                    [Option("mdav", PowerLaw.quadratic(20.0, small_n), o.incremental_cost,
@@ -159,3 +165,35 @@ def test_the_base_run_waits_until_the_forecast_is_ready():
     now[0] += timedelta(seconds=30)
     job.replan()
     assert fired == [plan_now] and job.base_started
+
+
+def test_the_snapshot_waits_for_the_records_the_plan_counts_on():
+    """A rush before the close: the moment from the pace comes before the planned base
+    records have arrived; the snapshot waits for them unless the base run would then end
+    after the close."""
+    from scheduler.planner import Plan
+
+    plan = Plan(mode="optimal", nu=0.1, n_total=200_000.0, t_ref=10.0, head_start=5.0,
+                base_seconds=6.0, incremental_seconds=1.0)
+    assert plan.n_base == 180_000
+    assert not live.snapshot_ready(plan, 150_000, seconds_to_close=20.0)
+    assert live.snapshot_ready(plan, 180_000, seconds_to_close=20.0)
+    assert live.snapshot_ready(plan, 150_000, seconds_to_close=6.0)  # no time left to wait
+    assert live.snapshot_ready(None, 0, 100.0)
+    assert live.snapshot_ready(replace_nu(plan, 0.0), 0, 100.0)
+
+
+def replace_nu(plan, nu):
+    from dataclasses import replace
+
+    return replace(plan, nu=nu)
+
+
+def test_at_close_many_late_records_after_a_rush_go_to_2mdav():
+    """The counts of a run with a rush before the close: 78,546 late records after a base of
+    121,454; NN-split-end's adjoining would cost seconds more than 2MDAV."""
+    stages = {"nn_split_end": NearestNeighbourCost(c=6.5e-9, k=K,
+                                                   split=PowerLaw.quadratic(2.6, 200_000)),
+              "two_stage": TwoStageCost(PowerLaw.quadratic(2.6, 200_000))}
+    stage, _ = choose_stage(121_454, 78_546, stages, engine="mdav")
+    assert stage == "two_stage"

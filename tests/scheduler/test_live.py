@@ -74,20 +74,27 @@ def test_a_deadline_keeps_the_release_overhead_free():
     plan = live.plan(PAPER, QUADRATIC, inc, k=K, deadline=3600.0)
     budget = live.compute_budget(3600.0, N)
     assert plan.deadline == budget < 3600.0
-    assert plan == plan_deadline(N, QUADRATIC, inc, PAPER.head_start, budget, k=K,
+    assert plan == plan_deadline(N, with_base_steps, inc, PAPER.head_start, budget, k=K,
                                  arrival_coefficient=plan.arrival_coefficient,
                                  overhead=late_overhead(N))
 
 
+def with_base_steps(n):
+    """The engine's model and the base run's own steps, as live.plan plans the base run."""
+    return QUADRATIC(n) + live.BASE_OVERHEAD(n)
+
+
 def late_overhead(n):
     """The default overhead's late-record part by nu, as live.plan weighs it."""
-    return lambda nu: DEFAULT_OVERHEAD.late_part(n if nu <= 0 else nu * n)
+    return lambda nu: (DEFAULT_OVERHEAD.late_part(nu * n) if nu > 0
+                       else DEFAULT_OVERHEAD.late_part(n) - live.BASE_OVERHEAD(n))
 
 
 def test_without_a_deadline_it_is_the_optimal_plan_within_the_time_left():
     inc = TwoStageCost(QUADRATIC)
     plan = live.plan(PAPER, QUADRATIC, inc, k=K, seconds_to_close=600.0)
-    assert plan == plan_optimal(N, QUADRATIC, inc, PAPER.head_start, k=K, max_head_start=600.0,
+    assert plan == plan_optimal(N, with_base_steps, inc, PAPER.head_start, k=K,
+                                max_head_start=600.0,
                                 arrival_coefficient=plan.arrival_coefficient,
                                 overhead=late_overhead(N))
     assert plan.head_start <= 600.0
@@ -101,7 +108,8 @@ def test_a_past_close_plans_one_shot_now():
 
 @pytest.mark.filterwarnings("error")  # any Python warning fails the test
 def test_an_infeasible_deadline_is_reported_in_the_plan_not_as_a_python_warning():
-    plan = live.plan(PAPER, QUADRATIC, TwoStageCost(QUADRATIC), k=K, deadline=10.0)
+    plan = live.plan(PAPER, QUADRATIC, TwoStageCost(QUADRATIC), k=K, deadline=10.0,
+                     overhead=False)
     assert plan.mode == "optimal" and plan.nu == pytest.approx(optimal_ratio(5.0), abs=1e-6)
     assert plan.meets_deadline is False
     assert any("cannot be met" in w for w in plan.warnings)
@@ -184,7 +192,9 @@ def test_measured_contention_moves_the_prediction_and_its_scatter_the_margin():
     plans = {name: live.plan(PAPER, m, TwoStageCost(m), k=K, deadline=3600.0)
              for name, m in (("calibrated", model), ("steady", steady),
                              ("scattered", scattered))}
-    assert plans["steady"].t_ref == pytest.approx(1.4 * plans["calibrated"].t_ref)
+    steps = live.BASE_OVERHEAD(N)  # the base run's own steps are not the engine's
+    assert plans["steady"].t_ref - steps == pytest.approx(
+        1.4 * (plans["calibrated"].t_ref - steps))
     assert (plans["steady"].margin_seconds / plans["steady"].finish_after_close
             < plans["scattered"].margin_seconds / plans["scattered"].finish_after_close)
     assert all(p.meets_deadline for p in plans.values())
