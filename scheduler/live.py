@@ -122,16 +122,19 @@ def forecast_ready(complete_bins: int, seconds_to_close: float, bin_seconds: flo
 
 def snapshot_ready(plan: Plan | None, received: float, seconds_to_close: float) -> bool:
     """Whether the base snapshot may be taken now for ``plan``: it holds the records the plan
-    counts on (``plan.n_base``), or waiting longer would leave the base run no time to end by
-    the close (``plan.base_seconds``).
+    counts on (``plan.n_base``); or waiting longer would leave the base run no time to end by
+    the close (``plan.base_seconds``) and the records late so far are within the plan's
+    quality bound (``plan.nu_limit``). When they are not, the snapshot is never taken: the
+    release is made one-shot at close rather than with more late records than the bound.
 
     The moment comes from the pace (:func:`base_moment`); when arrivals speed up towards the
     close (a rush before the deadline), the records at that moment fall short of the plan and
     more come late than the quality bound allows (a run with such a rush had 39 % late where
     13 % were planned). Counting keeps the late records to the plan."""
-    if plan is None or plan.nu <= 0:
+    if plan is None or plan.nu <= 0 or received >= plan.n_base:
         return True
-    return received >= plan.n_base or seconds_to_close <= plan.base_seconds
+    late = 1.0 - received / plan.n_total if plan.n_total > 0 else 1.0
+    return seconds_to_close <= plan.base_seconds and late <= plan.nu_limit
 
 
 def forecast(received: int, pace: float, seconds_to_close: float,

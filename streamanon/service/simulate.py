@@ -103,7 +103,7 @@ def make_data(kind: str, n: int, m: int, seed: int = 7) -> SurveyData:
 
 
 def service_config(bootstrap: str, out: Path, *, n: int, m: int, k: int, close: datetime,
-                   http: str, engine: str = "mdav", incremental: str = "nn_split_end",
+                   http: str, engine: str = "mdav", incremental: str = "auto",
                    deadline: float | None = None, survey: str = SURVEY,
                    arrival_bin_seconds: float = 2.0,
                    refine: str | float = "off", objective: str = "balanced",
@@ -209,7 +209,7 @@ def fresh_output(out: Path, survey: str, progress: Progress = log.info) -> None:
 
 
 def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, open_seconds: float,
-                 engine: str = "mdav", incremental: str = "nn_split_end",
+                 engine: str = "mdav", incremental: str = "auto",
                  deadline: float | None = None, http: str | None = None, linger: float = 0.0,
                  survey: str = SURVEY, log_every: float = 5.0,
                  dashboard: dict[str, Any] | None = None,
@@ -371,7 +371,7 @@ def one_shot(X: np.ndarray, k: int, engine: str) -> tuple[float, float]:
 
 def predict(profile: Any, n: int, duration: float, deadline: float | None, model: Any,
             incremental_model: Any, k: int, options: list[Option] | None = None,
-            incremental: str = "nn_split_end", refine: str | float = "off",
+            incremental: str = "auto", refine: str | float = "off",
             engine: str = "mdav", max_delta: float | None = DEFAULT_MAX_DELTA,
             ) -> dict[str, Any]:
     """The service's plan (:func:`scheduler.live.plan`, ``deadline`` after close) on the
@@ -413,7 +413,7 @@ def predict(profile: Any, n: int, duration: float, deadline: float | None, model
 def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k: int = 10,
                    survey_duration: float = 36_000.0, speedup: float = 600.0,
                    deadline: float | None = None, engine: str = "mdav",
-                   incremental: str = "nn_split_end", data: str = "gaussian",
+                   incremental: str = "auto", data: str = "gaussian",
                    out: str | Path = "simulation", dry_run: bool = False, seed: int = 7,
                    http: str | None = None, linger: float = 0.0,
                    survey: str = SURVEY, progress: Progress = log.info,

@@ -179,14 +179,19 @@ def test_the_snapshot_waits_for_the_records_the_plan_counts_on():
     assert not live.snapshot_ready(plan, 150_000, seconds_to_close=20.0)
     assert live.snapshot_ready(plan, 180_000, seconds_to_close=20.0)
     assert live.snapshot_ready(plan, 150_000, seconds_to_close=6.0)  # no time left to wait
+    bounded = replace_nu(plan, 0.1, nu_limit=0.12)
+    assert live.snapshot_ready(bounded, 178_000, seconds_to_close=6.0)
+    # a rush left more late than the quality bound allows: no base run, one-shot at close
+    assert not live.snapshot_ready(bounded, 150_000, seconds_to_close=6.0)
+    assert not live.snapshot_ready(bounded, 150_000, seconds_to_close=0.5)
     assert live.snapshot_ready(None, 0, 100.0)
     assert live.snapshot_ready(replace_nu(plan, 0.0), 0, 100.0)
 
 
-def replace_nu(plan, nu):
+def replace_nu(plan, nu, **changes):
     from dataclasses import replace
 
-    return replace(plan, nu=nu)
+    return replace(plan, nu=nu, **changes)
 
 
 def test_at_close_many_late_records_after_a_rush_go_to_2mdav():
