@@ -158,6 +158,7 @@ def main() -> None:
     profiles = args.profiles.split(",")
     skip = {tuple(x.split(":")) for x in args.skip.split(",") if x}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    revision = commit()  # the code that runs, whatever is committed meanwhile
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
@@ -189,7 +190,7 @@ def main() -> None:
                 for summary in summaries:
                     rows.append(row(summary, reference))
                     print(table(rows[-1:]).splitlines()[-1], flush=True)
-    print(f"\nThe default plan against the one-shot release; {started}, commit {commit()}, "
+    print(f"\nThe default plan against the one-shot release; {started}, commit {revision}, "
           f"{machine()}; i.i.d. Gaussian x {M}, k = {K}; s: the survey's window over the "
           f"measured one-shot compute; command: python simulations/bench_default_plan.py "
           f"--sizes {args.sizes} --engines {args.engines} --profiles {args.profiles} "
@@ -200,7 +201,7 @@ def main() -> None:
     missed = [x for x in rows if not all(x["checks"].values())]
     print(f"\n{len(rows) - len(missed)} of {len(rows)} rows meet every check")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"date": started, "commit": commit(),
+    Path(args.out).write_text(json.dumps({"date": started, "commit": revision,
                                           "machine": machine(), "rows": rows}, indent=2))
     print(f"wrote {args.out}")
 
