@@ -9,13 +9,13 @@ import pytest
 pytest_plugins = ["tests.browser"]  # the headless Chromium fixture, ``browser``
 
 REPO = Path(__file__).resolve().parents[1]
-DATASETS = REPO.parent / "shared" / "datasets"
+DATASETS = REPO / "tests" / "data"  # Census, Tarragona, EIA (tests/data/README.md)
 
 
 @pytest.fixture(scope="session")
 def datasets_dir() -> Path:
     if not (DATASETS / "census.csv").exists():
-        pytest.fail(f"benchmark datasets not found at {DATASETS} (CI provides ../shared)")
+        pytest.fail(f"benchmark datasets not found at {DATASETS}")
     return DATASETS
 
 
