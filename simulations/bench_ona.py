@@ -30,7 +30,7 @@ import numpy as np
 
 from simulations.common import ROOT, gaussian
 
-DATASETS = ROOT.parent / "shared" / "datasets"
+DATASETS = ROOT / "tests" / "data"
 TABLE_1_KS = (2, 3, 4, 5, 7, 10)
 
 

@@ -5,7 +5,7 @@ measured on a census-like 75,000 x 13 dataset.
     python simulations/repro/paper000.py --quick    # 5,000 records, k = 10 and 50, one run
 
 Data. The paper's "Large Census" (149,642 x 13) is not available here; the CASC Census file
-``../shared/datasets/census.csv`` (1080 x 13) is. :func:`census_like` draws records from the
+``tests/data/census.csv`` (1080 x 13) is. :func:`census_like` draws records from the
 multivariate normal with that file's column means and covariance (``numpy.cov``, ddof 1): with
 ``U diag(lambda) U^T`` the covariance's eigendecomposition (rounding-level negative eigenvalues
 clipped to 0; the covariance is singular up to rounding, as three earnings columns nearly
@@ -61,7 +61,7 @@ from streamanon.engines.pca_mdav import (
 from streamanon.errors import InputError
 from streamanon.metrics import distortion, standardise
 
-CENSUS = ROOT.parent / "shared" / "datasets" / "census.csv"
+CENSUS = ROOT / "tests" / "data" / "census.csv"
 COMMAND = "python simulations/repro/paper000.py"
 ENERGY = 0.1
 N_RECORDS = 75_000
@@ -87,7 +87,7 @@ ENGINES = ("mdav", "pca_mdav", "pca_mdav_proximal", "pca_mdav_proximal (paper K,
 def census_moments() -> tuple[np.ndarray, np.ndarray]:
     """Column means and covariance (ddof 1) of the CASC Census file, 13 numeric columns."""
     if not CENSUS.exists():
-        raise InputError(f"census data not found at {CENSUS}; the shared datasets are needed")
+        raise InputError(f"census data not found at {CENSUS}; it ships with the repository")
     X = pd.read_csv(CENSUS).to_numpy(dtype=np.float64)
     if X.shape[1] != 13 or not np.isfinite(X).all():
         raise InputError(f"{CENSUS} should hold 13 finite numeric columns, got shape {X.shape}")

@@ -42,7 +42,7 @@ from streamanon.engines.dependence import (
 )
 from streamanon.metrics import standardise
 
-CENSUS = ROOT.parent / "shared" / "datasets" / "census.csv"
+CENSUS = ROOT / "tests" / "data" / "census.csv"
 FIGURE = FIGURES / "paper002_tradeoff.png"
 COMMAND = "python simulations/repro/paper002.py"
 M_X = 6  # paper 002 section V.A: the first 6 attributes are the quasi-identifiers

@@ -25,9 +25,9 @@ from simulations.common import ROOT, gaussian
 from streamanon.engines import run_engine
 from streamanon.metrics import information_loss, standardise
 
-DATASETS = ROOT.parent / "shared" / "datasets"
+DATASETS = ROOT / "tests" / "data"
 KS = (2, 3, 4, 5, 7, 10)
-# Paper 004 Table 1, from ../shared/papers/notes/004_ona_mondrian_mona.md.
+# Thaeter & Reischuk 2021, Table 1 (paper 004; copied in docs/design/references.md).
 PUBLISHED = {
     ("mdav", "census"): (3.18, 5.69, 7.49, 9.09, 11.60, 14.16),
     ("mdav", "tarragona"): (9.33, 16.93, 19.55, 22.46, 27.52, 33.19),

@@ -47,7 +47,7 @@ from streamanon.engines.tcloseness import tfirst_cluster_size
 from streamanon.metrics import information_loss, sse, standardise
 from streamanon.privacy import TOLERANCE, cell_emds
 
-DATASETS = ROOT.parent / "shared" / "datasets"
+DATASETS = ROOT / "tests" / "data"
 COMMAND = "python simulations/repro/paper005_tcloseness.py"
 #: data set -> confidential attribute; every other column is a quasi-identifier.
 CONFIDENTIAL = {"census": "FICA", "eia": "TOTREVENUE"}

@@ -144,7 +144,7 @@ def test_progress_reaches_total():
     assert progress.done == progress.total == 500
 
 
-# Published MDAV information loss, ../shared/datasets/README.md.
+# Published MDAV information loss, tests/data/README.md (and docs/design/references.md).
 PUBLISHED_IL = {
     "census": {3: 5.69, 5: 9.09, 10: 14.16},
     "tarragona": {3: 16.93, 5: 22.46, 10: 33.19},

@@ -15,7 +15,7 @@ from streamanon.errors import ParameterError
 from streamanon.metrics import information_loss, standardise
 
 KS = (2, 3, 4, 5, 7, 10)
-# Paper 004, Table 1 (IL %), copied in ../shared/papers/notes/004_ona_mondrian_mona.md.
+# Thaeter & Reischuk 2021 (paper 004), Table 1 (IL %), copied in docs/design/references.md.
 PUBLISHED = {
     "mdav_star": {
         "census": (3.17, 5.78, 7.44, 8.81, 11.37, 14.01),
