@@ -1,13 +1,15 @@
-"""The README's sample of ``make demo``: made from a real run, never edited by hand.
+"""The sample of ``make demo`` in the documentation (docs/getting-started.md): made from a
+real run, never edited by hand.
 
     python simulations/readme_demo.py                 # runs the demo, then rewrites the block
     python simulations/readme_demo.py --from DIR      # the block from a demo already run in DIR
 
-The block between ``<!-- demo-sample:start -->`` and ``<!-- demo-sample:end -->`` in README.md
-is the demo's closing table (:func:`streamanon.service.demo.side_by_side`) of the run's
-``simulation.json``, under a line that says when, on which commit and machine, and with which
-command it ran. The summary it was made from is kept in ``docs/demo-sample.json``, so a test
-remakes the block from it and checks that the README shows exactly that.
+The block between ``<!-- demo-sample:start -->`` and ``<!-- demo-sample:end -->`` in
+docs/getting-started.md is the demo's closing table
+(:func:`streamanon.service.demo.side_by_side`) of the run's ``simulation.json``, under a line
+that says when, on which commit and machine, and with which command it ran. The summary it was
+made from is kept in ``docs/demo-sample.json``, so a test remakes the block from it and checks
+that the page shows exactly that.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from simulations.bench_default_plan import commit, machine
 from simulations.common import ROOT
 from streamanon.service.demo import side_by_side
 
-README = ROOT / "README.md"
+#: The page that shows the sample.
+PAGE = ROOT / "docs" / "getting-started.md"
 SAMPLE = ROOT / "docs" / "demo-sample.json"
 START, END = "<!-- demo-sample:start -->", "<!-- demo-sample:end -->"
 
 
 def block(sample: dict[str, Any]) -> str:
-    """The README block for a stored sample (its provenance and the demo's summary)."""
+    """The page's block for a stored sample (its provenance and the demo's summary)."""
     p = sample["provenance"]
     return "\n".join([
         START,
@@ -42,9 +45,9 @@ def block(sample: dict[str, Any]) -> str:
         END])
 
 
-def rewrite(readme: str, sample: dict[str, Any]) -> str:
-    """``readme`` with its sample block replaced by the one of ``sample``."""
-    head, rest = readme.split(START, 1)
+def rewrite(page: str, sample: dict[str, Any]) -> str:
+    """``page`` with its sample block replaced by the one of ``sample``."""
+    head, rest = page.split(START, 1)
     _, tail = rest.split(END, 1)
     return head + block(sample) + tail
 
@@ -67,9 +70,10 @@ def main() -> None:
         "commit": commit(), "machine": machine()}, "summary": summary}
     SAMPLE.parent.mkdir(parents=True, exist_ok=True)
     SAMPLE.write_text(json.dumps(sample, indent=2) + "\n")
-    README.write_text(rewrite(README.read_text(), sample))
+    PAGE.write_text(rewrite(PAGE.read_text(), sample))
     print(block(sample))
-    print(f"\nwrote {SAMPLE.relative_to(ROOT)} and the block in README.md", file=sys.stderr)
+    print(f"\nwrote {SAMPLE.relative_to(ROOT)} and the block in {PAGE.relative_to(ROOT)}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The README's two commands and the Makefile's other targets, run as the Makefile runs them:
+"""The README's two commands and the Makefile's other targets, run as the Makefile runs them,
+and the commands of the survey-data and privacy pages as written there:
 a renamed flag or a missing target fails here, not in front of a new user."""
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import subprocess
 import sys
 
 from tests.conftest import REPO
+from tests.docs_pages import DOCS, block, blocks, commands, page, section
 
-README = (REPO / "README.md").read_text()
+README = page("README.md")
 MAKEFILE = (REPO / "Makefile").read_text()
 
 
@@ -21,16 +23,20 @@ def _make(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 def test_readme_opens_with_the_two_commands_and_ci_runs_the_second():
-    first_block = re.search(r"```sh\n(.*?)```", README, flags=re.S).group(1)
-    commands = [line.split("#")[0].strip() for line in first_block.splitlines()]
-    assert commands == ["make demo", "make test"]
+    assert commands(block(README, "sh")) == ["make demo", "make test"]
     assert "make test" in (REPO / ".ci" / "run").read_text()
 
 
 def test_every_make_target_the_readme_names_exists():
+    """In the README and on every page of the documentation."""
     targets = set(re.findall(r"^([a-z][a-z-]*):", MAKEFILE, flags=re.M))
     named = set(re.findall(r"`make ([a-z][a-z-]*)", README))
     assert {"demo", "test"} <= named
+    for doc in DOCS.rglob("*.md"):
+        text = doc.read_text()
+        named |= set(re.findall(r"`make ([a-z][a-z-]*)", text))
+        named |= {line.split()[1] for shell in blocks(text, "sh", "console", "bash")
+                  for line in commands(shell) if line.startswith("make ")}
     assert named <= targets, named - targets
 
 
@@ -55,7 +61,7 @@ def test_make_bench_runs_the_benchmark(tmp_path):
 
 
 def test_the_service_benchmark_runs(tmp_path):
-    """``python simulations/bench_service.py`` (README, Close to release), on a small load:
+    """``python simulations/bench_service.py`` (docs/benchmarks/service.md), on a small load:
     both modes side by side, every step of report.json in the table, the base release spliced."""
     out = tmp_path / "bench_service.json"
     result = subprocess.run(
@@ -76,14 +82,15 @@ def test_the_service_benchmark_runs(tmp_path):
 
 
 def test_the_survey_data_commands_run(tmp_path):
-    """The three commands of the README's "Survey data" section, as written there."""
-    section = README.split("## Survey data", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
-    commands = [line.split() for line in block.splitlines() if line.strip()]
-    assert [c[:2] for c in commands] == [["python", "-m"], ["streamanon", "anonymize"],
+    """The three commands of the "Survey data" section (docs/guide/survey-data.md), as
+    written there."""
+    shown = section(page("guide/survey-data.md"),
+                    "Survey data: categories, ordinals, missing answers, strata and weights")
+    lines = [line.split() for line in commands(block(shown, "sh"))]
+    assert [c[:2] for c in lines] == [["python", "-m"], ["streamanon", "anonymize"],
                                          ["streamanon", "verify"]]
     outputs = []
-    for words in commands:
+    for words in lines:
         argv = ([sys.executable, *words[1:]] if words[0] == "python"
                 else [sys.executable, "-m", "streamanon", *words[1:]])
         result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -94,16 +101,14 @@ def test_the_survey_data_commands_run(tmp_path):
 
 
 def test_the_privacy_commands_run(tmp_path):
-    """The commands of the README's "Privacy beyond k-anonymity" section, as written there:
+    """The commands of docs/guide/privacy.md, as written there:
     the release they make is checked 0.2-close and 2-diverse by ``verify``, and the report
     page is written."""
-    section = README.split("## Privacy beyond k-anonymity", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
-    commands = [line.split("#")[0].split() for line in block.splitlines() if line.strip()]
-    assert [c[:2] for c in commands] == [["python", "-m"], ["streamanon", "anonymize"],
+    lines = [line.split() for line in commands(block(page("guide/privacy.md"), "sh"))]
+    assert [c[:2] for c in lines] == [["python", "-m"], ["streamanon", "anonymize"],
                                          ["streamanon", "verify"], ["streamanon", "report"]]
     outputs = []
-    for words in commands:
+    for words in lines:
         argv = ([sys.executable, *words[1:]] if words[0] == "python"
                 else [sys.executable, "-m", "streamanon", *words[1:]])
         result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300,
