@@ -1,9 +1,9 @@
 """Cost models for the planner, their calibration, and their persistence.
 
 The base engine's time is modelled as a power law ``t = a n^b`` at the survey's m and k. MDAV is
-quadratic in theory (b = 2), but measured exponents differ (streamanon's MDAV fits about 1.5
-over 20k..1M records), so ``b`` is fitted. A fit also gives a prediction interval
-(:meth:`PowerLaw.upper`): from its own residual, wider away from the calibrated sizes, and
+quadratic in theory (b = 2), but measured exponents differ (streamanon's MDAV fits well below
+2; the MDAV benchmark page has the figures), so ``b`` is fitted. A fit also gives a prediction
+interval (:meth:`PowerLaw.upper`): from its own residual, wider away from the calibrated sizes, and
 from the scatter of the real runs, whose measured slow-down against the calibration (the
 contention of the cores shared with the broker and the collector) scales the model
 (:meth:`PowerLaw.observed`). The incremental stages have their own models:
@@ -85,8 +85,8 @@ class PowerLaw:
         ``a`` times the measured contention, the geometric mean of ``seconds / self(n)``.
 
         Calibration times the engine alone; a real base run shares the cores with the broker,
-        the collector and the producer, and the README's simulations measured runs 1.2-1.5
-        times slower than calibrated. The ratio is assumed not to depend on n. No runs: the
+        the collector and the producer, so it is slower than calibrated by a factor that
+        only the real runs tell. The ratio is assumed not to depend on n. No runs: the
         model itself.
         """
         ratios = np.log([seconds / self(n) for n, seconds in runs if n > 0 and seconds > 0])

@@ -1,5 +1,5 @@
 """APScheduler jobs that act on the plan: re-plan every few seconds, start the base run once,
-close the survey once (SPEC section 6, step 4).
+close the survey once (specification section 6, step 4: docs/design/specification.md).
 
 :class:`Planner` owns three jobs on an APScheduler scheduler: ``<survey>:replan`` (interval),
 ``<survey>:base`` (date, moved by every re-plan) and ``<survey>:close`` (date). What to do is

@@ -1,4 +1,4 @@
-"""The live planning policy: what the service decides every few seconds (SPEC section 6, step 4).
+"""The live planning policy: what the service decides every few seconds (design spec §6, step 4).
 
 :mod:`scheduler.planner` solves for nu given cost models and a forecast; this module is the
 policy around it that the service, the APScheduler jobs, ``streamanon simulate``, the

@@ -1,4 +1,5 @@
-"""When to start the base run: the data ratio nu (paper 001, sections III-B and IV; SPEC 4).
+"""When to start the base run: the data ratio nu (Rebollo-Monedero et al. 2018, sections III-B
+and IV; design spec §4).
 
 Times are relative to ``t_ref``, the one-shot ("traditional") run time on all n records.
 ``nu = n_+ / n`` is the fraction left to the incremental stage, ``tau_0`` and ``tau_+`` are the

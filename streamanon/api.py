@@ -156,8 +156,7 @@ def microaggregate(
     engine
         Registered engine name (``streamanon engines``); default ``mdav``, or
         ``tclose_kfirst`` when ``l`` or ``t`` is asked (the lowest information loss of the
-        three t-closeness engines on the benchmark files: README, "Privacy beyond
-        k-anonymity").
+        three t-closeness engines on the benchmark files: the t-closeness benchmark page).
     schema
         The data set's schema (:mod:`streamanon.schema`: a mapping of column name to role,
         type, levels, ``required``, ``missing``; or a schema file's path): categorical,

@@ -1,4 +1,4 @@
-"""Running the parts of a partitioned base run on a Dask cluster (issue 19).
+"""Running the parts of a partitioned base run on a Dask cluster.
 
 The cutting and the joining are in :mod:`streamanon.engines.partitioned`, pure; this module only
 connects to Dask (:func:`open_client`) and evaluates the per-part function on its workers

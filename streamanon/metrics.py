@@ -1,4 +1,5 @@
-"""Standardisation, distortion and the k-anonymity gate (SPEC section 3).
+"""Standardisation, distortion and the k-anonymity gate (specification section 3,
+docs/design/specification.md).
 
 All functions are pure: arrays (or, for the table checks, a DataFrame) in, numbers or arrays out.
 

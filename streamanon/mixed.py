@@ -1,6 +1,6 @@
 """Mixed survey data: categorical, ordinal, integer and missing quasi-identifiers, strata and
-weights (issue 15; Domingo-Ferrer & Torra, "Ordinal, continuous and heterogeneous k-anonymity
-through microaggregation", Data Min. Knowl. Disc. 11, 2005).
+weights (specification section 9; Domingo-Ferrer & Torra 2005, "Ordinal, continuous and
+heterogeneous k-anonymity through microaggregation", Data Min. Knowl. Disc. 11).
 
 The engines stay the fast Euclidean ones: a record is **embedded** in a Euclidean space whose
 squared distances are the mixed distance, the engines run there, and each cell's released value
@@ -532,7 +532,7 @@ def loss_by_type(C: np.ndarray, R: np.ndarray, encoding: Encoding, scaling: Stan
     """The information loss of released codes ``R`` against the original codes ``C``, per type,
     over the values that were observed (a weighted share when ``weights`` are given):
 
-    - ``distortion``: the embedding's SSE / SST (SPEC section 3; on complete numeric data the
+    - ``distortion``: the embedding's SSE / SST (design spec §3; on complete numeric data the
       literature's D): squared distances of each record's embedding to its released one,
       over the squared distances to the mean; a withheld value counts as released at the mean;
     - ``numeric``: the same, over the numeric attributes only;

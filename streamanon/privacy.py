@@ -24,7 +24,7 @@ N. Li, T. Li, S. Venkatasubramanian, "t-Closeness: Privacy beyond k-anonymity an
 l-diversity", ICDE 2007, section 4 (EMD for ordered and equal distances).
 J. Soria-Comas, J. Domingo-Ferrer, D. Sánchez, S. Martínez, "t-Closeness through
 Microaggregation: Strict Privacy with Enhanced Utility Preservation", IEEE TKDE 27(11), 2015,
-algorithm 1; digest ``notes/tcloseness_digest.md``.
+algorithm 1 (Soria-Comas et al. 2015 in docs/design/references.md).
 """
 
 from __future__ import annotations
@@ -316,8 +316,7 @@ def enforce(Z: np.ndarray, labels: np.ndarray, S: np.ndarray, kinds: Sequence[st
 
     References
     ----------
-    Soria-Comas, Domingo-Ferrer, Sánchez and Martínez (TKDE 2015), algorithm 1; digest
-    ``notes/tcloseness_digest.md`` section 2.1.
+    Soria-Comas, Domingo-Ferrer, Sánchez and Martínez (TKDE 2015), algorithm 1.
     """
     Z = np.asarray(Z, dtype=np.float64)
     if Z.ndim != 2:

@@ -131,8 +131,8 @@ def refine_partition(X: np.ndarray, labels: np.ndarray, k: int, *,
 
     References
     ----------
-    Thaeter and Reischuk (2021), ``papers/004_95e0f862eb9270fe.txt``, Algorithm 3 (the
-    moves); paper 001 (``papers/001_614e2e2317b23170.txt``) for the two stages before it.
+    Thaeter & Reischuk 2021, Algorithm 3 (the moves); Rebollo-Monedero et al. 2018 for the two
+    stages before it (both in docs/design/references.md).
     """
     # the compiled kernels load here, so that reading a ``refine`` setting (the service's
     # configuration) does not load numba

@@ -6,12 +6,12 @@ Two pure functions, arrays and tables in, arrays and tables out:
   usable base snapshot (the small-base rule, :func:`~streamanon.incremental.base_is_usable`)
   the records after it join the base cells through the incremental stage of a
   :class:`~streamanon.incremental.run.TwoStageRun`, in the standardisation the base was run in;
-  otherwise one engine run microaggregates all records, standardised as a whole (paper 001,
-  sec. IV; SPEC sections 5 and 6).
+  otherwise one engine run microaggregates all records, standardised as a whole (Rebollo-Monedero
+  et al. 2018, sec. IV; specification sections 5 and 6).
 - :func:`release_table` turns a partition into the released table: every quasi-identifier
   replaced by the mean of its cell in original units, every other column unchanged, the
   k-anonymity gate applied to the released values, the rows shuffled; with the distortion of
-  the release (SPEC section 3).
+  the release (specification section 3, docs/design/specification.md).
 
 The service releases a survey with both; the ``anonymize`` command with the second, on the
 partition :func:`~streamanon.api.microaggregate` makes.
@@ -315,7 +315,7 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
     for name, values in enc.decode(R, like=frame).items():
         table[name] = values.to_numpy() if values.dtype == object else values.array
     qi = enc.names
-    if prepared.legacy:  # complete numeric data: exactly the literature's D, as before issue 15
+    if prepared.legacy:  # complete numeric data: exactly the literature's D and gate
         require_k_anonymous(table[qi].to_numpy(), k)
     else:
         require_k_anonymous_table(table, qi, k)

@@ -1,5 +1,5 @@
-"""Disclosure risk and utility of a release, measured against its original (issue 16; SPEC
-section 9).
+"""Disclosure risk and utility of a release, measured against its original (specification
+section 9, docs/design/specification.md).
 
 :func:`measure` compares an original table with a released one on the schema's
 quasi-identifiers (the **key**) and returns :class:`Measures`; :meth:`Measures.to_json` is the

@@ -1,4 +1,4 @@
-"""The one way to describe a data set: every field's role and type (SPEC section 6, issue 15).
+"""The one way to describe a data set: every field's role and type (specification section 6).
 
 The service's ``[surveys.schema]`` table, a schema file for ``streamanon anonymize --schema``
 and ``microaggregate(df, schema=...)`` all use this format: a mapping of field name to a

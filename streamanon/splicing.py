@@ -1,4 +1,4 @@
-"""A release spliced from a base release made before close (issue 17; pure, no I/O).
+"""A release spliced from a base release made before close (pure, no I/O).
 
 The expensive part of a large release besides the engines is Python-bound: one JSON message
 per record. A two-stage release leaves most cells of the base run as they were, so the

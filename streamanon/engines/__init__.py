@@ -1,4 +1,4 @@
-"""The engine registry (SPEC section 5).
+"""The engine registry (specification section 5, docs/design/specification.md).
 
 An engine maps a standardised matrix ``X`` (n x m), the anonymity parameter ``k`` and its own
 keyword parameters to an integer label array of length n in which every label occurs at least

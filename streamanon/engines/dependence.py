@@ -69,8 +69,7 @@ def quasi_identifier_distortion(X: np.ndarray, labels: np.ndarray) -> float:
 
     References
     ----------
-    ``papers/002_846561cb4299ef38.txt`` section III.A; digest ``papers/notes/002_dependence.md``
-    section 2.1.
+    Rebollo-Monedero et al. 2015, section III.A.
     """
     return _per_dimension_error(_standardised_block(X, "X"), labels)
 
@@ -97,8 +96,7 @@ def confidential_distortion(Y: np.ndarray, labels: np.ndarray) -> float:
 
     References
     ----------
-    ``papers/002_846561cb4299ef38.txt`` section III.B; digest ``papers/notes/002_dependence.md``
-    section 2.2.
+    Rebollo-Monedero et al. 2015, section III.B.
     """
     return _per_dimension_error(_standardised_block(Y, "Y"), labels)
 
@@ -114,7 +112,7 @@ def dependence_beta(lam: float, m_x: int, m_y: int) -> float:
 
     References
     ----------
-    ``papers/002_846561cb4299ef38.txt`` section IV.A.
+    Rebollo-Monedero et al. 2015, section IV.A.
     """
     if lam >= 1.0:
         return math.inf
@@ -135,7 +133,7 @@ def _check_lambda(lam: object) -> float:
 @register(
     "dependence",
     summary="any engine on (x, beta*y): trade QI distortion for predictability of y by lambda",
-    source="papers/002_846561cb4299ef38.txt sec. IV.A",
+    source="Rebollo-Monedero et al. 2015 (paper 002), sec. IV.A",
     parameters={
         "Y": "confidential attributes, n x m_Y (standardised by the engine); required",
         "lam": "lambda in [0, 1]: weight of D_Y against D_X (default 0.5)",
@@ -211,9 +209,9 @@ def dependence(
 
     References
     ----------
-    Rebollo-Monedero et al., "k-Anonymous Microaggregation with Preservation of Statistical
-    Dependence", ``papers/002_846561cb4299ef38.txt`` section III.B (the Lagrangian) and section
-    IV.A (the equivalence); digest ``papers/notes/002_dependence.md`` sections 2.4 and 3.3.
+    Rebollo-Monedero et al. 2015, "k-Anonymous Microaggregation with Preservation of
+    Statistical Dependence" (docs/design/references.md), section III.B (the Lagrangian) and
+    section IV.A (the equivalence).
     """
     X = np.asarray(X, dtype=np.float64)
     if Y is None:

@@ -94,7 +94,7 @@ def fisher_direction(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 
     References
     ----------
-    ``papers/003_1546d3096d916769.txt`` section 3.2.1 (``Sigma_W``) and section 3.2.2 (``U``).
+    Rodriguez-Hoyos et al. 2019, section 3.2.1 (``Sigma_W``) and section 3.2.2 (``U``).
     """
     X = np.asarray(X, dtype=np.float64)
     m = X.shape[1]
@@ -122,7 +122,7 @@ def lda_operator(direction: np.ndarray, alpha: float) -> np.ndarray:
 
     References
     ----------
-    ``papers/003_1546d3096d916769.txt`` section 3.2.2 ("Rotation", "Scaling").
+    Rodriguez-Hoyos et al. 2019, section 3.2.2 ("Rotation", "Scaling").
     """
     m = len(direction)
     V, _ = np.linalg.qr(np.asarray(direction, dtype=np.float64)[:, None], mode="complete")
@@ -134,7 +134,7 @@ def lda_operator(direction: np.ndarray, alpha: float) -> np.ndarray:
 @register(
     "lda_mdav",
     summary="MDAV after rotating to a binary label's LDA direction and stretching it by alpha",
-    source="papers/003_1546d3096d916769.txt sec. 3.2.2",
+    source="Rodriguez-Hoyos et al. 2019 (paper 003), sec. 3.2.2",
     parameters={
         "labels": "binary class label of every record (two distinct values); required",
         "alpha": "stretch of the discriminant axis, >= 1 (default 1: plain MDAV)",
@@ -202,9 +202,9 @@ def lda_mdav(
 
     References
     ----------
-    Rodriguez-Hoyos et al., "Preserving Empirical Data Utility in k-Anonymous Microaggregation
-    via Linear Discriminant Analysis", ``papers/003_1546d3096d916769.txt`` sections 3.2.1-3.2.3
-    and Fig. 9; digest ``papers/notes/003_lda.md`` sections 2.2-2.7.
+    Rodriguez-Hoyos et al. 2019, "Preserving Empirical Data Utility in k-Anonymous
+    Microaggregation via Linear Discriminant Analysis" (docs/design/references.md), sections
+    3.2.1-3.2.3 and Fig. 9.
     """
     X = np.asarray(X, dtype=np.float64)
     y = binary_classes(labels, X.shape[0])

@@ -6,10 +6,10 @@ farthest from ``r`` and its ``k - 1`` nearest form a second cell. When fewer tha
 remain, one more cell is formed if at least ``2k`` remain, and the rest (``k`` to ``2k - 1``
 records) make the last cell. Every cell has ``k`` records except the last.
 
-This is the variant of SPEC section 5 (Domingo-Ferrer and Torra's MDAV-generic as in sdcMicro),
-which reproduces the published information loss on the Census, Tarragona and EIA benchmarks.
-Paper 001's prose (section IV, step 4) adjoins a remainder of fewer than ``k`` records to the
-last cell instead; that tail differs and is not what this engine does.
+This is the variant of specification section 5 (Domingo-Ferrer & Torra 2005's MDAV-generic, as
+in sdcMicro), which reproduces the published information loss on the Census, Tarragona and EIA
+benchmarks. Paper 001's prose (section IV, step 4) adjoins a remainder of fewer than ``k``
+records to the last cell instead; that tail differs and is not what this engine does.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ _MAX_SCREENED_COLUMNS = 33_000
 @register(
     "mdav",
     summary="MDAV-generic: cells of k records, the last one of k..2k-1",
-    source="papers/001_614e2e2317b23170.txt sec. IV; SPEC sec. 5",
+    source="Domingo-Ferrer & Torra 2005 (MDAV-generic); Rebollo-Monedero et al. 2018 "
+           "(paper 001), sec. IV; design spec §5",
     parameters={
         "n_threads": "threads for the distance scans (default: all cores); result unchanged",
         "screen": "use the quantised pre-filter (default true); result unchanged",
@@ -85,7 +86,7 @@ def mdav(
     ----------
     Domingo-Ferrer and Torra (2005), "Ordinal, continuous and heterogeneous k-anonymity
     through microaggregation", Algorithm MDAV-generic; restated in
-    ``papers/001_614e2e2317b23170.txt`` section IV and SPEC section 5.
+    Rebollo-Monedero et al. 2018, section IV, and specification section 5 (both in docs/design/).
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     n, m = X.shape

@@ -16,8 +16,7 @@ the runtime is ``O(n^(1 + rho) m)``. The parts are
 independent and ONA* releases the GIL, so they run on parallel threads; the result does not
 depend on the number of threads.
 
-Choices where the paper is silent (digest ``papers/notes/004_ona_mondrian_mona.md`` sec.
-2.6-2.9):
+Choices where the paper (Thaeter & Reischuk 2021) is silent:
 
 - The median of an even count is the mean of the two middle values; records at most the median
   go left. When ties at the median would leave a side with fewer than ``k`` records (the text
@@ -50,7 +49,7 @@ from streamanon.engines.ona import default_candidates
 from streamanon.errors import ParameterError
 from streamanon.progress import Progress
 
-_SOURCE = "papers/004_95e0f862eb9270fe.txt"
+_SOURCE = "Thaeter & Reischuk 2021 (paper 004)"
 _ONA_ROUNDS = 30
 
 
@@ -71,7 +70,7 @@ def _mondrian(X: np.ndarray, k: int, rule: int, progress: Progress | None) -> np
 
 
 @register("mondrian", summary="median cuts on the widest-range column (O(n m log n))",
-          source=f"{_SOURCE} Alg. 4")
+          source=f"{_SOURCE}, Alg. 4")
 def mondrian(X: np.ndarray, k: int, *, progress: Progress | None = None) -> np.ndarray:
     """Mondrian labels of the standardised records ``X``: every cell has ``k..2k-1`` records
     (all ``n`` when ``n < 2k``).
@@ -85,20 +84,20 @@ def mondrian(X: np.ndarray, k: int, *, progress: Progress | None = None) -> np.n
 
     References
     ----------
-    LeFevre, DeWitt and Ramakrishnan (2006); as used in Thaeter and Reischuk (2021),
-    ``papers/004_95e0f862eb9270fe.txt``, Algorithm 4.
+    LeFevre, DeWitt and Ramakrishnan (2006); as used in Thaeter & Reischuk 2021
+    (docs/design/references.md), Algorithm 4.
     """
     return _mondrian(X, k, RULE_RANGE, progress)
 
 
 @register("mondrian_v", summary="median cuts on the largest-variance column (O(n m log n))",
-          source=f"{_SOURCE} sec. 4 (MONDRIAN_V)")
+          source=f"{_SOURCE}, sec. 4 (MONDRIAN_V)")
 def mondrian_v(X: np.ndarray, k: int, *, progress: Progress | None = None) -> np.ndarray:
     """Mondrian-V labels: like :func:`mondrian`, cutting the column of largest variance.
 
     References
     ----------
-    ``papers/004_95e0f862eb9270fe.txt``, MONDRIAN_V.
+    Thaeter & Reischuk 2021 (docs/design/references.md), MONDRIAN_V.
     """
     return _mondrian(X, k, RULE_VARIANCE, progress)
 
@@ -106,13 +105,13 @@ def mondrian_v(X: np.ndarray, k: int, *, progress: Progress | None = None) -> np
 @register("mondrian_v2d",
           summary="median cuts on the largest-variance column or 45-degree diagonal "
                   "(O(n m^2 log n))",
-          source=f"{_SOURCE} Alg. 5")
+          source=f"{_SOURCE}, Alg. 5")
 def mondrian_v2d(X: np.ndarray, k: int, *, progress: Progress | None = None) -> np.ndarray:
     """Mondrian-V2D labels: the cut direction may also be ``(e_j1 +- e_j2) / sqrt(2)``.
 
     References
     ----------
-    ``papers/004_95e0f862eb9270fe.txt``, Algorithm 5 (MONDRIAN_V2D).
+    Thaeter & Reischuk 2021 (docs/design/references.md), Algorithm 5 (MONDRIAN_V2D).
     """
     return _mondrian(X, k, RULE_VARIANCE_2D, progress)
 
@@ -180,7 +179,7 @@ _MONA_PARAMETERS = {
 
 
 @register("mona", summary="Mondrian-V cuts down to n^rho records, then ONA* on each part",
-          source=f"{_SOURCE} Alg. 6", parameters=_MONA_PARAMETERS)
+          source=f"{_SOURCE}, Alg. 6", parameters=_MONA_PARAMETERS)
 def mona(X: np.ndarray, k: int, *, rho: float = 0.5, n_threads: int | None = None,
          progress: Progress | None = None) -> np.ndarray:
     """MONA_rho labels of the standardised records ``X``.
@@ -208,20 +207,20 @@ def mona(X: np.ndarray, k: int, *, rho: float = 0.5, n_threads: int | None = Non
 
     References
     ----------
-    ``papers/004_95e0f862eb9270fe.txt``, Algorithm 6 (caption only; body reconstructed from
-    the text in the digest, sec. 2.9).
+    Thaeter & Reischuk 2021 (docs/design/references.md), Algorithm 6 (caption only in the
+    available text; the body is reconstructed from the paper's prose).
     """
     return _mona(X, k, RULE_VARIANCE, rho, n_threads, progress)
 
 
 @register("mona_2d", summary="Mondrian-V2D cuts down to n^rho records, then ONA* on each part",
-          source=f"{_SOURCE} Alg. 6", parameters=_MONA_PARAMETERS)
+          source=f"{_SOURCE}, Alg. 6", parameters=_MONA_PARAMETERS)
 def mona_2d(X: np.ndarray, k: int, *, rho: float = 0.5, n_threads: int | None = None,
             progress: Progress | None = None) -> np.ndarray:
     """MONA_2D_rho labels: :func:`mona` with Mondrian-V2D cuts.
 
     References
     ----------
-    ``papers/004_95e0f862eb9270fe.txt``, Algorithm 6 and Table 5.
+    Thaeter & Reischuk 2021 (docs/design/references.md), Algorithm 6 and Table 5.
     """
     return _mona(X, k, RULE_VARIANCE_2D, rho, n_threads, progress)

@@ -9,8 +9,7 @@ dissolve a cell of exactly k into the cells nearest its members when the total c
 drops, and move the single most profitable record out of each cell larger than k; cells that
 reach 2k are split again with MDAV*.
 
-Choices where the paper is silent or damaged (documented in the digest
-``papers/notes/004_ona_mondrian_mona.md``):
+Choices where the paper (Thaeter & Reischuk 2021) is silent or its text damaged:
 
 - MDAV* lines 7-8 compare costs per record placed: ``Cost(N1)/k`` against
   ``(n/(n+1)|x - mu_clos|^2 + Cost(N2))/(k+1)``; ties go to a new cell; with no cell yet, or
@@ -62,7 +61,7 @@ from streamanon.engines.mdav import mdav
 from streamanon.errors import ParameterError
 from streamanon.progress import Progress
 
-_SOURCE = "papers/004_95e0f862eb9270fe.txt"
+_SOURCE = "Thaeter & Reischuk 2021 (paper 004)"
 #: Up to this many cells (n // k), ONA* searches every cell by default (exact).
 EXACT_CELLS = 2_000
 #: Above it, a move considers this many cells nearest to the record's own cell (plus its own 8).
@@ -76,7 +75,7 @@ def default_candidates(n: int, k: int) -> int:
 
 
 @register("mdav_star", summary="MDAV*: MDAV that may grow cells where that costs less",
-          source=f"{_SOURCE} Alg. 1")
+          source=f"{_SOURCE}, Alg. 1")
 def mdav_star(X: np.ndarray, k: int, *, progress: Progress | None = None) -> np.ndarray:
     """MDAV* labels of the standardised records ``X``.
 
@@ -89,7 +88,7 @@ def mdav_star(X: np.ndarray, k: int, *, progress: Progress | None = None) -> np.
 
     References
     ----------
-    Thaeter and Reischuk (2021), ``papers/004_95e0f862eb9270fe.txt``, Algorithm 1.
+    Thaeter & Reischuk 2021 (docs/design/references.md), Algorithm 1.
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     if X.shape[0] < 2 * k:
@@ -102,7 +101,7 @@ STARTS = ("mdav_star", "mdav")
 
 
 @register("ona_star", summary="ONA*: MDAV* start, then dissolve/move local search",
-          source=f"{_SOURCE} Alg. 3",
+          source=f"{_SOURCE}, Alg. 3",
           parameters={"max_rounds": "local-search rounds at most (default 30)",
                       "start": "the partition the search starts from: mdav_star (default, the "
                                "paper's) or mdav (faster start, a few rounds gain most)",
@@ -143,7 +142,7 @@ def ona_star(X: np.ndarray, k: int, *, max_rounds: int = 30, candidates: int | N
 
     References
     ----------
-    Thaeter and Reischuk (2021), ``papers/004_95e0f862eb9270fe.txt``, Algorithm 3.
+    Thaeter & Reischuk 2021 (docs/design/references.md), Algorithm 3.
     """
     if int(max_rounds) < 0:
         raise ParameterError(f"max_rounds must be >= 0, got {max_rounds}")

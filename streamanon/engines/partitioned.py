@@ -1,8 +1,8 @@
 """Partitioned microaggregation: Mondrian-V cuts into parts, any engine on each part.
 
-Exact MDAV grows like ``n^1.5`` (24-55 s on 1,000,000 x 15 records, issue 19). MONA (paper 004,
-Algorithm 6) cuts the records with Mondrian-V median cuts until the parts are small and
-clusters each part on its own; this module does the same with a size limit instead of
+Exact MDAV's time grows faster than linearly in n. MONA (Thaeter & Reischuk 2021, Algorithm 6)
+cuts the records with Mondrian-V median cuts until the parts are small and clusters each part
+on its own; this module does the same with a size limit instead of
 ``n^rho`` and with any registered engine on the parts (MDAV by default, ONA*, ...). A part
 costs ``a p^b``, so ``n / p`` parts of ``p`` records cost ``a n p^(b - 1)``: linear in ``n``
 at a fixed part size, and the parts can run anywhere.
@@ -18,15 +18,11 @@ Choices:
   :func:`~streamanon.engines._mondrian_kernels.mondrian_parts`): a part is cut while it has more
   than ``max(part_size, 2k - 1)`` records, so every part has at least ``k`` records and at most
   ``part_size`` (when ``part_size >= 2k - 1``). The records of a part keep their input order.
-- ``DEFAULT_PART_SIZE = 100_000``: where MDAV on a part takes a few seconds (about 3 s on
-  100,000 x 15 records on the shared 2-core development machine; the cost model's
-  ``t = a n^1.5``, through 24-55 s at 1,000,000, gives 1-2 s), so that sending a part (12 MB,
-  about 0.1 s on a 1 GB/s network) costs far less than clustering it, and a million records
-  make ten parts to spread over the workers. The price is information loss: on i.i.d.
-  Gaussian records (m = 15, k = 10, no structure for the cuts to follow, the hard case) the
-  partitioned run's IL on 1,000,000 records is 8.9 % (relative) above exact MDAV at 100,000
-  records a part, 6.5 % at 200,000, 2.1 % at 500,000 and 11-17 % at 10,000-50,000
-  (``simulations/bench_partitioned.py``, README "Scaling past one machine").
+- ``DEFAULT_PART_SIZE = 100_000``: where MDAV on a part takes seconds, so that sending a part
+  (12 MB at m = 15) costs far less than clustering it, and a million records make ten parts
+  to spread over the workers. The price is information loss above exact MDAV, largest on
+  records with no structure for the cuts to follow (i.i.d. Gaussian) and smaller as the parts
+  grow; ``simulations/bench_partitioned.py`` measures it (the scaling benchmark page).
   Larger parts cost less IL and more time: ``n / p`` parts cost ``a n p^(b - 1)``.
 """
 
@@ -131,7 +127,7 @@ def _check(engine: object, engine_params: object, part_size: object) -> dict[str
     "partitioned",
     summary="Mondrian-V cuts into parts of at most part_size records, any engine on each part, "
             "here or on a Dask cluster",
-    source="papers/004_95e0f862eb9270fe.txt Alg. 6 (MONA), generalised; issue 19",
+    source="Thaeter & Reischuk 2021 (paper 004), Alg. 6 (MONA), generalised",
     parameters={
         "engine": "engine run on each part (default mdav)",
         "engine_params": "parameters of that engine (dict, default none)",
@@ -179,8 +175,7 @@ def partitioned(X: np.ndarray, k: int, *, engine: str = "mdav",
 
     References
     ----------
-    Thaeter and Reischuk (2021), ``papers/004_95e0f862eb9270fe.txt``, Algorithm 6 (MONA) and
-    MONDRIAN_V; digest ``papers/notes/004_ona_mondrian_mona.md`` sec. 2.9.
+    Thaeter & Reischuk 2021 (docs/design/references.md), Algorithm 6 (MONA) and MONDRIAN_V.
     """
     if cluster is None or cluster == "local":
         return partitioned_labels(X, k, engine=engine, engine_params=engine_params,

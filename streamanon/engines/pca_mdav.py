@@ -16,9 +16,9 @@ with the square of the number of records.
 References
 ----------
 Rebollo-Monedero, Mohamad Mezher, Casanova Colome, Forne and Soriano, "Efficient k-anonymous
-microaggregation of multivariate numerical data via principal component analysis",
-``papers/000_4020e12e98fa2147.txt`` sections III-C, IV-A (Algorithm B), IV-B (Algorithm C) and
-Fig. 10; digest ``papers/notes/000_pca.md`` sections 2.4 and 3.
+microaggregation of multivariate numerical data via principal component analysis"
+(Rebollo-Monedero et al. 2019 in docs/design/references.md), sections III-C, IV-A (Algorithm B),
+IV-B (Algorithm C) and Fig. 10.
 """
 
 from __future__ import annotations
@@ -76,10 +76,11 @@ def components_for_energy(eigenvalues: np.ndarray, energy: float) -> int:
     This is the paper's rule "select m_tilde dominant eigenvalues to satisfy a constraint on the
     preserved normalised energy 1 - epsilon**2 = (1/m) sum_{i <= m_tilde} lambda_i" read as "at
     least": it reproduces the paper's m_tilde = 6 for Census (5 axes hold about 89 %, 6 hold
-    92.9 %) and m_tilde = 7 for Forest at epsilon**2 = 0.1 (digest sec. 2.4). The total is the
-    trace of the covariance, ``m`` on standardised data, so the rule also applies to a subset of
-    the records. With ``energy = 0`` it keeps the numerical rank (zero eigenvalues are
-    redundant attributes, Fig. 10); with no energy at all (identical records) it keeps one axis.
+    92.9 %) and m_tilde = 7 for Forest at epsilon**2 = 0.1 (paper sec. III-C, Fig. 10). The
+    total is the trace of the covariance, ``m`` on standardised data, so the rule also applies
+    to a subset of the records. With ``energy = 0`` it keeps the numerical rank (zero
+    eigenvalues are redundant attributes, Fig. 10); with no energy at all (identical records)
+    it keeps one axis.
 
     Parameters
     ----------
@@ -97,7 +98,7 @@ def components_for_energy(eigenvalues: np.ndarray, energy: float) -> int:
 
     References
     ----------
-    ``papers/000_4020e12e98fa2147.txt`` sec. III-C and Fig. 10; digest sec. 2.4 ("Choosing m~").
+    Rebollo-Monedero et al. 2019, sec. III-C and Fig. 10 ("choosing m~").
     """
     eigenvalues = np.asarray(eigenvalues, dtype=np.float64)
     total = float(eigenvalues.sum())
@@ -129,7 +130,7 @@ def fit_principal_components(
 
     References
     ----------
-    ``papers/000_4020e12e98fa2147.txt`` sec. III-C (spectral decomposition, compression
+    Rebollo-Monedero et al. 2019, sec. III-C (spectral decomposition, compression
     ``X~ = U~^T X``) and Fig. 10.
     """
     X = np.asarray(X, dtype=np.float64)
@@ -150,7 +151,7 @@ def fit_principal_components(
 @register(
     "pca_mdav",
     summary="MDAV on the dominant principal components (energy threshold epsilon^2)",
-    source="papers/000_4020e12e98fa2147.txt sec. IV-A, Algorithm B",
+    source="Rebollo-Monedero et al. 2019 (paper 000), sec. IV-A, Algorithm B",
     parameters={
         "energy": "epsilon^2, fraction of the energy that may be discarded (default 0.1)",
         "components": "keep this many principal components instead (default: chosen by energy)",
@@ -202,8 +203,8 @@ def pca_mdav(
 
     References
     ----------
-    ``papers/000_4020e12e98fa2147.txt`` sec. IV-A, Algorithm B ("MDAV with PCA"), and Fig. 10;
-    digest ``papers/notes/000_pca.md`` sec. 0 and 2.4.
+    Rebollo-Monedero et al. 2019 (docs/design/references.md), sec. IV-A, Algorithm B ("MDAV
+    with PCA"), and Fig. 10.
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     pcs = fit_principal_components(X, energy=energy, components=components)
@@ -213,7 +214,7 @@ def pca_mdav(
 @register(
     "pca_mdav_proximal",
     summary="macrocells by MDAV; distal ones plain MDAV, proximal ones PCA + MDAV",
-    source="papers/000_4020e12e98fa2147.txt sec. IV-B, Algorithm C",
+    source="Rebollo-Monedero et al. 2019 (paper 000), sec. IV-B, Algorithm C",
     parameters={
         "macrocell_size": "K, records per macrocell (default max(1000, 10 k))",
         "distal_cells": "C_D, most distorted macrocells kept out of the PCA "
@@ -299,9 +300,9 @@ def pca_mdav_proximal(
 
     References
     ----------
-    ``papers/000_4020e12e98fa2147.txt`` sec. IV-B (proximal-distal prepartitioning, Algorithm C
-    "MDAV with PCA on proximal data"), sec. V (K = 1000, C_D = 59 on Census) and sec. VI
-    (recursion); digest ``papers/notes/000_pca.md`` sec. 0, 5.3, 5.4 and 7.
+    Rebollo-Monedero et al. 2019 (docs/design/references.md), sec. IV-B (proximal-distal
+    prepartitioning, Algorithm C "MDAV with PCA on proximal data"), sec. V (K = 1000, C_D = 59
+    on Census) and sec. VI (recursion).
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     n, m = X.shape

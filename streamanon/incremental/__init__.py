@@ -12,10 +12,11 @@ increment, in arrival order) in which every cell holds at least k records. Paper
 | ``nn_split_mid`` | as ``nn``, splitting a cell with MDAV as soon as it reaches 2k |
 | ``nn_split_end`` | as ``nn``, then splitting every cell of 2k or more with MDAV |
 
-Edge cases (SPEC section 5): an empty increment returns the base labels; a base of fewer than
-2k records is one cell at most, so the whole union is microaggregated one-shot with MDAV (the
-small-base rule, :func:`base_is_usable`, which the release and the service follow too); an
-increment smaller than k cannot form a cell of its own, so ``two_stage`` adjoins it (``nn``).
+Edge cases (specification section 5, docs/design/specification.md): an empty increment
+returns the base labels; a base of fewer than 2k records is one cell at most, so the whole
+union is microaggregated one-shot with MDAV (the small-base rule, :func:`base_is_usable`, which
+the release and the service follow too); an increment smaller than k cannot form a cell of its
+own, so ``two_stage`` adjoins it (``nn``).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def base_is_usable(n_base: int | None, k: int, n: int | None = None) -> bool:
     A base of fewer than 2k records holds one cell at most, which leaves the increment nothing
     to join, and a base larger than the ``n`` records released (when ``n`` is given) is not a
     snapshot of them; with either, or with no base at all (``None``), the release is one-shot:
-    one engine run on all records (SPEC section 5).
+    one engine run on all records (specification section 5).
     """
     return n_base is not None and 2 * k <= n_base and (n is None or n_base <= n)
 

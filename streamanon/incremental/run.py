@@ -1,7 +1,7 @@
 """One release from two stages: a base engine on the snapshot, an incremental stage at close.
 
 :class:`TwoStageRun` composes any registered base engine with any registered incremental
-stage, times each stage, and measures the release the way SPEC section 3 asks: the two-stage
+stage, times each stage, and measures the release the way design spec §3 asks: the two-stage
 distortion ``D_T`` is one SSE over the whole release divided by its SST (which equals
 ``(1 - nu) D_0 + nu D_+`` in the paper's notation). Asked to, it also runs the one-shot
 ("traditional") reference on all records and reports ``delta = (D_T - D) / D`` and the

@@ -18,7 +18,7 @@ from streamanon.incremental.nn import adjoin_increment
 @register_stage(
     "two_stage",
     summary="engine on the increment alone, united with the base cells (2MDAV with mdav)",
-    source="papers/001_614e2e2317b23170.txt sec. IV-A",
+    source="Rebollo-Monedero et al. 2018 (paper 001), sec. IV-A",
     parameters={"engine": "engine run on the increment (default mdav)",
                 "engine_params": "parameters of that engine (dict, default none)"},
 )

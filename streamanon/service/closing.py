@@ -1,4 +1,4 @@
-"""The close of a survey (SPEC 6): stop taking responses, drain those sent before, release.
+"""The close of a survey (design spec §6): stop taking responses, drain those sent before, release.
 
 The close is stored first, so a restart carries it on. Then each partition of the survey's
 response topic is marked at its end offset: a message at or past its mark is dead-lettered

@@ -6,9 +6,10 @@ functions and classes that the tests call without a broker (:class:`~.validation
 Kafka.
 
 The driver consumes with aiokafka ``getmany`` batches (aiokafka is the client underneath
-faust-streaming). A faust agent spends about 90 us of per-event machinery on every message,
-which caps it near 9-11k records/s on this hardware (SPEC section 6), below the 20k/s this
-service must sustain; batches end to end do not have that ceiling.
+faust-streaming). A faust agent spends tens of microseconds of per-event machinery on every
+message, which caps its rate below what this service must sustain (specification section 6;
+the ingest benchmark, docs/benchmarks/service.md, has the figures); batches end to end do not
+have that ceiling.
 
 Guarantees:
 

@@ -1,9 +1,10 @@
 """Service configuration: one TOML file, ``STREAMANON_*`` environment overrides, secrets apart.
 
-See the README's "Configuration reference" for every key. Errors are collected and reported
-all at once, each with the key it concerns. Secrets (the HMAC key that pseudonymises respondent
-ids for de-duplication, the bearer token of the control endpoints) are read from the
-environment or from files named there, never from the TOML file:
+See the configuration reference of the documentation (docs/guide/configuration.md) for every
+key. Errors are collected and reported all at once, each with the key it concerns. Secrets
+(the HMAC key that pseudonymises respondent ids for de-duplication, the bearer token of the
+control endpoints) are read from the environment or from files named there, never from the
+TOML file:
 
 - ``STREAMANON_HMAC_KEY`` or ``STREAMANON_HMAC_KEY_FILE``
 - ``STREAMANON_HTTP_TOKEN`` or ``STREAMANON_HTTP_TOKEN_FILE``

@@ -1,4 +1,4 @@
-"""The long-running service: collector, store, planner, base run, close, release (SPEC 6).
+"""The long-running service: collector, store, planner, base run, close, release (design spec §6).
 
 One asyncio event loop runs the collector, the HTTP server and the close sequence; the planner
 jobs run on an APScheduler background scheduler; the base engine and the incremental stage run

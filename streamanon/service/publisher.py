@@ -1,4 +1,5 @@
-"""Building and publishing the release: files, report, topic messages (SPEC section 6, step 7).
+"""Building and publishing the release: files, report, topic messages (specification
+section 6, step 7).
 
 The release table holds, per record, the cell means of the quasi-identifiers (original units),
 the confidential values and the label, in a random order: no identifiers, no arrival order, no
@@ -58,7 +59,7 @@ class ReleaseFilesError(StreamanonError):
     """A written release cannot be published again: its file is gone or changed."""
 
 
-# What the release does with a field of each schema role (SPEC 6, step 7).
+# What the release does with a field of each schema role (specification section 6, step 7).
 TREATMENT = {"identifier": "dropped", "quasi_identifier": "microaggregated",
              "confidential": "unchanged", "label": "unchanged", "weight": "unchanged",
              "ignore": "dropped"}
@@ -249,8 +250,8 @@ def librdkafka_options(config: Config) -> dict[str, Any]:
 
 class ReleasePublisher:
     """The release topic's producer: librdkafka (confluent-kafka), whose ``produce`` costs a
-    few microseconds of Python per message against about 50 for aiokafka's batches, so that a
-    million records leave in seconds (README "Close to release").
+    few microseconds of Python per message where aiokafka's batches cost tens, so that a million
+    records leave in seconds (the close-to-release benchmark, docs/benchmarks/service.md).
 
     One request in flight and no reordering retries keep the topic in the order the
     messages were queued; deliveries report errors only (a callback per record would cost as

@@ -1,4 +1,4 @@
-"""A survey's one release: computed at close, its files written, then published (SPEC 6).
+"""A survey's one release: computed at close, its files written, then published (design spec §6).
 
 :meth:`Releaser.write` computes the release once, with :func:`streamanon.release.release_partition`
 (the checkpointed base cells plus the incremental stage, or one engine run on everything when
