@@ -206,6 +206,8 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
         the earliest release whatever the loss (the paper's nu*). A deadline plan already
         takes the smallest ratio that meets the deadline.
 
+    Notes
+    -----
     An infeasible deadline falls back to nu* and says so in ``Plan.warnings``; no Python
     warning is issued, so callers need no process-wide warnings filter.
     """

@@ -200,6 +200,8 @@ def microaggregate(
         ``dependence``'s ``engine``). Per-record parameters (``streamanon engines`` shows them
         as ``COLUMN``) may name DataFrame columns: ``labels="smoker"``, ``Y="a,b"``.
 
+    Notes
+    -----
     ``labels`` are in the input's row order, also when ``data`` comes back shuffled.
 
     Raises
