@@ -33,7 +33,7 @@ PART = 400
 
 
 @pytest.fixture(scope="module")
-def client():
+def dask_client():
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as c:
@@ -60,8 +60,8 @@ def raise_once(marker: str, function, array: np.ndarray) -> np.ndarray:
     return function(array)
 
 
-def wrapped_runner(client, wrapper, marker: Path):
-    inner = dask_runner(client)
+def wrapped_runner(dask_client, wrapper, marker: Path):
+    inner = dask_runner(dask_client)
     return lambda function, arrays: inner(partial(wrapper, str(marker), function), arrays)
 
 
@@ -69,33 +69,33 @@ def wrapped_runner(client, wrapper, marker: Path):
                                                 ("ona_star", {"start": "mdav", "max_rounds": 6,
                                                               "candidates": 24}),
                                                 ("mona", {"rho": 0.6, "n_threads": 1})])
-def test_the_cluster_run_equals_the_local_run_with_the_same_parts(client, X, engine, params):
+def test_the_cluster_run_equals_the_local_run_with_the_same_parts(dask_client, X, engine, params):
     here = partitioned_labels(X, K, engine=engine, engine_params=params, part_size=PART)
     there = partitioned_labels(X, K, engine=engine, engine_params=params, part_size=PART,
-                               runner=dask_runner(client))
+                               runner=dask_runner(dask_client))
     assert len(cut_parts(X, K, PART)) > 4
     np.testing.assert_array_equal(there, here)
 
 
-def test_a_worker_killed_mid_run_is_replaced_and_the_result_is_unchanged(client, X, tmp_path):
+def test_a_worker_killed_mid_run_is_replaced_and_the_result_is_unchanged(dask_client, X, tmp_path):
     marker = tmp_path / "killed"
     here = partitioned_labels(X, K, part_size=PART)
     there = partitioned_labels(X, K, part_size=PART,
-                               runner=wrapped_runner(client, die_once, marker))
+                               runner=wrapped_runner(dask_client, die_once, marker))
     assert marker.exists()  # a worker did die
     np.testing.assert_array_equal(there, here)
 
 
-def test_a_part_that_raises_once_is_retried(client, X, tmp_path):
+def test_a_part_that_raises_once_is_retried(dask_client, X, tmp_path):
     marker = tmp_path / "raised"
     there = partitioned_labels(X, K, part_size=PART,
-                               runner=wrapped_runner(client, raise_once, marker))
+                               runner=wrapped_runner(dask_client, raise_once, marker))
     assert marker.exists()
     np.testing.assert_array_equal(there, partitioned_labels(X, K, part_size=PART))
 
 
-def test_every_cell_has_at_least_k_and_every_record_one_cell(client, X):
-    labels = partitioned_labels(X, K, part_size=PART, runner=dask_runner(client, in_flight=1))
+def test_every_cell_has_at_least_k_and_every_record_one_cell(dask_client, X):
+    labels = partitioned_labels(X, K, part_size=PART, runner=dask_runner(dask_client, in_flight=1))
     assert labels.shape == (len(X),) and labels.min() == 0
     sizes = np.bincount(labels)
     assert sizes.min() >= K and sizes.sum() == len(X)
@@ -123,7 +123,7 @@ def test_bad_parameters_are_refused_with_what_to_do(X):
         run_engine("partitioned", X, K, part_size=0)
 
 
-def test_the_service_base_run_on_the_cluster_equals_the_partitioned_local_run(client):
+def test_the_service_base_run_on_the_cluster_equals_the_partitioned_local_run(dask_client):
     from streamanon.cluster import partitioned_base
     from streamanon.incremental.run import TwoStageRun
     from streamanon.release import base_partition, prepare
@@ -133,7 +133,7 @@ def test_the_service_base_run_on_the_cluster_equals_the_partitioned_local_run(cl
                          columns=["a", "b", "c"])
     prepared = prepare(frame, quick_schema(["a", "b", "c"], ["a", "b", "c"]), K)
     run = TwoStageRun(K, "mdav", "nn_split_end")
-    labels, seconds = partitioned_base(run, prepared, client.scheduler.address, 300)
+    labels, seconds = partitioned_base(run, prepared, dask_client.scheduler.address, 300)
     here, _ = base_partition(TwoStageRun(K, "partitioned", "nn_split_end",
                                          engine_params={"part_size": 300}), prepared)
     np.testing.assert_array_equal(labels, here)
@@ -168,16 +168,17 @@ ARGS = ["--k", str(K), "--qi", "a,b,c", "--drop", "id", "--seed", "1", "--no-pro
         "--part-size", "300"]
 
 
-# the README's two forms: MDAV on each part, and MDAV then ONA*'s local search on each part
+# the two forms of docs/guide/scaling.md: MDAV on each part, and MDAV then ONA*'s local search
+# on each part
 PART_ENGINES = [("mdav", []), ("ona_star", ["--engine", "ona_star", "--param", "start=mdav",
                                             "--param", "max_rounds=6", "--param",
                                             "candidates=24"])]
 
 
 @pytest.mark.parametrize(("engine", "engine_args"), PART_ENGINES)
-def test_the_cli_runs_on_the_cluster_and_writes_the_local_release(client, survey, tmp_path,
+def test_the_cli_runs_on_the_cluster_and_writes_the_local_release(dask_client, survey, tmp_path,
                                                                    capsys, engine, engine_args):
-    address = client.scheduler.address
+    address = dask_client.scheduler.address
     args = [*ARGS, *engine_args]
     assert main(["anonymize", str(survey), *args, "--out", str(tmp_path / "here.csv")]) == 0
     assert main(["anonymize", str(survey), *args, "--cluster", address,
@@ -207,7 +208,7 @@ def test_the_cli_help_explains_the_cluster_options(capsys):
 
 
 def test_the_readme_worker_commands_serve_a_cli_run(survey, tmp_path):
-    """The worker side as the README runs it: `dask scheduler`, `dask worker tcp://...
+    """The worker side as docs/guide/scaling.md runs it: `dask scheduler`, `dask worker tcp://...
     --nworkers N --nthreads 1`, then `streamanon anonymize --cluster tcp://...` as commands;
     the release equals the local run's."""
     import shutil

@@ -1,0 +1,239 @@
+"""The documentation holds: every command a page shows is run by a test or checked against the
+command line it names, the site builds with ``mkdocs build --strict``, the README stays short,
+and its picture is the one ``simulations/plot_readme_schedule.py`` draws.
+
+A command is a line of a ```sh, ```console or ```bash block of README.md or of a page under
+docs/ that starts with ``streamanon``, ``make``, ``python`` or ``.venv/bin/``. Each is either
+
+- **run by a test** (``RUN_BY``: the page, the command's pattern, the test that runs it and a
+  string of that test's source that shows it reads the page), or
+- **checked here**: ``streamanon ...`` lines are parsed by the real parser
+  (``streamanon.cli.build_parser``), so a renamed flag or subcommand fails; ``make TARGET``
+  names a target of the Makefile; a script of ``simulations/`` is asked for ``--help`` and
+  every option the line gives must be in it.
+
+Anything else fails: a page may not show a command nobody checks.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import io
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.docs_pages import DOCS, REPO, blocks, commands
+
+STARTS = ("streamanon ", "make ", "python ", "python3 ", ".venv/bin/")
+
+#: (page, pattern of the command, test that runs it, a string of the test file showing it
+#: reads that page or runs that command)
+RUN_BY = [
+    ("README.md", r"make demo", "tests/service/test_demo_and_control.py"
+     "::test_make_demo_runs_the_scheduled_pipeline", '"demo"'),
+    ("README.md", r"make test", "tests/test_commands.py"
+     "::test_make_test_runs_the_linter_and_the_whole_suite", '"test"'),
+    ("README.md", r"streamanon (anonymize|verify) (streamanon/data/example_survey\.csv|release\.csv"
+     r" --k 10 --qi)", "tests/test_readme.py::test_quickstart_1_a_csv_file_runs_as_written",
+     '"Quickstart 1: a CSV file"'),
+    ("README.md", r"streamanon (anonymize|verify|report) survey\.csv|streamanon verify release\.csv"
+     r" --schema", "tests/test_readme.py::test_the_own_survey_walkthrough_runs_as_written",
+     '"README.md"'),
+    ("README.md", r"streamanon serve --config streamanon\.toml --embedded-broker",
+     "tests/test_readme.py::test_quickstart_3_the_service_starts_as_written",
+     '"Quickstart 3: the service on the embedded broker"'),
+    ("guide/survey-data.md", r"streamanon (anonymize|verify|report) .*--schema schema\.toml --k 5"
+     r"( --l 2)?( --out release\.csv --seed 1)?$",
+     "tests/test_readme.py::test_the_own_survey_walkthrough_runs_as_written",
+     '"guide/survey-data.md"'),
+    ("guide/survey-data.md", r"python -m simulations\.survey_data|streamanon (anonymize|verify) "
+     r"(survey\.csv|release\.parquet)", "tests/test_commands.py"
+     "::test_the_survey_data_commands_run", '"guide/survey-data.md"'),
+    ("guide/privacy.md", r".*", "tests/test_commands.py::test_the_privacy_commands_run",
+     '"guide/privacy.md"'),
+    ("benchmarks/mdav.md", r"make bench BENCH_ARGS=", "tests/test_commands.py"
+     "::test_make_bench_runs_the_benchmark", '"bench"'),
+    ("benchmarks/service.md", r"python simulations/bench_service\.py", "tests/test_commands.py"
+     "::test_the_service_benchmark_runs", "simulations/bench_service.py"),
+    ("guide/scaling.md", r"streamanon anonymize big\.parquet .*--cluster tcp://",
+     "tests/test_cluster.py::test_the_readme_worker_commands_serve_a_cli_run",
+     "dask worker"),
+]
+
+
+def _pages() -> list[Path]:
+    return [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def _name(path: Path) -> str:
+    return "README.md" if path == REPO / "README.md" else path.relative_to(DOCS).as_posix()
+
+
+def shown_commands() -> list[tuple[str, str]]:
+    """Every (page, command line) the documentation shows."""
+    found = []
+    for path in _pages():
+        for shell in blocks(path.read_text(encoding="utf-8"), "sh", "console", "bash"):
+            for line in commands(shell):
+                if line.startswith(STARTS):
+                    found.append((_name(path), line))
+    return found
+
+
+def _run_by(where: str, command: str) -> str | None:
+    for page_name, pattern, node, _ in RUN_BY:
+        if page_name == where and re.match(pattern, command):
+            return node
+    return None
+
+
+def test_the_tests_named_as_running_a_command_exist_and_read_its_page():
+    for _, _, node, evidence in RUN_BY:
+        file, _, name = node.partition("::")
+        source = (REPO / file).read_text()
+        functions = {f.name for f in ast.walk(ast.parse(source))
+                     if isinstance(f, ast.FunctionDef)}
+        assert name in functions, f"{node}: no such test"
+        assert evidence in source, f"{node}: does not read {evidence}"
+
+
+def test_the_documentation_shows_commands_and_the_registry_matches_some():
+    shown = shown_commands()
+    assert len(shown) > 40
+    unused = [(page_name, pattern) for page_name, pattern, _, _ in RUN_BY
+              if not any(w == page_name and re.match(pattern, c) for w, c in shown)]
+    assert not unused, f"RUN_BY entries that match no command: {unused}"
+
+
+# --- checked here -------------------------------------------------------------------------
+
+
+def _argv(command: str) -> list[str]:
+    """The words of a shown command, placeholders made concrete: ``[--opt X]`` loses its
+    brackets, a ``...`` after an option becomes a value, any other ``...`` is left out."""
+    words = shlex.split(command.replace("[", "").replace("]", ""))
+    out = []
+    for word in words:
+        if word == "...":
+            if out and out[-1].startswith("-"):
+                out.append("x")
+            continue
+        out.append(word)
+    return out
+
+
+def _streamanon_words(words: list[str]) -> list[str] | None:
+    if words[0] in ("streamanon", ".venv/bin/streamanon"):
+        return words[1:]
+    if words[:3] in (["python", "-m", "streamanon"], [".venv/bin/python", "-m", "streamanon"]):
+        return words[3:]
+    return None
+
+
+def _script(words: list[str]) -> str | None:
+    """The simulations script a ``python`` line runs, as a path under the repository."""
+    if words[0] not in ("python", "python3", ".venv/bin/python"):
+        return None
+    if words[1:3] and words[1] == "-m" and words[2].startswith("simulations."):
+        return words[2].replace(".", "/") + ".py"
+    if len(words) > 1 and words[1].startswith("simulations/"):
+        return words[1]
+    return None
+
+
+@functools.cache
+def _help(script: str) -> str:
+    source = (REPO / script).read_text()
+    assert "ArgumentParser" in source, f"{script}: has no --help (argparse) to check against"
+    result = subprocess.run([sys.executable, script, "--help"], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, f"{script} --help: {result.stderr[-2000:]}"
+    return result.stdout
+
+
+def _check(where: str, command: str) -> None:
+    words = _argv(command)
+    sub = _streamanon_words(words)
+    if sub is not None:
+        from streamanon.cli import build_parser
+
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                build_parser().parse_args(sub)
+            except SystemExit as exc:
+                assert exc.code == 0, f"{where}: `{command}`: {err.getvalue().strip()}"
+        return
+    if words[0] == "make":
+        targets = set(re.findall(r"^([a-z][a-z-]*):", (REPO / "Makefile").read_text(), re.M))
+        named = [w for w in words[1:] if "=" not in w]
+        assert named and set(named) <= targets, f"{where}: `{command}`: not a Makefile target"
+        return
+    script = _script(words)
+    if script is not None:
+        assert (REPO / script).is_file(), f"{where}: `{command}`: no {script}"
+        text = _help(script)
+        for word in words[2:]:
+            if word.startswith("--"):
+                option = word.split("=", 1)[0]
+                assert option in text, f"{where}: `{command}`: {script} has no {option}"
+        return
+    if words[:3] == [".venv/bin/mkdocs", "build", "--strict"]:
+        return  # test_the_site_builds_strict runs it
+    raise AssertionError(f"{where}: `{command}`: no test runs it and nothing here can check it")
+
+
+def test_every_shown_command_is_run_by_a_test_or_checked():
+    unchecked = []
+    for where, command in shown_commands():
+        if _run_by(where, command):
+            continue
+        try:
+            _check(where, command)
+        except AssertionError as exc:
+            unchecked.append(str(exc).splitlines()[0])
+    assert not unchecked, "\n".join(unchecked)
+
+
+def test_a_renamed_flag_fails_the_check():
+    with pytest.raises(AssertionError, match="unrecognized arguments: --qis"):
+        _check("a page", "streamanon anonymize survey.csv --k 10 --qis age --out r.csv")
+    with pytest.raises(AssertionError, match="not a Makefile target"):
+        _check("a page", "make tests")
+    _check("a page", "streamanon calibrate --engine mdav --m 15 --k 10 [--budget 5s]")
+
+
+# --- the site, the README, the picture --------------------------------------------------------
+
+
+@pytest.mark.process
+def test_the_site_builds_strict(tmp_path):
+    """``mkdocs build --strict``: no broken link, no page outside the navigation, no
+    docstring the API reference cannot render."""
+    mkdocs = Path(sys.executable).with_name("mkdocs")
+    result = subprocess.run([str(mkdocs), "build", "--strict", "-d", str(tmp_path / "site")],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert (tmp_path / "site" / "index.html").is_file()
+    assert (tmp_path / "site" / "reference" / "streamanon" / "index.html").is_file()
+
+
+def test_the_readme_is_at_most_300_lines():
+    assert len((REPO / "README.md").read_text().splitlines()) <= 300
+
+
+def test_the_readme_picture_is_the_one_the_script_draws(tmp_path):
+    """``python simulations/plot_readme_schedule.py`` draws docs/img/schedule.svg from the
+    planner, byte for byte, and the README and the home page show it."""
+    from simulations.plot_readme_schedule import OUT, draw
+
+    assert "](docs/img/schedule.svg)" in (REPO / "README.md").read_text()
+    assert "](img/schedule.svg)" in (DOCS / "index.md").read_text()
+    assert draw(tmp_path / "schedule.svg").read_bytes() == OUT.read_bytes()
