@@ -42,7 +42,7 @@ KEY = lease_key("test-group")
 
 
 @pytest.fixture(scope="module")
-def server():
+def pg_server():
     if _PG_REASON:  # `make test` installs Debian's postgresql; never skip these silently
         pytest.fail(f"PostgreSQL tests cannot run: {_PG_REASON}")
     with controlled_postgres_server() as pg:
@@ -50,8 +50,8 @@ def server():
         yield pg
 
 
-def coordination(server, name: str) -> Coordination:
-    return Coordination(server.url, name, key=KEY, http=f"127.0.0.1:{len(name)}")
+def coordination(pg_server, name: str) -> Coordination:
+    return Coordination(pg_server.url, name, key=KEY, http=f"127.0.0.1:{len(name)}")
 
 
 def until(predicate, what: str, timeout: float = HANG_GUARD):
@@ -67,8 +67,8 @@ def until(predicate, what: str, timeout: float = HANG_GUARD):
 # -- the lease -----------------------------------------------------------------------------------
 
 
-def test_one_instance_holds_the_lease_until_it_lets_go(server):
-    a, b = coordination(server, "a"), coordination(server, "b")
+def test_one_instance_holds_the_lease_until_it_lets_go(pg_server):
+    a, b = coordination(pg_server, "a"), coordination(pg_server, "b")
     try:
         assert a.acquire() and a.holds()
         assert not b.acquire() and not b.holds()
@@ -80,16 +80,16 @@ def test_one_instance_holds_the_lease_until_it_lets_go(server):
         b.close()
 
 
-def test_the_lease_of_a_killed_holder_is_taken_over(server):
+def test_the_lease_of_a_killed_holder_is_taken_over(pg_server):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
         from streamanon.service.leadership import Coordination
-        c = Coordination({server.url!r}, "doomed", key={KEY})
+        c = Coordination({pg_server.url!r}, "doomed", key={KEY})
         assert c.acquire()
         print("held", flush=True)
         time.sleep(600)
         """)], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    b = coordination(server, "b")
+    b = coordination(pg_server, "b")
     try:
         assert holder.stdout.readline().strip() == "held"
         assert not b.acquire()
@@ -101,11 +101,11 @@ def test_the_lease_of_a_killed_holder_is_taken_over(server):
         b.close()
 
 
-def test_a_holder_whose_session_is_cut_knows_it_lost_the_lease(server):
-    a, b = coordination(server, "a"), coordination(server, "b")
+def test_a_holder_whose_session_is_cut_knows_it_lost_the_lease(pg_server):
+    a, b = coordination(pg_server, "a"), coordination(pg_server, "b")
     try:
         assert a.acquire()
-        server.terminate_backends()  # an administrator, a failover, a network cut
+        pg_server.terminate_backends()  # an administrator, a failover, a network cut
         assert not a.holds()
         assert b.acquire()
         assert not a.acquire()  # a new session of its own, but the lease is b's now
@@ -114,8 +114,8 @@ def test_a_holder_whose_session_is_cut_knows_it_lost_the_lease(server):
         b.close()
 
 
-def test_instances_hand_requests_and_closures_to_the_leader(server):
-    a, b = coordination(server, "a"), coordination(server, "b")
+def test_instances_hand_requests_and_closures_to_the_leader(pg_server):
+    a, b = coordination(pg_server, "a"), coordination(pg_server, "b")
     try:
         a.heartbeat("leader")
         b.heartbeat("follower")
@@ -135,11 +135,11 @@ def test_instances_hand_requests_and_closures_to_the_leader(server):
         b.close()
 
 
-def test_the_base_snapshot_waits_for_inserts_in_flight(server):
+def test_the_base_snapshot_waits_for_inserts_in_flight(pg_server):
     """Two instances insert concurrently, so seq order need not be commit order: the snapshot
     takes a cut below which every record is committed."""
-    store, other = open_store(server.url), open_store(server.url)
-    c = coordination(server, "leader")
+    store, other = open_store(pg_server.url), open_store(pg_server.url)
+    c = coordination(pg_server, "leader")
     try:
         store.ensure_survey("snap")
         store.insert_records("snap", rows(5))
@@ -170,8 +170,8 @@ def test_the_base_snapshot_waits_for_inserts_in_flight(server):
         other.close()
 
 
-def test_records_are_stored_once_whichever_instance_reads_them(server):
-    a, b = open_store(server.url), open_store(server.url)
+def test_records_are_stored_once_whichever_instance_reads_them(pg_server):
+    a, b = open_store(pg_server.url), open_store(pg_server.url)
     try:
         a.ensure_survey("dedup")
         assert a.insert_records("dedup", rows(10)) == 10
@@ -182,9 +182,9 @@ def test_records_are_stored_once_whichever_instance_reads_them(server):
         b.close()
 
 
-def test_the_leader_counts_the_records_above_a_seq(server):
-    store = open_store(server.url)
-    c = coordination(server, "counter")
+def test_the_leader_counts_the_records_above_a_seq(pg_server):
+    store = open_store(pg_server.url)
+    c = coordination(pg_server, "counter")
     try:
         store.ensure_survey("tally")
         store.ensure_survey("other")
@@ -238,11 +238,11 @@ class StandIn:
         self.calls.append(("take_over", ""))
 
 
-def test_a_follower_closes_before_the_leader_takes_the_marks(server):
-    pg_rows(server.url, "DELETE FROM service_instances")
+def test_a_follower_closes_before_the_leader_takes_the_marks(pg_server):
+    pg_rows(pg_server.url, "DELETE FROM service_instances")
     lead, follow = StandIn(), StandIn()
-    leader = Coordinator(lead, coordination(server, "leader"))
-    follower = Coordinator(follow, coordination(server, "follower"))
+    leader = Coordinator(lead, coordination(pg_server, "leader"))
+    follower = Coordinator(follow, coordination(pg_server, "follower"))
 
     async def run() -> None:
         await leader.step()
@@ -271,11 +271,11 @@ def test_a_follower_closes_before_the_leader_takes_the_marks(server):
         follower.coordination.close()
 
 
-def test_the_leader_carries_out_what_reached_a_follower(server):
-    pg_rows(server.url, "DELETE FROM service_instances")
+def test_the_leader_carries_out_what_reached_a_follower(pg_server):
+    pg_rows(pg_server.url, "DELETE FROM service_instances")
     lead, follow = StandIn(), StandIn()
-    leader = Coordinator(lead, coordination(server, "leader"))
-    follower = Coordinator(follow, coordination(server, "follower"))
+    leader = Coordinator(lead, coordination(pg_server, "leader"))
+    follower = Coordinator(follow, coordination(pg_server, "follower"))
 
     async def run() -> None:
         await leader.step()
@@ -355,12 +355,12 @@ def pg_rows(url: str, sql: str, params: tuple = ()) -> list[tuple]:
         return cur.fetchall() if cur.description else []
 
 
-def test_two_instances_collect_and_the_survivor_releases_once(server, broker, tmp_path):
+def test_two_instances_collect_and_the_survivor_releases_once(pg_server, broker, tmp_path):
     config, env = conftest.write_config(tmp_path, broker.bootstrap, survey="s", k=5)
     text = config.read_text()
     text = text.replace(f'url = "sqlite:///{tmp_path / "store" / "streamanon.db"}"',
-                        f'url = "{server.url}"')
-    assert server.url in text
+                        f'url = "{pg_server.url}"')
+    assert pg_server.url in text
     bind = text.split('bind = "')[1].split('"')[0]
     made: list[Instance] = []
 
@@ -373,7 +373,7 @@ def test_two_instances_collect_and_the_survivor_releases_once(server, broker, tm
 
     first, second = instance("a"), instance("b")
     topic = f"{first.prefix}.s.responses"
-    count = lambda: pg_rows(server.url, "SELECT COUNT(*) FROM records WHERE survey = 's'")[0][0]  # noqa: E731
+    count = lambda: pg_rows(pg_server.url, "SELECT COUNT(*) FROM records WHERE survey = 's'")[0][0]  # noqa: E731
     try:
         first.launch()
         second.launch()
@@ -420,7 +420,7 @@ def test_two_instances_collect_and_the_survivor_releases_once(server, broker, tm
         assert code == 202
         status = b.wait_for("s", lambda s: s["state"] == "RELEASED", timeout=120,
                             what="the release")
-        assert pg_rows(server.url, "SELECT COUNT(*) FROM transitions WHERE survey = 's' "
+        assert pg_rows(pg_server.url, "SELECT COUNT(*) FROM transitions WHERE survey = 's' "
                                    "AND to_state = 'BASE_RUNNING'") == [(1,)]
         assert status["release"]["n"] == sent
         assert count() == sent
@@ -432,9 +432,9 @@ def test_two_instances_collect_and_the_survivor_releases_once(server, broker, tm
         everything = read_topic(broker.bootstrap, f"{b.prefix}.s.release", timeout=10)
         assert sum(1 for m in everything
                    if dict(m.headers or []).get("streamanon-type") == b"manifest") == 1
-        assert pg_rows(server.url, "SELECT COUNT(*) FROM transitions WHERE survey = 's' "
+        assert pg_rows(pg_server.url, "SELECT COUNT(*) FROM transitions WHERE survey = 's' "
                                    "AND to_state = 'RELEASED'") == [(1,)]
-        assert pg_rows(server.url, "SELECT status FROM releases WHERE survey = 's'") \
+        assert pg_rows(pg_server.url, "SELECT status FROM releases WHERE survey = 's'") \
             == [("published",)]
         dead = read_topic(broker.bootstrap, f"{b.prefix}.s.deadletter", timeout=3)
         assert dead == []  # every response was sent before the close

@@ -36,7 +36,7 @@ def postgres_url():
         yield url
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def store(request, tmp_path):
     if request.param == "sqlite":
         s = open_store(f"sqlite:///{tmp_path / 'db' / 'store.db'}")

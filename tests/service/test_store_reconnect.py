@@ -25,7 +25,7 @@ HANG_GUARD = 30.0  # seconds: generous, only to catch a call that waits forever
 
 
 @pytest.fixture(scope="module")
-def server():
+def pg_server():
     if _PG_REASON:  # `make test` installs Debian's postgresql; never skip these silently
         pytest.fail(f"PostgreSQL store tests cannot run: {_PG_REASON}")
     with controlled_postgres_server() as pg:
@@ -33,16 +33,16 @@ def server():
 
 
 @pytest.fixture
-def store(server):
-    if not server.running():  # a failed test may have left it stopped
-        server.start()
-    s = open_store(server.url)
+def store(pg_server):
+    if not pg_server.running():  # a failed test may have left it stopped
+        pg_server.start()
+    s = open_store(pg_server.url)
     for table in ("records", "surveys", "transitions", "checkpoints", "releases", "close_marks"):
         s._q(f"DELETE FROM {table}")
     s.ensure_survey("s")
     yield s
-    if not server.running():
-        server.start()
+    if not pg_server.running():
+        pg_server.start()
     s.close()
 
 
@@ -67,20 +67,20 @@ def until_available(call):
             time.sleep(0.1)
 
 
-def test_the_next_call_after_the_sessions_are_cut_works(store, server):
+def test_the_next_call_after_the_sessions_are_cut_works(store, pg_server):
     store.insert_records("s", rows(10))
-    assert server.terminate_backends() >= 1
+    assert pg_server.terminate_backends() >= 1
     assert store.count("s") == 10  # a read
-    assert server.terminate_backends() >= 1
+    assert pg_server.terminate_backends() >= 1
     assert store.insert_records("s", rows(10, start=10)) == 10  # a transaction
-    assert server.terminate_backends() >= 1
+    assert pg_server.terminate_backends() >= 1
     assert store.transition("s", BASE_RUNNING).state == BASE_RUNNING
     assert store.count("s") == 20
 
 
-def test_a_stopped_server_makes_calls_unavailable_until_it_is_back(store, server):
+def test_a_stopped_server_makes_calls_unavailable_until_it_is_back(store, pg_server):
     assert store.insert_records("s", rows(100)) == 100
-    server.stop()
+    pg_server.stop()
     for call in (lambda: store.count("s"),  # a read, a transaction, a nested transaction
                  lambda: store.insert_records("s", rows(50, start=100)),
                  lambda: store.transition("s", BASE_RUNNING)):
@@ -90,7 +90,7 @@ def test_a_stopped_server_makes_calls_unavailable_until_it_is_back(store, server
         for server_words in ("terminat", "administrator", "refused", "127.0.0.1", "closed"):
             assert server_words not in text  # fixed text, never the driver's or server's
 
-    server.start()
+    pg_server.start()
     count, _ = until_available(lambda: store.count("s"))
     assert count == 100  # the failed insert wrote nothing
     assert store.survey_state("s").state == OPEN  # nor the failed transition
@@ -99,22 +99,22 @@ def test_a_stopped_server_makes_calls_unavailable_until_it_is_back(store, server
     assert len(set(store.load_records("s", 3).seq.tolist())) == 150
 
 
-def test_a_transaction_cut_by_the_server_going_away_leaves_nothing(store, server):
+def test_a_transaction_cut_by_the_server_going_away_leaves_nothing(store, pg_server):
     def cut_transaction():
         with store._lock, store._transaction():
             store._q("UPDATE surveys SET error = 'half' WHERE id = 's'")
             store.insert_records("s", rows(5))  # nested: part of the same transaction
-            server.stop()
+            pg_server.stop()
             store._q("UPDATE surveys SET error = 'done' WHERE id = 's'")
 
     unavailable_within_bound(cut_transaction)
-    server.start()
+    pg_server.start()
     until_available(lambda: store.count("s"))
     assert store.count("s") == 0
     assert store.survey_state("s").error is None
 
 
-def test_a_large_insert_cut_midway_is_all_or_nothing(store, server):
+def test_a_large_insert_cut_midway_is_all_or_nothing(store, pg_server):
     batch = rows(100_000)
     outcome: list[object] = []
 
@@ -127,7 +127,7 @@ def test_a_large_insert_cut_midway_is_all_or_nothing(store, server):
     writer = threading.Thread(target=insert, daemon=True)
     writer.start()
     time.sleep(0.3)
-    server.terminate_backends()
+    pg_server.terminate_backends()
     writer.join(HANG_GUARD)
     assert not writer.is_alive()
     assert outcome and (outcome[0] == len(batch) or isinstance(outcome[0], StoreUnavailable))
@@ -136,7 +136,7 @@ def test_a_large_insert_cut_midway_is_all_or_nothing(store, server):
     assert n == (len(batch) if outcome[0] == len(batch) else 0)
 
 
-def test_concurrent_writers_across_cut_sessions_lose_and_duplicate_nothing(store, server):
+def test_concurrent_writers_across_cut_sessions_lose_and_duplicate_nothing(store, pg_server):
     """Four writers retry a batch while the store is unavailable, as the collector does; the
     sessions are cut until several transactions were hit. Every acknowledged batch is stored,
     and nothing twice (a batch whose COMMIT was cut after the server took it is tried again)."""
@@ -170,7 +170,7 @@ def test_concurrent_writers_across_cut_sessions_lose_and_duplicate_nothing(store
     deadline = time.monotonic() + HANG_GUARD
     while len(retried) < 3 and time.monotonic() < deadline and not failures:
         time.sleep(0.1)
-        server.terminate_backends()
+        pg_server.terminate_backends()
     time.sleep(0.2)
     stop.set()
     deadline = time.monotonic() + HANG_GUARD
