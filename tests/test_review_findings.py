@@ -71,9 +71,9 @@ q = {role = "confidential", type = "int"}
 
 def test_verify_confirms_the_t_that_anonymize_guaranteed_on_an_ordinal_answer(tmp_path):
     """``sat`` is an ordinal sensitive answer: anonymize enforces t with the ordered distance
-    (README: "Numbers and ordinals use the ordered distance") and reports t <= 0.15; verify,
-    run as the README shows, reads the text levels with the equal distance and fails the same
-    release (t = 0.49)."""
+    (docs/guide/privacy.md: "Numbers and ordinals use the ordered distance") and reports
+    t <= 0.15; verify, run as that page shows, reads the text levels with the equal distance
+    and fails the same release (t = 0.49)."""
     rng = np.random.default_rng(0)
     n = 300
     age = rng.integers(18, 80, n)

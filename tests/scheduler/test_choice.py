@@ -78,7 +78,8 @@ def test_the_expected_delta_follows_the_measured_tables():
     assert expected_delta("mdav", "nn_split_end", 0.1) == pytest.approx(0.021)
     assert expected_delta("mdav", "two_stage", 0.1) == pytest.approx(0.0485)
     assert expected_delta("ona_star", "nn_split_end", 0.0) == pytest.approx(-0.14)
-    # README: ONA* base + NN-split-end at nu = 0.1 measured -10.3 % (Gaussian), -11.0 % (census)
+    # docs/benchmarks/refinement.md: ONA* base + NN-split-end at nu = 0.1 measured -10.3 %
+    # (Gaussian), -11.0 % (census)
     assert -0.12 < expected_delta("ona_star", "nn_split_end", 0.1) < -0.10
     deltas = [expected_delta("ona_star", "nn_split_end", nu) for nu in (0.01, 0.1, 0.2, 0.3)]
     assert deltas == sorted(deltas)

@@ -1,4 +1,5 @@
-"""simulations/bench_survey.py: the README's before/after table on a tiny survey."""
+"""simulations/bench_survey.py: the before/after table of docs/benchmarks/survey-data.md on a
+tiny survey."""
 
 from __future__ import annotations
 
