@@ -32,7 +32,7 @@ def _cell(R: np.ndarray, pos: int, k: int) -> np.ndarray:
 
 
 def numpy_mdav(X: np.ndarray, k: int) -> np.ndarray:
-    """MDAV-generic labels (SPEC section 5) by brute-force NumPy scans."""
+    """MDAV-generic labels (specification section 5) by brute-force NumPy scans."""
     n = X.shape[0]
     labels = np.full(n, -1, dtype=np.int64)
     R = np.ascontiguousarray(X, dtype=np.float64)

@@ -78,7 +78,7 @@ def seconds_cell(seconds: float | None) -> str:
 
 def gaussian(n: int, m: int, seed: int | np.random.Generator) -> np.ndarray:
     """``n`` x ``m`` i.i.d. standard Gaussian records, standardised (population standard
-    deviation, SPEC 3): the synthetic data of paper 001's experiments (Table 3, m = 15).
+    deviation, design spec §3): the synthetic data of paper 001's experiments (Table 3, m = 15).
 
     ``seed`` is a seed or a generator to draw from (which then goes on to draw what the caller
     needs next).

@@ -3,9 +3,9 @@
     python simulations/paper001.py            # full run, about a minute
     python simulations/paper001.py --quick    # smaller data and arrivals, under 30 s
 
-Part 1 reproduces the paper's running example (``papers/001_614e2e2317b23170.txt``, sections
-V-C and VI-B; SPEC section 4): a 10 h survey whose one-shot MDAV takes t_ref = 2 h,
-so the arrival coefficient is s = 5.
+Part 1 reproduces the paper's running example (Rebollo-Monedero et al. 2018, sections V-C and
+VI-B; specification section 4, docs/design/specification.md): a 10 h survey whose one-shot
+MDAV takes t_ref = 2 h, so the arrival coefficient is s = 5.
 
 - Fig. 24: the time-optimal schedule, nu* = nu_-(5) ~ 14.6 %, the base snapshot 1 h 27 min
   before close, the incremental 2MDAV stage 153 s after close.
@@ -17,8 +17,8 @@ so the arrival coefficient is s = 5.
 The schedule numbers are the library's closed forms (:mod:`scheduler.planner`), cross-checked
 against the general planner (``plan_optimal`` / ``plan_deadline`` with a quadratic
 ``PowerLaw`` and a ``UniformForecast``). delta is measured with
-:class:`~streamanon.incremental.run.TwoStageRun` (one SSE over the whole release, SPEC 3), the
-times tau_+ are medians of ``repeat`` runs against the median one-shot MDAV time. The table
+:class:`~streamanon.incremental.run.TwoStageRun` (one SSE over the whole release, design spec §3),
+the times tau_+ are medians of ``repeat`` runs against the median one-shot MDAV time. The table
 puts every number the paper states next to ours.
 
 Part 2 goes past the paper: the closed forms assume uniform arrivals. For every profile in

@@ -1,5 +1,5 @@
 """Slow reference checkers for k-anonymity, l-diversity, t-closeness and distance-based record
-linkage, written from the definitions (SPEC section 9) with plain Python loops; they import
+linkage, written from the definitions (specification section 9) with plain Python loops; they import
 nothing of streamanon, so an agreement with :mod:`streamanon.risk` and
 :mod:`streamanon.privacy` is evidence, not a tautology.
 

@@ -1,6 +1,6 @@
 """A plain, slow, obviously correct MDAV-generic: the oracle the fast engine must equal.
 
-It follows the pseudo-code of SPEC section 5 line by line, with no pruning and no compiled
+It follows the pseudo-code of specification section 5 line by line, with no pruning and no compiled
 code. Distances are squared Euclidean, summed over columns in order; the centroid is the
 correctly rounded mean (``math.fsum``); ties go to the lowest row index; the record ``r`` (or
 ``s``) is always in its own cell.

@@ -32,8 +32,8 @@ are out of scope: there is no Forest-like data here.
 
 References
 ----------
-``papers/000_4020e12e98fa2147.txt`` sec. V, Tables I-II; digest ``papers/notes/000_pca.md``
-sec. 4 and 5.6-5.7.
+Rebollo-Monedero et al. 2019 (paper 000), sec. V, Tables I-II (copied in
+docs/design/references.md).
 """
 
 from __future__ import annotations

@@ -3,13 +3,13 @@
     python simulations/repro/paper002.py            # k in {5, 10, 20}, lam = 0, 0.1, ..., 1
     python simulations/repro/paper002.py --quick    # k = 5, lam in {0, 0.1, 1}; a few seconds
 
-Rebollo-Monedero et al., "k-Anonymous Microaggregation with Preservation of Statistical
-Dependence" (``papers/002_846561cb4299ef38.txt``, section V; digest
-``papers/notes/002_dependence.md``). Census (1080 x 13): the first 6 attributes are the
-quasi-identifiers X, the last 7 the confidential attributes Y, every column standardised
-(population standard deviation). For every k and lambda the ``dependence`` engine wraps ``mdav``
-(MDAV on ``(x, beta y)``); D_X and D_Y are the per-dimension errors of X and Y reconstructed by
-their cell means, and l_avg is the average diversity of section V.B (bin width 0.02, rounded).
+Rebollo-Monedero et al., "k-Anonymous Microaggregation with Preservation of Statistical Dependence"
+(Rebollo-Monedero et al. 2015 in docs/design/references.md, section V). Census (1080 x 13): the
+first 6 attributes are the quasi-identifiers X, the last 7 the confidential attributes Y, every
+column standardised (population standard deviation). For every k and lambda the ``dependence``
+engine wraps ``mdav`` (MDAV on ``(x, beta y)``); D_X and D_Y are the per-dimension errors of X and Y
+reconstructed by their cell means, and l_avg is the average diversity of section V.B (bin width
+0.02, rounded).
 
 The paper's result figures survive only as captions, so the numbers compared against are the
 digest's independent reproduction (Appendix A.3) and the one count the paper prints (distinct

@@ -3,8 +3,8 @@
     python simulations/repro/paper003.py            # full run, a few minutes
     python simulations/repro/paper003.py --quick    # smoke run, well under a minute
 
-The protocol of paper 003 (``papers/003_1546d3096d916769.txt`` sections 4.4-4.5, digest
-``papers/notes/003_lda.md`` section 2.5): split the records 3/4 training, 1/4 test (stratified,
+The protocol of paper 003 (Rodriguez-Hoyos et al. 2019 in docs/design/references.md, sections
+4.4-4.5): split the records 3/4 training, 1/4 test (stratified,
 seeded, repeated over several splits); standardise the training quasi-identifiers; partition
 them with ``mdav`` or ``lda_mdav`` (the class label as ``labels``); release every training
 record as its cell mean, in the standardised units of the training split, with its true label;

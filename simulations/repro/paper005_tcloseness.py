@@ -9,7 +9,7 @@ its experimental values (privlib, the URV group's library citing the paper, hold
 cluster-size formula; ARX only cites it for SSE) found none. The tables therefore have no
 "paper" column; the one published fact reproduced is the cell size of the t-closeness-first
 algorithm, ``k' = max(k, ceil(n / (2 (n - 1) t + 1)))`` (column ``k'``), which the privlib code
-confirms (digest ``notes/tcloseness_digest.md`` sections 0 and 2.3).
+confirms (the paper's implementation digest, see docs/design/references.md).
 
 Data. The digest recalls Census as one of the paper's data sets and says nothing about the
 confidential attribute, so the choice here is ours. Census (1080 x 13): FICA (375 distinct

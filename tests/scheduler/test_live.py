@@ -58,8 +58,8 @@ def test_forecast_takes_the_expected_total_over_pace_extrapolation():
 
 
 def test_plan_reproduces_the_papers_running_example():
-    """SPEC 4: s = 5 gives nu* = 0.1459; a 1 h deadline (tau_end = 0.5) gives nu_end = 0.0729
-    when the deadline is the compute's alone."""
+    """Design spec §4: s = 5 gives nu* = 0.1459; a 1 h deadline (tau_end = 0.5) gives
+    nu_end = 0.0729 when the deadline is the compute's alone."""
     inc = TwoStageCost(QUADRATIC)
     best = live.plan(PAPER, QUADRATIC, inc, k=K, overhead=False)
     assert best.nu == pytest.approx(optimal_ratio(5.0), abs=1e-6)
@@ -135,7 +135,7 @@ def test_base_moment_is_now_when_nothing_more_arrives_and_none_for_one_shot():
 
 
 def test_the_scheduler_package_imports_nothing_from_streamanon():
-    """SPEC 2: the scheduler imports nothing from the service (nor the numerical core)."""
+    """Design spec §2: the scheduler imports nothing from the service (nor the numerical core)."""
     code = ("import sys, scheduler.live, scheduler.jobs, scheduler.cost_model, "
             "scheduler.profiles, scheduler.durations; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'streamanon'))")

@@ -1,4 +1,5 @@
-"""No error text carries a response value (SPEC 9, reliability contract; issue 13, finding 3).
+"""No error text carries a response value (design spec §9, reliability contract; issue 13,
+finding 3).
 
 A release writer that fails on a response value puts the value in its exception message
 (pyarrow: ``Could not convert 'VALUE' with type str: tried to convert to int64``). The ingest

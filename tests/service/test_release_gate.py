@@ -1,7 +1,7 @@
-"""The k-anonymity gate on the service's release path (SPEC 3 and 6, step 6): a partition with
-a cell under k, from the engine of a one-shot close or from the incremental stage of a
-two-stage close, is stopped before any file is written or any message is published, and the
-survey reports the error instead of RELEASED.
+"""The k-anonymity gate on the service's release path (design spec §3 and §6, step 6): a partition
+with a cell under k, from the engine of a one-shot close or from the incremental stage of a
+two-stage close, is stopped before any file is written or any message is published, and the survey
+reports the error instead of RELEASED.
 
 The service runs in this process against the embedded broker, with its compute pool in a
 thread so that the engine entry point the release path calls (``run_engine`` or ``run_stage``,
