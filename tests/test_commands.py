@@ -81,7 +81,7 @@ def test_the_service_benchmark_runs(tmp_path):
     assert "| **close to release** |" in result.stdout and f"wrote {out}" in result.stdout
 
 
-def test_the_survey_data_commands_run(tmp_path):
+def test_the_survey_data_commands_run(tmp_path, subprocesses):
     """The three commands of the "Survey data" section (docs/guide/survey-data.md), as
     written there."""
     shown = section(page("guide/survey-data.md"),
@@ -100,7 +100,7 @@ def test_the_survey_data_commands_run(tmp_path):
     assert "5-anonymous" in outputs[2] and "0.0 % after" in outputs[2]
 
 
-def test_the_privacy_commands_run(tmp_path):
+def test_the_privacy_commands_run(tmp_path, subprocesses):
     """The commands of docs/guide/privacy.md, as written there:
     the release they make is checked 0.2-close and 2-diverse by ``verify``, and the report
     page is written."""

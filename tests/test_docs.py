@@ -190,7 +190,7 @@ def _check(where: str, command: str) -> None:
     raise AssertionError(f"{where}: `{command}`: no test runs it and nothing here can check it")
 
 
-def test_every_shown_command_is_run_by_a_test_or_checked():
+def test_every_shown_command_is_run_by_a_test_or_checked(subprocesses):
     unchecked = []
     for where, command in shown_commands():
         if _run_by(where, command):
@@ -200,6 +200,15 @@ def test_every_shown_command_is_run_by_a_test_or_checked():
         except AssertionError as exc:
             unchecked.append(str(exc).splitlines()[0])
     assert not unchecked, "\n".join(unchecked)
+
+
+def test_every_shown_streamanon_line_parses():
+    """The fast part of the check above (no child process): every ``streamanon`` line the
+    documentation shows, and every ``make`` line, as ``make check`` runs it."""
+    for where, command in shown_commands():
+        words = _argv(command)
+        if _streamanon_words(words) is not None or words[0] == "make":
+            _check(where, command)
 
 
 def test_a_renamed_flag_fails_the_check():
@@ -213,8 +222,7 @@ def test_a_renamed_flag_fails_the_check():
 # --- the site, the README, the picture --------------------------------------------------------
 
 
-@pytest.mark.process
-def test_the_site_builds_strict(tmp_path):
+def test_the_site_builds_strict(tmp_path, subprocesses):
     """``mkdocs build --strict``: no broken link, no page outside the navigation, no
     docstring the API reference cannot render."""
     mkdocs = Path(sys.executable).with_name("mkdocs")

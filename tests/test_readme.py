@@ -36,9 +36,8 @@ def test_configuration_reference_parses():
     assert set(survey.fields) >= {"respondent_id", "age", "income", "satisfaction"}
 
 
-@pytest.mark.process
 @pytest.mark.parametrize("where", ["README.md", "guide/survey-data.md"])
-def test_the_own_survey_walkthrough_runs_as_written(tmp_path, where):
+def test_the_own_survey_walkthrough_runs_as_written(tmp_path, where, subprocesses):
     """The commands of "Your own survey, step by step", as written there (run as
     tests/test_commands.py runs the other sections'): on ``survey.csv``, the example survey the
     package ships, with the section's schema saved as ``schema.toml``. The release is
@@ -108,8 +107,7 @@ def _run(words: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     return result.stdout + result.stderr
 
 
-@pytest.mark.process
-def test_quickstart_1_a_csv_file_runs_as_written(tmp_path):
+def test_quickstart_1_a_csv_file_runs_as_written(tmp_path, subprocesses):
     """The README's first quickstart, in a folder that holds the example survey where the
     repository does: the release is 10-anonymous on the key it names."""
     data = tmp_path / "streamanon" / "data"
@@ -124,8 +122,7 @@ def test_quickstart_1_a_csv_file_runs_as_written(tmp_path):
     assert "10-anonymous (2000 records" in outputs[1]
 
 
-@pytest.mark.process
-def test_quickstart_3_the_service_starts_as_written(tmp_path):
+def test_quickstart_3_the_service_starts_as_written(tmp_path, subprocesses):
     """The README's third quickstart: its configuration, the two secrets made as shown, and
     ``streamanon serve --config streamanon.toml --embedded-broker`` serve the survey with the
     embedded broker (the HTTP address moved to a free port, as STREAMANON_HTTP_BIND allows);
