@@ -233,8 +233,12 @@ def test_the_site_builds_strict(tmp_path, subprocesses):
     assert (tmp_path / "site" / "reference" / "streamanon" / "index.html").is_file()
 
 
-def test_the_readme_is_at_most_300_lines():
-    assert len((REPO / "README.md").read_text().splitlines()) <= 300
+def test_the_readme_is_at_most_300_lines_and_its_links_lead_somewhere():
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 300
+    for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        assert link.startswith("https://") or (REPO / link).exists(), link
+    assert "[Getting started](docs/getting-started.md)" in text  # the way into the site
 
 
 def test_the_readme_picture_is_the_one_the_script_draws(tmp_path):
