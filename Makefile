@@ -6,13 +6,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install system-deps test lint demo bench clean
+.PHONY: install system-deps test check docs lint demo bench clean
 
 $(STAMP): pyproject.toml
 	@echo "[set-up 1/2] creating $(VENV) (a few seconds)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "[set-up 2/2] installing streamanon and its dependencies into $(VENV) (1 to 4 minutes on a fresh machine; pip's own progress follows)"
-	$(BIN)/python -m pip install --progress-bar on -e '.[test]'
+	$(BIN)/python -m pip install --progress-bar on -e '.[test,docs]'
 	touch $(STAMP)
 	@echo "[set-up] done: $(VENV) is ready"
 
@@ -38,11 +38,28 @@ system-deps:
 	  fi; \
 	fi
 
+# The two suites run the same tests. `make test` runs all of them (CI runs it through .ci/run);
+# `make check`, the fast inner loop, leaves out those that need a broker, PostgreSQL, a browser,
+# a Dask cluster or a child process (the markers follow from the fixtures a test uses:
+# tests/conftest.py). Both run the doctests and ruff. PYTEST_ARGS passes options on.
+FAST := not (kafka or postgres or browser or dask or process)
+PYTEST_ARGS ?=
+
 test: $(STAMP) system-deps
 	@echo "[test 1/2] ruff: style and import checks (seconds)"
 	$(BIN)/ruff check streamanon scheduler tests simulations
-	@echo "[test 2/2] pytest: the full suite (about 30 minutes on two cores; the first run also compiles the numba kernels, about a minute)"
-	$(BIN)/python -m pytest
+	@echo "[test 2/2] pytest: every test, the docs build and the doctests, on every core (about 12 minutes on two; the first run also compiles the numba kernels, about a minute)"
+	$(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
+
+check: $(STAMP)
+	@echo "[check 1/2] ruff: style and import checks (seconds)"
+	$(BIN)/ruff check streamanon scheduler tests simulations
+	@echo "[check 2/2] pytest: the fast suite, no broker, PostgreSQL, browser, Dask or child process (under 2 minutes on two cores)"
+	$(BIN)/python -m pytest -n auto -m "$(FAST)" $(PYTEST_ARGS)
+
+# The documentation site (MkDocs), built as the tests build it: a warning is an error.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check streamanon scheduler tests simulations

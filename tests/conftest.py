@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytest_plugins = ["tests.browser"]  # the headless Chromium fixture, ``browser``
+pytest_plugins = ["tests.browser", "pytester"]  # ``browser`` (headless Chromium), ``pytester``
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = REPO / "tests" / "data"  # Census, Tarragona, EIA (tests/data/README.md)
@@ -31,3 +31,64 @@ def benchmark_data(datasets_dir: Path) -> dict[str, np.ndarray]:
 def _private_data_dir(tmp_path_factory, monkeypatch):
     """Cost models and other state go to a temporary directory, never the user's home."""
     monkeypatch.setenv("STREAMANON_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+
+
+# -- the two suites --------------------------------------------------------------------------
+# `make test` runs every test; `make check` (the fast inner loop) deselects the tests that need
+# a broker, PostgreSQL, a browser, a Dask cluster or a child process. The markers follow from
+# the fixtures a test uses, so nobody has to remember them: a fixture that starts such a thing
+# (or depends on one that does) is listed here, and a test that starts a child process without
+# the ``subprocesses`` fixture fails, saying so (the guard below).
+RESOURCES = {
+    "kafka": {"broker", "tls_broker"},
+    "postgres": {"postgres_url", "pg_server"},
+    "browser": {"browser"},
+    "dask": {"dask_client"},
+    "process": {"subprocesses", "service_factory", "restartable"},
+}
+SLOW_MARKERS = tuple(RESOURCES)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in RESOURCES.items():
+            if used & fixtures:
+                item.add_marker(marker)
+
+
+@pytest.fixture(scope="session")
+def subprocesses() -> None:
+    """Requested by a test (or a fixture of any scope) that starts streamanon, make or a
+    script as a child process: the test is then marked ``process`` (``make test`` runs it,
+    ``make check`` does not)."""
+
+
+class ChildProcessInFastTest(RuntimeError):
+    pass
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A test with none of the markers above may not start a child process, in its own body
+    or in a fixture of any scope: it would slow the fast suite down or need what the fast
+    suite lacks, so it fails and says what to declare. ``multiprocessing`` (an engine's worker
+    pool, the service's compute process) does not go through ``subprocess`` and stays
+    allowed."""
+    if any(item.get_closest_marker(m) for m in SLOW_MARKERS):
+        yield
+        return
+    import subprocess
+
+    original = subprocess.Popen.__init__
+
+    def refuse(self, args, *a, **kw):
+        raise ChildProcessInFastTest(
+            f"{item.nodeid} starts a child process ({args!r}) without the `subprocesses` "
+            "fixture: request it, so that `make check` leaves the test to `make test`")
+
+    subprocess.Popen.__init__ = refuse
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = original

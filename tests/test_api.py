@@ -76,7 +76,7 @@ def test_shuffle_rows_permutes_and_is_seeded():
     assert (shuffle_rows(frame, 3)["id"] == a["id"]).all()
 
 
-def test_openmp_threads_wait_passively_unless_the_user_says_otherwise():
+def test_openmp_threads_wait_passively_unless_the_user_says_otherwise(subprocesses):
     import subprocess
     import sys
 

@@ -24,13 +24,13 @@ def loaded_after(statement: str) -> set[str]:
     "import streamanon.service.store",
     "import streamanon.cli",
 ])
-def test_importing_the_package_or_the_ingest_path_loads_no_numerical_core(statement):
+def test_importing_the_package_or_the_ingest_path_loads_no_numerical_core(subprocesses, statement):
     loaded = loaded_after(statement)
     assert "numba" not in loaded
     assert not {m for m in loaded if m.startswith("streamanon.engines")}
 
 
-def test_the_lazy_exports_still_work():
+def test_the_lazy_exports_still_work(subprocesses):
     loaded = loaded_after("from streamanon import microaggregate, Microaggregation")
     assert "streamanon.api" in loaded
 

@@ -207,7 +207,7 @@ def test_the_cli_help_explains_the_cluster_options(capsys):
     assert "--part-size N" in text
 
 
-def test_the_readme_worker_commands_serve_a_cli_run(survey, tmp_path):
+def test_the_readme_worker_commands_serve_a_cli_run(subprocesses, survey, tmp_path):
     """The worker side as docs/guide/scaling.md runs it: `dask scheduler`, `dask worker tcp://...
     --nworkers N --nthreads 1`, then `streamanon anonymize --cluster tcp://...` as commands;
     the release equals the local run's."""

@@ -40,16 +40,29 @@ def test_every_make_target_the_readme_names_exists():
     assert named <= targets, named - targets
 
 
-def test_make_test_runs_the_linter_and_the_whole_suite():
+def test_make_test_runs_the_linter_and_the_whole_suite(subprocesses):
     dry = _make("-n", "test", "STAMP=")
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
     assert any(line.endswith("ruff check streamanon scheduler tests simulations")
                for line in lines)
-    assert lines[-1].endswith("python -m pytest")  # no -k, no path: every test
+    assert lines[-1].split("python -m pytest")[1].split() == ["-n", "auto"]  # no -k, -m, path
 
 
-def test_make_bench_runs_the_benchmark(tmp_path):
+def test_make_check_leaves_out_exactly_the_marked_tests(subprocesses):
+    from tests.conftest import SLOW_MARKERS
+
+    dry = _make("-n", "check", "STAMP=")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    assert any(line.endswith("ruff check streamanon scheduler tests simulations")
+               for line in lines)
+    selection = lines[-1].split("python -m pytest")[1]
+    assert selection.split()[:2] == ["-n", "auto"]
+    assert f'-m "not ({" or ".join(SLOW_MARKERS)})"' in selection
+
+
+def test_make_bench_runs_the_benchmark(subprocesses, tmp_path):
     out = tmp_path / "bench.json"
     result = _make("bench", f"BENCH_OUT={out}",
                    "BENCH_ARGS=--sizes 2000,3000 --ks 5 --repeat 1 --baseline-max-n 2000")
@@ -60,7 +73,7 @@ def test_make_bench_runs_the_benchmark(tmp_path):
     assert "| 2,000 | 5 |" in result.stdout and f"wrote {out}" in result.stdout
 
 
-def test_the_service_benchmark_runs(tmp_path):
+def test_the_service_benchmark_runs(subprocesses, tmp_path):
     """``python simulations/bench_service.py`` (docs/benchmarks/service.md), on a small load:
     both modes side by side, every step of report.json in the table, the base release spliced."""
     out = tmp_path / "bench_service.json"

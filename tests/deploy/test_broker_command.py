@@ -71,7 +71,7 @@ def assert_gone(pid: int, what: str) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 @pytest.mark.parametrize("ignored", [False, True])
-def test_the_broker_command_stops_its_broker_on(sig, ignored):
+def test_the_broker_command_stops_its_broker_on(subprocesses, sig, ignored):
     """Also when started with SIGINT ignored, as a background job of a script is (CI's own
     launch failed this way: the command never saw the SIGINT)."""
     port = free_port()

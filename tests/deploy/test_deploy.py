@@ -269,7 +269,8 @@ class _Healthz(http.server.BaseHTTPRequestHandler):
 
 @pytest.mark.parametrize("answer", [(200, "ok\n"), (503, "unhealthy: compute\ncompute: the "
                                                           "compute process exited\n"), None])
-def test_dockerfile_healthcheck_passes_only_on_healthz_200_and_shows_the_answer(answer):
+def test_dockerfile_healthcheck_passes_only_on_healthz_200_and_shows_the_answer(
+        subprocesses, answer):
     options, command = _healthcheck(DEPLOY / "Dockerfile")
     assert command[0] == "python" and "/healthz" in " ".join(command)
     assert {"interval", "timeout", "start-period", "retries"} <= set(options)
@@ -301,7 +302,7 @@ def test_dockerfile_healthcheck_passes_only_on_healthz_200_and_shows_the_answer(
 # --- Prometheus ----------------------------------------------------------------------------
 
 
-def test_promtool_accepts_the_prometheus_config():
+def test_promtool_accepts_the_prometheus_config(subprocesses):
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool not found: it comes with Debian's `prometheus` package, which "

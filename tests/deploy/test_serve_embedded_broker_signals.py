@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("when", ["serving", "starting"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_serve_with_an_embedded_broker_stops_both_on(sig, when, tmp_path):
+def test_serve_with_an_embedded_broker_stops_both_on(subprocesses, sig, when, tmp_path):
     config, env = write_config(tmp_path, "127.0.0.1:1")  # replaced by the embedded broker
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamanon", "serve", "--config", str(config),

@@ -134,7 +134,7 @@ def test_base_moment_is_now_when_nothing_more_arrives_and_none_for_one_shot():
     assert live.base_moment(_plan(), 1000.0, None) is None  # closes on command
 
 
-def test_the_scheduler_package_imports_nothing_from_streamanon():
+def test_the_scheduler_package_imports_nothing_from_streamanon(subprocesses):
     """Design spec §2: the scheduler imports nothing from the service (nor the numerical core)."""
     code = ("import sys, scheduler.live, scheduler.jobs, scheduler.cost_model, "
             "scheduler.profiles, scheduler.durations; "

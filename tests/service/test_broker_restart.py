@@ -55,7 +55,7 @@ def healthz(svc: ServiceProcess) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def test_a_broker_restart_mid_ingest_loses_nothing_and_stores_nothing_twice(tmp_path):
+def test_a_broker_restart_mid_ingest_loses_nothing_and_stores_nothing_twice(subprocesses, tmp_path):
     port = free_port()
     broker = EmbeddedBroker(port=port)
     broker.start()

@@ -23,7 +23,7 @@ def test_help_describes_the_benchmark(capsys):
     assert "two service instances sharing one PostgreSQL" in capsys.readouterr().out
 
 
-def test_a_tiny_run_prints_the_table(capsys):
+def test_a_tiny_run_prints_the_table(subprocesses, capsys):
     if why_unavailable():  # `make test` installs Debian's postgresql; never skip silently
         pytest.fail(f"PostgreSQL is needed: {why_unavailable()}")
     assert bench_collectors.main(["--n", "2000", "--repeat", "1", "--instances", "1", "2"]) == 0
@@ -35,7 +35,7 @@ def test_a_tiny_run_prints_the_table(capsys):
     assert "cores: PostgreSQL" in out and "cores: broker (Tansu)" in out
 
 
-def test_the_status_of_an_instance_still_starting_is_awaited():
+def test_the_status_of_an_instance_still_starting_is_awaited(subprocesses):
     """CI failed once: the backlog of a tiny run was stored before the second instance's HTTP
     server was up, and the bench asked it for its share at once (connection refused)."""
     port = free_port()
@@ -75,7 +75,7 @@ def test_the_status_of_an_instance_still_starting_is_awaited():
         alive.wait()
 
 
-def test_an_instance_that_died_is_reported_not_awaited(monkeypatch):
+def test_an_instance_that_died_is_reported_not_awaited(subprocesses, monkeypatch):
     def no_wait(seconds):
         raise AssertionError("waited for an instance that had exited")
 

@@ -15,7 +15,7 @@ RATE, SECONDS, BACKLOG, STAGES = 2000, 3, 2000, 45_000
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> tuple[dict, str]:
+def run(tmp_path_factory, subprocesses) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("bench") / "ingest.json"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

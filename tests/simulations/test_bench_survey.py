@@ -22,7 +22,7 @@ def cells(line: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def printed() -> str:
+def printed(subprocesses) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert bench_survey.main(["--n", str(N), "--k", str(K), "--repeats", "1"]) == 0
@@ -87,7 +87,7 @@ def test_a_release_over_the_time_limit_is_shown_as_skipped():
 
 @pytest.mark.parametrize("how", [[str(ROOT / "simulations" / "bench_survey.py")],
                                  ["-m", "simulations.bench_survey"]])
-def test_runs_as_a_script_and_as_a_module_from_anywhere(how, tmp_path):
+def test_runs_as_a_script_and_as_a_module_from_anywhere(subprocesses, how, tmp_path):
     out = subprocess.run([sys.executable, *how, "--help"], capture_output=True, text=True,
                          cwd=tmp_path, timeout=60, check=True)
     assert "--repeats" in out.stdout and "sample unique" in out.stdout

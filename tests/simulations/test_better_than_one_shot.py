@@ -56,7 +56,7 @@ def test_planned_takes_each_base_engines_nu_from_the_planners_choice(tmp_path):
         assert case["n_base"][engine] == 3000 - max(round(nu * 3000), 1)
 
 
-def test_help():
+def test_help(subprocesses):
     done = subprocess.run([sys.executable, "simulations/better_than_one_shot.py", "--help"],
                           cwd=ROOT, capture_output=True, text=True, check=True)
     assert "--refine" in done.stdout and "--ona-max-n" in done.stdout

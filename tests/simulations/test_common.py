@@ -55,7 +55,7 @@ def test_no_script_edits_sys_path_or_names_a_machine_path():
 
 @pytest.mark.parametrize("command", [["simulations/plot_schedule.py"],
                                      ["-m", "simulations.plot_schedule"]])
-def test_a_script_runs_as_a_file_and_as_a_module_from_anywhere(tmp_path, command):
+def test_a_script_runs_as_a_file_and_as_a_module_from_anywhere(subprocesses, tmp_path, command):
     script = [str(ROOT / command[0])] if len(command) == 1 else command
     result = subprocess.run([sys.executable, *script, "--out", str(tmp_path / "figures")],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)

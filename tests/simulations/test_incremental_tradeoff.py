@@ -6,7 +6,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_tradeoff_script_writes_table_csv_and_figures(tmp_path):
+def test_tradeoff_script_writes_table_csv_and_figures(subprocesses, tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "simulations" / "incremental_tradeoff.py"), "--n", "1500",
          "--repeat", "1", "--ms", "2,3", "--ks", "5", "--nus", "0.1,0.5", "--out",

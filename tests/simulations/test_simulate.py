@@ -15,7 +15,7 @@ from streamanon.metrics import check_k_anonymity
 from streamanon.service.simulate import make_data
 
 
-def test_simulate_runs_the_pipeline_and_reports_consistently(tmp_path):
+def test_simulate_runs_the_pipeline_and_reports_consistently(subprocesses, tmp_path):
     out = tmp_path / "sim"
     result = subprocess.run(
         [sys.executable, "-m", "streamanon", "simulate", "--profile", "front_loaded",
@@ -52,7 +52,7 @@ def test_simulate_runs_the_pipeline_and_reports_consistently(tmp_path):
     assert "Base engine: the planner's choice (engine = auto)" in report_md
 
 
-def test_dry_run_plans_without_producing(tmp_path):
+def test_dry_run_plans_without_producing(subprocesses, tmp_path):
     out = tmp_path / "dry"
     result = subprocess.run(
         [sys.executable, "-m", "streamanon", "simulate", "--profile", "uniform", "--n", "5000",
@@ -66,7 +66,7 @@ def test_dry_run_plans_without_producing(tmp_path):
     assert "(dry run)" in (out / "report.md").read_text()
 
 
-def test_unknown_profile_is_a_clear_error(tmp_path):
+def test_unknown_profile_is_a_clear_error(subprocesses, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "streamanon", "simulate", "--profile", "tidal", "--dry-run",
          "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=300)

@@ -189,7 +189,7 @@ def test_main_refuses_an_unknown_suffix_and_a_bad_n(tmp_path, capsys):
         main(["--n", "0", "--out", str(tmp_path / "survey.csv")])
 
 
-def test_help_explains_the_script():
+def test_help_explains_the_script(subprocesses):
     result = subprocess.run([sys.executable, "-m", "simulations.survey_data", "--help"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
