@@ -49,13 +49,13 @@ test: $(STAMP) system-deps
 	@echo "[test 1/2] ruff: style and import checks (seconds)"
 	$(BIN)/ruff check streamanon scheduler tests simulations
 	@echo "[test 2/2] pytest: every test, the docs build and the doctests, on every core (about 12 minutes on two; the first run also compiles the numba kernels, about a minute)"
-	$(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n auto --dist worksteal $(PYTEST_ARGS)
 
 check: $(STAMP)
 	@echo "[check 1/2] ruff: style and import checks (seconds)"
 	$(BIN)/ruff check streamanon scheduler tests simulations
 	@echo "[check 2/2] pytest: the fast suite, no broker, PostgreSQL, browser, Dask or child process (under 2 minutes on two cores)"
-	$(BIN)/python -m pytest -n auto -m "$(FAST)" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n auto --dist worksteal -m "$(FAST)" $(PYTEST_ARGS)
 
 # The documentation site (MkDocs), built as the tests build it: a warning is an error.
 docs: $(STAMP)

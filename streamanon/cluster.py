@@ -62,16 +62,17 @@ def check_cluster(cluster: str) -> str:
 
 
 @contextlib.contextmanager
-def open_client(cluster: str, *, timeout: float = CONNECT_TIMEOUT) -> Iterator[object]:
+def open_client(cluster: str, *, timeout: float | None = None) -> Iterator[object]:
     """A ``distributed.Client`` for ``cluster`` while the block runs.
 
     ``"local-N"`` starts a ``LocalCluster`` of N single-threaded worker processes for the
     block; an address such as ``tcp://scheduler:8786`` connects to a running scheduler, and
     raises :class:`ClusterError` when it cannot be reached or shows no worker within
-    ``timeout`` seconds (never waits for ever).
+    ``timeout`` seconds (:data:`CONNECT_TIMEOUT` by default; never waits for ever).
     """
     from distributed import Client, LocalCluster
 
+    timeout = CONNECT_TIMEOUT if timeout is None else timeout
     check_cluster(cluster)
     if cluster == "local":
         raise ParameterError("cluster 'local' runs in this process; there is no client to open")

@@ -43,7 +43,7 @@ RESOURCES = {
     "kafka": {"broker", "tls_broker"},
     "postgres": {"postgres_url", "pg_server"},
     "browser": {"browser"},
-    "dask": {"dask_client"},
+    "dask": {"dask_client", "dask_clusters"},
     "process": {"subprocesses", "service_factory", "restartable"},
 }
 SLOW_MARKERS = tuple(RESOURCES)
@@ -62,6 +62,12 @@ def subprocesses() -> None:
     """Requested by a test (or a fixture of any scope) that starts streamanon, make or a
     script as a child process: the test is then marked ``process`` (``make test`` runs it,
     ``make check`` does not)."""
+
+
+@pytest.fixture(scope="session")
+def dask_clusters() -> None:
+    """Requested by a test (or fixture) that starts Dask clusters of its own (``local-N``):
+    the test is then marked ``dask``."""
 
 
 class ChildProcessInFastTest(RuntimeError):

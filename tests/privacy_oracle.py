@@ -9,6 +9,7 @@ A missing sensitive value is a value of its own too, the last of an ordered doma
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
@@ -86,12 +87,20 @@ def emd(p: np.ndarray, q: np.ndarray, kind: str) -> float:
     if m <= 1:
         return 0.0
     if m <= LP_LIMIT:
-        i, j = np.indices((m, m))
-        ground = np.abs(i - j) / (m - 1) if kind == "ordered" else (i != j).astype(float)
-        return emd_transport(p, q, ground)
+        return _emd_lp(tuple(p.tolist()), tuple(q.tolist()), kind)
     if kind == "ordered":
         return float(np.sum(np.abs(np.cumsum(p - q))) / (m - 1))
     return float(0.5 * np.sum(np.abs(p - q)))
+
+
+@functools.lru_cache(maxsize=65536)
+def _emd_lp(p: tuple[float, ...], q: tuple[float, ...], kind: str) -> float:
+    """The LP of :func:`emd`, solved once per distinct pair of distributions: small groups
+    repeat the same few distributions many times over."""
+    m = len(p)
+    i, j = np.indices((m, m))
+    ground = np.abs(i - j) / (m - 1) if kind == "ordered" else (i != j).astype(float)
+    return emd_transport(np.array(p), np.array(q), ground)
 
 
 def t_of(frame: pd.DataFrame, key: Sequence[str], s: str, kind: str,

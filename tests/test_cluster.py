@@ -189,13 +189,16 @@ def test_the_cli_runs_on_the_cluster_and_writes_the_local_release(dask_client, s
     assert there.groupby(["a", "b", "c"]).size().min() >= K
 
 
-def test_the_cli_says_when_the_scheduler_cannot_be_reached(survey, tmp_path, capsys):
+def test_the_cli_says_when_the_scheduler_cannot_be_reached(survey, tmp_path, capsys,
+                                                            monkeypatch):
+    monkeypatch.setattr("streamanon.cluster.CONNECT_TIMEOUT", 2.0)
     started = time.monotonic()
     code = main(["anonymize", str(survey), *ARGS, "--cluster",
                  f"tcp://127.0.0.1:{closed_port()}", "--out", str(tmp_path / "out.csv")])
     assert code == 2 and time.monotonic() - started < 60
     err = capsys.readouterr().err
     assert "cannot reach the Dask scheduler" in err and "dask scheduler" in err
+    assert "within 2 s" in err
     assert not (tmp_path / "out.csv").exists()
 
 

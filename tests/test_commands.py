@@ -46,7 +46,7 @@ def test_make_test_runs_the_linter_and_the_whole_suite(subprocesses):
     lines = dry.stdout.splitlines()
     assert any(line.endswith("ruff check streamanon scheduler tests simulations")
                for line in lines)
-    assert lines[-1].split("python -m pytest")[1].split() == ["-n", "auto"]  # no -k, -m, path
+    assert lines[-1].split("python -m pytest")[1].split() == ["-n", "auto", "--dist", "worksteal"]
 
 
 def test_make_check_leaves_out_exactly_the_marked_tests(subprocesses):
@@ -58,7 +58,7 @@ def test_make_check_leaves_out_exactly_the_marked_tests(subprocesses):
     assert any(line.endswith("ruff check streamanon scheduler tests simulations")
                for line in lines)
     selection = lines[-1].split("python -m pytest")[1]
-    assert selection.split()[:2] == ["-n", "auto"]
+    assert selection.split()[:4] == ["-n", "auto", "--dist", "worksteal"]
     assert f'-m "not ({" or ".join(SLOW_MARKERS)})"' in selection
 
 

@@ -15,7 +15,7 @@ N, PARTS, ROUNDS = 4000, (500, 2000), (0, 2)
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> tuple[dict, str]:
+def run(tmp_path_factory, dask_clusters) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("bench") / "partitioned.json"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
