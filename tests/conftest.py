@@ -74,13 +74,13 @@ class ChildProcessInFastTest(RuntimeError):
     pass
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+def _guarded(item: pytest.Item):
     """A test with none of the markers above may not start a child process, in its own body
-    or in a fixture of any scope: it would slow the fast suite down or need what the fast
-    suite lacks, so it fails and says what to declare. ``multiprocessing`` (an engine's worker
-    pool, the service's compute process) does not go through ``subprocess`` and stays
-    allowed."""
+    or in a fixture of any scope it sets up: it would slow the fast suite down or need what
+    the fast suite lacks, so it fails and says what to declare. Teardown is free: a
+    module-scoped server is stopped after whichever of the module's tests ran last.
+    ``multiprocessing`` (an engine's worker pool, the service's compute process) does not go
+    through ``subprocess`` and stays allowed."""
     if any(item.get_closest_marker(m) for m in SLOW_MARKERS):
         yield
         return
@@ -98,3 +98,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         yield
     finally:
         subprocess.Popen.__init__ = original
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    yield from _guarded(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    yield from _guarded(item)

@@ -9,7 +9,8 @@ from tests.conftest import REPO
 
 CONFTEST = """
 from tests.conftest import (  # noqa: F401
-    RESOURCES, pytest_collection_modifyitems, pytest_runtest_protocol, subprocesses)
+    RESOURCES, pytest_collection_modifyitems, pytest_runtest_call, pytest_runtest_setup,
+    subprocesses)
 import pytest
 
 def pytest_configure(config):
@@ -23,6 +24,12 @@ def broker():
 @pytest.fixture(scope="module")
 def uses_a_child(subprocesses):
     return "ok"
+
+@pytest.fixture(scope="module")
+def server(subprocesses):
+    import subprocess, sys
+    yield "started"
+    subprocess.run([sys.executable, "-c", "pass"], check=True)  # stopped
 """
 
 TESTS = """
@@ -67,3 +74,16 @@ def test_a_child_process_must_be_declared(inner, subprocesses):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*test_spawns_undeclared starts a child process*"
                                  "without the `subprocesses` fixture*"])
+
+
+def test_a_server_stopped_after_an_unmarked_test_is_no_error(inner, subprocesses):
+    """A module-scoped server is torn down after the module's last test, marked or not."""
+    inner.makepyfile(test_teardown="""
+def test_uses_the_server(server):
+    assert server == "started"
+
+def test_pure_and_last():
+    assert True
+""")
+    result = inner.runpytest_inprocess("-p", "no:cacheprovider", "-q", "test_teardown.py")
+    result.assert_outcomes(passed=2)

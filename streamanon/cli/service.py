@@ -270,9 +270,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
     _stop_on_signals()
     with EmbeddedBroker(port=args.port) as broker:
-        print(f"embedded broker (Tansu, in-memory) at {broker.bootstrap}; Ctrl-C stops it",
-              flush=True)
-        try:
+        try:  # the ready line inside: a signal may land while it is written
+            print(f"embedded broker (Tansu, in-memory) at {broker.bootstrap}; Ctrl-C stops it",
+                  flush=True)
             while broker.process is not None and broker.process.poll() is None:
                 time.sleep(0.5)
         except KeyboardInterrupt:

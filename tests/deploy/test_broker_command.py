@@ -88,3 +88,40 @@ def test_the_broker_command_stops_its_broker_on(subprocesses, sig, ignored):
         proc.send_signal(sig)
         assert proc.wait(timeout=30) == 0
         assert_gone(tansu[0], "the command")
+
+
+def test_a_signal_right_after_the_ready_line_still_stops_cleanly(monkeypatch, capsys):
+    """The ready line is what a supervisor (or a test) waits for before it signals: a signal
+    that lands while that line is being printed stops the broker and exits 0, as one that
+    lands a second later does (it once escaped as exit 130: the line was printed before the
+    ``try``)."""
+    import argparse
+
+    from streamanon.cli import service as cli_service
+
+    class FakeBroker:
+        stopped = False
+
+        def __init__(self, port=None):
+            self.bootstrap = f"127.0.0.1:{port}"
+            self.process = self
+
+        def poll(self):
+            return None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            FakeBroker.stopped = True
+
+    def print_then_interrupted(*args, **kwargs):
+        if "embedded broker" in " ".join(map(str, args)):
+            raise KeyboardInterrupt  # the signal's handler runs as the write returns
+        print(*args, **kwargs)
+
+    monkeypatch.setattr("streamanon.service.broker.EmbeddedBroker", FakeBroker)
+    monkeypatch.setattr(cli_service, "_stop_on_signals", lambda: None)
+    monkeypatch.setattr(cli_service, "print", print_then_interrupted, raising=False)
+    assert cli_service.cmd_broker(argparse.Namespace(port=9)) == 0
+    assert FakeBroker.stopped

@@ -47,6 +47,9 @@ def pg_server():
         pytest.fail(f"PostgreSQL tests cannot run: {_PG_REASON}")
     with controlled_postgres_server() as pg:
         open_store(pg.url).close()  # the store's tables, for the snapshot test
+        # and the lease's, so that a test may empty them whichever test ran first (with
+        # pytest-xdist a module's tests are spread over workers, each with its own server)
+        coordination(pg, "setup").close()
         yield pg
 
 
