@@ -44,12 +44,15 @@ system-deps:
 # tests/conftest.py). Both run the doctests and ruff. PYTEST_ARGS passes options on.
 FAST := not (kafka or postgres or browser or dask or process)
 PYTEST_ARGS ?=
+# The full suite waits on brokers, servers and child processes about half of the time, so it
+# runs two workers a core; the fast suite computes, one a core.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 
 test: $(STAMP) system-deps
 	@echo "[test 1/2] ruff: style and import checks (seconds)"
 	$(BIN)/ruff check streamanon scheduler tests simulations
-	@echo "[test 2/2] pytest: every test, the docs build and the doctests, on every core (about 12 minutes on two; the first run also compiles the numba kernels, about a minute)"
-	$(BIN)/python -m pytest -n auto --dist worksteal $(PYTEST_ARGS)
+	@echo "[test 2/2] pytest: every test, the docs build and the doctests, $(TEST_WORKERS) workers (about 12 minutes on two cores; the first run also compiles the numba kernels, about a minute)"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 check: $(STAMP)
 	@echo "[check 1/2] ruff: style and import checks (seconds)"

@@ -50,11 +50,15 @@ SLOW_MARKERS = tuple(RESOURCES)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by the fixtures it uses; then put the marked tests first (in their
+    order): they wait on brokers, servers and processes, and one that starts last would keep
+    the whole run waiting while the other workers have nothing left to do."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         for marker, fixtures in RESOURCES.items():
             if used & fixtures:
                 item.add_marker(marker)
+    items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in SLOW_MARKERS))
 
 
 @pytest.fixture(scope="session")

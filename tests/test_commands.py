@@ -46,7 +46,9 @@ def test_make_test_runs_the_linter_and_the_whole_suite(subprocesses):
     lines = dry.stdout.splitlines()
     assert any(line.endswith("ruff check streamanon scheduler tests simulations")
                for line in lines)
-    assert lines[-1].split("python -m pytest")[1].split() == ["-n", "auto", "--dist", "worksteal"]
+    workers = 2 * len(os.sched_getaffinity(0))  # as nproc counts
+    assert lines[-1].split("python -m pytest")[1].split() == ["-n", str(workers), "--dist",
+                                                              "worksteal"]
 
 
 def test_make_check_leaves_out_exactly_the_marked_tests(subprocesses):

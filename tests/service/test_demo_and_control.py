@@ -40,7 +40,7 @@ def test_make_demo_runs_the_scheduled_pipeline(tmp_path, subprocesses):
     port = free_port()
     proc = subprocess.Popen(
         ["make", "--no-print-directory", "-C", str(REPO), "demo", f"DEMO_OUT={out}",
-         f"DEMO_ARGS=--budget {DEMO_BUDGET} --http 127.0.0.1:{port} --linger 30 "
+         f"DEMO_ARGS=--budget {DEMO_BUDGET} --http 127.0.0.1:{port} --linger 10 "
          "--log-level info --log-format json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
