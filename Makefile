@@ -46,7 +46,8 @@ FAST := not (kafka or postgres or browser or dask or process)
 PYTEST_ARGS ?=
 # The full suite waits on brokers, servers and child processes about half of the time, so it
 # runs two workers a core; the fast suite computes, one a core.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+# (nproc would follow OMP_NUM_THREADS, which a test run sets: count the usable cores instead)
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(2 * len(os.sched_getaffinity(0)))')
 
 test: $(STAMP) system-deps
 	@echo "[test 1/2] ruff: style and import checks (seconds)"

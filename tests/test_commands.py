@@ -46,7 +46,7 @@ def test_make_test_runs_the_linter_and_the_whole_suite(subprocesses):
     lines = dry.stdout.splitlines()
     assert any(line.endswith("ruff check streamanon scheduler tests simulations")
                for line in lines)
-    workers = 2 * len(os.sched_getaffinity(0))  # as nproc counts
+    workers = 2 * len(os.sched_getaffinity(0))  # the usable cores, whatever OMP_NUM_THREADS says
     assert lines[-1].split("python -m pytest")[1].split() == ["-n", str(workers), "--dist",
                                                               "worksteal"]
 
