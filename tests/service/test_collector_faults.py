@@ -440,7 +440,8 @@ def test_corrupt_batches_from_the_broker_are_dead_lettered_and_skipped(broker, t
 
 # -- worker faults -------------------------------------------------------------------------------
 
-def test_a_worker_killed_under_a_batch_is_replaced_and_the_batch_stored_once(tmp_path):
+def test_a_worker_killed_under_a_batch_is_replaced_and_the_batch_stored_once(tmp_path,
+                                                                           subprocesses):
     config = make_config(tmp_path)
     consumer = fake_consumer(config)
     flag = tmp_path / "die-once"
@@ -461,7 +462,7 @@ def test_a_worker_killed_under_a_batch_is_replaced_and_the_batch_stored_once(tmp
     assert h.dead.sent == []
 
 
-def test_an_idle_worker_killed_from_outside_is_replaced(tmp_path):
+def test_an_idle_worker_killed_from_outside_is_replaced(tmp_path, subprocesses):
     config = make_config(tmp_path)
     consumer = fake_consumer(config)
 
@@ -482,7 +483,7 @@ def test_an_idle_worker_killed_from_outside_is_replaced(tmp_path):
 
 @pytest.mark.parametrize("fault", ["poison", "raise"])
 def test_a_poison_message_is_dead_lettered_alone_and_the_rest_stored_once(tmp_path, fault,
-                                                                          caplog):
+                                                                          caplog, subprocesses):
     config = make_config(tmp_path)
     consumer = fake_consumer(config)
     poison = response(5)[:-1] + b', "x": "' + POISON + b'"}'
