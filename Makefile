@@ -58,7 +58,7 @@ test: $(STAMP) system-deps
 check: $(STAMP)
 	@echo "[check 1/2] ruff: style and import checks (seconds)"
 	$(BIN)/ruff check streamanon scheduler tests simulations
-	@echo "[check 2/2] pytest: the fast suite, no broker, PostgreSQL, browser, Dask or child process (under 2 minutes on two cores)"
+	@echo "[check 2/2] pytest: the fast suite, no broker, PostgreSQL, browser, Dask or child process (about 2 minutes on two cores)"
 	$(BIN)/python -m pytest -n auto --dist worksteal -m "$(FAST)" $(PYTEST_ARGS)
 
 # The documentation site (MkDocs), built as the tests build it: a warning is an error.
