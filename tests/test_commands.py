@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -40,28 +41,27 @@ def test_every_make_target_the_readme_names_exists():
     assert named <= targets, named - targets
 
 
-def test_make_test_runs_the_linter_and_the_whole_suite(subprocesses):
-    dry = _make("-n", "test", "STAMP=")
+def _pytest_arguments(target: str) -> list[str]:
+    """What ``make TARGET`` passes to pytest, after checking that it runs the linter first."""
+    dry = _make("-n", target, "STAMP=")
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
     assert any(line.endswith("ruff check streamanon scheduler tests simulations")
                for line in lines)
+    return shlex.split(lines[-1].split("python -m pytest")[1])
+
+
+def test_make_test_runs_the_linter_and_the_whole_suite(subprocesses):
     workers = 2 * len(os.sched_getaffinity(0))  # the usable cores, whatever OMP_NUM_THREADS says
-    assert lines[-1].split("python -m pytest")[1].split() == ["-n", str(workers), "--dist",
-                                                              "worksteal"]
+    assert _pytest_arguments("test") == ["-n", str(workers), "--dist", "worksteal"]
 
 
 def test_make_check_leaves_out_exactly_the_marked_tests(subprocesses):
     from tests.conftest import SLOW_MARKERS
 
-    dry = _make("-n", "check", "STAMP=")
-    assert dry.returncode == 0, dry.stderr
-    lines = dry.stdout.splitlines()
-    assert any(line.endswith("ruff check streamanon scheduler tests simulations")
-               for line in lines)
-    selection = lines[-1].split("python -m pytest")[1]
-    assert selection.split()[:4] == ["-n", "auto", "--dist", "worksteal"]
-    assert f'-m "not ({" or ".join(SLOW_MARKERS)})"' in selection
+    arguments = _pytest_arguments("check")
+    assert arguments[:4] == ["-n", "auto", "--dist", "worksteal"]
+    assert arguments[4:6] == ["-m", f"not ({' or '.join(SLOW_MARKERS)})"]
 
 
 def test_make_bench_runs_the_benchmark(subprocesses, tmp_path):
