@@ -41,8 +41,9 @@ system-deps:
 # The two suites run the same tests. `make test` runs all of them (CI runs it through .ci/run);
 # `make check`, the fast inner loop, leaves out those that need a broker, PostgreSQL, a browser,
 # a Dask cluster or a child process (the markers follow from the fixtures a test uses:
-# tests/conftest.py). Both run the doctests and ruff. PYTEST_ARGS passes options on.
-FAST := not (kafka or postgres or browser or dask or process)
+# tests/conftest.py) and the few marked `heavy` (seconds of computation each). Both run the
+# doctests and ruff. PYTEST_ARGS passes options on.
+FAST := not (kafka or postgres or browser or dask or process or heavy)
 PYTEST_ARGS ?=
 # The full suite waits on brokers, servers and child processes about half of the time, so it
 # runs two workers a core; the fast suite computes, one a core.

@@ -46,7 +46,9 @@ RESOURCES = {
     "dask": {"dask_client", "dask_clusters"},
     "process": {"subprocesses", "service_factory", "restartable"},
 }
-SLOW_MARKERS = tuple(RESOURCES)
+# ``heavy`` is set by hand on a test whose own computation takes seconds (a large reference
+# comparison, a quick paper report): ``make check`` leaves it to ``make test`` as well.
+SLOW_MARKERS = (*RESOURCES, "heavy")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -85,7 +87,7 @@ def _guarded(item: pytest.Item):
     module-scoped server is stopped after whichever of the module's tests ran last.
     ``multiprocessing`` (an engine's worker pool, the service's compute process) does not go
     through ``subprocess`` and stays allowed."""
-    if any(item.get_closest_marker(m) for m in SLOW_MARKERS):
+    if any(item.get_closest_marker(m) for m in RESOURCES):
         yield
         return
     import subprocess

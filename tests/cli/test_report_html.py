@@ -168,6 +168,7 @@ def _report(survey: dict[str, Path], release: Path) -> tuple[int, str, str, str]
     return status, stdout, stderr, page
 
 
+@pytest.mark.heavy
 def test_without_the_releases_report_json_the_linkage_is_not_measured(survey, tmp_path):
     release = tmp_path / "copy.csv"
     shutil.copyfile(survey["release"], release)
@@ -178,6 +179,7 @@ def test_without_the_releases_report_json_the_linkage_is_not_measured(survey, tm
     assert "not measured" in stdout and "copy.report.json" in stdout
 
 
+@pytest.mark.heavy
 def test_a_report_json_of_another_release_is_not_read(survey, tmp_path):
     release = tmp_path / "release.csv"
     write_table(read_table(survey["release"]).iloc[K:], release)  # not the release it measured
@@ -190,6 +192,7 @@ def test_a_report_json_of_another_release_is_not_read(survey, tmp_path):
     assert "not measured" in stdout and "release.report.json" in stdout
 
 
+@pytest.mark.heavy
 def test_a_service_releases_report_json_in_its_directory_is_read(survey, tmp_path):
     made = json.loads(survey["release"].with_name("release.report.json").read_text())
     service = {"survey": "s1", "release_id": "s1-1", "n": made["n"], "k": K,
@@ -243,6 +246,7 @@ def test_names_and_file_names_are_escaped():
     assert re.search(r"<th>q&amp;&quot;1</th><td[^>]*>[^<]*</td><td>\d+</td>", page)
 
 
+@pytest.mark.heavy
 def test_a_release_that_is_the_original_is_warned_about(survey, tmp_path):
     original = read_table(survey["original"])
     schema = load_schema(survey["schema"])

@@ -178,7 +178,9 @@ def r_choices_above(n: int, k: int, list_len: int) -> int:
 
 # Above the kernel's far-list length the list of records farthest from the centroid is cut
 # short, and a walk must prove its answer against the distance of the first record left out.
-@pytest.mark.parametrize("n,m,k", [(12_000, 15, 10), (3_000, 5, 3), (12_000, 4, 5)])
+@pytest.mark.parametrize("n,m,k", [
+    pytest.param(12_000, 15, 10, marks=pytest.mark.heavy), (3_000, 5, 3),
+    pytest.param(12_000, 4, 5, marks=pytest.mark.heavy)])
 @pytest.mark.parametrize("screen", [True, False])
 def test_partition_equals_reference_on_large_data_with_the_far_list_cut_short(
         n, m, k, screen, scan_mode, reference_partitions, kernel_stats):

@@ -24,6 +24,7 @@ def _row(report: str, quantity: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
 
 
+@pytest.mark.heavy
 def test_quick_report_has_heading_command_tables_and_figures(quick):
     report, figures = quick
     assert report.startswith("### Paper 001")
@@ -38,6 +39,7 @@ def test_quick_report_has_heading_command_tables_and_figures(quick):
         assert path.stat().st_size > 20_000
 
 
+@pytest.mark.heavy
 def test_report_reproduces_the_running_example(quick):
     report, _ = quick
     assert _row(report, "Fig. 24: nu*")[1:3] == ["≈ 14.6 %", "14.59 %"]

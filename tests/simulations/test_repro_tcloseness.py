@@ -46,6 +46,7 @@ def quick_report() -> str:
     return printed.getvalue()
 
 
+@pytest.mark.heavy
 def test_quick_report_has_a_row_per_t_and_k_and_the_engines_side_by_side(quick_report):
     text = quick_report
     assert text.startswith("### Paper 005")
@@ -62,6 +63,7 @@ def test_quick_report_has_a_row_per_t_and_k_and_the_engines_side_by_side(quick_r
         assert all(len(row) == len(header) for row in body)
 
 
+@pytest.mark.heavy
 def test_every_release_is_t_close_and_t_first_cells_have_the_papers_size(quick_report):
     for n, header, body in _tables(quick_report):
         for row in body:

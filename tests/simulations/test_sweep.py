@@ -23,6 +23,7 @@ def quick(tmp_path_factory) -> tuple[str, list[dict[str, str]], object]:
     return report, rows, out
 
 
+@pytest.mark.heavy
 def test_csv_has_every_grid_cell_once(quick):
     _, rows, _ = quick
     grid = sweep.QUICK
@@ -33,6 +34,7 @@ def test_csv_has_every_grid_cell_once(quick):
     assert set(got) == expected
 
 
+@pytest.mark.heavy
 def test_deadline_met_is_release_within_the_deadline(quick):
     _, rows, _ = quick
     for r in rows:
@@ -46,6 +48,7 @@ def test_deadline_met_is_release_within_the_deadline(quick):
                 float(r["release_with_measured_times"]) <= float(r["deadline"][:-2]))
 
 
+@pytest.mark.heavy
 def test_rows_account_for_every_record_and_say_where_delta_comes_from(quick):
     _, rows, _ = quick
     for r in rows:
@@ -63,6 +66,7 @@ def test_rows_account_for_every_record_and_say_where_delta_comes_from(quick):
             assert float(r["release_after_close"]) == pytest.approx(float(r["t_ref"]))
 
 
+@pytest.mark.heavy
 def test_quick_report_and_heatmap(quick):
     report, rows, out = quick
     assert report.startswith("### Live scheduler sweep")
@@ -132,6 +136,7 @@ def test_the_sweep_plans_with_the_services_policy_including_expected_records():
 # ---------------------------------------------------------------- deadlines met, and the margin
 
 
+@pytest.mark.heavy
 def test_the_quick_report_gives_the_share_of_deadlines_met_in_its_table_and_its_json(quick):
     import json
 
@@ -152,6 +157,7 @@ def test_the_quick_report_gives_the_share_of_deadlines_met_in_its_table_and_its_
     assert shares["all"]["in_time"]["cells"] == len(in_time)
 
 
+@pytest.mark.heavy
 def test_a_sweep_can_reuse_the_models_of_an_earlier_one(quick, tmp_path):
     """models.json holds the calibrated law and the stage's c; cost_models on it gives the
     same models without timing anything."""
@@ -164,6 +170,7 @@ def test_a_sweep_can_reuse_the_models_of_an_earlier_one(quick, tmp_path):
     assert again["slow"].base(sweep.SLOW_AT) == pytest.approx(sweep.SLOW_T_REF)
 
 
+@pytest.mark.heavy
 def test_a_met_deadline_is_feasible_and_the_earliest_release_is_no_later_than_the_plans(quick):
     _, rows, _ = quick
     for r in rows:
