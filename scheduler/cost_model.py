@@ -295,7 +295,7 @@ class CostModelStore:
     The power law is fitted on the calibration samples (sizes chosen for the fit, timed alone)
     and scaled by the contention measured on the ``contention_runs`` most recent real runs
     (:meth:`PowerLaw.observed`); with calibration samples at fewer than two sizes it is fitted
-    on every sample. Entries written before the fit statistics were kept load as before, with
+    on every sample. An entry without fit statistics (a file of an older version) loads with
     the defaults of :meth:`PowerLaw.from_dict`.
     """
 

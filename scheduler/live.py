@@ -49,7 +49,8 @@ from scheduler.quality import QualityBound
 #: The upper quantile of the compute's time that a deadline plan keeps within the deadline.
 DEADLINE_QUANTILE = 0.95
 
-#: The refinement's seconds with ``refine = "auto"`` and no deadline (``streamanon.refine``).
+#: The refinement's seconds with ``refine = "auto"`` and no deadline: what
+#: ``streamanon.refine.AUTO_SECONDS`` gives it (a test keeps the two equal).
 AUTO_REFINE_SECONDS = 5.0
 
 #: What a base run costs besides the engine: the snapshot read from the store, the checkpoint

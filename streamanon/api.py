@@ -22,13 +22,12 @@ import numpy as np
 
 from streamanon.engines import get_engine, run_engine, validate_input
 from streamanon.errors import InputError, ParameterError
-from streamanon.mixed import partition_groups
+from streamanon.mixed import partition_groups, sensitive_codes
 from streamanon.progress import Progress
 from streamanon.release import (  # noqa: F401 (shuffle_rows: API)
     Privacy,
     prepare,
     release_prepared,
-    sensitive_codes,
     shuffle_rows,
 )
 from streamanon.schema import Schema, as_schema, quick_schema
@@ -214,7 +213,8 @@ def microaggregate(
     engine = default_engine(l, t) if engine is None else engine
     info = get_engine(engine)
     params = {**(engine_params or {}), **params}
-    report_params = dict(params)
+    report_params = {key: value for key, value in params.items()  # a runner is no setting
+                     if key not in info.runtime}
     frame_input = pd is not None and isinstance(data, pd.DataFrame)
     if not frame_input:
         if schema is not None or qi is not None or drop or confidential or strata or weight:

@@ -2,8 +2,11 @@
 
 The cutting and the joining are in :mod:`streamanon.engines.partitioned`, pure; this module only
 connects to Dask (:func:`open_client`) and evaluates the per-part function on its workers
-(:func:`dask_runner`). Workers need nothing but ``pip install streamanon`` (the same version):
-each task is a module-level function of streamanon and one part's matrix.
+(:func:`dask_runner`), which the partitioned engine receives from its caller
+(:func:`part_runner`). It sits above the numerical core, beside the CLI and the service: it
+opens network clients, and the core never imports it. Workers need nothing but
+``pip install streamanon`` (the same version): each task is a module-level function of
+streamanon and one part's matrix.
 
 Each part travels inside its task (``client.submit(function, part)``), not through
 ``client.scatter``: the scheduler then holds what it needs to run the task again, so when a
@@ -100,6 +103,24 @@ def open_client(cluster: str, *, timeout: float | None = None) -> Iterator[objec
         yield client
 
 
+@contextlib.contextmanager
+def part_runner(cluster: str, *, timeout: float | None = None) -> Iterator[PartRunner | None]:
+    """The ``runner`` of the ``partitioned`` engine for ``cluster`` while the block runs:
+    ``None`` for ``"local"`` (the parts run one after the other in this process), else a
+    :func:`dask_runner` on a client of :func:`open_client`.
+
+    >>> with part_runner("local") as runner:
+    ...     runner is None
+    True
+    """
+    check_cluster(cluster)
+    if cluster == "local":
+        yield None
+        return
+    with open_client(cluster, timeout=timeout) as client:
+        yield dask_runner(client)
+
+
 def one_thread(function: PartFunction, array: np.ndarray) -> np.ndarray:
     """``function(array)`` with one numba thread in this (worker) thread."""
     import numba
@@ -169,8 +190,10 @@ def partitioned_base(run: TwoStageRun, prepared: Prepared, cluster: str,
     from streamanon.incremental.run import TwoStageRun
     from streamanon.release import base_partition
 
-    parted = TwoStageRun(run.k, "partitioned", run.incremental,
-                         engine_params={"engine": run.engine, "engine_params": run.engine_params,
-                                        "part_size": part_size, "cluster": cluster},
-                         incremental_params=run.incremental_params)
-    return base_partition(parted, prepared)
+    with part_runner(cluster) as runner:
+        parted = TwoStageRun(run.k, "partitioned", run.incremental,
+                             engine_params={"engine": run.engine,
+                                            "engine_params": run.engine_params,
+                                            "part_size": part_size, "runner": runner},
+                             incremental_params=run.incremental_params)
+        return base_partition(parted, prepared)

@@ -23,6 +23,11 @@ class KAnonymityError(StreamanonError):
     """A release failed the k-anonymity gate; it must not be published."""
 
 
+class PublishError(StreamanonError):
+    """The release topic did not take a release's messages (a broker fault or timeout):
+    the publish is tried again."""
+
+
 class WithheldError(StreamanonError):
     """Stands in for an exception whose message is withheld (see :func:`withheld`)."""
 

@@ -595,3 +595,33 @@ def loss_by_type(C: np.ndarray, R: np.ndarray, encoding: Encoding, scaling: Stan
     out["withheld"] = int(np.sum(seen & ~released))
     out["imputed"] = int(np.sum(~seen & released))
     return out
+
+
+def sensitive_codes(frame: pd.DataFrame, schema: Schema, names: Sequence[str],
+                    kinds: dict[str, str] | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The sensitive answers ``names`` of ``frame`` as codes for the EMD: the rank of each
+    value in its column's sorted domain (an ordinal's levels in their order), a missing answer
+    the last value of its own; and each column's ground distance, ``ordered`` for numbers and
+    ordinals, ``equal`` for categories, booleans and text (``kinds`` overrides)."""
+    S = np.empty((len(frame), len(names)))
+    out_kinds = []
+    for j, name in enumerate(names):
+        if name not in frame.columns:
+            raise InputError(f"sensitive column {name} is not in the data")
+        column = frame[name]
+        spec = schema.fields.get(name)
+        kind_of = spec.type if spec is not None else None
+        numeric = (pd.api.types.is_numeric_dtype(column)
+                   and not pd.api.types.is_bool_dtype(column))
+        if kind_of == "ordinal" and spec is not None and spec.levels:
+            where = {level: i for i, level in enumerate(spec.levels)}
+            codes = np.array([where.get(v, len(where)) if not pd.isna(v) else len(where)
+                              for v in column.astype(object)], dtype=np.float64)
+            kind = "ordered"
+        else:
+            codes, _ = pd.factorize(column, sort=True, use_na_sentinel=True)
+            codes = np.where(codes < 0, codes.max(initial=-1) + 1, codes).astype(np.float64)
+            kind = "ordered" if numeric and kind_of not in ("category", "bool") else "equal"
+        S[:, j] = codes
+        out_kinds.append((kinds or {}).get(name, kind))
+    return S, tuple(out_kinds)

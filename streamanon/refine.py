@@ -41,7 +41,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.live import AUTO_REFINE_SECONDS
 from streamanon.errors import ParameterError
 
 #: Cells handed to the compiled kernel between two looks at the clock.
@@ -52,7 +51,10 @@ MAX_NEIGHBOURS = 64
 #: Steps of the greedy walk from a record's cell to the cells whose centroids are nearest it.
 HOPS = 2
 #: Budget of ``refine = "auto"`` without a deadline, in seconds.
-AUTO_SECONDS = AUTO_REFINE_SECONDS  # the planner plans the same (scheduler.live)
+#: The refinement's seconds with ``refine = "auto"`` and no deadline. The planner assumes the
+#: same (``scheduler.live.AUTO_REFINE_SECONDS``; the core does not import the scheduler, and a
+#: test keeps the two equal).
+AUTO_SECONDS = 5.0
 _SEED = 20240611
 
 
@@ -275,7 +277,7 @@ def _around_changes(changed: np.ndarray, alive: np.ndarray, G: np.ndarray,
 def parse_refine(value: object) -> str | float:
     """``"off"``, ``"auto"`` or a number of seconds > 0 (a number, or a duration string such
     as ``"30"``, ``"30s"``, ``"2min"``); anything else raises :class:`ParameterError`."""
-    from scheduler.durations import parse_duration
+    from streamanon.durations import parse_duration
 
     if isinstance(value, str) and value.strip().lower() in ("off", "auto"):
         return value.strip().lower()

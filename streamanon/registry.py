@@ -17,6 +17,9 @@ class Entry:
 
     ``per_record`` names the parameters that hold one value per record (a class label, the
     confidential attributes): callers pass them as data columns and slice them with the rows.
+    ``runtime`` names those that say how to run, not what to compute (where the parts of a
+    partitioned run go): they never select a cost model, and they are Python objects that
+    the caller passes in, not settings of a configuration file.
     """
 
     name: str
@@ -25,6 +28,7 @@ class Entry:
     source: str
     parameters: dict[str, str] = field(default_factory=dict)
     per_record: frozenset[str] = frozenset()
+    runtime: frozenset[str] = frozenset()
 
 
 class Registry:
@@ -36,14 +40,16 @@ class Registry:
 
     def register(self, name: str, *, summary: str, source: str,
                  parameters: dict[str, str] | None = None,
-                 per_record: tuple[str, ...] = ()) -> Callable[[Function], Function]:
+                 per_record: tuple[str, ...] = (),
+                 runtime: tuple[str, ...] = ()) -> Callable[[Function], Function]:
         """Decorator that adds a function under ``name``."""
 
         def decorate(function: Function) -> Function:
             if name in self._entries:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._entries[name] = Entry(name, function, summary, source,
-                                        dict(parameters or {}), frozenset(per_record))
+                                        dict(parameters or {}), frozenset(per_record),
+                                        frozenset(runtime))
             return function
 
         return decorate

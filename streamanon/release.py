@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from streamanon.errors import InputError, KAnonymityError
-from streamanon.incremental import base_is_usable
+from streamanon.incremental.base import base_is_usable
 from streamanon.incremental.run import Partition, TwoStageRun
 from streamanon.metrics import (
     Standardisation,
@@ -194,9 +194,9 @@ class Prepared:
     weights: np.ndarray | None
 
     @property
-    def legacy(self) -> bool:
-        """Floats only, none missing, no weights: the release's gate and D are the
-        literature's, exactly as before mixed data (:func:`release_prepared`)."""
+    def plain_numeric(self) -> bool:
+        """Floats only, none missing, no weights: the literature's case, where the release's
+        gate and D are exactly the literature's (:func:`release_prepared`)."""
         return (all(c.kind == "float" for c in self.encoding.columns)
                 and not np.isnan(self.C).any() and self.weights is None)
 
@@ -210,8 +210,8 @@ class Prepared:
 
     @property
     def numeric_complete(self) -> bool:
-        """Numbers only, none missing, one group: the partition is the numeric one of before
-        mixed data (standardised values, no groups)."""
+        """Numbers only, none missing, one group: the partition is the plain numeric one
+        (standardised values, no groups)."""
         return (self.groups is None and self.encoding.numeric_only
                 and not np.isnan(self.C).any())
 
@@ -315,7 +315,7 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
     for name, values in enc.decode(R, like=frame).items():
         table[name] = values.to_numpy() if values.dtype == object else values.array
     qi = enc.names
-    if prepared.legacy:  # complete numeric data: exactly the literature's D and gate
+    if prepared.plain_numeric:  # complete numeric data: exactly the literature's D and gate
         require_k_anonymous(table[qi].to_numpy(), k)
     else:
         require_k_anonymous_table(table, qi, k)
@@ -340,7 +340,7 @@ def release_loss(prepared: Prepared, labels: np.ndarray,
     standardised data) for complete numeric data."""
     loss = loss_by_type(prepared.C, R, prepared.encoding, prepared.scaling, prepared.weights,
                         prepared.Z)
-    d = distortion(prepared.Z, labels) if prepared.legacy else loss["distortion"]
+    d = distortion(prepared.Z, labels) if prepared.plain_numeric else loss["distortion"]
     return d, loss
 
 
@@ -413,34 +413,3 @@ def key_groups(table: pd.DataFrame, key: Sequence[str]) -> np.ndarray:
     codes = [pd.factorize(table[c], use_na_sentinel=False)[0] for c in key]
     groups = pd.MultiIndex.from_arrays(codes).factorize()[0] if len(codes) > 1 else codes[0]
     return np.asarray(groups, dtype=np.int64)
-
-
-def sensitive_codes(frame: pd.DataFrame, schema: Schema, names: Sequence[str],
-                    kinds: dict[str, str] | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
-    """The sensitive answers ``names`` of ``frame`` as codes for the EMD: the rank of each
-    value in its column's sorted domain (an ordinal's levels in their order), a missing answer
-    the last value of its own; and each column's ground distance, ``ordered`` for numbers and
-    ordinals, ``equal`` for categories, booleans and text (``kinds`` overrides)."""
-    S = np.empty((len(frame), len(names)))
-    out_kinds = []
-    for j, name in enumerate(names):
-        if name not in frame.columns:
-            raise InputError(f"sensitive column {name} is not in the data")
-        column = frame[name]
-        spec = schema.fields.get(name)
-        kind_of = spec.type if spec is not None else None
-        numeric = (pd.api.types.is_numeric_dtype(column)
-                   and not pd.api.types.is_bool_dtype(column))
-        if kind_of == "ordinal" and spec is not None and spec.levels:
-            where = {level: i for i, level in enumerate(spec.levels)}
-            codes = np.array([where.get(v, len(where)) if not pd.isna(v) else len(where)
-                              for v in column.astype(object)], dtype=np.float64)
-            kind = "ordered"
-        else:
-            codes, _ = pd.factorize(column, sort=True, use_na_sentinel=True)
-            codes = np.where(codes < 0, codes.max(initial=-1) + 1, codes).astype(np.float64)
-            kind = "ordered" if numeric and kind_of not in ("category", "bool") else "equal"
-        S[:, j] = codes
-        out_kinds.append((kinds or {}).get(name, kind))
-    return S, tuple(out_kinds)
-

@@ -39,7 +39,7 @@ Venkatasubramanian, ICDE 2007: the largest Earth Mover's Distance of a group's d
 the whole release's), with the ground distance ``ordered`` (numbers and ordinals, over the
 sorted distinct values) or ``equal`` (categories, booleans, text), unless ``kinds`` says; a
 missing answer is a value of its own. The codes and the EMD are those of the release gate
-(:func:`streamanon.release.sensitive_codes`, :mod:`streamanon.privacy`).
+(:func:`streamanon.mixed.sensitive_codes`, :mod:`streamanon.privacy`).
 
 Utility
 -------
@@ -69,7 +69,7 @@ from scipy.spatial import cKDTree
 
 from streamanon.errors import InputError, ParameterError
 from streamanon.metrics import _qi_group_keys
-from streamanon.mixed import Encoding, embed, encoding_for, fit_embedding
+from streamanon.mixed import Encoding, embed, encoding_for, fit_embedding, sensitive_codes
 from streamanon.schema import Schema
 
 #: ``p`` of interval disclosure: the interval is +-p % of the attribute's range.
@@ -295,7 +295,6 @@ def _sensitive(release: pd.DataFrame, schema: Schema, groups: np.ndarray,
     if not names:
         return {}
     from streamanon.privacy import cell_distinct, cell_emds
-    from streamanon.release import sensitive_codes
 
     S, out_kinds = sensitive_codes(release, schema, list(names), dict(kinds or {}))
     return {name: Sensitive(kind=kind, l=int(cell_distinct(groups, S[:, j]).min()),

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from streamanon.cli import main
-from streamanon.cluster import ClusterError, dask_runner, open_client
+from streamanon.cluster import ClusterError, check_cluster, dask_runner, open_client, part_runner
 from streamanon.engines import run_engine
 from streamanon.engines.partitioned import (
     cut_parts,
@@ -101,6 +101,15 @@ def test_every_cell_has_at_least_k_and_every_record_one_cell(dask_client, X):
     assert sizes.min() >= K and sizes.sum() == len(X)
 
 
+def test_the_python_form_of_the_guide_runs_the_parts_on_the_cluster(dask_client, X):
+    address = dask_client.scheduler.address
+    with part_runner(address) as runner:
+        assert runner is not None
+        there = run_engine("partitioned", X, K, engine="mdav", part_size=PART, runner=runner)
+    np.testing.assert_array_equal(there, run_engine("partitioned", X, K, engine="mdav",
+                                                    part_size=PART))
+
+
 def test_the_parts_cover_the_records_once_within_the_size_limits(X):
     parts = cut_parts(X, K, PART)
     rows = np.concatenate(parts)
@@ -115,8 +124,10 @@ def test_the_partitioned_run_is_deterministic_and_one_part_is_the_engine_itself(
 
 
 def test_bad_parameters_are_refused_with_what_to_do(X):
+    with pytest.raises(ParameterError, match="part_runner"):
+        run_engine("partitioned", X, K, runner="tcp://somewhere:8786")
     with pytest.raises(ParameterError, match="local-N"):
-        run_engine("partitioned", X, K, cluster="somewhere")
+        check_cluster("somewhere")
     with pytest.raises(ParameterError, match="per-record"):
         run_engine("partitioned", X, K, engine="dependence")
     with pytest.raises(ParameterError, match="part_size"):

@@ -186,3 +186,9 @@ def test_simulate_rejects_a_bad_refine_setting(capsys):
 
     assert main(["simulate", "--dry-run", "--refine", "later", "--n", "100", "--k", "5"]) != 0
     assert 'refine must be "off", "auto"' in capsys.readouterr().err
+
+
+def test_the_planner_assumes_the_refinement_s_own_auto_budget():
+    from scheduler.live import AUTO_REFINE_SECONDS
+
+    assert AUTO_SECONDS == AUTO_REFINE_SECONDS  # the core may not import the scheduler

@@ -104,10 +104,9 @@ levels = ["very low", "low", "medium", "high", "very high"]
 # -- 4. the service publishes a typed label as text and measures its t as nominal ---------------
 
 def _service_label_release():
-    from streamanon.release import prepare_stored
+    from streamanon.release import prepare_stored, release_prepared
     from streamanon.service.config import parse_config
     from streamanon.service.publisher import (
-        build_release,
         record_messages,
         records_frame,
         survey_privacy,
@@ -129,8 +128,8 @@ def _service_label_release():
                       labels=[r.label for r in stored])
     frame = records_frame(records, sc)
     privacy = survey_privacy(frame, sc)
-    release = build_release(frame, prepare_stored(frame, sc.schema, sc.k),
-                            np.arange(20) // 5, sc, seed=1, privacy=privacy)
+    release = release_prepared(frame, prepare_stored(frame, sc.schema, sc.k),
+                               np.arange(20) // 5, sc.k, seed=1, privacy=privacy)
     return privacy, [json.loads(m) for m in record_messages(release.table)]
 
 

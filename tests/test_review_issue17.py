@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from streamanon.errors import PublishError
 from streamanon.io import write_table
 from streamanon.release import prepare_stored, release_prepared
 from streamanon.service.config import parse_config
-from streamanon.service.publisher import PublishError, ReleasePublisher, records_frame
+from streamanon.service.publisher import ReleasePublisher, records_frame
 from streamanon.service.store import Records
 from streamanon.splicing import prepare_base, record_messages, splice
 

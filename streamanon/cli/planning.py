@@ -10,7 +10,6 @@ from scheduler import live
 from scheduler.arrivals import UniformForecast
 from scheduler.choice import AUTO_ENGINES, Choice, Option, choose
 from scheduler.cost_model import CostModelStore, PowerLaw, TwoStageCost, calibrate
-from scheduler.durations import format_duration, parse_duration
 from scheduler.planner import (
     ARRIVAL_THRESHOLD,
     Plan,
@@ -23,6 +22,7 @@ from scheduler.planner import (
     release_after_close,
 )
 from streamanon.cli._args import param, positive_int
+from streamanon.durations import format_duration, parse_duration
 from streamanon.errors import ParameterError
 
 

@@ -154,6 +154,7 @@ def _with_progress(label: str, run: Callable[[Any], T], enabled: bool) -> T:
 
 def cmd_anonymize(args: argparse.Namespace) -> int:
     from streamanon.api import microaggregate
+    from streamanon.cluster import check_cluster, part_runner
     from streamanon.io import (
         read_table,
         report_path,
@@ -206,22 +207,28 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
 
         args.engine = default_engine(args.l, args.t)
     engine_name = args.engine
+    where = None
     if args.cluster is not None or args.part_size is not None:
         args.engine, params = _partitioned(args, params)
-        where = args.cluster or "local"
+        where = "local" if args.cluster is None else check_cluster(args.cluster)
         engine_name = f"{engine_name} in parts of {params['part_size']:,} ({where})"
     show = not args.no_progress and sys.stderr.isatty()
     started = time.perf_counter()
-    result = _with_progress(
-        f"{args.engine} k={args.k}",
-        lambda progress: microaggregate(frame, args.k, args.engine, **described,
-                                        strata=args.strata, seed=args.seed,
-                                        sensitive=args.sensitive, l=args.l, t=args.t,
-                                        progress=progress, engine_params=params,
-                                        **two_stage),
-        show,
-    )
+    with part_runner(where or "local") as runner:
+        if runner is not None:
+            params["runner"] = runner
+        result = _with_progress(
+            f"{args.engine} k={args.k}",
+            lambda progress: microaggregate(frame, args.k, args.engine, **described,
+                                            strata=args.strata, seed=args.seed,
+                                            sensitive=args.sensitive, l=args.l, t=args.t,
+                                            progress=progress, engine_params=params,
+                                            **two_stage),
+            show,
+        )
     report = result.report()
+    if where is not None:
+        report["cluster"] = where
     report["confidential"] = [c for c, spec in report["columns"].items()
                               if spec["role"] in ("confidential", "label")]
     report["input"] = str(args.input)
@@ -348,14 +355,12 @@ def _outside_text(found: list[Any], args: argparse.Namespace, csv: bool) -> str:
 
 def _partitioned(args: argparse.Namespace,
                  params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The engine ``partitioned`` wrapping ``--engine``: its name and parameters."""
-    from streamanon.cluster import check_cluster
+    """The engine ``partitioned`` wrapping ``--engine``: its name and parameters (where the
+    parts run is the ``runner`` that :func:`streamanon.cluster.part_runner` gives)."""
     from streamanon.engines.partitioned import DEFAULT_PART_SIZE
 
-    cluster = "local" if args.cluster is None else check_cluster(args.cluster)
     return "partitioned", {"engine": args.engine, "engine_params": params,
-                           "part_size": args.part_size or DEFAULT_PART_SIZE,
-                           "cluster": cluster}
+                           "part_size": args.part_size or DEFAULT_PART_SIZE}
 
 
 def _check_roles(frame: Any, args: argparse.Namespace) -> None:

@@ -9,7 +9,7 @@ from streamanon.errors import StreamanonError
 
 
 def _duration(text: str) -> float:
-    from scheduler.durations import parse_duration
+    from streamanon.durations import parse_duration
 
     try:
         return parse_duration(text)

@@ -116,7 +116,8 @@ def _check_sensitive(release: pd.DataFrame, args: argparse.Namespace, schema: Sc
     """Print l and t of each sensitive column over the file's key groups; whether they meet
     --l and --t."""
     from streamanon.errors import KAnonymityError
-    from streamanon.release import Privacy, key_groups, sensitive_codes
+    from streamanon.mixed import sensitive_codes
+    from streamanon.release import Privacy, key_groups
 
     S, kinds = sensitive_codes(release, schema, sensitive)
     privacy = Privacy(tuple(sensitive), S, kinds, args.l, args.t)

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from streamanon.engines import get_engine, register, run_engine
+from streamanon.engines.base import get_engine, register, run_engine
 from streamanon.errors import InputError, ParameterError
 from streamanon.metrics import aggregate, standardise
 from streamanon.progress import Progress

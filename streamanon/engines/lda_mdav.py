@@ -19,7 +19,7 @@ import numbers
 
 import numpy as np
 
-from streamanon.engines import register
+from streamanon.engines.base import register
 from streamanon.engines.mdav import mdav
 from streamanon.errors import ParameterError
 from streamanon.progress import Progress

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from streamanon.engines import register
 from streamanon.engines._mdav_kernels import mdav_labels
+from streamanon.engines.base import register
 from streamanon.progress import Progress
 
 # Below this many remaining records a scan is too short to amortise waking a second thread.

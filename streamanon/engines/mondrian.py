@@ -37,7 +37,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from streamanon.engines import register
 from streamanon.engines._local_search_kernels import ona_star_labels
 from streamanon.engines._mondrian_kernels import (
     RULE_RANGE,
@@ -45,6 +44,7 @@ from streamanon.engines._mondrian_kernels import (
     RULE_VARIANCE_2D,
     mondrian_parts,
 )
+from streamanon.engines.base import register
 from streamanon.engines.ona import default_candidates
 from streamanon.errors import ParameterError
 from streamanon.progress import Progress

@@ -51,12 +51,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamanon.engines import register
 from streamanon.engines._local_search_kernels import (
     local_search_labels,
     mdav_star_labels,
     ona_star_labels,
 )
+from streamanon.engines.base import register
 from streamanon.engines.mdav import mdav
 from streamanon.errors import ParameterError
 from streamanon.progress import Progress

@@ -8,9 +8,10 @@ costs ``a p^b``, so ``n / p`` parts of ``p`` records cost ``a n p^(b - 1)``: lin
 at a fixed part size, and the parts can run anywhere.
 
 The parts are independent, so where they run does not change the result: in this process, or
-on the workers of a Dask cluster (:mod:`streamanon.cluster`). The cuts, the order of the
-records inside a part and the numbering of the cells (part by part, in cut order) are fixed
-here; the runner only evaluates ``engine`` on each part's matrix.
+on the workers of a Dask cluster through a runner its caller passes in (:data:`PartRunner`;
+:mod:`streamanon.cluster`, outside the core, makes one). The cuts, the order of the records
+inside a part and the numbering of the cells (part by part, in cut order) are fixed here; the
+runner only evaluates ``engine`` on each part's matrix.
 
 Choices:
 
@@ -33,8 +34,8 @@ from functools import partial
 
 import numpy as np
 
-from streamanon.engines import get_engine, register, run_engine
 from streamanon.engines._mondrian_kernels import RULE_VARIANCE, mondrian_parts
+from streamanon.engines.base import get_engine, register, run_engine
 from streamanon.errors import ParameterError
 from streamanon.progress import Progress
 
@@ -132,14 +133,15 @@ def _check(engine: object, engine_params: object, part_size: object) -> dict[str
         "engine": "engine run on each part (default mdav)",
         "engine_params": "parameters of that engine (dict, default none)",
         "part_size": f"largest part, in records (default {DEFAULT_PART_SIZE:,})",
-        "cluster": "where the parts run: 'local' (default, this process), 'local-N' (a Dask "
-                   "LocalCluster of N worker processes) or a Dask scheduler address "
-                   "tcp://HOST:8786; the result is the same",
+        "runner": "where the parts run: a PartRunner (streamanon.cluster.part_runner gives one "
+                  "for a Dask cluster); default: one after the other in this process; the "
+                  "result is the same",
     },
+    runtime=("runner",),
 )
 def partitioned(X: np.ndarray, k: int, *, engine: str = "mdav",
                 engine_params: Mapping[str, object] | None = None,
-                part_size: int = DEFAULT_PART_SIZE, cluster: str | None = None,
+                part_size: int = DEFAULT_PART_SIZE, runner: PartRunner | None = None,
                 progress: Progress | None = None) -> np.ndarray:
     """Labels of ``engine`` run on each Mondrian-V part of ``X`` of at most ``part_size``
     records.
@@ -155,10 +157,10 @@ def partitioned(X: np.ndarray, k: int, *, engine: str = "mdav",
         with per-record parameters).
     part_size
         Largest part. ``part_size >= n`` runs ``engine`` on all of ``X``.
-    cluster
-        ``None`` or ``"local"``: the parts run one after the other in this process;
-        ``"local-N"`` or a scheduler address: on Dask workers (:mod:`streamanon.cluster`).
-        The labels are the same.
+    runner
+        Where the parts run (:data:`PartRunner`). ``None``: one after the other in this
+        process (:func:`run_here`); :func:`streamanon.cluster.part_runner` opens one on the
+        workers of a Dask cluster. The labels are the same.
     progress
         Optional counter, advanced part by part.
 
@@ -177,12 +179,9 @@ def partitioned(X: np.ndarray, k: int, *, engine: str = "mdav",
     ----------
     Thaeter & Reischuk 2021 (docs/design/references.md), Algorithm 6 (MONA) and MONDRIAN_V.
     """
-    if cluster is None or cluster == "local":
-        return partitioned_labels(X, k, engine=engine, engine_params=engine_params,
-                                  part_size=part_size, progress=progress)
-    from streamanon.cluster import dask_runner, open_client
-
-    with open_client(cluster) as client:
-        return partitioned_labels(X, k, engine=engine, engine_params=engine_params,
-                                  part_size=part_size, runner=dask_runner(client),
-                                  progress=progress)
+    if runner is not None and not callable(runner):
+        raise ParameterError(f"runner must be a PartRunner (a callable; "
+                             f"streamanon.cluster.part_runner makes one), got {runner!r}")
+    return partitioned_labels(X, k, engine=engine, engine_params=engine_params,
+                              part_size=part_size, runner=runner or run_here,
+                              progress=progress)

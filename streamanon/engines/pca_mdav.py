@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamanon.engines import register
+from streamanon.engines.base import register
 from streamanon.engines.mdav import mdav
 from streamanon.errors import ParameterError
 from streamanon.metrics import cell_means

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from streamanon.engines import get_engine, register, run_engine
+from streamanon.engines.base import get_engine, register, run_engine
 from streamanon.errors import ParameterError
 from streamanon.privacy import TOLERANCE, Domain, enforce, resolve_kinds, sensitive_columns
 from streamanon.progress import Progress

@@ -21,15 +21,15 @@ import numba as nb
 import numpy as np
 from scipy.spatial import cKDTree
 
-from streamanon.engines import get_engine, run_engine
+from streamanon.engines.base import get_engine, run_engine
 from streamanon.errors import ParameterError
-from streamanon.incremental import base_is_usable, register_stage, union_one_shot
 from streamanon.incremental._nn_kernels import (
     adjoin,
     apply_split,
     cell_members,
     split_large_cells,
 )
+from streamanon.incremental.base import base_is_usable, register_stage, union_one_shot
 from streamanon.metrics import cell_means
 
 #: Above this many columns the linear scan beats the tree (measured; the incremental-stages

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from streamanon.engines import get_engine, run_engine
+from streamanon.engines.base import get_engine, run_engine
 from streamanon.errors import ParameterError
-from streamanon.incremental import base_is_usable, get_stage, run_stage
+from streamanon.incremental.base import base_is_usable, get_stage, run_stage
 from streamanon.metrics import distortion, relative_distortion_increase
 from streamanon.refine import (
     Refinement,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamanon.engines import run_engine
-from streamanon.incremental import base_is_usable, register_stage, union_one_shot
+from streamanon.engines.base import run_engine
+from streamanon.incremental.base import base_is_usable, register_stage, union_one_shot
 from streamanon.incremental.nn import adjoin_increment
 
 

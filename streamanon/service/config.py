@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from scheduler.durations import parse_duration
 from scheduler.quality import QualityBound
+from streamanon.durations import parse_duration
 from streamanon.errors import StreamanonError
 from streamanon.schema import FieldSpec, Schema
 

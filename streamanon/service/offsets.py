@@ -31,7 +31,7 @@ def broker_errors() -> tuple[type[BaseException], ...]:
     from confluent_kafka import KafkaException
     from kafka.errors import KafkaError
 
-    from streamanon.service.publisher import PublishError
+    from streamanon.errors import PublishError
 
     return (AIOKafkaError, KafkaError, KafkaException, PublishError, OSError, TimeoutError)
 

@@ -38,16 +38,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from streamanon.errors import StreamanonError
+from streamanon.errors import PublishError, StreamanonError
 from streamanon.io import atomic_write, write_json, write_table
+from streamanon.mixed import sensitive_codes
 from streamanon.release import (
-    Prepared,
     Privacy,
-    Release,
     decoded_original,
     prepare_stored,
-    release_prepared,
-    sensitive_codes,
 )
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.reports import ReleaseReport
@@ -117,17 +114,6 @@ def _typed_labels(labels: list[str | None], kind: str | None) -> Any:
     if kind == "bool":
         return pd.array([None if v is None else v == "True" for v in labels], dtype="boolean")
     return labels
-
-
-def build_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray,
-                  survey: SurveyConfig, seed: int, privacy: Privacy | None = None,
-                  risk: bool = False) -> Release:
-    """The survey's release (:func:`streamanon.release.release_prepared`) of the stored
-    records ``frame`` (:func:`records_frame`) under the partition ``labels``: each
-    quasi-identifier its cell's value per type (levels by name), the other columns unchanged,
-    shuffled; raises :class:`KAnonymityError` if it is not k-anonymous."""
-    return release_prepared(frame, prepared, labels, survey.k, seed=seed, privacy=privacy,
-                            risk=risk)
 
 
 def risk_page_path(files: dict[str, str]) -> str:
@@ -222,11 +208,6 @@ def release_manifest(report: ReleaseReport) -> dict[str, Any]:
             "count": report.n, "sha256": report.files["sha256"], "k": report.k,
             "engine": report.engine, "incremental": report.incremental,
             "distortion": report.distortion}
-
-
-class PublishError(StreamanonError):
-    """The release topic did not take a release's messages (a broker fault or timeout):
-    the publish is tried again."""
 
 
 def librdkafka_options(config: Config) -> dict[str, Any]:

@@ -191,12 +191,12 @@ class Releaser:
             refine_until = ((closed or stage_started) + sc.deadline
                             - live.release_overhead(n))
         X = np.ascontiguousarray(frame[sc.quasi_identifiers].to_numpy(dtype=np.float64))
-        # numbers only, none missing, no strata: the partition exactly as before mixed data,
-        # from X alone; the preparation (for the release and its loss) then runs beside it
-        legacy = (encoding_for(frame, sc.schema).numeric_only and not sc.schema.strata
+        # numbers only, none missing, no strata: the plain numeric partition, from X alone;
+        # the preparation (for the release and its loss) then runs beside it
+        plain_numeric = (encoding_for(frame, sc.schema).numeric_only and not sc.schema.strata
                   and not np.isnan(X).any())
         loop = asyncio.get_running_loop()
-        if legacy:
+        if plain_numeric:
             computing = loop.run_in_executor(self.compute_pool, release_partition,
                                              release_run(sc, refine_until), X, base, None)
             own = prepared = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)

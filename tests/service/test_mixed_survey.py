@@ -16,9 +16,9 @@ import pytest
 
 from streamanon.metrics import check_table_k_anonymity
 from streamanon.mixed import MIXED_ENGINES
-from streamanon.release import prepare_stored
+from streamanon.release import prepare_stored, release_prepared
 from streamanon.service.config import ConfigError, parse_config
-from streamanon.service.publisher import build_release, record_messages, records_frame
+from streamanon.service.publisher import record_messages, records_frame
 from streamanon.service.store import Records
 from streamanon.service.validation import Invalid, Validated, Validator
 from tests.service.kafka_helpers import (
@@ -214,8 +214,8 @@ def test_an_optional_int_answer_is_released_as_an_int():
                       qi=np.array([r.qi for r in stored]),
                       confidential=[r.confidential for r in stored], labels=[None] * 20)
     frame = records_frame(records, sc)
-    release = build_release(frame, prepare_stored(frame, sc.schema, sc.k),
-                            np.arange(20) // 5, sc, seed=1)
+    release = release_prepared(frame, prepare_stored(frame, sc.schema, sc.k),
+                               np.arange(20) // 5, sc.k, seed=1)
     messages = [json.loads(m) for m in record_messages(release.table)]
     assert collections.Counter(m["satisfaction"] for m in messages) == collections.Counter(
         r.confidential["satisfaction"] for r in stored)

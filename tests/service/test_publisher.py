@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from streamanon.errors import KAnonymityError
-from streamanon.release import prepare_stored
+from streamanon.release import prepare_stored, release_prepared
 from streamanon.service.config import parse_config
-from streamanon.service.publisher import build_release, records_frame, release_columns
+from streamanon.service.publisher import records_frame, release_columns
 from streamanon.service.store import Records
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
@@ -35,8 +35,8 @@ def records(n: int) -> Records:
 
 def release_of(records: Records, labels: np.ndarray, survey, seed: int):
     frame = records_frame(records, survey)
-    return build_release(frame, prepare_stored(frame, survey.schema, survey.k), labels, survey,
-                         seed)
+    return release_prepared(frame, prepare_stored(frame, survey.schema, survey.k), labels,
+                            survey.k, seed=seed)
 
 
 def test_release_columns_give_every_field_in_schema_order_with_its_role(survey):

@@ -9,10 +9,11 @@ import time
 
 import pytest
 
+from streamanon.errors import PublishError
 from streamanon.service.broker import ensure_topics, free_port
 from streamanon.service.config import parse_config
 from streamanon.service.offsets import broker_errors
-from streamanon.service.publisher import PublishError, ReleasePublisher
+from streamanon.service.publisher import ReleasePublisher
 from tests.service.kafka_helpers import headers, read_topic
 from tests.service.test_publisher import ENV
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from scheduler.durations import format_duration, parse_duration
+from streamanon.durations import format_duration, parse_duration
 
 
 @pytest.mark.parametrize("text,seconds", [

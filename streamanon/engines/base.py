@@ -1,0 +1,105 @@
+"""The engine registry: registering, finding, checking and running engines by name.
+
+Each engine module registers itself here (:func:`register`); :mod:`streamanon.engines` imports
+them all and re-exports this module's names. Imports the core's leaves only (errors, metrics,
+registry), never an engine module.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from streamanon.errors import InputError, ParameterError
+from streamanon.metrics import check_partition
+from streamanon.registry import Entry, Registry
+
+EngineFunction = Callable[..., np.ndarray]
+EngineInfo = Entry
+
+_ENGINES = Registry("engine")
+register = _ENGINES.register
+available_engines = _ENGINES.all
+get_engine = _ENGINES.get
+
+
+def validate_input(X: np.ndarray, k: int) -> np.ndarray:
+    """``X`` as a C-contiguous float64 matrix, after the checks every engine relies on."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise ParameterError(f"k must be an integer, got {k!r}")
+    if k < 1:
+        raise ParameterError(f"k must be at least 1, got {k}")
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise InputError(f"expected a 2-D matrix of records, got {X.ndim} dimension(s)")
+    if not (np.issubdtype(X.dtype, np.floating) or np.issubdtype(X.dtype, np.integer)):
+        raise InputError(f"quasi-identifiers must be numeric, got dtype {X.dtype}")
+    n, m = X.shape
+    if m == 0:
+        raise InputError("at least one quasi-identifier column is needed")
+    if n < k:
+        raise InputError(
+            f"{n} records cannot form a cell of k = {k}: no {k}-anonymous release exists"
+        )
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    if not np.isfinite(X).all():
+        raise InputError("quasi-identifiers contain NaN or infinite values")
+    return X
+
+
+def check_parameters(name: str, params: Mapping[str, object]) -> Entry:
+    """Engine ``name``'s entry, after checking that it accepts every one of ``params``
+    (``progress`` is accepted by all); raises :class:`ParameterError` naming the others."""
+    return _ENGINES.check_parameters(name, dict(params), frozenset({"progress"}))
+
+
+def model_parameters(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters that select engine ``name``'s cost model: ``params`` without
+    ``progress``, the per-record inputs (data, not settings), the runtime ones (how to run,
+    e.g. a partitioned run's ``runner``) and the ones equal to the
+    engine's defaults, with numbers as plain Python numbers (an integral float as an int), so
+    ``max_rounds = 6.0`` in a TOML file, ``--param max_rounds=6`` and NumPy's ``int64(6)``
+    select one model, and the defaults written out select the defaults' model."""
+    info = check_parameters(name, params)
+    defaults = {p.name: p.default for p in inspect.signature(info.function).parameters.values()
+                if p.default is not inspect.Parameter.empty}
+    out = {}
+    for key, value in sorted(params.items()):
+        value = _plain(value)
+        if key == "progress" or key in info.per_record or key in info.runtime or (
+                key in defaults and _plain(defaults[key]) == value):
+            continue
+        out[key] = value
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def run_engine(name: str, X: np.ndarray, k: int, **params: object) -> np.ndarray:
+    """Validate ``X`` and ``k``, run engine ``name`` and check its partition.
+
+    Raises
+    ------
+    ParameterError
+        Unknown engine, bad ``k`` or an unknown engine parameter.
+    InputError
+        ``X`` is not a finite numeric matrix with at least ``k`` rows.
+    """
+    info = check_parameters(name, params)
+    X = validate_input(X, k)
+    labels = np.asarray(info.function(X, k, **params))
+    check_partition(labels, X.shape[0], k)
+    return labels

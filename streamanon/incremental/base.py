@@ -1,0 +1,65 @@
+"""The incremental-stage registry, the small-base rule and the one-shot fallback.
+
+Each stage module registers itself here (:func:`register_stage`); :mod:`streamanon.incremental`
+imports them all and re-exports this module's names. Imports the core's leaves and the engine
+registry, never a stage module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from streamanon.errors import InputError
+from streamanon.metrics import check_partition
+from streamanon.registry import Entry, Registry
+
+StageFunction = Callable[..., np.ndarray]
+StageInfo = Entry
+
+_STAGES = Registry("incremental stage")
+register_stage = _STAGES.register
+available_stages = _STAGES.all
+get_stage = _STAGES.get
+
+
+def run_stage(name: str, base: np.ndarray, base_labels: np.ndarray, increment: np.ndarray,
+              k: int, **params: object) -> np.ndarray:
+    """Validate, run stage ``name``, and check that the union's partition is k-anonymous."""
+    info = _STAGES.check_parameters(name, params)
+    base = np.ascontiguousarray(base, dtype=np.float64)
+    increment = np.ascontiguousarray(increment, dtype=np.float64).reshape(-1, base.shape[1])
+    base_labels = np.asarray(base_labels, dtype=np.int64)
+    if base_labels.shape != (base.shape[0],):
+        raise InputError("base labels must have one entry per base record")
+    for part in (base, increment):
+        if not np.isfinite(part).all():
+            raise InputError("records contain NaN or infinite values")
+    n = base.shape[0] + increment.shape[0]
+    if n < k:
+        raise InputError(f"{n} records cannot form a cell of k = {k}")
+    if base.shape[0] >= k:  # a smaller base has no valid cells; stages run one-shot then
+        check_partition(base_labels, base.shape[0], k)
+    labels = np.asarray(info.function(base, base_labels, increment, k, **params))
+    check_partition(labels, n, k)
+    return labels
+
+
+def base_is_usable(n_base: int | None, k: int, n: int | None = None) -> bool:
+    """The small-base rule: whether a release builds on a base snapshot of ``n_base`` records.
+
+    A base of fewer than 2k records holds one cell at most, which leaves the increment nothing
+    to join, and a base larger than the ``n`` records released (when ``n`` is given) is not a
+    snapshot of them; with either, or with no base at all (``None``), the release is one-shot:
+    one engine run on all records (specification section 5).
+    """
+    return n_base is not None and 2 * k <= n_base and (n is None or n_base <= n)
+
+
+def union_one_shot(base: np.ndarray, increment: np.ndarray, k: int, engine: str = "mdav",
+                   engine_params: dict[str, object] | None = None) -> np.ndarray:
+    """The fallback when the base is too small to build on: one engine run on the union."""
+    from streamanon.engines import run_engine
+
+    return run_engine(engine, np.concatenate([base, increment]), k, **(engine_params or {}))
