@@ -18,7 +18,8 @@ from streamanon.errors import describe_error, withheld
 from streamanon.service.collector import KafkaCollector
 from streamanon.service.offsets import broker_errors
 from streamanon.service.runtime import StoreCall, SurveyRuntime
-from streamanon.service.store import BASE_DONE, CLOSING, OPEN, RELEASED, Store
+from streamanon.service.states import BASE_DONE, CLOSING, OPEN, RELEASED
+from streamanon.service.store import Store
 from streamanon.service.validation import Closure
 
 log = logging.getLogger(__name__)

@@ -60,7 +60,8 @@ from streamanon.service.publisher import (
 )
 from streamanon.service.reports import Publication, ReleaseReport
 from streamanon.service.runtime import StoreCall, SurveyRuntime
-from streamanon.service.store import RELEASED, ReleaseRow, Store, StoreError
+from streamanon.service.states import RELEASED
+from streamanon.service.store import ReleaseRow, Store, StoreError
 from streamanon.service.telemetry import Telemetry
 from streamanon.splicing import prepare_base, splice
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from streamanon.service.store import CLOSING, open_store
+from streamanon.service.states import CLOSING
+from streamanon.service.store import open_store
 from tests.service.kafka_helpers import headers, produce, read_topic, response
 from tests.service.restart_helpers import evict_group
 

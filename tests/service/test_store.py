@@ -9,12 +9,8 @@ import numpy as np
 import pytest
 
 from simulations.postgres import postgres_server, why_unavailable
+from streamanon.service.states import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
 from streamanon.service.store import (
-    BASE_DONE,
-    BASE_RUNNING,
-    CLOSING,
-    OPEN,
-    RELEASED,
     Checkpoint,
     RecordRow,
     ReleaseRow,

@@ -12,12 +12,8 @@ import time
 import pytest
 
 from simulations.postgres import controlled_postgres_server, why_unavailable
-from streamanon.service.store import (
-    BASE_RUNNING,
-    OPEN,
-    StoreUnavailable,
-    open_store,
-)
+from streamanon.service.states import BASE_RUNNING, OPEN
+from streamanon.service.store import StoreUnavailable, open_store
 from tests.service.test_store import rows
 
 _PG_REASON = why_unavailable()

@@ -1,0 +1,139 @@
+"""The SQLite backend of the store: one file in WAL mode, private to its owner (mode 0600),
+one connection shared by the threads behind the store's lock.
+
+It may import the standard library (``sqlite3``) and :mod:`.base`.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+from streamanon.service.store.base import SCHEMA, RecordRow, Store, StoreUnavailable
+
+
+class SQLiteStore(Store):
+    """SQLite in WAL mode; the database file and its WAL companions are private (0600)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__()
+        self.path = Path(path)
+        if str(self.path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.exists():
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+            os.chmod(self.path, 0o600)
+        old = os.umask(0o077)  # the -wal and -shm files SQLite creates are private too
+        try:
+            self._conn = sqlite3.connect(str(self.path), check_same_thread=False,
+                                         isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")  # committed means on disk
+            self._conn.execute("PRAGMA busy_timeout=10000")
+            # keep the indexes in memory: random 128-bit pseudonyms touch pages everywhere
+            self._conn.execute("PRAGMA cache_size=-262144")
+            self._conn.execute("PRAGMA mmap_size=1073741824")
+            # Checkpoint every 20,000 WAL pages (80 MB), not every 1,000: a batch of random
+            # pseudonyms dirties pages all over the unique index, and each checkpoint writes
+            # them again; fewer checkpoints write a hot page once for several batches (the
+            # commit costs about a third less per record at a million records, measured).
+            self._conn.execute("PRAGMA wal_autocheckpoint=20000")
+        finally:
+            os.umask(old)
+        self._depth = 0
+        with self._lock:
+            self._conn.executescript(SCHEMA.format(
+                autoinc="INTEGER PRIMARY KEY", blob="BLOB"))  # rowid: increasing, no deletes
+            self._upgrade(autoinc="INTEGER PRIMARY KEY", blob="BLOB")
+
+    # sqlite3.OperationalError texts of a store that cannot write now, whatever the statement
+    _UNAVAILABLE = ("database or disk is full", "disk i/o error", "unable to open",
+                    "database is locked")  # locked past busy_timeout: another writer holds it
+
+    @staticmethod
+    @contextmanager
+    def _faults() -> Iterator[None]:
+        """A full disk, an I/O failure or a file SQLite cannot open as
+        :class:`StoreUnavailable` (retry later); other errors unchanged."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            text = str(exc).lower()
+            reason = next((r for r in SQLiteStore._UNAVAILABLE if r in text), None)
+            if reason is None:
+                raise
+            raise StoreUnavailable(f"the SQLite store cannot write now ({reason})") from None
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock, self._faults():
+            return self._conn.execute(sql, tuple(params)).fetchall()
+
+    def _executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
+        with self._lock, self._faults():
+            return self._conn.executemany(sql, rows).rowcount
+
+    def _record_columns(self) -> set[str]:
+        return {row[1] for row in self._q("PRAGMA table_info(records)")}
+
+    # Rows per multi-row INSERT: one statement and one pass of the VM per few hundred rows
+    # instead of per row (about 20 % less CPU per row than executemany, measured); 8 bound
+    # values per row stay far below the 32,766 variables of any SQLite since 3.32.
+    ROWS_PER_INSERT = 500
+
+    def _insert_rows(self, survey: str, rows: Sequence[RecordRow | tuple[Any, ...]]) -> int:
+        head = ("INSERT OR IGNORE INTO records (survey, arrived_at, kafka_partition, "
+                "kafka_offset, rid_hash, digest, qi, confidential, label) VALUES ")
+        one = f"('{survey}', ?, ?, ?, ?, ?, ?, ?, ?)"
+        inserted = 0
+        with self._lock, self._faults():
+            for start in range(0, len(rows), self.ROWS_PER_INSERT):
+                chunk = rows[start:start + self.ROWS_PER_INSERT]
+                sql = head + ", ".join([one] * len(chunk))  # the full size: a cached statement
+                inserted += self._conn.execute(sql, list(chain.from_iterable(chunk))).rowcount
+        return inserted
+
+    class _Tx:
+        def __init__(self, store: SQLiteStore) -> None:
+            self.store = store
+
+        def __enter__(self) -> None:
+            self.store._lock.acquire()
+            try:
+                if self.store._depth == 0:
+                    with SQLiteStore._faults():
+                        self.store._conn.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                self.store._lock.release()
+                raise
+            self.store._depth += 1
+
+        def __exit__(self, exc_type: Any, *_: Any) -> None:
+            conn = self.store._conn
+            try:
+                self.store._depth -= 1
+                if self.store._depth == 0:
+                    # a full disk or an I/O error may have rolled the transaction back already
+                    try:
+                        with SQLiteStore._faults():
+                            if not exc_type:
+                                conn.execute("COMMIT")
+                            elif conn.in_transaction:
+                                conn.execute("ROLLBACK")
+                    except StoreUnavailable:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                        raise
+            finally:
+                self.store._lock.release()
+
+    def _transaction(self) -> Any:
+        return SQLiteStore._Tx(self)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
