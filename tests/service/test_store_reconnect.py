@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from simulations.postgres import controlled_postgres_server, why_unavailable
 from streamanon.service.store import (
     BASE_RUNNING,
     OPEN,
@@ -19,6 +18,7 @@ from streamanon.service.store import (
     open_store,
 )
 from tests.service.test_store import rows
+from tests.support.postgres import controlled_postgres_server, why_unavailable
 
 _PG_REASON = why_unavailable()
 HANG_GUARD = 30.0  # seconds: generous, only to catch a call that waits forever
