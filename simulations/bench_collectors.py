@@ -1,7 +1,7 @@
 """Several collectors: ingest with one and with two service instances sharing one PostgreSQL.
 
-    python simulations/bench_collectors.py                       # 100,000 records, 3 repeats
-    python simulations/bench_collectors.py --n 20000 --repeat 1  # a quick look
+    python -m simulations.bench_collectors                       # 100,000 records, 3 repeats
+    python -m simulations.bench_collectors --n 20000 --repeat 1  # a quick look
 
 Against the embedded broker (Tansu) and a PostgreSQL server (``--store-url``, else a private
 one started as the tests start theirs, ``tests/support/postgres.py``), all on the same cores.
