@@ -81,7 +81,7 @@ demo: $(STAMP)
 	$(BIN)/streamanon demo --out $(DEMO_OUT) $(DEMO_ARGS)
 
 bench: $(STAMP)
-	$(BIN)/python simulations/bench_mdav.py --out $(BENCH_OUT) $(BENCH_ARGS)
+	$(BIN)/python -m simulations.bench_mdav --out $(BENCH_OUT) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache

@@ -1,7 +1,7 @@
 """APScheduler jobs that act on the plan: re-plan every few seconds, start the base run once,
 close the survey once (specification section 6, step 4: docs/design/specification.md).
 
-:class:`Planner` owns three jobs on an APScheduler scheduler: ``<survey>:replan`` (interval),
+:class:`PlanningJob` owns three jobs on an APScheduler scheduler: ``<survey>:replan`` (interval),
 ``<survey>:base`` (date, moved by every re-plan) and ``<survey>:close`` (date). What to do is
 injected: ``plan(now)`` returns a :class:`~scheduler.planner.Plan` (the service's comes from
 :func:`scheduler.live.plan`), ``on_base_start(plan)`` takes the snapshot and starts the base
@@ -34,7 +34,7 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class Planner:
+class PlanningJob:
     """Keeps one survey's base and close triggers where the latest plan says.
 
     Parameters

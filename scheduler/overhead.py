@@ -11,7 +11,7 @@ step for a release of ``n`` records, so that a deadline keeps that much free
 
 :data:`DEFAULT_OVERHEAD` is the model until one is fitted from measured close steps
 (:meth:`ReleaseOverhead.fit`, :meth:`ReleaseOverhead.from_reports`). Its per-record parts are
-the fit on the two-stage releases of ``python simulations/bench_service.py`` (200,000 and
+the fit on the two-stage releases of ``python -m simulations.bench_service`` (200,000 and
 1,000,000 x 15, the base release spliced; 0.5 s + 8.6 us per record in all). Its late-record
 parts price the records a base release did not cover, which loading and the gate handle one by
 one: about 4.5 us each to load and 5 us each to gate and table (the same benchmark at

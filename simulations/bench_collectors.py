@@ -1,11 +1,11 @@
 """Several collectors: ingest with one and with two service instances sharing one PostgreSQL.
 
-    python simulations/bench_collectors.py                       # 100,000 records, 3 repeats
-    python simulations/bench_collectors.py --n 20000 --repeat 1  # a quick look
+    python -m simulations.bench_collectors                       # 100,000 records, 3 repeats
+    python -m simulations.bench_collectors --n 20000 --repeat 1  # a quick look
 
 Against the embedded broker (Tansu) and a PostgreSQL server (``--store-url``, else a private
-one started as the tests start theirs, ``simulations/postgres.py``), all on the same cores. For each
-number of instances (1, then 2) and each repeat: a fresh database and fresh topics (4
+one started as the tests start theirs, ``tests/support/postgres.py``), all on the same cores.
+For each number of instances (1, then 2) and each repeat: a fresh database and fresh topics (4
 partitions), a backlog of ``--n`` responses of 17 fields (15 float quasi-identifiers, a
 respondent id, one int confidential answer) produced before the instances start, then that
 many ``streamanon serve`` processes started together (one consumer group, one store: each
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="bench-collectors-") as tmp:
         if args.store_url is None:
-            from simulations.postgres import postgres_server
+            from tests.support.postgres import postgres_server
 
             server_url = stack.enter_context(postgres_server())
         else:

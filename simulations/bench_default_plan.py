@@ -1,7 +1,7 @@
 """The default plan against the one-shot release: does the default path keep the promise?
 
-    python simulations/bench_default_plan.py                      # the table of issue 28
-    python simulations/bench_default_plan.py --sizes 20000 --engines mdav \\
+    python -m simulations.bench_default_plan                      # the table of issue 28
+    python -m simulations.bench_default_plan --sizes 20000 --engines mdav \\
         --profiles uniform --open-seconds 30                          # a quick look
 
 Each survey is open ``--arrival-coefficient`` (default 10) times the one-shot time that the
@@ -192,7 +192,7 @@ def main() -> None:
                     print(table(rows[-1:]).splitlines()[-1], flush=True)
     print(f"\nThe default plan against the one-shot release; {started}, commit {revision}, "
           f"{machine()}; i.i.d. Gaussian x {M}, k = {K}; s: the survey's window over the "
-          f"measured one-shot compute; command: python simulations/bench_default_plan.py "
+          f"measured one-shot compute; command: python -m simulations.bench_default_plan "
           f"--sizes {args.sizes} --engines {args.engines} --profiles {args.profiles} "
           + (f"--open-seconds {args.open_seconds:g}" if args.open_seconds else
              f"--arrival-coefficient {args.arrival_coefficient:g}")

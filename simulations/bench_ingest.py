@@ -1,7 +1,7 @@
 """Ingest benchmark: live ingest while a producer sends at a set rate, and backlog drain.
 
-    python simulations/bench_ingest.py                          # 50,000/s for 60 s, 3 repeats
-    python simulations/bench_ingest.py --rate 20000 --seconds 30 --n-backlog 100000 --repeat 1
+    python -m simulations.bench_ingest                          # 50,000/s for 60 s, 3 repeats
+    python -m simulations.bench_ingest --rate 20000 --seconds 30 --n-backlog 100000 --repeat 1
 
 Against the embedded broker (Tansu), the service as deployed (``Service``: collector, ingest
 worker, SQLite store), responses of 17 fields (15 float quasi-identifiers, a respondent id as the

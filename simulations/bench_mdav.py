@@ -5,8 +5,8 @@ subprocess, so the peak RSS is that case's own; kernels are compiled before the 
 The fast engine runs ``--repeat`` times (median reported); the NumPy baseline runs once, on the
 sizes where it finishes in reasonable time, and the two partitions are compared.
 
-    python simulations/bench_mdav.py                 # full table, writes results/bench_mdav.json
-    python simulations/bench_mdav.py --sizes 5000,20000 --ks 10 --repeat 1
+    python -m simulations.bench_mdav                 # full table, writes results/bench_mdav.json
+    python -m simulations.bench_mdav --sizes 5000,20000 --ks 10 --repeat 1
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Partitioned base run on Dask: information loss against exact MDAV, time on 1 and 2 workers.
 
-    python simulations/bench_partitioned.py                     # 1,000,000 x 15, k = 10
-    python simulations/bench_partitioned.py --n 200000 --part-sizes 10000,50000,100000
-    python simulations/bench_partitioned.py --part-sizes 100000 --part-rounds 0,3,4
-    python simulations/bench_partitioned.py --n 10000000 --part-sizes 100000 --workers 2 \\
+    python -m simulations.bench_partitioned                     # 1,000,000 x 15, k = 10
+    python -m simulations.bench_partitioned --n 200000 --part-sizes 10000,50000,100000
+    python -m simulations.bench_partitioned --part-sizes 100000 --part-rounds 0,3,4
+    python -m simulations.bench_partitioned --n 10000000 --part-sizes 100000 --workers 2 \\
         --no-exact                                               # the 10 M run (a few min)
 
 i.i.d. Gaussian records, standardised (paper 001's synthetic data). For each part size the

@@ -1,7 +1,7 @@
 """Service benchmark: close to release, two-stage against one-shot at close, step by step.
 
-    python simulations/bench_service.py                          # 200,000 and 1,000,000
-    python simulations/bench_service.py --sizes 20000 --nu 0.1   # a quick look
+    python -m simulations.bench_service                          # 200,000 and 1,000,000
+    python -m simulations.bench_service --sizes 20000 --nu 0.1   # a quick look
 
 Against the embedded broker (Tansu, on the same two cores), one service, a SQLite store:
 responses of 17 fields (15 float quasi-identifiers, a respondent id, one int confidential

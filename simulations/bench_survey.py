@@ -1,6 +1,6 @@
 """Before and after: the synthetic e-survey raw, released with its schema, and released in a hurry.
 
-    python simulations/bench_survey.py                         # n = 3000 and 30000, 3 repeats
+    python -m simulations.bench_survey                         # n = 3000 and 30000, 3 repeats
     python -m simulations.bench_survey --n 3000 --k 5 --seed 0 --repeats 1
 
 Prints the Markdown table of the README. The data are ``simulations/survey_data.py``'s survey

@@ -1,8 +1,8 @@
 """Two-stage releases against one-shot MDAV: how far ONA* and the anytime refinement take them.
 
-    python simulations/better_than_one_shot.py                          # 50,000 x 15, a few min
-    python simulations/better_than_one_shot.py --sizes 50000,200000,1000000 --ona-max-n 200000
-    python simulations/better_than_one_shot.py --sizes 2000 --nu 0.1 --data gaussian   # smoke
+    python -m simulations.better_than_one_shot                          # 50,000 x 15, a few min
+    python -m simulations.better_than_one_shot --sizes 50000,200000,1000000 --ona-max-n 200000
+    python -m simulations.better_than_one_shot --sizes 2000 --nu 0.1 --data gaussian   # smoke
 
 For each data set (``gaussian``: i.i.d. standard normal n x m; ``census-like``: multivariate
 normal with the CASC Census means and covariance, 13 columns) and each n, the rows arrive in
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             print(table(cases[-1]) + "\n", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
-        "command": "python simulations/better_than_one_shot.py "
+        "command": "python -m simulations.better_than_one_shot "
                    + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
         "refine_budget_seconds": args.refine, "cases": cases}, indent=2))
     print(f"wrote {shown(args.out)}")

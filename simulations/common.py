@@ -6,9 +6,10 @@ the planner's own, :func:`scheduler.planner.release_after_close` (the same one
 ``Plan.finish_after_close`` predicts with), so a script and the plan it checks cannot drift
 apart.
 
-Every script runs both as ``python simulations/NAME.py`` and as ``python -m simulations.NAME``:
-``make install`` installs the ``simulations`` package (editable) beside ``streamanon`` and
-``scheduler``, so no script edits the import path.
+Every script runs from the repository root as ``python -m simulations.NAME``: the folder is a
+package so that the scripts import each other and the project by name, but it is not installed
+(``pyproject.toml`` leaves it out of the wheel), so no script edits the import path and none
+ships to the users of ``streamanon``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every registered engine on the same data: information loss against seconds.
 
-    python simulations/compare_engines.py                       # 50,000 x 15, k = 10
-    python simulations/compare_engines.py --n 5000 --repeat 1   # smoke run
+    python -m simulations.compare_engines                       # 50,000 x 15, k = 10
+    python -m simulations.compare_engines --n 5000 --repeat 1   # smoke run
 
 Data: i.i.d. standard Gaussian n x m (seeded), standardised. Each engine runs in its own fresh
 process (so one engine's threads and memory cannot slow the next), first on 1,000 records to
@@ -106,9 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         if chosen and engine not in chosen:
             continue
         out = subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps([engine, params]), "--n",
-             str(args.n), "--m", str(args.m), "--k", str(args.k), "--repeat", str(args.repeat),
-             "--slow", str(args.slow)], capture_output=True, text=True, check=True)
+            [sys.executable, "-m", "simulations.compare_engines", "--child",
+             json.dumps([engine, params]), "--n", str(args.n), "--m", str(args.m), "--k",
+             str(args.k), "--repeat", str(args.repeat), "--slow", str(args.slow)],
+            capture_output=True, text=True, check=True)
         result = json.loads(out.stdout.strip().splitlines()[-1])
         label = engine + "".join(f" {key}={value}" for key, value in params.items())
         rows.append({"engine": label, **result})

@@ -1,7 +1,7 @@
 """Time against distortion of the incremental stages: paper 001, Figs. 14-22, on our engines.
 
-    python simulations/incremental_tradeoff.py            # full sweep, about 5-10 minutes
-    python simulations/incremental_tradeoff.py --n 5000 --repeat 1 --ms 5 --ks 10   # smoke run
+    python -m simulations.incremental_tradeoff            # full sweep, about 5-10 minutes
+    python -m simulations.incremental_tradeoff --n 5000 --repeat 1 --ms 5 --ks 10   # smoke run
 
 Data: n x 15 i.i.d. standard Gaussian (seeded; n = 50,000 by default), and the same data cut to
 its first 5 and 10 columns; k in {10, 100}; nu in {0.01, ..., 0.9}. Rows are taken in order as

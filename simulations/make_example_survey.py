@@ -3,7 +3,7 @@
 The data are invented (seeded), with correlated quasi-identifiers, a few identifiers that must
 be dropped and confidential answers that are published unchanged.
 
-    python simulations/make_example_survey.py
+    python -m simulations.make_example_survey
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Paper 001, Figs. 24-26 from the scheduler library, then the schedule under real arrival profiles.
 
-    python simulations/paper001.py            # full run, about a minute
-    python simulations/paper001.py --quick    # smaller data and arrivals, under 30 s
+    python -m simulations.paper001            # full run, about a minute
+    python -m simulations.paper001 --quick    # smaller data and arrivals, under 30 s
 
 Part 1 reproduces the paper's running example (Rebollo-Monedero et al. 2018, sections V-C and
 VI-B; specification section 4, docs/design/specification.md): a 10 h survey whose one-shot
@@ -87,7 +87,7 @@ from streamanon.engines import get_engine, run_engine
 from streamanon.incremental.run import TwoStageRun, split_by_ratio
 from streamanon.metrics import distortion
 
-COMMAND = "python simulations/paper001.py"
+COMMAND = "python -m simulations.paper001"
 
 SURVEY_SECONDS = 10 * 3600.0  # paper 001, sec. VI-B: a 10-hour survey
 T_REF = 2 * 3600.0  # one-shot MDAV on everything: 2 hours

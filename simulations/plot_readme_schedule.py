@@ -1,8 +1,8 @@
 """The README's picture: the arrival curve, the base run's start and the release, for the
 paper's example schedule, drawn from the scheduler's own planner (never by hand).
 
-    python simulations/plot_readme_schedule.py              # writes docs/img/schedule.svg
-    python simulations/plot_readme_schedule.py --out FILE
+    python -m simulations.plot_readme_schedule              # writes docs/img/schedule.svg
+    python -m simulations.plot_readme_schedule --out FILE
 
 The survey is the one of ``streamanon plan --survey-hours 10 --t-ref 2h``: 1,000,000 records
 arriving uniformly over 10 hours, a base engine whose one-shot run takes t_ref = 2 h with

@@ -1,6 +1,6 @@
 """Paper 001, Figs. 8-13, drawn from the scheduler library (quadratic costs, uniform arrivals).
 
-    python simulations/plot_schedule.py [--out DIR]      # default simulations/results/figures
+    python -m simulations.plot_schedule [--out DIR]      # default simulations/results/figures
 
 Writes one PNG per figure:
 

@@ -1,7 +1,7 @@
 """Arrival profiles for simulations (re-exported from :mod:`scheduler.profiles`, which the
 service and ``streamanon simulate`` import), and a plot of them all.
 
-    python simulations/profiles.py        # writes results/figures/arrival_profiles.png
+    python -m simulations.profiles        # writes results/figures/arrival_profiles.png
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The sample of ``make demo`` in the documentation (docs/getting-started.md): made from a
 real run, never edited by hand.
 
-    python simulations/readme_demo.py                 # runs the demo, then rewrites the block
-    python simulations/readme_demo.py --from DIR      # the block from a demo already run in DIR
+    python -m simulations.readme_demo                 # runs the demo, then rewrites the block
+    python -m simulations.readme_demo --from DIR      # the block from a demo already run in DIR
 
 The block between ``<!-- demo-sample:start -->`` and ``<!-- demo-sample:end -->`` in
 docs/getting-started.md is the demo's closing table

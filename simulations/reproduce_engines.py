@@ -1,8 +1,8 @@
 """The engine papers' results reproduced: one table (or more) per paper.
 
-    python simulations/reproduce_engines.py             # all papers, about 30 minutes
-    python simulations/reproduce_engines.py --quick     # small sizes, a few minutes
-    python simulations/reproduce_engines.py --papers 004,002
+    python -m simulations.reproduce_engines             # all papers, about 30 minutes
+    python -m simulations.reproduce_engines --quick     # small sizes, a few minutes
+    python -m simulations.reproduce_engines --papers 004,002
 
 Each paper has its own module in ``simulations/repro/`` (``paper000`` PCA-MDAV, ``paper002``
 dependence-preserving microaggregation, ``paper003`` LDA-MDAV, ``paper004`` MDAV*, ONA*,

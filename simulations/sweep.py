@@ -1,9 +1,9 @@
 """The live scheduler on a grid: arrival profiles x survey sizes x deadlines x cost models.
 
-    python simulations/sweep.py            # full grid, about 6 minutes
-    python simulations/sweep.py --quick    # a tiny grid, about 10 s
-    python simulations/sweep.py --incremental two_stage --out DIR   # 2MDAV instead of NN-SE
-    python simulations/sweep.py --no-margin   # plan against the prediction itself, as before
+    python -m simulations.sweep            # full grid, about 6 minutes
+    python -m simulations.sweep --quick    # a tiny grid, about 10 s
+    python -m simulations.sweep --incremental two_stage --out DIR   # 2MDAV instead of NN-SE
+    python -m simulations.sweep --no-margin   # plan against the prediction itself, as before
 
 Every cell is a 10 h survey (``--quick``: the same 10 h, fewer cells) whose n responses arrive
 along one profile of :data:`scheduler.profiles.PROFILES` (``Profile.times``, one draw per
@@ -105,7 +105,7 @@ from streamanon.incremental import run_stage
 from streamanon.incremental.run import TwoStageRun
 from streamanon.metrics import distortion
 
-COMMAND = "python simulations/sweep.py"
+COMMAND = "python -m simulations.sweep"
 SURVEY_SECONDS = 10 * 3600.0
 K = 10
 M = 15

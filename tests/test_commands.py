@@ -76,11 +76,11 @@ def test_make_bench_runs_the_benchmark(subprocesses, tmp_path):
 
 
 def test_the_service_benchmark_runs(subprocesses, tmp_path):
-    """``python simulations/bench_service.py`` (docs/benchmarks/service.md), on a small load:
+    """``python -m simulations.bench_service`` (docs/benchmarks/service.md), on a small load:
     both modes side by side, every step of report.json in the table, the base release spliced."""
     out = tmp_path / "bench_service.json"
     result = subprocess.run(
-        [sys.executable, "simulations/bench_service.py", "--sizes", "4000", "--out", str(out)],
+        [sys.executable, "-m", "simulations.bench_service", "--sizes", "4000", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [run] = json.loads(out.read_text())

@@ -9,8 +9,9 @@ docs/ that starts with ``streamanon``, ``make``, ``python`` or ``.venv/bin/``. E
   string of that test's source that shows it reads the page), or
 - **checked here**: ``streamanon ...`` lines are parsed by the real parser
   (``streamanon.cli.build_parser``), so a renamed flag or subcommand fails; ``make TARGET``
-  names a target of the Makefile; a script of ``simulations/`` is asked for ``--help`` and
-  every option the line gives must be in it.
+  names a target of the Makefile; a script of ``simulations/`` (``python -m simulations.NAME``,
+  never a file path: the folder is not installed) is asked for ``--help`` and every option the
+  line gives must be in it.
 
 Anything else fails: a page may not show a command nobody checks.
 """
@@ -60,8 +61,8 @@ RUN_BY = [
      '"guide/privacy.md"'),
     ("benchmarks/mdav.md", r"make bench BENCH_ARGS=", "tests/test_commands.py"
      "::test_make_bench_runs_the_benchmark", '"bench"'),
-    ("benchmarks/service.md", r"python simulations/bench_service\.py", "tests/test_commands.py"
-     "::test_the_service_benchmark_runs", "simulations/bench_service.py"),
+    ("benchmarks/service.md", r"python -m simulations\.bench_service", "tests/test_commands.py"
+     "::test_the_service_benchmark_runs", "simulations.bench_service"),
     ("guide/scaling.md", r"streamanon anonymize big\.parquet .*--cluster tcp://",
      "tests/test_cluster.py::test_the_readme_worker_commands_serve_a_cli_run",
      "dask worker"),
@@ -138,23 +139,30 @@ def _streamanon_words(words: list[str]) -> list[str] | None:
 
 
 def _script(words: list[str]) -> str | None:
-    """The simulations script a ``python`` line runs, as a path under the repository."""
+    """The simulations module a ``python -m`` line runs (``simulations.NAME``). A script is not
+    run as a file: ``simulations`` is not installed, so only the repository root (the current
+    folder of ``python -m``) puts it on the import path."""
     if words[0] not in ("python", "python3", ".venv/bin/python"):
         return None
     if words[1:3] and words[1] == "-m" and words[2].startswith("simulations."):
-        return words[2].replace(".", "/") + ".py"
+        return words[2]
     if len(words) > 1 and words[1].startswith("simulations/"):
-        return words[1]
+        raise AssertionError(f"`{' '.join(words)}`: run as `python -m simulations.NAME` from the "
+                             "repository root (simulations is not installed)")
     return None
 
 
+def _path(module: str) -> Path:
+    return REPO / (module.replace(".", "/") + ".py")
+
+
 @functools.cache
-def _help(script: str) -> str:
-    source = (REPO / script).read_text()
-    assert "ArgumentParser" in source, f"{script}: has no --help (argparse) to check against"
-    result = subprocess.run([sys.executable, script, "--help"], cwd=REPO, capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, f"{script} --help: {result.stderr[-2000:]}"
+def _help(module: str) -> str:
+    source = _path(module).read_text()
+    assert "ArgumentParser" in source, f"{module}: has no --help (argparse) to check against"
+    result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"{module} --help: {result.stderr[-2000:]}"
     return result.stdout
 
 
@@ -176,11 +184,14 @@ def _check(where: str, command: str) -> None:
         named = [w for w in words[1:] if "=" not in w]
         assert named and set(named) <= targets, f"{where}: `{command}`: not a Makefile target"
         return
-    script = _script(words)
+    try:
+        script = _script(words)
+    except AssertionError as exc:
+        raise AssertionError(f"{where}: {exc}") from None
     if script is not None:
-        assert (REPO / script).is_file(), f"{where}: `{command}`: no {script}"
+        assert _path(script).is_file(), f"{where}: `{command}`: no {_path(script)}"
         text = _help(script)
-        for word in words[2:]:
+        for word in words[3:]:
             if word.startswith("--"):
                 option = word.split("=", 1)[0]
                 assert option in text, f"{where}: `{command}`: {script} has no {option}"
@@ -216,6 +227,8 @@ def test_a_renamed_flag_fails_the_check():
         _check("a page", "streamanon anonymize survey.csv --k 10 --qis age --out r.csv")
     with pytest.raises(AssertionError, match="not a Makefile target"):
         _check("a page", "make tests")
+    with pytest.raises(AssertionError, match=r"run as `python -m simulations\.NAME`"):
+        _check("a page", "python simulations/bench_mdav.py --repeat 1")
     _check("a page", "streamanon calibrate --engine mdav --m 15 --k 10 [--budget 5s]")
 
 
@@ -242,7 +255,7 @@ def test_the_readme_is_at_most_300_lines_and_its_links_lead_somewhere():
 
 
 def test_the_readme_picture_is_the_one_the_script_draws(tmp_path):
-    """``python simulations/plot_readme_schedule.py`` draws docs/img/schedule.svg from the
+    """``python -m simulations.plot_readme_schedule`` draws docs/img/schedule.svg from the
     planner, byte for byte, and the README and the home page show it."""
     from simulations.plot_readme_schedule import OUT, draw
 

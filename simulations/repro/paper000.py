@@ -1,8 +1,8 @@
 """Paper 000, Tables I-II: MDAV, MDAV with PCA and MDAV with PCA on proximal data, timed and
 measured on a census-like 75,000 x 13 dataset.
 
-    python simulations/repro/paper000.py            # full run: 75,000 records, k = 2..100
-    python simulations/repro/paper000.py --quick    # 5,000 records, k = 10 and 50, one run
+    python -m simulations.repro.paper000            # full run: 75,000 records, k = 2..100
+    python -m simulations.repro.paper000 --quick    # 5,000 records, k = 10 and 50, one run
 
 Data. The paper's "Large Census" (149,642 x 13) is not available here; the CASC Census file
 ``tests/data/census.csv`` (1080 x 13) is. :func:`census_like` draws records from the
@@ -62,7 +62,7 @@ from streamanon.errors import InputError
 from streamanon.metrics import distortion, standardise
 
 CENSUS = ROOT / "tests" / "data" / "census.csv"
-COMMAND = "python simulations/repro/paper000.py"
+COMMAND = "python -m simulations.repro.paper000"
 ENERGY = 0.1
 N_RECORDS = 75_000
 K_VALUES = (2, 5, 10, 25, 50, 100)

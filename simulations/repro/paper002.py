@@ -1,7 +1,7 @@
 """Paper 002 on Census: the D_X / D_Y trade-off of dependence-preserving MDAV.
 
-    python simulations/repro/paper002.py            # k in {5, 10, 20}, lam = 0, 0.1, ..., 1
-    python simulations/repro/paper002.py --quick    # k = 5, lam in {0, 0.1, 1}; a few seconds
+    python -m simulations.repro.paper002            # k in {5, 10, 20}, lam = 0, 0.1, ..., 1
+    python -m simulations.repro.paper002 --quick    # k = 5, lam in {0, 0.1, 1}; a few seconds
 
 Rebollo-Monedero et al., "k-Anonymous Microaggregation with Preservation of Statistical Dependence"
 (Rebollo-Monedero et al. 2015 in docs/design/references.md, section V). Census (1080 x 13): the
@@ -44,7 +44,7 @@ from streamanon.metrics import standardise
 
 CENSUS = ROOT / "tests" / "data" / "census.csv"
 FIGURE = FIGURES / "paper002_tradeoff.png"
-COMMAND = "python simulations/repro/paper002.py"
+COMMAND = "python -m simulations.repro.paper002"
 M_X = 6  # paper 002 section V.A: the first 6 attributes are the quasi-identifiers
 DIVERSITY_BIN = 0.02  # section V.B; digest section 2.6 (round, not floor)
 

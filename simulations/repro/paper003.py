@@ -1,7 +1,7 @@
 """Paper 003 (LDA-MDAV): accuracy of a classifier trained on a k-anonymous release.
 
-    python simulations/repro/paper003.py            # full run, a few minutes
-    python simulations/repro/paper003.py --quick    # smoke run, well under a minute
+    python -m simulations.repro.paper003            # full run, a few minutes
+    python -m simulations.repro.paper003 --quick    # smoke run, well under a minute
 
 The protocol of paper 003 (Rodriguez-Hoyos et al. 2019 in docs/design/references.md, sections
 4.4-4.5): split the records 3/4 training, 1/4 test (stratified,
@@ -274,7 +274,7 @@ def report(quick: bool = False) -> str:
     lines = [
         "### Paper 003 (LDA-MDAV): classifier accuracy on k-anonymous releases",
         "",
-        "Command: `python simulations/repro/paper003.py`"
+        "Command: `python -m simulations.repro.paper003`"
         + (" (this is the `--quick` smoke run on a reduced grid)" if quick else ""),
         "",
         f"Logistic regression trained on the k-anonymous training split (3/4, standardised, "

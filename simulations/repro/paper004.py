@@ -1,7 +1,7 @@
 """Paper 004 (Thaeter and Reischuk, MDAV*/ONA*/Mondrian/MONA) reproduced on our engines.
 
-    python simulations/repro/paper004.py            # about 10 minutes on 2 cores
-    python simulations/repro/paper004.py --quick    # under a minute
+    python -m simulations.repro.paper004            # about 10 minutes on 2 cores
+    python -m simulations.repro.paper004 --quick    # under a minute
 
 Three tables:
 
@@ -122,7 +122,7 @@ def report(quick: bool = False) -> str:
     return "\n".join([
         "### Paper 004: MDAV*, ONA*, Mondrian, MONA",
         "",
-        f"Command: `python simulations/repro/paper004.py{' --quick' if quick else ''}`",
+        f"Command: `python -m simulations.repro.paper004{' --quick' if quick else ''}`",
         "",
         "Table 1, IL % ours / published (relative difference):",
         "",

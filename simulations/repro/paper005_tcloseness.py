@@ -1,7 +1,7 @@
 """Paper 005 (Soria-Comas et al., t-closeness through microaggregation) on our three engines.
 
-    python simulations/repro/paper005_tcloseness.py              # about 3 minutes
-    python simulations/repro/paper005_tcloseness.py --quick      # k = 5, two t, one run
+    python -m simulations.repro.paper005_tcloseness              # about 3 minutes
+    python -m simulations.repro.paper005_tcloseness --quick      # k = 5, two t, one run
 
 The paper's numbers. None could be read: its body (sections 2-8, so every table and figure of
 the experiments) is not available here, and searching public pages, code and issue threads for
@@ -48,7 +48,7 @@ from streamanon.metrics import information_loss, sse, standardise
 from streamanon.privacy import TOLERANCE, cell_emds
 
 DATASETS = ROOT / "tests" / "data"
-COMMAND = "python simulations/repro/paper005_tcloseness.py"
+COMMAND = "python -m simulations.repro.paper005_tcloseness"
 #: data set -> confidential attribute; every other column is a quasi-identifier.
 CONFIDENTIAL = {"census": "FICA", "eia": "TOTREVENUE"}
 TITLES = {"census": "Census", "eia": "EIA"}

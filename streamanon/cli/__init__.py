@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from streamanon import __version__
-from streamanon.cli import planning, records, report, service, simulate, verify
+from streamanon.cli import anonymize, plan, report, serve, simulate, verify
 from streamanon.errors import StreamanonError
 
 EXIT_CHECK_FAILED = 1
@@ -27,11 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"streamanon {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    records.register(sub)
+    anonymize.register(sub)
     verify.register(sub)
     report.register(sub)
-    planning.register(sub)
-    service.register(sub)
+    plan.register(sub)
+    serve.register(sub)
     simulate.register(sub)
     return parser
 

@@ -48,7 +48,7 @@ from scheduler import live
 from scheduler.arrivals import ArrivalEstimator
 from scheduler.choice import AUTO_ENGINES, AUTO_STAGES, Choice, Option, choose
 from scheduler.cost_model import CostModelStore, PowerLaw, calibrate, incremental_cost_model
-from scheduler.jobs import Planner
+from scheduler.jobs import PlanningJob
 from scheduler.planner import Plan
 from scheduler.quality import expected_delta
 from streamanon.errors import describe_error, withheld
@@ -217,7 +217,7 @@ class Service:
             state = (await self._in_store(self.store.survey_state, sid)).state
             if state == RELEASED or rt.ingest.closed_at is not None:
                 continue
-            rt.planner = Planner(
+            rt.planner = PlanningJob(
                 self.scheduler, survey_id=sid, close_at=rt.config.close_at,
                 plan=lambda now, sid=sid: self._plan(sid, now),
                 on_base_start=lambda plan, sid=sid: self._threadsafe(self._planned_base(sid, plan)),

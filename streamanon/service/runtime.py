@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.arrivals import ArrivalEstimator
-from scheduler.jobs import Planner
+from scheduler.jobs import PlanningJob
 from scheduler.planner import Plan
 from streamanon.service.collector import SurveyIngest
 from streamanon.service.config import SurveyConfig
@@ -23,7 +23,7 @@ class SurveyRuntime:
     config: SurveyConfig
     ingest: SurveyIngest
     estimator: ArrivalEstimator
-    planner: Planner | None = None
+    planner: PlanningJob | None = None
     last_plan: Plan | None = None
     base_task: asyncio.Task | None = None
     close_task: asyncio.Task | None = None

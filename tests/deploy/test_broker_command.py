@@ -97,7 +97,7 @@ def test_a_signal_right_after_the_ready_line_still_stops_cleanly(monkeypatch, ca
     ``try``)."""
     import argparse
 
-    from streamanon.cli import service as cli_service
+    from streamanon.cli import serve as cli_serve
 
     class FakeBroker:
         stopped = False
@@ -121,7 +121,7 @@ def test_a_signal_right_after_the_ready_line_still_stops_cleanly(monkeypatch, ca
         print(*args, **kwargs)
 
     monkeypatch.setattr("streamanon.service.broker.EmbeddedBroker", FakeBroker)
-    monkeypatch.setattr(cli_service, "_stop_on_signals", lambda: None)
-    monkeypatch.setattr(cli_service, "print", print_then_interrupted, raising=False)
-    assert cli_service.cmd_broker(argparse.Namespace(port=9)) == 0
+    monkeypatch.setattr(cli_serve, "_stop_on_signals", lambda: None)
+    monkeypatch.setattr(cli_serve, "print", print_then_interrupted, raising=False)
+    assert cli_serve.cmd_broker(argparse.Namespace(port=9)) == 0
     assert FakeBroker.stopped

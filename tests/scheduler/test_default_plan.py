@@ -145,7 +145,7 @@ class _Scheduler:
 
 
 def test_the_base_run_waits_until_the_forecast_is_ready():
-    from scheduler.jobs import Planner
+    from scheduler.jobs import PlanningJob
     from scheduler.planner import Plan
 
     close = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
@@ -154,7 +154,7 @@ def test_the_base_run_waits_until_the_forecast_is_ready():
     plan_now = Plan(mode="optimal", nu=0.99, n_total=1000.0, t_ref=10.0,
                     head_start=10_000.0, base_seconds=0.1, incremental_seconds=1.0)
     ready = [False]
-    job = Planner(_Scheduler(), survey_id="s", close_at=close, plan=lambda t: plan_now,
+    job = PlanningJob(_Scheduler(), survey_id="s", close_at=close, plan=lambda t: plan_now,
                   on_base_start=fired.append, on_close=lambda: None, clock=lambda: now[0],
                   interval_seconds=1.0, ready=lambda t: ready[0])
     job.start()  # the plan says "now", on a forecast of a handful of arrivals

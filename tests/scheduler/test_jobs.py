@@ -1,4 +1,4 @@
-"""The Planner's triggers, driven by a fake clock and a fake scheduler, then by APScheduler."""
+"""The PlanningJob's triggers, driven by a fake clock and a fake scheduler, then by APScheduler."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from scheduler.jobs import Planner
+from scheduler.jobs import PlanningJob
 from scheduler.planner import Plan
 
 T0 = datetime(2026, 11, 25, 8, 0, tzinfo=timezone.utc)
@@ -24,7 +24,7 @@ class FakeClock:
 
 
 class FakeScheduler:
-    """The three APScheduler calls the Planner uses; ``advance`` runs what is due."""
+    """The three APScheduler calls the PlanningJob uses; ``advance`` runs what is due."""
 
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
@@ -71,18 +71,18 @@ def setup():
     rec = Recorder()
     heads = {"value": 3600.0}
 
-    planner = Planner(
+    job = PlanningJob(
         sched, survey_id="s1", close_at=CLOSE, clock=clock, interval_seconds=5,
         plan=lambda now: make_plan(heads["value"]),
         on_base_start=lambda plan: rec.base.append(clock.now),
         on_close=lambda: rec.close.append(clock.now),
     )
-    return clock, sched, rec, heads, planner
+    return clock, sched, rec, heads, job
 
 
 def test_base_fires_once_at_close_minus_head_start(setup):
-    _clock, sched, rec, _heads, planner = setup
-    planner.start()
+    _clock, sched, rec, _heads, job = setup
+    job.start()
     assert sched.jobs["s1:base"]["run_date"] == CLOSE - timedelta(hours=1)
     sched.advance(CLOSE + timedelta(minutes=1))
     assert rec.base == [CLOSE - timedelta(hours=1)]
@@ -90,8 +90,8 @@ def test_base_fires_once_at_close_minus_head_start(setup):
 
 
 def test_replanning_moves_the_trigger_and_never_fires_twice(setup):
-    _clock, sched, rec, heads, planner = setup
-    planner.start()
+    _clock, sched, rec, heads, job = setup
+    job.start()
     sched.advance(T0 + timedelta(hours=2))
     heads["value"] = 2 * 3600.0  # arrivals slowed: start earlier
     sched.advance(T0 + timedelta(hours=2, seconds=10))
@@ -104,36 +104,36 @@ def test_replanning_moves_the_trigger_and_never_fires_twice(setup):
 
 
 def test_a_trigger_whose_time_has_passed_fires_at_once(setup):
-    _clock, sched, rec, heads, planner = setup
+    _clock, sched, rec, heads, job = setup
     heads["value"] = 11 * 3600.0  # head start longer than the time left: start now
-    planner.start()
+    job.start()
     assert rec.base == [T0]
     assert "s1:base" not in sched.jobs
 
 
 def test_replan_after_fire_is_a_no_op(setup):
-    _clock, _sched, rec, heads, planner = setup
+    _clock, _sched, rec, heads, job = setup
     heads["value"] = 11 * 3600.0
-    planner.start()
+    job.start()
     for _ in range(3):
-        planner.replan()
+        job.replan()
     assert len(rec.base) == 1
 
 
 def test_one_shot_plan_schedules_no_base_run(setup):
-    _clock, sched, rec, _heads, planner = setup
-    planner._plan = lambda now: make_plan(0.0, nu=0.0, mode="one-shot")
-    planner.start()
+    _clock, sched, rec, _heads, job = setup
+    job._plan = lambda now: make_plan(0.0, nu=0.0, mode="one-shot")
+    job.start()
     assert "s1:base" not in sched.jobs
     sched.advance(CLOSE)
     assert rec.base == [] and rec.close == [CLOSE]
 
 
 def test_close_on_command_fires_once_and_cancels_the_base_trigger(setup):
-    _clock, sched, rec, _heads, planner = setup
-    planner.start()
-    planner.close_now()
-    planner.close_now()
+    _clock, sched, rec, _heads, job = setup
+    job.start()
+    job.close_now()
+    job.close_now()
     assert rec.close == [T0]
     assert sched.jobs == {}
     sched.advance(CLOSE + timedelta(hours=1))
@@ -142,7 +142,7 @@ def test_close_on_command_fires_once_and_cancels_the_base_trigger(setup):
 
 def test_close_time_must_be_timezone_aware():
     with pytest.raises(ValueError, match="timezone-aware"):
-        Planner(None, survey_id="x", close_at=datetime(2026, 1, 1), plan=lambda now: None,
+        PlanningJob(None, survey_id="x", close_at=datetime(2026, 1, 1), plan=lambda now: None,
                 on_base_start=lambda p: None, on_close=lambda: None)
 
 
@@ -158,14 +158,14 @@ def test_with_real_apscheduler():
         fired["close"].append(datetime.now(timezone.utc))
         done.set()
 
-    planner = Planner(
+    job = PlanningJob(
         scheduler, survey_id="live", close_at=close_at, interval_seconds=0.2,
         plan=lambda now: make_plan(1.0),
         on_base_start=lambda plan: fired["base"].append(datetime.now(timezone.utc)),
         on_close=on_close,
     )
     try:
-        planner.start()
+        job.start()
         assert done.wait(timeout=30)
     finally:
         scheduler.shutdown(wait=True)
@@ -176,10 +176,10 @@ def test_with_real_apscheduler():
 
 
 def test_reschedule_close_moves_both_triggers(setup):
-    _clock, sched, rec, _heads, planner = setup
-    planner.start()
+    _clock, sched, rec, _heads, job = setup
+    job.start()
     new_close = CLOSE - timedelta(hours=5)
-    planner.reschedule_close(new_close)
+    job.reschedule_close(new_close)
     assert sched.jobs["s1:close"]["run_date"] == new_close
     assert sched.jobs["s1:base"]["run_date"] == new_close - timedelta(hours=1)
     sched.advance(new_close + timedelta(seconds=1))

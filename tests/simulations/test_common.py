@@ -1,8 +1,10 @@
-"""simulations/common.py, and the scripts as a package: no script edits sys.path, and a script
-runs both as ``python simulations/NAME.py`` and as ``python -m simulations.NAME``."""
+"""simulations/common.py, and the scripts as a package that is not installed: no script edits
+sys.path, a script runs from the repository root as ``python -m simulations.NAME``, and the
+wheel holds neither ``simulations`` nor ``tests``."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,11 @@ import pytest
 
 from simulations.common import RESULTS, ROOT, clock, clock_hms, gaussian, seconds_cell, shown
 from streamanon.metrics import standardise
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 SCRIPTS = sorted((ROOT / "simulations").rglob("*.py"))
 
@@ -53,11 +60,22 @@ def test_no_script_edits_sys_path_or_names_a_machine_path():
             assert prefix not in text, (path, prefix)
 
 
-@pytest.mark.parametrize("command", [["simulations/plot_schedule.py"],
-                                     ["-m", "simulations.plot_schedule"]])
-def test_a_script_runs_as_a_file_and_as_a_module_from_anywhere(subprocesses, tmp_path, command):
-    script = [str(ROOT / command[0])] if len(command) == 1 else command
-    result = subprocess.run([sys.executable, *script, "--out", str(tmp_path / "figures")],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+def test_a_script_runs_as_a_module_from_the_repository_root(subprocesses, tmp_path):
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-m", "simulations.plot_schedule", "--out",
+                             str(tmp_path / "figures")],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert len(list((tmp_path / "figures").glob("fig*.png"))) == 7
+
+
+def test_the_wheel_holds_neither_the_scripts_nor_the_tests():
+    """The package discovery of pyproject.toml, as setuptools runs it when it builds the wheel
+    (``find`` with namespaces): ``streamanon`` and ``scheduler`` only."""
+    from setuptools import find_namespace_packages
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"]["find"]
+    packages = find_namespace_packages(str(ROOT), include=find["include"],
+                                       exclude=find.get("exclude", ()))
+    assert {name.split(".")[0] for name in packages} == {"streamanon", "scheduler"}

@@ -28,7 +28,7 @@ def _row(report: str, quantity: str) -> list[str]:
 def test_quick_report_has_heading_command_tables_and_figures(quick):
     report, figures = quick
     assert report.startswith("### Paper 001")
-    assert "Command: `python simulations/paper001.py` (this report: `--quick`)" in report
+    assert "Command: `python -m simulations.paper001` (this report: `--quick`)" in report
     assert "| quantity | paper | ours | how |" in report
     assert report.count("| profile | s near close |") == 2  # quadratic and calibrated
     for name in PROFILES:

@@ -24,7 +24,7 @@ def _tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
 def test_quick_report_has_the_tables_with_every_engine_and_numbers():
     text = report(quick=True)
     assert text.startswith("### Paper 000")
-    assert "`python simulations/repro/paper000.py --quick`" in text
+    assert "`python -m simulations.repro.paper000 --quick`" in text
     assert "multivariate normal" in text
     (time_header, times), (d_header, distortions), (_, absolute) = _tables(text)
     for header in (time_header, d_header):

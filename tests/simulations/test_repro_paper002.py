@@ -38,7 +38,7 @@ def k5(quick) -> dict[float, dict[str, float]]:
 def test_quick_report_has_heading_command_and_figure(quick):
     report, figure = quick
     assert report.startswith("### Paper 002")
-    assert "`python simulations/repro/paper002.py`" in report
+    assert "`python -m simulations.repro.paper002`" in report
     assert "#### Verdict" in report and "#### Agreement with the digest" in report
     assert figure.stat().st_size > 10_000
 

@@ -31,7 +31,7 @@ def _splits(X: np.ndarray, y: np.ndarray, n: int):
 def test_quick_report_runs_and_states_a_computed_verdict():
     text = report(quick=True)
     assert text.startswith("### Paper 003")
-    assert "`python simulations/repro/paper003.py`" in text
+    assert "`python -m simulations.repro.paper003`" in text
     for k in (5, 25):
         assert f"| synthetic 2-D Gaussian (1000 x 2) | {k} |" in text
     assert "Verdict (computed):" in text

@@ -50,7 +50,7 @@ def quick_report() -> str:
 def test_quick_report_has_a_row_per_t_and_k_and_the_engines_side_by_side(quick_report):
     text = quick_report
     assert text.startswith("### Paper 005")
-    assert "`python simulations/repro/paper005_tcloseness.py --quick`" in text
+    assert "`python -m simulations.repro.paper005_tcloseness --quick`" in text
     assert "Paper's values: **none available**" in text
     assert re.search(r"\*\*Recommended default: `tclose_(merge|kfirst|tfirst)`\*\*", text)
     tables = _tables(text)

@@ -70,7 +70,7 @@ def test_rows_account_for_every_record_and_say_where_delta_comes_from(quick):
 def test_quick_report_and_heatmap(quick):
     report, rows, out = quick
     assert report.startswith("### Live scheduler sweep")
-    assert "Command: `python simulations/sweep.py --quick`" in report
+    assert "Command: `python -m simulations.sweep --quick`" in report
     assert f"({len(rows)} rows)" in report
     assert "delta(nu) curve used above n = 2,000" in report
     png = out / "figures" / "sweep_heatmap.png"
@@ -142,7 +142,7 @@ def test_the_quick_report_gives_the_share_of_deadlines_met_in_its_table_and_its_
 
     report, rows, out = quick
     data = json.loads((out / "sweep.json").read_text())
-    assert data["command"] == "python simulations/sweep.py --quick"
+    assert data["command"] == "python -m simulations.sweep --quick"
     assert data["grid"]["quantile"] == 0.95
     shares = data["deadlines_met"]
     with_deadline = [r for r in rows if r["deadline"] != "none"]

@@ -14,7 +14,7 @@ import pytest
 from streamanon.cli import main
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
+def run_streamanon(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "streamanon", *args], capture_output=True, text=True, timeout=300
     )
@@ -117,14 +117,14 @@ def test_bad_input_gives_one_line_error_and_no_output(survey, tmp_path, case, ca
 
 
 def test_k_below_one_is_a_usage_error(subprocesses, survey, tmp_path):
-    result = run_cli("anonymize", str(survey), "--k", "0", "--qi", "age", "--out",
+    result = run_streamanon("anonymize", str(survey), "--k", "0", "--qi", "age", "--out",
                      str(tmp_path / "o.csv"))
     assert result.returncode == 2
     assert "must be at least 1" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_errors_from_the_installed_command_have_no_traceback(subprocesses, tmp_path):
-    result = run_cli("verify", str(tmp_path / "missing.csv"), "--k", "3", "--qi", "a")
+    result = run_streamanon("verify", str(tmp_path / "missing.csv"), "--k", "3", "--qi", "a")
     assert result.returncode == 2
     assert result.stderr.strip() == f"streamanon: error: {tmp_path / 'missing.csv'}: no such file"
 

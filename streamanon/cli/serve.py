@@ -1,4 +1,4 @@
-"""The service from the command line: ``serve``, ``close``, ``broker``."""
+"""The service from the command line: ``serve``, ``close``, ``demo``, ``broker``."""
 
 from __future__ import annotations
 

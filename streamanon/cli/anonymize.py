@@ -457,9 +457,3 @@ def cmd_engines(args: argparse.Namespace) -> int:
             value = "COLUMN[,COLUMN...]" if name in info.per_record else "..."
             print(f"{'':<20} --param {name}={value}: {text}")
     return 0
-
-
-def run_cli(argv: list[str]) -> int:
-    from streamanon.cli import main
-
-    return main(argv)

@@ -1,0 +1,4 @@
+"""What the tests need beside the code under test: servers they start for themselves (a
+private PostgreSQL server: :mod:`tests.support.postgres`). The benchmarks under
+``simulations/`` that need the same server import it from here (they run from the repository
+root)."""
