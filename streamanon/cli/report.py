@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from streamanon.io import atomic_write, read_table, same_file
-    from streamanon.report_html import render, verdict
+    from streamanon.risk_page import render, verdict
     from streamanon.risk import measure
     from streamanon.schema import load_schema
 

@@ -123,10 +123,10 @@ def risk_page_path(files: dict[str, str]) -> str:
 
 def write_risk_page(risk: dict[str, Any], frame: pd.DataFrame, release: pd.DataFrame,
                     survey: SurveyConfig, files: dict[str, str]) -> None:
-    """``report.html`` (``streamanon.report_html``) of a written release: its risk and
+    """``report.html`` (``streamanon.risk_page``) of a written release: its risk and
     utility measures (``risk``, as report.json holds them), the distributions of the stored
     records ``frame`` (:func:`records_frame`) and of the ``release`` table, never a record."""
-    from streamanon.report_html import render
+    from streamanon.risk_page import render
 
     prepared = prepare_stored(frame, survey.schema, survey.k)
     settings = {"k": survey.k, "l": survey.l, "t": survey.t, "engine": survey.engine,

@@ -1,4 +1,4 @@
-"""``streamanon report`` and ``streamanon.report_html``: the page a person reads about a
+"""``streamanon report`` and ``streamanon.risk_page``: the page a person reads about a
 release. It says what the measures of ``streamanon.risk.measure`` say (in words and tables),
 warns where a measure is bad, shows no record, escapes every name, and renders in a browser
 (headless Debian Chromium driven by Playwright, ``tests/browser.py``)."""
@@ -19,7 +19,7 @@ import pytest
 from simulations.survey_data import SURVEY_SCHEMA, make_survey, write_schema_toml
 from streamanon.cli import main
 from streamanon.io import read_table, write_table
-from streamanon.report_html import largest_change_text, render, verdict
+from streamanon.risk_page import largest_change_text, render, verdict
 from streamanon.risk import measure
 from streamanon.schema import load_schema, parse_schema
 
