@@ -222,7 +222,7 @@ def processes(broker: EmbeddedBroker, producer: ProducerProcess, service: Servic
               ) -> dict[str, list[int]]:
     """The pids of each part of the benchmark, by the name the report gives it."""
     assert broker.process is not None and service.collector is not None
-    workers = getattr(service.collector, "workers", None) or [service.collector._worker]
+    workers = getattr(service.collector, "workers", None) or [service.collector.worker.pool]
     return {"broker (Tansu)": [broker.process.pid], "producer": [producer.process.pid],
             "service main process": [os.getpid()],
             "ingest worker(s)": [pid for pool in workers for pid in pool._processes]}
@@ -392,7 +392,7 @@ STAGE_BATCH = 20_000
 def worker_stages(n: int) -> dict[str, Any]:
     """Microseconds of one core per record in each stage of the ingest worker (see the
     module's docstring, 3), for the first and the last fifth of ``n`` records."""
-    from streamanon.service.collector import prepare_records, store_prepared
+    from streamanon.service.ingest import prepare_records, store_prepared
     from streamanon.service.store import open_store
     from streamanon.service.validation import Validator, check_columns
 

@@ -79,7 +79,7 @@ class SurveyConfig(_Strict):
     duplicates: Literal["reject", "allow"] = "reject"
     expected_records: int | None = Field(default=None, ge=1)
     # What a dead letter keeps of the respondent id: "keep" (the original bytes) or "redact"
-    # (pseudonyms instead, see ``collector.redact_dead_letter``).
+    # (pseudonyms instead, see ``deadletters.redact_dead_letter``).
     dead_letter_identifier: Literal["keep", "redact"] = "keep"
     fields: dict[str, FieldSpec] = Field(alias="schema")
     # Microaggregate within each stratum of these fields (streamanon.mixed).

@@ -97,8 +97,9 @@ def collector_health(collector: Any, dead_letters: Any) -> PartHealth:
     (kafka-python)."""
     if collector is None:
         return PartHealth(False, "not started")
+    worker = getattr(collector, "worker", None)  # an ingest.IngestWorker
     for health in (task_health(getattr(collector, "_task", None), "consumer loop"),
-                   pool_health(getattr(collector, "_worker", None), "ingest worker process")):
+                   pool_health(getattr(worker, "pool", None), "ingest worker process")):
         if not health.ok:
             return health
     letters = getattr(collector, "dead_letters", None)

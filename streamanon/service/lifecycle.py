@@ -56,9 +56,10 @@ from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
 from streamanon.release import base_partition, prepare_stored
 from streamanon.service.closing import close_survey
-from streamanon.service.collector import KafkaCollector, KafkaDeadLetters, SurveyIngest
+from streamanon.service.collector import KafkaCollector
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.control import ControlRejected, ControlVerifier
+from streamanon.service.deadletters import KafkaDeadLetters
 from streamanon.service.health import (
     PartHealth,
     collector_health,
@@ -66,6 +67,7 @@ from streamanon.service.health import (
     producer_health,
     store_health,
 )
+from streamanon.service.ingest import SurveyIngest
 from streamanon.service.leadership import (
     Coordination,
     Coordinator,

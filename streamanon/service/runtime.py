@@ -12,8 +12,8 @@ from typing import Any
 from scheduler.arrivals import ArrivalEstimator
 from scheduler.jobs import PlanningJob
 from scheduler.planner import Plan
-from streamanon.service.collector import SurveyIngest
 from streamanon.service.config import SurveyConfig
+from streamanon.service.ingest import SurveyIngest
 
 StoreCall = Callable[..., Awaitable[Any]]  # runs a store method on the service's store thread
 

@@ -96,7 +96,7 @@ class Rejection:
     message: Message
     reason: str
     detail: str
-    redacted: str | None = None  # what redaction did (collector.redact_dead_letter)
+    redacted: str | None = None  # what redaction did (deadletters.redact_dead_letter)
 
 
 class Invalid(Exception):
@@ -478,7 +478,7 @@ class Validator:
 def check_batch(messages: Sequence[Message], validator: Validator, closure: Closure | None,
                 received_at: float | None = None
                 ) -> tuple[list[Rejection], list[tuple[Message, Validated]]]:
-    """First half of :func:`~.collector.process_batch`, no store needed: late and invalid
+    """First half of :func:`~.ingest.process_batch`, no store needed: late and invalid
     messages out, the valid ones checked and pseudonymised. Late is decided by ``closure`` (see
     :class:`Closure`); ``received_at`` is when the collector read the batch (default: now)."""
     rejected, valid, records = check_columns(

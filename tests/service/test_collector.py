@@ -8,8 +8,8 @@ import numpy as np
 import orjson
 import pytest
 
-from streamanon.service.collector import process_batch
 from streamanon.service.config import parse_config
+from streamanon.service.ingest import process_batch
 from streamanon.service.store import open_store
 from streamanon.service.validation import Invalid, Message, Validated, Validator
 
@@ -411,7 +411,7 @@ def mixed_batch():
 
 
 def test_the_worker_column_path_gives_what_process_batch_gives(tmp_path, monkeypatch):
-    from streamanon.service import collector
+    from streamanon.service import ingest
     from streamanon.service.validation import Closure
 
     _, validator = make()
@@ -422,9 +422,9 @@ def test_the_worker_column_path_gives_what_process_batch_gives(tmp_path, monkeyp
     for store in (by_messages, by_columns):
         store.ensure_survey("s")
     expected = process_batch(messages, validator, by_messages, closure)
-    monkeypatch.setattr(collector, "_WORKER", {"validators": {"s": validator},
-                                               "store": by_columns})
-    [got] = collector._worker_ingest([("s", columns, closure)])
+    monkeypatch.setattr(ingest, "_WORKER", {"validators": {"s": validator},
+                                            "store": by_columns})
+    [got] = ingest._worker_ingest([("s", columns, closure)])
     assert got.stored == expected.stored == 3  # A, B, C
     assert got.redelivered == expected.redelivered == 1  # B again
     assert sorted(got.rejections) == sorted(
@@ -455,7 +455,7 @@ def test_check_columns_names_rejections_by_index_late_ones_first():
 
 
 def test_consumer_records_become_columns_with_the_broker_time_only():
-    from streamanon.service.collector import LOG_APPEND_TIME, _columns, message_of
+    from streamanon.service.ingest import LOG_APPEND_TIME, _columns, message_of
     from tests.service.test_collector_faults import Record
 
     records = [Record("t", 1, 5, None, b"x", 1_500, LOG_APPEND_TIME),
@@ -469,16 +469,16 @@ def test_a_job_in_chunks_is_one_transaction_that_sees_its_earlier_chunks(tmp_pat
                                                                            monkeypatch):
     """The worker validates a chunk while the store thread writes the one before; a
     respondent's second answer or a repeat in a later chunk is still caught."""
-    from streamanon.service import collector
+    from streamanon.service import ingest
 
     _, validator = make()
-    monkeypatch.setattr(collector, "WORKER_CHUNK", 3)
+    monkeypatch.setattr(ingest, "WORKER_CHUNK", 3)
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     store.ensure_survey("s")
     bodies = [body(rid=f"R{i}", age=20 + i) for i in range(7)]
     bodies += [body(rid="R1", age=60), body(rid="R2", age=22), b"[]"]  # duplicate, repeat
     columns = ([0] * 10, list(range(10)), bodies, [None] * 10)
-    stored, redelivered, rejections = collector._ingest(validator, store, columns, None)
+    stored, redelivered, rejections = ingest._ingest(validator, store, columns, None)
     assert (stored, redelivered) == (7, 1)
     assert sorted((o, reason) for _, o, reason, _ in rejections) == [
         (7, "duplicate_respondent"), (9, "not_an_object")]
@@ -488,11 +488,11 @@ def test_a_job_in_chunks_is_one_transaction_that_sees_its_earlier_chunks(tmp_pat
 @pytest.mark.parametrize("where", ["store", "validation"])
 def test_a_job_that_fails_in_a_later_chunk_stores_none_of_its_chunks(tmp_path, monkeypatch,
                                                                       where):
-    from streamanon.service import collector
+    from streamanon.service import ingest
     from streamanon.service.store import StoreUnavailable
 
     _, validator = make()
-    monkeypatch.setattr(collector, "WORKER_CHUNK", 2)
+    monkeypatch.setattr(ingest, "WORKER_CHUNK", 2)
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     store.ensure_survey("s")
     calls = []
@@ -508,7 +508,7 @@ def test_a_job_that_fails_in_a_later_chunk_stores_none_of_its_chunks(tmp_path, m
         monkeypatch.setattr(type(store), "insert_records", insert)
         expected = StoreUnavailable
     else:
-        real = collector.prepare_records
+        real = ingest.prepare_records
 
         def prepare(survey, records):
             calls.append(len(records))
@@ -516,12 +516,12 @@ def test_a_job_that_fails_in_a_later_chunk_stores_none_of_its_chunks(tmp_path, m
                 raise RuntimeError("a bug in the worker")
             return real(survey, records)
 
-        monkeypatch.setattr(collector, "prepare_records", prepare)
+        monkeypatch.setattr(ingest, "prepare_records", prepare)
         expected = RuntimeError
     bodies = [body(rid=f"R{i}", age=20 + i) for i in range(5)]
     with pytest.raises(expected):
-        collector._ingest(validator, store, ([0] * 5, list(range(5)), bodies, [None] * 5), None)
+        ingest._ingest(validator, store, ([0] * 5, list(range(5)), bodies, [None] * 5), None)
     assert store.count("s") == 0  # the first chunk's rows were rolled back with the rest
     monkeypatch.undo()
-    assert collector._ingest(validator, store, ([0] * 5, list(range(5)), bodies, [None] * 5),
-                             None)[0] == 5
+    assert ingest._ingest(validator, store, ([0] * 5, list(range(5)), bodies, [None] * 5),
+                          None)[0] == 5

@@ -31,11 +31,12 @@ from aiokafka.errors import (
     RequestTimedOutError,
 )
 
-from streamanon.service import collector as collector_module
+from streamanon.service import ingest as ingest_module
 from streamanon.service.broker import ensure_topics
-from streamanon.service.collector import KafkaCollector, SurveyIngest
+from streamanon.service.collector import KafkaCollector
 from streamanon.service.config import parse_config
 from streamanon.service.health import PartHealth, store_health
+from streamanon.service.ingest import SurveyIngest
 from streamanon.service.processes import worker_pool
 from streamanon.service.store import SQLiteStore, StoreUnavailable, open_store
 from streamanon.service.telemetry import Telemetry
@@ -239,8 +240,8 @@ def faulty_worker(config_json: str, hmac_key: bytes, fault: str, flag: str) -> N
     batch holding a POISON message, ``raise`` makes such a batch raise instead, ``die-once``
     kills it on the first batch while ``flag`` exists (deleting it), ``store`` makes the
     store's writes raise :class:`StoreUnavailable` while ``flag`` exists."""
-    collector_module._worker_start(config_json, hmac_key)
-    real = collector_module._worker_ingest
+    ingest_module._worker_start(config_json, hmac_key)
+    real = ingest_module._worker_ingest
 
     def marked(batches: list[Any]) -> bool:
         return any(isinstance(v, bytes) and POISON in v
@@ -256,9 +257,9 @@ def faulty_worker(config_json: str, hmac_key: bytes, fault: str, flag: str) -> N
             os.kill(os.getpid(), signal.SIGKILL)
         return real(batches)
 
-    collector_module._worker_ingest = ingest
+    ingest_module._worker_ingest = ingest
     if fault == "store":
-        collector_module._WORKER["store"] = FlakyStore(collector_module._WORKER["store"], flag)
+        ingest_module._WORKER["store"] = FlakyStore(ingest_module._WORKER["store"], flag)
 
 
 class FlakyStore:
@@ -283,7 +284,7 @@ def faulty_pool(config: Any, fault: str, flag: Path) -> Any:
 
 
 def worker_pid(collector: KafkaCollector) -> int:
-    return next(iter(collector._worker._processes))
+    return next(iter(collector.worker.pool._processes))
 
 
 # -- broker faults -------------------------------------------------------------------------------
@@ -303,7 +304,7 @@ def test_commit_failures_are_logged_by_type_and_ingest_goes_on(tmp_path, caplog)
             assert h.alive()
         return h
 
-    with caplog.at_level(logging.INFO, "streamanon.service.collector"):
+    with caplog.at_level(logging.INFO, "streamanon.service"):
         h = asyncio.run(run())
     assert h.stored_tickets() == list(range(60))
     assert not consumer.commit_faults  # every scripted failure was met
@@ -369,7 +370,7 @@ def test_an_unreadable_record_is_dead_lettered_and_the_rest_stored_once(tmp_path
             assert h.alive()
         return h
 
-    with caplog.at_level(logging.INFO, "streamanon.service.collector"):
+    with caplog.at_level(logging.INFO, "streamanon.service"):
         h = asyncio.run(run())
     assert h.stored_tickets() == [0, 1, 4, 5, 6, 100, 101, 102, 103]
     assert h.dead_letters() == [(0, 2, "unprocessable"), (0, 3, "unprocessable")]
@@ -430,7 +431,7 @@ def test_corrupt_batches_from_the_broker_are_dead_lettered_and_skipped(broker, t
             assert h.alive()
         return h
 
-    with caplog.at_level(logging.INFO, "streamanon.service.collector"):
+    with caplog.at_level(logging.INFO, "streamanon.service"):
         h = asyncio.run(run())
     assert h.stored_tickets() == list(range(6))
     assert h.dead_letters() == [(0, 3, "unprocessable"), (0, 4, "unprocessable"),
@@ -500,7 +501,7 @@ def test_a_poison_message_is_dead_lettered_alone_and_the_rest_stored_once(tmp_pa
             assert h.alive()
         return h
 
-    with caplog.at_level(logging.INFO, "streamanon.service.collector"):
+    with caplog.at_level(logging.INFO, "streamanon.service"):
         h = asyncio.run(run())
     assert h.stored_tickets() == [0, 1, 2, 3, 4, 6, 7, 8]
     assert h.dead_letters() == [(0, 5, "unprocessable")]
@@ -539,7 +540,7 @@ def test_a_store_that_cannot_write_pauses_ingest_until_it_can(tmp_path, caplog):
             assert not h.collector.store_paused and consumer.paused() == set()
         return h
 
-    with caplog.at_level(logging.INFO, "streamanon.service.collector"):
+    with caplog.at_level(logging.INFO, "streamanon.service"):
         h = asyncio.run(run())
     assert h.stored_tickets() == list(range(30))
     assert h.dead.sent == [] and h.restarts == []

@@ -10,8 +10,8 @@ import secrets
 
 import pytest
 
-from streamanon.service.collector import KafkaDeadLetters, dead_letter, redact_dead_letter
 from streamanon.service.config import ConfigError, parse_config
+from streamanon.service.deadletters import KafkaDeadLetters, dead_letter, redact_dead_letter
 from streamanon.service.validation import Invalid, Message, Rejection, Validator
 from tests.service.kafka_helpers import read_topic
 from tests.service.test_messages_dead_letters import service_producer
@@ -126,7 +126,8 @@ def test_a_key_that_is_not_utf8_is_pseudonymised_too():
 def test_the_collector_redacts_what_it_dead_letters():
     import asyncio
 
-    from streamanon.service.collector import KafkaCollector, Outcome, SurveyIngest
+    from streamanon.service.collector import KafkaCollector
+    from streamanon.service.ingest import Outcome, SurveyIngest
     from tests.service.kafka_helpers import MemoryDeadLetters
 
 

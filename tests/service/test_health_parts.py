@@ -11,6 +11,7 @@ import signal
 import socket
 import time
 from collections.abc import Mapping
+from types import SimpleNamespace
 
 import pytest
 
@@ -163,7 +164,7 @@ def test_the_watchdog_is_off_when_it_is_meant_for_another_process():
 
 
 def test_the_collector_is_down_when_its_dead_letter_thread_stopped():
-    from streamanon.service.collector import KafkaDeadLetters
+    from streamanon.service.deadletters import KafkaDeadLetters
     from streamanon.service.health import collector_health
 
     class Collector:  # a running loop and worker, so only the dead letters can fail
@@ -175,7 +176,7 @@ def test_the_collector_is_down_when_its_dead_letter_thread_stopped():
     async def check(letters: KafkaDeadLetters) -> PartHealth:
         collector = Collector(letters)
         collector._task = asyncio.create_task(asyncio.sleep(60))
-        collector._worker = worker
+        collector.worker = SimpleNamespace(pool=worker)  # as an ingest.IngestWorker
         try:
             return collector_health(collector, None)
         finally:

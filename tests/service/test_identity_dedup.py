@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamanon.service.collector import process_batch
+from streamanon.service.ingest import process_batch
 from streamanon.service.store import open_store, record_digest
 from streamanon.service.validation import Message
 from tests.service.test_collector import body, make

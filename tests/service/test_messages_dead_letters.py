@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from streamanon.service.collector import DEAD_LETTER_VALUE_BYTES, KafkaDeadLetters
 from streamanon.service.config import parse_config
+from streamanon.service.deadletters import DEAD_LETTER_VALUE_BYTES, KafkaDeadLetters
 from streamanon.service.validation import Invalid, Message, Rejection, Validator
 from tests.service.kafka_helpers import read_topic
 

@@ -16,7 +16,7 @@ import json
 import urllib.request
 from dataclasses import dataclass, field
 
-from streamanon.service.collector import DEAD_LETTER_VALUE_BYTES, DETAIL_CHARS
+from streamanon.service.deadletters import DEAD_LETTER_VALUE_BYTES, DETAIL_CHARS
 from streamanon.service.validation import REASONS
 from tests.service.kafka_helpers import DROP, read_topic, response
 

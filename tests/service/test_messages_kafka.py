@@ -11,8 +11,9 @@ import time
 import pytest
 
 from streamanon.service.broker import ensure_topics
-from streamanon.service.collector import KafkaCollector, SurveyIngest
+from streamanon.service.collector import KafkaCollector
 from streamanon.service.config import parse_config
+from streamanon.service.ingest import SurveyIngest
 from streamanon.service.store import open_store
 from streamanon.service.validation import Validator
 from tests.service.kafka_helpers import ENV, SCHEMA, MemoryDeadLetters, response

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 from kafka import KafkaProducer
 
-from streamanon.service.collector import LOG_APPEND_TIME, message_of
 from streamanon.service.config import parse_config
+from streamanon.service.ingest import LOG_APPEND_TIME, message_of
 from streamanon.service.validation import Closure, Message, Validator, check_batch
 from tests.service.kafka_helpers import headers, produce, read_topic, response
 
