@@ -61,8 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from streamanon.io import atomic_write, read_table, same_file
-    from streamanon.risk_page import render, verdict
     from streamanon.risk import measure
+    from streamanon.risk_page import render, verdict
     from streamanon.schema import load_schema
 
     release_path = Path(args.release)

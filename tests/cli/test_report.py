@@ -19,8 +19,8 @@ import pytest
 from simulations.survey_data import SURVEY_SCHEMA, make_survey, write_schema_toml
 from streamanon.cli import main
 from streamanon.io import read_table, write_table
-from streamanon.risk_page import largest_change_text, render, verdict
 from streamanon.risk import measure
+from streamanon.risk_page import largest_change_text, render, verdict
 from streamanon.schema import load_schema, parse_schema
 
 N = 400
