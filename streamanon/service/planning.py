@@ -127,7 +127,7 @@ class SurveyPlanner:
         return option.base_cost, option.incremental_cost
 
     def resolve_engine(self, sid: str, engine: str, why: str,
-                        expected: float | None = None) -> None:
+                       expected: float | None = None) -> None:
         """``engine = "auto"``: run ``engine`` from now on (its cost models too)."""
         rt = self.surveys[sid]
         if not rt.auto_engine or rt.config.engine == engine:
@@ -173,6 +173,8 @@ class SurveyPlanner:
                 and live.snapshot_ready(plan, received, left))
 
     def plan(self, sid: str, now: datetime) -> Plan:
+        """The survey's plan at ``now`` from its arrivals so far (the planner jobs' call),
+        kept as its latest plan with the choice it made."""
         rt = self.surveys[sid]
         sc = rt.config
         t = now.timestamp()
@@ -218,7 +220,7 @@ class SurveyPlanner:
         return plan, None
 
     def choose_now(self, sid: str, plan: Plan | None = None, *,
-                    one_shot_records: int | None = None) -> None:
+                   one_shot_records: int | None = None) -> None:
         """``engine = "auto"`` still open when the base run starts or the survey closes: the
         choice of ``plan`` (the base trigger's), else of the latest plan, else planned now; or,
         with ``one_shot_records``, the choice between the one-shot runs on that many records
