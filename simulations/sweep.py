@@ -231,8 +231,8 @@ def live_plan(estimator: ArrivalEstimator, received: int, now: float, close: flo
               base: PowerLaw, incremental: IncrementalCost, deadline: float | None,
               expected_records: int | None = None,
               quantile: float | None = live.DEADLINE_QUANTILE) -> Plan:
-    """The plan the service makes at ``now`` (``Service._plan`` in
-    ``streamanon.service.lifecycle``), on a release model without overhead; ``quantile`` is
+    """The plan the service makes at ``now`` (``SurveyPlanner.plan`` in
+    ``streamanon.service.planning``), on a release model without overhead; ``quantile`` is
     the deadline's margin (:func:`scheduler.live.plan`)."""
     arrivals = live.forecast(received, estimator.pace(now), close - now, expected_records)
     return live.plan(arrivals, base, incremental, k=K, deadline=deadline,

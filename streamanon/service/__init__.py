@@ -4,7 +4,8 @@ It may import the core (``streamanon`` without ``service`` and ``cli``) and ``sc
 nothing in the core imports it (``tests/test_architecture.py``; see ``ARCHITECTURE.md``).
 The modules: ``config`` (the configuration), ``collector`` (Kafka -> store), ``store``,
 ``states``, ``lifecycle`` (:class:`~streamanon.service.lifecycle.Service`: plan, base run,
-close, release, publish), ``reports``, ``publisher``, ``web`` and ``static/``, ``telemetry``,
+close, release, publish), ``planning`` (its plans and cost models), ``status`` (its status
+snapshot), ``reports``, ``publisher``, ``web`` and ``static/``, ``telemetry``,
 ``health``, ``control``, ``offsets``, ``broker``, ``processes``, ``logs``, ``simulate``,
 ``demo``.
 """

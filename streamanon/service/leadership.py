@@ -9,7 +9,7 @@ outside the store's pool: when the leader dies its connection closes and the ser
 lock at once (TCP keepalives on both sides bound the wait when a network cut leaves the
 connection half open). The other instances, *followers*, try the lock every
 ``poll_seconds``; the one that gets it carries on exactly as a restarted service would
-(:meth:`~.lifecycle.Service._resume`: a finished checkpoint is reused, an interrupted base run
+(:meth:`LeaderHost.take_over`: a finished checkpoint is reused, an interrupted base run
 re-planned, a close completed, a released survey never released again).
 
 What reaches a follower is handed to the leader through the store: a close (HTTP, control
@@ -34,6 +34,10 @@ new ones back for that moment) before it reads the largest ``seq``
 
 A SQLite store takes one instance only: :func:`single_instance` refuses a second service on
 the same file.
+
+The :class:`Coordinator` drives the service it runs in through :class:`LeaderHost` (the
+:class:`~.lifecycle.Service` is one), never through its private parts. It imports the store's
+errors, the survey states and the closure; the service's modules only for their types.
 """
 
 from __future__ import annotations
@@ -47,14 +51,20 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
 from streamanon.errors import describe_error
-from streamanon.service.store import CLOSING, RELEASED, StoreError, StoreUnavailable
+from streamanon.service.states import CLOSING, RELEASED
+from streamanon.service.store import StoreError, StoreUnavailable
 from streamanon.service.validation import Closure
+
+if TYPE_CHECKING:
+    from scheduler.planner import Plan
+    from streamanon.service.runtime import SurveyRuntime
+    from streamanon.service.store import SurveyState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -289,10 +299,6 @@ class Coordination:
             self._drop()
 
 
-async def _as_taken(ends: dict[int, int]) -> dict[int, int]:
-    return ends
-
-
 class StoredCount:
     """A survey's count of stored records, every instance's, read every poll without counting
     the whole survey again.
@@ -338,13 +344,55 @@ class StoredCount:
         return n
 
 
+class LeaderHost(Protocol):
+    """What a :class:`Coordinator` needs of the service it runs in
+    (:class:`~.lifecycle.Service`): the surveys' runtime state, their stored state, the
+    lifecycle's entry points, and what to do when the lease is taken or lost."""
+
+    @property
+    def surveys(self) -> Mapping[str, SurveyRuntime]: ...
+
+    async def survey_state(self, sid: str) -> SurveyState:
+        """The survey's state as stored."""
+        ...
+
+    async def close_marks(self, sid: str) -> dict[int, int] | None:
+        """The survey's close marks as stored, or None before the leader took them."""
+        ...
+
+    async def take_closure(self, sid: str, closed_at: float) -> dict[int, int]:
+        """Close the survey on this instance at its current end offsets, not stored; the
+        offsets."""
+        ...
+
+    async def close(self, sid: str) -> None:
+        """Close the survey (the close request stored, the close sequence started)."""
+        ...
+
+    async def start_base(self, sid: str, plan: Plan | None) -> bool:
+        """Start the survey's base run now; whether it started."""
+        ...
+
+    def observe_shared(self, sid: str, new_records: int) -> None:
+        """Records stored by every instance since the last count, for the arrival estimate."""
+        ...
+
+    async def take_over(self) -> None:
+        """The lease was taken: carry every survey on from its stored state."""
+        ...
+
+    async def step_down(self) -> None:
+        """The lease was lost: stop every lifecycle task at once."""
+        ...
+
+
 class Coordinator:
-    """The lifecycle lease in a running :class:`~.lifecycle.Service`: takes it when it can,
-    hands over what reaches a follower, applies closes on followers, and steps down if the
+    """The lifecycle lease in a running service (its :class:`LeaderHost`): takes it when it
+    can, hands over what reaches a follower, applies closes on followers, and steps down if the
     lease is lost. :attr:`stored` is the store's count of each survey (every instance's
     records), which the leader plans with."""
 
-    def __init__(self, service: Any, coordination: Coordination, *,
+    def __init__(self, service: LeaderHost, coordination: Coordination, *,
                  poll_seconds: float = POLL_SECONDS,
                  stale_seconds: float = STALE_SECONDS) -> None:
         self.service = service
@@ -426,12 +474,12 @@ class Coordinator:
             self.leading = False
             log.error("instance %s: the lifecycle lease was lost (connection to PostgreSQL "
                       "cut); stepping down to follower", self.name)
-            await self.service._step_down()
+            await self.service.step_down()
         if not self.leading and await self._call(c.acquire):
             self.leading = True
             log.warning("instance %s: took over the lifecycle lease", self.name)
             await self._call(c.heartbeat, self.role)
-            await self.service._take_over()
+            await self.service.take_over()
         await self._call(c.heartbeat, self.role)
         live = await self._call(c.live, self.stale_seconds)
         live.pop(self.name, None)
@@ -460,7 +508,7 @@ class Coordinator:
                                  partial(self.coordination.count_after, sid))
             before = self.stored.get(sid)
             if before is not None and n > before:
-                service._observe_shared(sid, n - before)
+                service.observe_shared(sid, n - before)
             self.stored[sid] = n
 
     async def follow(self) -> None:
@@ -473,15 +521,14 @@ class Coordinator:
             if st.close_requested_at is None:
                 continue
             rt.ingest.closed_at = st.close_requested_at
-            marks = await service._in_store(service.store.close_marks, sid)
+            marks = await service.close_marks(sid)
             final = st.state in (CLOSING, RELEASED)
             closure = rt.ingest.closure
             if marks is not None:
                 if closure is None or closure.marks != marks or closure.final != final:
                     rt.ingest.closure = Closure(st.close_requested_at, marks, final=final)
             elif closure is None:
-                ends = await service.collector.take_close(sid, st.close_requested_at,
-                                                          _as_taken)
+                ends = await service.take_closure(sid, st.close_requested_at)
                 log.info("survey %s: closed on this instance at end offsets %s; waiting for "
                          "the leader's close marks", sid, ends)
             await self._call(self.coordination.ack_closure, sid, st.close_requested_at)

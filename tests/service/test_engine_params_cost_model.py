@@ -49,7 +49,7 @@ def test_the_planner_uses_and_the_run_feeds_the_model_of_the_configured_paramete
         service = Service(config, compute_pool=ThreadPoolExecutor(1))
         await service.start()
         try:
-            base_model = service._models[SURVEY][0]
+            base_model = service.survey_planner.models[SURVEY][0]
             plan = await collect(service, broker.bootstrap, config, SURVEY, N)
             await run_base(service, SURVEY, plan)
             return base_model
@@ -65,18 +65,18 @@ def test_the_planner_uses_and_the_run_feeds_the_model_of_the_configured_paramete
 
 def test_a_missing_model_is_calibrated_with_the_configured_parameters(
         broker, tmp_path, monkeypatch):
-    import streamanon.service.lifecycle as lifecycle
+    import streamanon.service.planning as planning
 
     models = tmp_path / "cost_models.json"
     put_model(models, "ona_star", M, K, [(1000, 0.04), (2000, 0.16)])  # the defaults' model
     seen = []
-    real = lifecycle.calibrate
+    real = planning.calibrate
 
     def calibrate(engine, m, k, **kwargs):
         seen.append(getattr(engine, "keywords", {}))
         return real(engine, m, k, **kwargs)
 
-    monkeypatch.setattr(lifecycle, "calibrate", calibrate)
+    monkeypatch.setattr(planning, "calibrate", calibrate)
     config = _config(tmp_path, broker.bootstrap, models)
 
     async def run() -> None:

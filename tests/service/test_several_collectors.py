@@ -204,20 +204,18 @@ def test_the_leader_counts_the_records_above_a_seq(pg_server):
 
 
 class StandIn:
-    """The parts of a Service a Coordinator uses, for one survey ``s`` whose stored state the
-    test sets in ``self.state``."""
+    """A :class:`~streamanon.service.leadership.LeaderHost` for one survey ``s`` whose stored
+    state the test sets in ``self.state``."""
 
     def __init__(self) -> None:
         self.state = {"state": "OPEN", "close": None, "marks": None}
         self.rt = SimpleNamespace(ingest=SimpleNamespace(closed_at=None, closure=None),
                                   closed_event=asyncio.Event(), close_task=None)
         self.surveys = {"s": self.rt}
-        self.store = SimpleNamespace(close_marks=lambda sid: self.state["marks"])
-        self.collector = SimpleNamespace(take_close=self._take_close)
         self.calls: list[tuple[str, str]] = []
 
-    async def _take_close(self, sid, closed_at, keep):
-        marks = await keep({0: 7, 1: 9})  # the end offsets now
+    async def take_closure(self, sid, closed_at):
+        marks = {0: 7, 1: 9}  # the end offsets now
         self.rt.ingest.closure = Closure(closed_at, marks)
         return marks
 
@@ -225,8 +223,8 @@ class StandIn:
         return SimpleNamespace(state=self.state["state"],
                                close_requested_at=self.state["close"])
 
-    async def _in_store(self, fn, *args):
-        return fn(*args)
+    async def close_marks(self, sid):
+        return self.state["marks"]
 
     async def close(self, sid):
         self.calls.append(("close", sid))
@@ -234,11 +232,14 @@ class StandIn:
     async def start_base(self, sid, plan):
         self.calls.append(("start_base", sid))
 
-    def _observe_shared(self, sid, n):
+    def observe_shared(self, sid, n):
         self.calls.append(("observed", n))
 
-    async def _take_over(self):
+    async def take_over(self):
         self.calls.append(("take_over", ""))
+
+    async def step_down(self):
+        self.calls.append(("step_down", ""))
 
 
 def test_a_follower_closes_before_the_leader_takes_the_marks(pg_server):

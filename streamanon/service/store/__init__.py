@@ -34,13 +34,6 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
-from streamanon.service.states import (  # lifecycle.py and leadership.py import these from here
-    BASE_DONE,
-    BASE_RUNNING,
-    CLOSING,
-    OPEN,
-    RELEASED,
-)
 from streamanon.service.store.base import (
     Checkpoint,
     RecordRow,
@@ -56,7 +49,6 @@ from streamanon.service.store.postgres import PostgresStore
 from streamanon.service.store.sqlite import SQLiteStore
 
 __all__ = [
-    "BASE_DONE", "BASE_RUNNING", "CLOSING", "OPEN", "RELEASED",
     "Checkpoint", "PostgresStore", "RecordRow", "Records", "ReleaseRow", "SQLiteStore", "Store",
     "StoreError", "StoreUnavailable", "SurveyState", "open_store", "record_digest",
 ]

@@ -1,0 +1,247 @@
+"""The planning of a running service's surveys: cost models, engine choice, the base-run moment.
+
+:class:`SurveyPlanner` holds each survey's cost models (stored, or calibrated at start; the
+base run's time goes back into them), makes the live plan the planner jobs
+(:class:`scheduler.jobs.Planner`) act on (:func:`scheduler.live.plan`), says when the arrivals
+are enough to act on it, and with ``engine = "auto"`` or ``incremental = "auto"`` chooses
+between the candidates (:func:`scheduler.choice.choose`). The :class:`~.lifecycle.Service`
+owns one and calls it; it runs no engine on records and touches no broker and no store (the
+cost models are a file of their own).
+
+It imports the scheduler, the core's engine registry and stages, and the service's
+configuration and runtime state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from scheduler import live
+from scheduler.choice import AUTO_ENGINES, AUTO_STAGES, Choice, Option, choose
+from scheduler.cost_model import CostModelStore, PowerLaw, calibrate, incremental_cost_model
+from scheduler.planner import Plan
+from scheduler.quality import expected_delta
+from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.runtime import SurveyRuntime
+
+log = logging.getLogger(__name__)
+
+
+class SurveyPlanner:
+    """The plans of a service's surveys and the cost models they are made with.
+
+    ``surveys`` and ``lock`` are the service's own (the planner jobs call :meth:`plan` and
+    :meth:`forecast_ready` from their thread; the loop reads what they write under the lock).
+    ``counted(survey, here)`` is every instance's count of the survey's stored records, given
+    this instance's ``here`` (with several instances the leader plans with the store's count).
+    :attr:`models` maps each survey to the (base, incremental) cost models in use."""
+
+    def __init__(self, config: Config, surveys: dict[str, SurveyRuntime], lock: threading.Lock,
+                 counted: Callable[[str, int], int]) -> None:
+        self.config = config
+        self.cost_models = CostModelStore(config.planner.cost_models)
+        self.surveys = surveys
+        self._lock = lock
+        self._counted = counted
+        self.models: dict[str, tuple[PowerLaw, Any]] = {}
+        self._options: dict[str, list[Option]] = {}  # engine = "auto": the candidates
+
+    def observe_base(self, sc: SurveyConfig, n: int, seconds: float) -> None:
+        """A base run of ``n`` records took ``seconds``: a sample of its engine's cost model
+        (with the survey's engine parameters). Blocking: it writes the cost model file."""
+        from streamanon.engines import model_parameters
+
+        self.cost_models.observe(sc.engine, len(sc.quasi_identifiers), sc.k, n, seconds,
+                                 model_parameters(sc.engine, sc.engine_params))
+
+    def load_models(self, sc: SurveyConfig) -> None:
+        """The base cost model (stored, or calibrated now) and the incremental one; with
+        ``engine = "auto"``, those of every candidate (:data:`scheduler.choice.AUTO_ENGINES`),
+        MDAV's in use until the planner chooses; with ``incremental = "auto"``, an incremental
+        model for every candidate stage (:data:`scheduler.choice.AUTO_STAGES`) after each."""
+        stages = AUTO_STAGES if sc.incremental == "auto" else (None,)
+        if sc.engine != "auto":
+            self.models[sc.id] = self._engine_models(sc, sc.engine, stage=stages[0])
+            if sc.incremental == "auto":
+                base = self.models[sc.id][0]
+                self._options[sc.id] = [
+                    Option(sc.engine, *(self.models[sc.id] if stage == stages[0] else
+                                        self._engine_models(sc, sc.engine, stage=stage,
+                                                            base=base)), stage=stage)
+                    for stage in stages]
+            return
+        self.surveys[sc.id].auto_engine = True
+        # NN-split-end splits with MDAV after either
+        mdav = self._engine_models(sc, "mdav", stage=stages[0])
+        options = []
+        for engine in AUTO_ENGINES:
+            first = mdav if engine == "mdav" else self._engine_models(
+                sc, engine, split=mdav[0], stage=stages[0])
+            for stage in stages:
+                models = first if stage == stages[0] else self._engine_models(
+                    sc, engine, split=mdav[0], stage=stage, base=first[0])
+                options.append(Option(engine, *models, stage=stage))
+        self._options[sc.id] = options
+        self.models[sc.id] = mdav
+
+    def stage_models(self, sid: str) -> dict[str, Any]:
+        """``incremental = "auto"``: the candidate stages' cost models after the survey's
+        (chosen) engine, in order of preference; empty otherwise."""
+        rt = self.surveys[sid]
+        if rt.config.incremental != "auto":
+            return {}
+        engine = rt.config.engine if rt.config.engine != "auto" else "mdav"
+        return {o.stage: o.incremental_cost for o in self._options.get(sid, [])
+                if o.engine == engine and o.stage is not None}
+
+    def _engine_models(self, sc: SurveyConfig, engine: str,
+                       split: PowerLaw | None = None, stage: str | None = None,
+                       base: PowerLaw | None = None) -> tuple[PowerLaw, Any]:
+        from streamanon.engines import get_engine, model_parameters, run_engine
+        from streamanon.incremental import run_stage
+
+        m = len(sc.quasi_identifiers)
+        params = sc.engine_params if engine == sc.engine else {}  # "auto" takes none
+        selects = model_parameters(engine, params)
+        stage = stage or sc.incremental
+        base = base or self.cost_models.get(engine, m, sc.k, selects)
+        if base is None:
+            log.info("calibrating %s%s at m = %d, k = %d", engine,
+                     f" with {selects}" if selects else "", m, sc.k)
+            result = calibrate(functools.partial(get_engine(engine).function, **params), m,
+                               sc.k, budget_seconds=self.config.planner.calibration_seconds)
+            base = self.cost_models.put(engine, m, sc.k, result, selects)
+        return base, incremental_cost_model(
+            stage, base, m, sc.k, partition=functools.partial(run_engine, "mdav"),
+            run_stage=functools.partial(run_stage, stage, **(sc.incremental_params or {})),
+            split=split)
+
+    def _option_models(self, sid: str, engine: str) -> tuple[PowerLaw, Any]:
+        option = next(o for o in self._options[sid] if o.engine == engine)
+        return option.base_cost, option.incremental_cost
+
+    def resolve_engine(self, sid: str, engine: str, why: str,
+                       expected: float | None = None) -> None:
+        """``engine = "auto"``: run ``engine`` from now on (its cost models too)."""
+        rt = self.surveys[sid]
+        if not rt.auto_engine or rt.config.engine == engine:
+            return
+        if engine in {o.engine for o in self._options[sid]}:
+            self.models[sid] = self._option_models(sid, engine)
+        else:  # stored by a run under another configuration: it stays that run's engine
+            log.warning("survey %s: the stored run used %s, which engine = \"auto\" does not "
+                        "choose; it is kept (planned with MDAV's cost model)", sid, engine)
+        with self._lock:
+            rt.config = rt.config.model_copy(update={"engine": engine})
+            rt.ingest.config = rt.config
+        rt.engine_choice = {"configured": "auto", "chosen": engine, "reason": why,
+                            "expected_delta": expected}
+        log.info("survey %s: base engine %s (%s)", sid, engine, why)
+
+    def unresolve_engine(self, sid: str) -> None:
+        """``engine = "auto"`` with no stored base run (it failed, or never ran): the choice
+        is open again (the planner's next base run, or the one-shot run at close)."""
+        rt = self.surveys[sid]
+        if rt.auto_engine and rt.config.engine != "auto":
+            with self._lock:
+                rt.config = rt.config.model_copy(update={"engine": "auto"})
+                rt.ingest.config = rt.config
+            self.models[sid] = self._option_models(sid, "mdav")
+            rt.engine_choice = None
+            log.info("survey %s: no base run stored: the base engine will be chosen again", sid)
+
+    def forecast_ready(self, sid: str, now: datetime) -> bool:
+        """Whether the survey's arrivals so far are enough to act on its plan: the pace has
+        been measured (:func:`scheduler.live.forecast_ready`), and the plan's base snapshot
+        has its records (:func:`scheduler.live.snapshot_ready`)."""
+        rt = self.surveys[sid]
+        close = rt.config.close_at
+        t = now.timestamp()
+        left = (close.timestamp() - t) if close else 0.0
+        with self._lock:
+            bins = rt.estimator.complete_bins(t)
+            width = rt.estimator.bin_seconds
+            plan, received = rt.last_plan, rt.ingest.stored
+        received = self._counted(sid, received)
+        return (live.forecast_ready(bins, left, width)
+                and live.snapshot_ready(plan, received, left))
+
+    def plan(self, sid: str, now: datetime) -> Plan:
+        """The survey's plan at ``now`` from its arrivals so far (the planner jobs' call),
+        kept as its latest plan with the choice it made."""
+        rt = self.surveys[sid]
+        sc = rt.config
+        t = now.timestamp()
+        close = sc.close_at.timestamp() if sc.close_at else t
+        with self._lock:
+            pace = rt.estimator.pace(t)
+            received = rt.ingest.stored
+        received = self._counted(sid, received)  # every instance's, not only this one's
+        arrivals = live.forecast(received, pace, close - t, sc.expected_records)
+        plan, choice = self._plan_for(sid, arrivals, close - t)
+        with self._lock:  # the plan and its choice together (the loop reads both)
+            rt.last_plan = plan
+            if choice is not None:
+                rt.choice = choice
+        return plan
+
+    def _plan_for(self, sid: str, arrivals: Any,
+                  seconds_to_close: float) -> tuple[Plan, Choice | None]:
+        """The plan for the forecast ``arrivals``; with ``engine = "auto"`` not chosen yet,
+        the planner's choice of engine too."""
+        rt = self.surveys[sid]
+        sc = rt.config
+        if rt.auto_engine and sc.engine == "auto":
+            choice = choose(arrivals, self._options[sid], k=sc.k, stage=sc.incremental,
+                            deadline=sc.deadline, seconds_to_close=seconds_to_close,
+                            refine=sc.refine,
+                            max_delta=None if sc.objective == "earliest" else sc.max_delta)
+            return choice.plan, choice
+        if sc.incremental == "auto":  # the stage is the planner's: every candidate's plan
+            candidates = [o for o in self._options[sid] if o.engine == sc.engine]
+            chosen = choose(arrivals, candidates, k=sc.k, stage=sc.incremental,
+                            deadline=sc.deadline, seconds_to_close=seconds_to_close,
+                            refine=sc.refine,
+                            max_delta=None if sc.objective == "earliest" else sc.max_delta)
+            return chosen.plan, None
+        base, incremental = self.models[sid]
+        plan = live.plan(arrivals, base, incremental, k=sc.k, deadline=sc.deadline,
+                         seconds_to_close=seconds_to_close, refine=sc.refine,
+                         quality=sc.quality())
+        if rt.auto_engine:  # chosen: the plans go on saying which engine, and its quality
+            plan = dataclasses.replace(plan, engine=sc.engine, expected_delta=expected_delta(
+                sc.engine, sc.incremental, plan.nu))
+        return plan, None
+
+    def choose_now(self, sid: str, plan: Plan | None = None, *,
+                   one_shot_records: int | None = None) -> None:
+        """``engine = "auto"`` still open when the base run starts or the survey closes: the
+        choice of ``plan`` (the base trigger's), else of the latest plan, else planned now; or,
+        with ``one_shot_records``, the choice between the one-shot runs on that many records
+        at close.
+
+        A survey that closes on command has no close time to plan against: its plans, and
+        so its choice, are between the one-shot runs on the records stored."""
+        rt = self.surveys[sid]
+        if not rt.auto_engine or rt.config.engine != "auto":
+            return
+        with self._lock:
+            latest, choice = rt.last_plan, rt.choice
+            n = rt.ingest.stored
+        plan = None if one_shot_records is not None else plan or latest
+        if plan is None or plan.engine is None:
+            n = self._counted(sid, n)
+            if one_shot_records is not None:
+                n = one_shot_records
+            plan, choice = self._plan_for(sid, live.forecast(n, 0.0, 0.0, None), 0.0)
+        assert plan.engine is not None
+        reason = choice.reason if choice is not None and choice.plan is plan else (
+            f"planned: {plan.engine}, expected {plan.expected_delta:+.1%} against one-shot MDAV"
+            if plan.expected_delta is not None else "planned")
+        self.resolve_engine(sid, plan.engine, reason, plan.expected_delta)

@@ -1,0 +1,109 @@
+"""The status snapshot of a running service: what ``/api/status``, the dashboard and
+``/metrics`` read.
+
+:func:`survey_status` turns one survey's runtime state (:class:`~.runtime.SurveyRuntime`), its
+stored state and release, and its cost model into a :class:`~.reports.SurveyStatus`: state,
+counts, plan, forecast, timings and the running stage's progress. Counts and times only, never
+a data value. :meth:`~.lifecycle.Service.status` reads the store and the runtime and calls it
+for each survey.
+
+It imports the scheduler's types and the service's reports, runtime state, states and store
+rows; it reads no store and no broker itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scheduler.cost_model import PowerLaw
+from streamanon.service.reports import (
+    PlanStatus,
+    ProgressStatus,
+    ReleaseReport,
+    ReleaseStatus,
+    SurveyStatus,
+)
+from streamanon.service.runtime import SurveyRuntime
+from streamanon.service.states import BASE_RUNNING, CLOSING
+from streamanon.service.store import ReleaseRow, SurveyState
+
+
+def survey_status(rt: SurveyRuntime, st: SurveyState, release: ReleaseRow | None,
+                  model: PowerLaw | None, *, pace: float,
+                  arrivals: list[tuple[float, int]], now: float) -> SurveyStatus:
+    """One survey's status at ``now``: ``st`` and ``release`` as stored, ``model`` the base
+    cost model in use, ``pace`` and ``arrivals`` the arrival estimate and history as read
+    under the service's lock."""
+    sid = rt.config.id
+    sc = rt.config
+    plan = rt.last_plan
+    close_at = sc.close_at.timestamp() if sc.close_at else None
+    close_ref = st.close_requested_at or close_at
+    deadline_at = (close_ref + sc.deadline
+                   if close_ref is not None and sc.deadline is not None else None)
+    base_at = rt.planner.base_at if rt.planner else None
+    published = release is not None and release.status == "published"
+    return SurveyStatus(
+        id=sid, state=st.state, error=st.error, k=sc.k,
+        engine=sc.engine, incremental=sc.incremental,
+        received=rt.ingest.received, stored=rt.ingest.stored,
+        redelivered=rt.ingest.redelivered,
+        dead_lettered=dict(rt.ingest.rejected), releases=int(published),
+        pace=pace, now=now,
+        close_at=close_at, close_requested_at=st.close_requested_at,
+        deadline_seconds=sc.deadline, deadline_at=deadline_at,
+        base_at=base_at.timestamp() if base_at else None,
+        base_started_at=st.base_started_at,
+        arrival_coefficient=_finite(plan.arrival_coefficient) if plan else None,
+        nu=plan.nu if plan else None,
+        cost_model=None if model is None else (
+            "mdav" if sc.engine == "auto" else sc.engine, model.a, model.b),
+        arrivals=arrivals,
+        forecast=forecast_points(rt, now, close_at),
+        progress=progress(rt, st, model, now),
+        plan=None if plan is None else PlanStatus(
+            mode=plan.mode, nu=plan.nu, n_total=plan.n_total,
+            head_start_seconds=_finite(plan.head_start),
+            finish_after_close_seconds=plan.finish_after_close,
+            arrival_coefficient=_finite(plan.arrival_coefficient),
+            base_at=base_at.isoformat() if base_at else None,
+            refine_seconds=plan.refine_seconds, engine=plan.engine,
+            expected_delta=plan.expected_delta,
+            choice=None if rt.choice is None else rt.choice.reason,
+            stage=plan.stage),
+        release=None if release is None else ReleaseStatus.of(
+            release.status, ReleaseReport.from_json(release.report)),
+    )
+
+
+def forecast_points(rt: SurveyRuntime, now: float,
+                    close_at: float | None) -> list[tuple[float, float]]:
+    """The forecast arrival curve from now to the scheduled close (two points: uniform
+    arrivals at the planned total), or nothing when there is no scheduled close."""
+    plan = rt.last_plan
+    if close_at is None or close_at <= now or plan is None or rt.ingest.closed_at:
+        return []
+    return [(now, float(rt.ingest.stored)), (close_at, float(max(plan.n_total,
+                                                                rt.ingest.stored)))]
+
+
+def progress(rt: SurveyRuntime, st: SurveyState, model: PowerLaw | None,
+             now: float) -> ProgressStatus | None:
+    """The running stage: its start and the cost model's estimate of its length."""
+    if st.state == BASE_RUNNING and st.base_started_at:
+        n = rt.last_plan.n_total * (1 - rt.last_plan.nu) if rt.last_plan else rt.ingest.stored
+        expected = model(max(n, 1)) if model is not None else None
+        return ProgressStatus(stage="base", started_at=st.base_started_at,
+                              elapsed_seconds=now - st.base_started_at,
+                              expected_seconds=expected)
+    if st.state == CLOSING and st.close_requested_at:
+        plan = rt.last_plan
+        return ProgressStatus(stage="release", started_at=st.close_requested_at,
+                              elapsed_seconds=now - st.close_requested_at,
+                              expected_seconds=plan.finish_after_close if plan else None,
+                              refine_seconds=plan.refine_seconds if plan else None)
+    return None
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
