@@ -208,6 +208,22 @@ def test_a_kernel_may_be_long_and_a_relative_import_resolves(tmp_path):
     assert cycles(tmp_path) == [["streamanon.engines", "streamanon.engines._x_kernels"]]
 
 
+def unnamed_modules(page: Path = ROOT / "docs" / "architecture.md",
+                    root: Path = ROOT) -> list[str]:
+    """The module files the architecture page does not name (in backticks)."""
+    text = page.read_text()
+    return sorted({p.name for p in modules(root).values()
+                   if p.name not in ("__init__.py", "__main__.py")
+                   and f"`{p.name}`" not in text})
+
+
+def test_the_architecture_page_names_every_module(tmp_path):
+    assert unnamed_modules() == []
+    page = tmp_path / "page.md"
+    page.write_text("`mdav.py`\n")
+    assert "ona.py" in unnamed_modules(page)
+
+
 # -- what a fresh interpreter loads -----------------------------------------------------------
 
 
