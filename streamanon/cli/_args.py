@@ -14,6 +14,16 @@ def columns(text: str) -> list[str]:
     return cols
 
 
+def duration(text: str) -> float:
+    """Seconds from a duration as people type it (``90``, ``45s``, ``2min``, ``1h30m``)."""
+    from streamanon.durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

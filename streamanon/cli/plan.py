@@ -21,16 +21,9 @@ from scheduler.planner import (
     optimal_ratio,
     release_after_close,
 )
-from streamanon.cli._args import param, positive_int
-from streamanon.durations import format_duration, parse_duration
+from streamanon.cli._args import duration, param, positive_int
+from streamanon.durations import format_duration
 from streamanon.errors import ParameterError
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,9 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="time for all data to arrive, relative to t_ref")
     pl.add_argument("--survey-hours", type=float, metavar="H",
                     help="survey length in hours (uniform arrivals): s = H / t_ref")
-    pl.add_argument("--t-ref", type=_duration, metavar="DURATION",
+    pl.add_argument("--t-ref", type=duration, metavar="DURATION",
                     help="one-shot run time on all records, e.g. 2h or 45min")
-    pl.add_argument("--deadline", type=_duration, metavar="DURATION",
+    pl.add_argument("--deadline", type=duration, metavar="DURATION",
                     help="time allowed from close to release, e.g. 1h")
     pl.add_argument("--n", type=positive_int, help="expected number of records")
     pl.add_argument("--m", type=positive_int, help="number of quasi-identifiers")
@@ -85,7 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ca.add_argument("--param", type=param, action="append", default=[], metavar="NAME=VALUE",
                     help="engine parameter, repeatable: calibrates the engine with these "
                          "parameters, kept as its own model (a survey's engine_params)")
-    ca.add_argument("--budget", type=_duration, default=5.0, metavar="DURATION",
+    ca.add_argument("--budget", type=duration, default=5.0, metavar="DURATION",
                     help="time to spend timing (default 5s)")
     ca.add_argument("--cost-models", metavar="FILE",
                     help="cost-model file (default $STREAMANON_DATA_DIR/cost_models.json)")

@@ -4,17 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from streamanon.cli._args import positive_float, positive_int
+from streamanon.cli._args import duration, positive_float, positive_int
 from streamanon.errors import StreamanonError
-
-
-def _duration(text: str) -> float:
-    from streamanon.durations import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,11 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     si.add_argument("--m", type=positive_int, default=15,
                     help="quasi-identifiers for --data gaussian (default 15)")
     si.add_argument("--k", type=positive_int, default=10, help="anonymity parameter (default 10)")
-    si.add_argument("--survey-duration", type=_duration, default=36_000.0, metavar="DURATION",
+    si.add_argument("--survey-duration", type=duration, default=36_000.0, metavar="DURATION",
                     help="how long the survey is open in survey time, e.g. 10h (default 10h)")
     si.add_argument("--speedup", type=positive_float, default=600.0, metavar="X",
                     help="time compression: survey time / wall time (default 600)")
-    si.add_argument("--deadline", type=_duration, default=None, metavar="DURATION",
+    si.add_argument("--deadline", type=duration, default=None, metavar="DURATION",
                     help="release deadline after close, in survey time (e.g. 1h); default: "
                          "the earliest release (nu*)")
     si.add_argument("--engine", default="mdav",
