@@ -5,7 +5,9 @@ the clock starts; every variant runs in this process on the same data, one after
 their ratios are what to quote on a busy machine. ONA* runs three ways:
 
 - ``exhaustive``: the reference kernel, every cell scanned at every step (quadratic: minutes
-  at 50,000), up to ``--exhaustive-max`` records;
+  at 50,000), up to ``--exhaustive-max`` records; ONA*'s is the tests' oracle
+  (``tests/engines/reference_kernels.py``), so this variant runs from a checkout of the
+  repository;
 - ``exact``: the indexed kernel with ``candidates=0``, the reference's labels bit for bit (still
   quadratic in the worst case), up to ``--exact-max`` records;
 - ``C=...``: the restricted search with each ``--candidates`` value (not exact).
@@ -16,8 +18,8 @@ the exhaustive did not run (they have the same labels). IL is SSE/SST in percent
 ``--benchmarks`` adds the same comparison on the paper 004 benchmark files for every k of its
 Table 1 (exact against restricted: at those sizes ONA*'s default is the exact search).
 
-    python -m simulations.bench_ona                          # 5000, 20000, 50000
-    python -m simulations.bench_ona --sizes 100000,200000 --exhaustive-max 0 --exact-max 0
+    python simulations/bench_ona.py                          # 5000, 20000, 50000
+    python simulations/bench_ona.py --sizes 100000,200000 --exhaustive-max 0 --exact-max 0
 """
 
 from __future__ import annotations
@@ -48,8 +50,10 @@ def case(n: int, m: int, k: int, exhaustive: bool, exact: bool, candidates: list
     X = np.ascontiguousarray(gaussian(n, m, seed))
     runs = [("MDAV*", "indexed", kern.mdav_star_labels, (X, k))]
     if exhaustive:
+        from tests.engines.reference_kernels import ona_star_labels_exhaustive
+
         runs.append(("MDAV*", "exhaustive", kern.mdav_star_labels_exhaustive, (X, k)))
-        runs.append(("ONA*", "exhaustive", kern.ona_star_labels_exhaustive,
+        runs.append(("ONA*", "exhaustive", ona_star_labels_exhaustive,
                      (X, k, 30, np.zeros(4, np.int64))))
     if exact:
         runs.append(("ONA*", "exact", kern.ona_star_labels, (X, k, 30, np.zeros(6, np.int64), 0)))

@@ -1,16 +1,15 @@
 """Compiled kernels of MDAV* and ONA* (``ona.py``); nothing here is public.
 
-``mdav_star_labels`` and ``ona_star_labels`` are what the engines run; the ``*_exhaustive``
-versions scan every record and every cell at each step and are kept as the reference the tests
-and ``simulations/bench_ona.py`` compare against (identical labels, except for ONA*'s
-restricted search, ``candidates`` > 0, whose difference is measured). ``ona.py`` explains how
-the exact indexed kernels stay exact and what the restricted search gives up.
+``mdav_star_labels``, ``ona_star_labels`` and ``local_search_labels`` are what the engines run.
+``mdav_star_labels_exhaustive`` scans every remaining record and every cell at each step: it
+splits the small cells of the local search (fewer than 3k records) and runs MDAV* for k = 1,
+and the tests compare the indexed kernel with it (identical labels). The exhaustive ONA*, the
+reference of the exact indexed search, is a test oracle (``tests/engines/reference_kernels.py``);
+``ona.py`` explains how the exact indexed kernels stay exact and what the restricted search
+(``candidates`` > 0) gives up.
 
-Cells are kept as label arrays plus per-cell sums, sums of squares and sizes, so that a cell's
-centroid and cost (SSE) are O(m) to read and every move is priced exactly with the standard
-identities (adding y to a cell of n with mean mu costs n/(n+1) |y - mu|^2, removing it saves
-n/(n-1) |y - mu|^2, merging A and B costs |A||B|/(|A|+|B|) |mu_A - mu_B|^2 more).
-Ties go to the lowest index everywhere.
+Cells are kept as per-cell sums, sums of squares and sizes, priced with the identities and
+helpers of ``_cells``. Ties go to the lowest index everywhere.
 """
 
 from __future__ import annotations
@@ -18,32 +17,34 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from streamanon.engines._cells import (
+    TOL,
+    add_record,
+    cell_cost,
+    centroid_distances,
+    dissolve_pays,
+    mdav_split,
+    move_record,
+    renumbered,
+    rows_of,
+    sq,
+    sqnorm,
+)
 from streamanon.engines._mdav_kernels import (
     _cell_of,
     _compact,
     _quantise,
     _screen_buffers,
-    mdav_labels,
 )
 
 # The MDAV screening used below holds a parallel loop: a kernel loaded from numba's cache links
 # against the threading layer's symbols, which exist only once the layer has started.
 nb.get_num_threads()
 
-_TOL = 1e-12  # a move must gain more than this (relative) to count: no cycling on ties
 _CANDIDATES = 4  # nearest other cells a record remembers between queries
 _RECORD_CANDIDATES = 8  # restricted search: nearest other cells a record keeps for a round
 _SEEDS = 4  # restricted search: a record's list is rebuilt from its cell's and its 4 nearest's
 _HOPS = 8  # restricted search: a cell's list is refreshed from its own and its 8 nearest's
-
-
-@nb.njit(cache=True)
-def _sq(a, b):
-    s = 0.0
-    for t in range(a.shape[0]):
-        d = a[t] - b[t]
-        s += d * d
-    return s
 
 
 @nb.njit(cache=True)
@@ -56,7 +57,7 @@ def _sse(X, idx, count):
     mu /= count
     s = 0.0
     for u in range(count):
-        s += _sq(X[idx[u]], mu)
+        s += sq(X[idx[u]], mu)
     return s
 
 
@@ -88,7 +89,7 @@ def _nearest_cell(x, sums, sizes, alive, n_cells, skip):
     for c in range(n_cells):
         if not alive[c] or c == skip:
             continue
-        dc = _sq(x, sums[c] / sizes[c])
+        dc = sq(x, sums[c] / sizes[c])
         if dc < best:
             best = dc
             best_c = c
@@ -98,7 +99,8 @@ def _nearest_cell(x, sums, sizes, alive, n_cells, skip):
 @nb.njit(cache=True, nogil=True)
 def mdav_star_labels_exhaustive(X, k):
     """MDAV* (paper 004, Algorithm 1; see ``ona.py`` for the reading of its damaged lines),
-    scanning every remaining record and every cell at each step: the reference."""
+    scanning every remaining record and every cell at each step: the reference of
+    :func:`mdav_star_labels`, and the split of the local search's small cells."""
     n, m = X.shape
     labels = np.full(n, -1, np.int64)
     centre = np.zeros(m)
@@ -107,7 +109,7 @@ def mdav_star_labels_exhaustive(X, k):
     centre /= n
     far = np.empty(n)
     for i in range(n):
-        far[i] = _sq(X[i], centre)
+        far[i] = sq(X[i], centre)
     order = np.argsort(-far, kind="mergesort")  # farthest first; ties: lowest index
     sums = np.zeros((n // k + 1, m))
     sizes = np.zeros(n // k + 1, np.int64)
@@ -125,7 +127,7 @@ def mdav_star_labels_exhaustive(X, k):
             ptr += 1
         xb = order[ptr]
         for u in range(n_un):
-            d[unassigned[u]] = _sq(X[unassigned[u]], X[xb])
+            d[unassigned[u]] = sq(X[unassigned[u]], X[xb])
         n1[0] = xb
         _nearest(d, unassigned, n_un, k - 1, np.array([xb, -1]), n1[1:])
         new_cell = True
@@ -135,7 +137,7 @@ def mdav_star_labels_exhaustive(X, k):
                 _nearest(d, unassigned, n_un, 1, np.array([xb, -1]), n2[:1])
                 v = n2[0]
             for u in range(n_un):
-                d2[unassigned[u]] = _sq(X[unassigned[u]], X[v])
+                d2[unassigned[u]] = sq(X[unassigned[u]], X[v])
             n2[0] = v
             _nearest(d2, unassigned, n_un, k - 1, np.array([xb, v]), n2[1:])
             clos, best = _nearest_cell(X[xb], sums, sizes, alive, n_cells, -1)
@@ -167,198 +169,6 @@ def mdav_star_labels_exhaustive(X, k):
     return labels
 
 
-# -- ONA* -----------------------------------------------------------------------------------------
-
-
-@nb.njit(cache=True)
-def _members(labels, c, out):
-    count = 0
-    for i in range(labels.shape[0]):
-        if labels[i] == c:
-            out[count] = i
-            count += 1
-    return count
-
-
-@nb.njit(cache=True)
-def _split_exhaustive(X, labels, c, k, sums, sqs, sizes, alive, n_cells, buf, use_star):
-    """Split cell ``c`` (of 2k or more) with MDAV* (or MDAV); the first part keeps id ``c``."""
-    count = _members(labels, c, buf)
-    sub = np.empty((count, X.shape[1]))
-    for u in range(count):
-        sub[u] = X[buf[u]]
-    if use_star:
-        part = mdav_star_labels_exhaustive(sub, k)
-    else:
-        part = mdav_labels(sub, k, False, 1, 64, 1 << 62, np.zeros(5, np.int64),
-                           np.zeros(2, np.int64))
-    n_parts = part.max() + 1
-    ids = np.empty(n_parts, np.int64)
-    ids[0] = c
-    free = 0
-    for p in range(1, n_parts):  # reuse the ids of dissolved cells before new ones
-        while free < n_cells and (alive[free] or free == c):
-            free += 1
-        if free < n_cells:
-            ids[p] = free
-            free += 1
-        else:
-            ids[p] = n_cells
-            n_cells += 1
-    for p in range(n_parts):
-        sums[ids[p]] = 0.0
-        sqs[ids[p]] = 0.0
-        sizes[ids[p]] = 0
-        alive[ids[p]] = True
-    for u in range(count):
-        cid = ids[part[u]]
-        labels[buf[u]] = cid
-        sums[cid] += X[buf[u]]
-        sqs[cid] += _sq(X[buf[u]], np.zeros(X.shape[1]))
-        sizes[cid] += 1
-    return n_cells
-
-
-@nb.njit(cache=True)
-def _cost(sums, sqs, sizes, c):
-    s = 0.0
-    for t in range(sums.shape[1]):
-        s += sums[c, t] * sums[c, t]
-    return max(sqs[c] - s / sizes[c], 0.0)
-
-
-@nb.njit(cache=True)
-def _move(X, labels, i, src, dst, sums, sqs, sizes):
-    labels[i] = dst
-    norm = _sq(X[i], np.zeros(X.shape[1]))
-    sums[src] -= X[i]
-    sqs[src] -= norm
-    sizes[src] -= 1
-    sums[dst] += X[i]
-    sqs[dst] += norm
-    sizes[dst] += 1
-
-
-@nb.njit(cache=True, nogil=True)
-def ona_star_labels_exhaustive(X, k, max_rounds, stats):
-    """ONA* (paper 004, Algorithm 3), every nearest cell found by scanning all cells: the
-    reference. ``stats``: rounds run, dissolves, moves, splits."""
-    n, m = X.shape
-    labels = mdav_star_labels_exhaustive(X, k)
-    cap = n // k + 2
-    sums = np.zeros((cap, m))
-    sqs = np.zeros(cap)
-    sizes = np.zeros(cap, np.int64)
-    alive = np.zeros(cap, np.bool_)
-    n_cells = labels.max() + 1
-    for i in range(n):
-        c = labels[i]
-        sums[c] += X[i]
-        sqs[c] += _sq(X[i], np.zeros(m))
-        sizes[c] += 1
-        alive[c] = True
-    buf = np.empty(n, np.int64)
-    for c in range(labels.max() + 1):  # MDAV* may leave large cells: MDAV splits them
-        if sizes[c] >= 2 * k:
-            n_cells = _split_exhaustive(X, labels, c, k, sums, sqs, sizes, alive, n_cells, buf,
-                                        False)
-            stats[3] += 1
-    target = np.empty(n, np.int64)
-    gsum = np.zeros((cap, m))
-    gsq = np.zeros(cap)
-    gsize = np.zeros(cap, np.int64)
-    for _ in range(max_rounds):
-        stats[0] += 1
-        changed = False
-        # Phase 1: dissolve cells of exactly k when the cost strictly drops
-        ci = 0
-        while ci < n_cells:
-            if alive[ci] and sizes[ci] == k:
-                count = _members(labels, ci, buf)
-                for u in range(count):
-                    target[u], _d = _nearest_cell(X[buf[u]], sums, sizes, alive, n_cells, ci)
-                for u in range(count):
-                    t = target[u]
-                    gsum[t] = 0.0
-                    gsq[t] = 0.0
-                    gsize[t] = 0
-                for u in range(count):
-                    t = target[u]
-                    gsum[t] += X[buf[u]]
-                    gsq[t] += _sq(X[buf[u]], np.zeros(m))
-                    gsize[t] += 1
-                added = 0.0
-                for u in range(count):
-                    t = target[u]
-                    if gsize[t] <= 0:
-                        continue  # this receiver's group is already counted
-                    g_cost = _cost(gsum, gsq, gsize, t)
-                    mu_l = sums[t] / sizes[t]
-                    mu_g = gsum[t] / gsize[t]
-                    added += g_cost + sizes[t] * gsize[t] / (sizes[t] + gsize[t]) * _sq(mu_l, mu_g)
-                    gsize[t] = -gsize[t]  # mark counted, keep the size
-                for u in range(count):
-                    gsize[target[u]] = abs(gsize[target[u]])
-                own = _cost(sums, sqs, sizes, ci)
-                if own - added > _TOL * (own + 1.0):
-                    for u in range(count):
-                        _move(X, labels, buf[u], ci, target[u], sums, sqs, sizes)
-                    alive[ci] = False
-                    stats[1] += 1
-                    changed = True
-                    for u in range(count):
-                        t = target[u]
-                        if alive[t] and sizes[t] >= 2 * k:
-                            n_cells = _split_exhaustive(X, labels, t, k, sums, sqs, sizes,
-                                                        alive, n_cells, buf, True)
-                            stats[3] += 1
-            ci += 1
-        # Phase 2: move the best single record out of cells larger than k
-        ci = 0
-        while ci < n_cells:
-            while alive[ci] and sizes[ci] > k:
-                count = _members(labels, ci, buf)
-                ni = sizes[ci]
-                mu_i = sums[ci] / ni
-                best_gain = -np.inf
-                best_s = -1
-                best_t = -1
-                for u in range(count):
-                    s = buf[u]
-                    t, dt = _nearest_cell(X[s], sums, sizes, alive, n_cells, ci)
-                    if t < 0:
-                        continue
-                    gain = ni / (ni - 1.0) * _sq(X[s], mu_i) - sizes[t] / (sizes[t] + 1.0) * dt
-                    if gain > best_gain:
-                        best_gain = gain
-                        best_s = s
-                        best_t = t
-                scale = _cost(sums, sqs, sizes, ci) + 1.0
-                if best_s < 0 or best_gain <= _TOL * scale:
-                    break
-                _move(X, labels, best_s, ci, best_t, sums, sqs, sizes)
-                stats[2] += 1
-                changed = True
-                if sizes[best_t] >= 2 * k:
-                    n_cells = _split_exhaustive(X, labels, best_t, k, sums, sqs, sizes, alive,
-                                                n_cells, buf, True)
-                    stats[3] += 1
-            ci += 1
-        if not changed:
-            break
-    # labels 0..c-1 in order of cell id
-    new_id = np.full(n_cells, -1, np.int64)
-    nxt = 0
-    for c in range(n_cells):
-        if alive[c] and sizes[c] > 0:
-            new_id[c] = nxt
-            nxt += 1
-    out = np.empty(n, np.int64)
-    for i in range(n):
-        out[i] = new_id[labels[i]]
-    return out
-
-
 # -- the indexed kernels (what the engines run) ---------------------------------------------------
 
 
@@ -379,14 +189,7 @@ def _scan_cells(x, centT, alive, n_cells, skip, acc):
     Distances are accumulated column by column over the column-major centroids (vectorised
     across cells) in the reference's order, so they are the reference's bits; ties: lowest id.
     """
-    for c in range(n_cells):
-        acc[c] = 0.0
-    for t in range(centT.shape[0]):
-        y = x[t]
-        col = centT[t]
-        for c in range(n_cells):
-            d = col[c] - y
-            acc[c] += d * d
+    centroid_distances(x, centT, n_cells, acc)
     best = np.inf
     best_c = -1
     second = np.inf
@@ -409,7 +212,7 @@ def _knn_sorted(X, Q, pos_idx, n_pos, removed, lo, h, margin, q, k, bufs, cell, 
     reference's repeated minimum orders them; found by the MDAV kernels' exact screening."""
     _cell_of(X, Q, pos_idx, n_pos, removed, lo, h, margin, True, q, k, False, bufs, cell, stats)
     for u in range(1, k):
-        dist[u] = _sq(X[cell[u]], X[q])
+        dist[u] = sq(X[cell[u]], X[q])
     for u in range(2, k):  # insertion sort of k-1 entries
         i = cell[u]
         di = dist[u]
@@ -441,7 +244,7 @@ def mdav_star_labels(X, k):
     centre /= n
     far = np.empty(n)
     for i in range(n):
-        far[i] = _sq(X[i], centre)
+        far[i] = sq(X[i], centre)
     order = np.argsort(-far, kind="mergesort")  # farthest first; ties: lowest index
     cap = n // k + 1
     sums = np.zeros((cap, m))
@@ -630,16 +433,11 @@ def _remove_member(members, sizes, c, i):
 
 @nb.njit(cache=True)
 def _move_indexed(X, norms, labels, i, src, dst, sums, sqs, sizes, members, cent, centT):
-    """The reference's ``_move``, keeping member lists and centroids up to date."""
-    labels[i] = dst
+    """Move record ``i`` from ``src`` to ``dst``, keeping member lists and centroids up to
+    date."""
     _remove_member(members, sizes, src, i)
     _insert_member(members, sizes, dst, i)
-    sums[src] -= X[i]
-    sqs[src] -= norms[i]
-    sizes[src] -= 1
-    sums[dst] += X[i]
-    sqs[dst] += norms[i]
-    sizes[dst] += 1
+    move_record(X, labels, i, src, dst, sums, sqs, sizes, norms[i])
     if sizes[src] > 0:
         _set_centroid(sums, sizes, cent, centT, src)
     _set_centroid(sums, sizes, cent, centT, dst)
@@ -682,18 +480,14 @@ def _heap_pop_id(heap, size):
 @nb.njit(cache=True)
 def _split_indexed(X, norms, labels, c, k, sums, sqs, sizes, alive, n_cells, members, cent,
                    centT, dead, n_dead, use_star, log, log_len):
-    """The reference's ``_split``: the lowest dissolved ids are reused first (a min-heap
-    instead of a scan). Returns (n_cells, n_dead, log, log_len)."""
+    """Split cell ``c`` (of 2k or more) with MDAV* (or MDAV); the first part keeps id ``c``,
+    the others take the lowest dissolved ids first (a min-heap), then new ones. Returns
+    (n_cells, n_dead, log, log_len)."""
     count = sizes[c]
-    rows = members[c, :count].copy()  # increasing index order, as the reference's scan
-    sub = np.empty((count, X.shape[1]))
-    for u in range(count):
-        sub[u] = X[rows[u]]
-    if use_star:
-        part = mdav_star_labels_exhaustive(sub, k)  # fewer than 3k records
-    else:
-        part = mdav_labels(sub, k, False, 1, 64, 1 << 62, np.zeros(5, np.int64),
-                           np.zeros(2, np.int64))
+    rows = members[c, :count].copy()  # increasing index order
+    sub = rows_of(X, rows, count)
+    # MDAV* splits cells of fewer than 3k records: an exhaustive scan costs least there
+    part = mdav_star_labels_exhaustive(sub, k) if use_star else mdav_split(sub, k)
     n_parts = part.max() + 1
     ids = np.empty(n_parts, np.int64)
     ids[0] = c
@@ -712,9 +506,7 @@ def _split_indexed(X, norms, labels, c, k, sums, sqs, sizes, alive, n_cells, mem
         cid = ids[part[u]]
         labels[rows[u]] = cid
         members[cid, sizes[cid]] = rows[u]  # rows ascend: the lists stay sorted
-        sums[cid] += X[rows[u]]
-        sqs[cid] += norms[rows[u]]
-        sizes[cid] += 1
+        add_record(X[rows[u]], norms[rows[u]], cid, sums, sqs, sizes)
     for p in range(n_parts):
         _set_centroid(sums, sizes, cent, centT, ids[p])
         log, log_len = _log_cell(log, log_len, ids[p])
@@ -964,8 +756,9 @@ def _split_linked(X, norms, labels, c, k, sums, sqs, sizes, alive, n_cells, memb
 
 @nb.njit(cache=True, nogil=True)
 def ona_star_labels(X, k, max_rounds, stats, candidates=0):
-    """ONA*. With ``candidates`` <= 0, the same labels as :func:`ona_star_labels_exhaustive`
-    (exact indexed search); with ``candidates`` = C > 0, the restricted search.
+    """ONA*. With ``candidates`` <= 0, the exact indexed search: the labels of the exhaustive
+    ONA* (``tests/engines/reference_kernels.py``); with ``candidates`` = C > 0, the restricted
+    search.
 
     Restricted: at the start of each round every cell gets a list of the C cells with the
     nearest centroids (round 1: an exact scan of all centroid pairs; later rounds: the nearest
@@ -999,9 +792,8 @@ def local_search_labels(X, k, start, max_rounds, stats, candidates=0):
     cent = np.zeros((cap, m))
     centT = np.zeros((m, cap))
     norms = np.empty(n)
-    zero = np.zeros(m)
     for i in range(n):
-        norms[i] = _sq(X[i], zero)
+        norms[i] = sqnorm(X[i])
     n_cells = labels.max() + 1
     counts = np.zeros(n_cells, np.int64)
     for i in range(n):
@@ -1011,9 +803,7 @@ def local_search_labels(X, k, start, max_rounds, stats, candidates=0):
     for i in range(n):  # in index order: the member lists are sorted
         c = labels[i]
         members[c, sizes[c]] = i
-        sums[c] += X[i]
-        sqs[c] += norms[i]
-        sizes[c] += 1
+        add_record(X[i], norms[i], c, sums, sqs, sizes)
         alive[c] = True
     for c in range(n_cells):
         _set_centroid(sums, sizes, cent, centT, c)
@@ -1084,30 +874,8 @@ def local_search_labels(X, k, start, max_rounds, stats, candidates=0):
                 if missing:  # a restricted list with no live cell left: keep the cell
                     ci += 1
                     continue
-                for u in range(count):
-                    t = target[u]
-                    gsum[t] = 0.0
-                    gsq[t] = 0.0
-                    gsize[t] = 0
-                for u in range(count):
-                    t = target[u]
-                    gsum[t] += X[buf[u]]
-                    gsq[t] += norms[buf[u]]
-                    gsize[t] += 1
-                added = 0.0
-                for u in range(count):
-                    t = target[u]
-                    if gsize[t] <= 0:
-                        continue  # this receiver's group is already counted
-                    g_cost = _cost(gsum, gsq, gsize, t)
-                    mu_l = sums[t] / sizes[t]
-                    mu_g = gsum[t] / gsize[t]
-                    added += g_cost + sizes[t] * gsize[t] / (sizes[t] + gsize[t]) * _sq(mu_l, mu_g)
-                    gsize[t] = -gsize[t]  # mark counted, keep the size
-                for u in range(count):
-                    gsize[target[u]] = abs(gsize[target[u]])
-                own = _cost(sums, sqs, sizes, ci)
-                if own - added > _TOL * (own + 1.0):
+                if dissolve_pays(X, buf, count, ci, target, sums, sqs, sizes, gsum, gsq,
+                                 gsize):
                     for u in range(count):
                         s = buf[u]
                         _move_indexed(X, norms, labels, s, ci, target[u], sums, sqs, sizes,
@@ -1154,13 +922,13 @@ def local_search_labels(X, k, start, max_rounds, stats, candidates=0):
                                                log_len, limit, top_c, top_d, counters)
                     if t < 0:
                         continue
-                    gain = ni / (ni - 1.0) * _sq(X[s], mu_i) - sizes[t] / (sizes[t] + 1.0) * dt
+                    gain = ni / (ni - 1.0) * sq(X[s], mu_i) - sizes[t] / (sizes[t] + 1.0) * dt
                     if gain > best_gain:
                         best_gain = gain
                         best_s = s
                         best_t = t
-                scale = _cost(sums, sqs, sizes, ci) + 1.0
-                if best_s < 0 or best_gain <= _TOL * scale:
+                scale = cell_cost(sums, sqs, sizes, ci) + 1.0
+                if best_s < 0 or best_gain <= TOL * scale:
                     break
                 _move_indexed(X, norms, labels, best_s, ci, best_t, sums, sqs, sizes, members,
                               cent, centT)
@@ -1183,13 +951,4 @@ def local_search_labels(X, k, start, max_rounds, stats, candidates=0):
     if stats.shape[0] >= 6:
         stats[4] += counters[4]
         stats[5] += counters[5]
-    new_id = np.full(n_cells, -1, np.int64)
-    nxt = 0
-    for c in range(n_cells):
-        if alive[c] and sizes[c] > 0:
-            new_id[c] = nxt
-            nxt += 1
-    out = np.empty(n, np.int64)
-    for i in range(n):
-        out[i] = new_id[labels[i]]
-    return out
+    return renumbered(labels, alive, sizes, n_cells)

@@ -1,8 +1,8 @@
 """Compiled kernels of the anytime refinement (``streamanon/refine.py``); nothing here is public.
 
 A partition is held as labels, per-cell sums, sums of squares and sizes (so a centroid and a
-cost are O(m) to read, as in ``_local_search_kernels``, whose ``_sq``, ``_cost`` and ``_move``
-are reused), plus doubly linked member lists (``head[cell]``, ``nxt[record]``,
+cost are O(m) to read; the arithmetic and the dissolve pricing are ``_cells``', shared with
+ONA*'s kernels), plus doubly linked member lists (``head[cell]``, ``nxt[record]``,
 ``prv[record]``), so that moving a record is O(m) and a split gathers only its cell's members.
 Ids of dissolved cells go on a free stack (``free``, ``counts[1]`` of them) and are reused by
 splits, so no more than n // k + 1 ids are ever needed.
@@ -21,10 +21,17 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from streamanon.engines._local_search_kernels import _cost, _move, _sq
-from streamanon.engines._mdav_kernels import mdav_labels
-
-_TOL = 1e-12  # an operation must gain more than this (relative) to count: no cycling on ties
+from streamanon.engines._cells import (
+    TOL,
+    add_record,
+    cell_cost,
+    dissolve_pays,
+    mdav_split,
+    move_record,
+    rows_of,
+    sq,
+    sqnorm,
+)
 
 # stats: operations done so far
 MOVES, DISSOLVES, SPLITS = 0, 1, 2
@@ -59,7 +66,7 @@ def _link(head, nxt, prv, i, c):
 def _relocate(X, labels, i, src, dst, sums, sqs, sizes, head, nxt, prv):
     _unlink(head, nxt, prv, i, src)
     _link(head, nxt, prv, i, dst)
-    _move(X, labels, i, src, dst, sums, sqs, sizes)
+    move_record(X, labels, i, src, dst, sums, sqs, sizes, sqnorm(X[i]))
 
 
 @nb.njit(cache=True)
@@ -95,12 +102,9 @@ def build_state(X, labels, cap):
     head = np.full(cap, -1, np.int64)
     nxt = np.full(n, -1, np.int64)
     prv = np.full(n, -1, np.int64)
-    zero = np.zeros(m)
     for i in range(n - 1, -1, -1):  # lists in ascending record order
         c = labels[i]
-        sums[c] += X[i]
-        sqs[c] += _sq(X[i], zero)
-        sizes[c] += 1
+        add_record(X[i], sqnorm(X[i]), c, sums, sqs, sizes)
         alive[c] = True
         _link(head, nxt, prv, i, c)
     return sums, sqs, sizes, alive, head, nxt, prv
@@ -125,12 +129,7 @@ def _split(X, k, c, labels, sums, sqs, sizes, alive, head, nxt, prv, G, free, co
     """Split cell ``c`` (2k records or more) with MDAV; the first part keeps id ``c``, the
     others take free ids and, until the graph is rebuilt, ``c``'s candidate row."""
     count = _gather(head, nxt, c, buf)
-    m = X.shape[1]
-    sub = np.empty((count, m))
-    for u in range(count):
-        sub[u] = X[buf[u]]
-    part = mdav_labels(sub, k, False, 1, 64, 1 << 62, np.zeros(5, np.int64),
-                       np.zeros(2, np.int64))
+    part = mdav_split(rows_of(X, buf, count), k)
     n_parts = part.max() + 1
     ids = np.empty(n_parts, np.int64)
     ids[0] = c
@@ -193,38 +192,13 @@ def _dissolve(X, k, ci, labels, sums, sqs, sizes, alive, head, nxt, prv, G, free
               changed, buf, target, gsum, gsq, gsize, stats, hops):
     """Dissolve cell ``ci`` (exactly k records) into the candidate cells where each member
     costs least to add, if the total cost strictly drops (paper 004, Alg. 3, lines 6-17)."""
-    m = X.shape[1]
     count = _gather(head, nxt, ci, buf)
     for u in range(count):
         best_t, _gain = _best_target(X[buf[u]], ci, 0.0, G, sums, sizes, alive, hops)
         if best_t < 0:
             return False
         target[u] = best_t
-    for u in range(count):
-        t = target[u]
-        gsum[t] = 0.0
-        gsq[t] = 0.0
-        gsize[t] = 0
-    zero = np.zeros(m)
-    for u in range(count):
-        t = target[u]
-        gsum[t] += X[buf[u]]
-        gsq[t] += _sq(X[buf[u]], zero)
-        gsize[t] += 1
-    added = 0.0
-    for u in range(count):
-        t = target[u]
-        if gsize[t] <= 0:
-            continue  # this receiver's group is counted already
-        g = gsize[t]
-        between = 0.0
-        for q in range(m):
-            d = sums[t, q] / sizes[t] - gsum[t, q] / g
-            between += d * d
-        added += _cost(gsum, gsq, gsize, t) + sizes[t] * g / (sizes[t] + g) * between
-        gsize[t] = -g  # counted; keeps the size
-    own = _cost(sums, sqs, sizes, ci)
-    if not own - added > _TOL * (own + 1.0):
+    if not dissolve_pays(X, buf, count, ci, target, sums, sqs, sizes, gsum, gsq, gsize):
         return False
     for u in range(count):
         _relocate(X, labels, buf[u], ci, target[u], sums, sqs, sizes, head, nxt, prv)
@@ -259,7 +233,7 @@ def _move_out(X, k, ci, labels, sums, sqs, sizes, alive, head, nxt, prv, G, free
         ni = sizes[ci]
         saved = ni / (ni - 1.0) * _sq_to_centroid(x, sums, sizes, ci)
         best_t, best_gain = _best_target(x, ci, saved, G, sums, sizes, alive, hops)
-        if best_t < 0 or not best_gain > _TOL * (_cost(sums, sqs, sizes, ci) + 1.0):
+        if best_t < 0 or not best_gain > TOL * (cell_cost(sums, sqs, sizes, ci) + 1.0):
             continue
         _relocate(X, labels, s, ci, best_t, sums, sqs, sizes, head, nxt, prv)
         changed[ci] = True
@@ -356,12 +330,12 @@ def graph_refresh(cent, live, G, D, seed):
         G[u, :] = -1
         D[u, :] = np.inf
         for q in range(kept):
-            _insert(G, D, u, row[q], _sq(cent[u], cent[row[q]]))
+            _insert(G, D, u, row[q], sq(cent[u], cent[row[q]]))
         tries = 0
         while kept < min(C, n_live - 1) and tries < 8 * C:
             tries += 1
             t = live[np.random.randint(n_live)]
-            if t != u and _insert(G, D, u, t, _sq(cent[u], cent[t])):
+            if t != u and _insert(G, D, u, t, sq(cent[u], cent[t])):
                 kept += 1
 
 
@@ -393,8 +367,8 @@ def graph_descend(cent, live, G, D, reverse_cap, start, stop):
                 w = G[v, j]
                 if w < 0 or w == u:
                     continue
-                if _insert(G, D, u, w, _sq(cent[u], cent[w])):
+                if _insert(G, D, u, w, sq(cent[u], cent[w])):
                     updates += 1
-            if src >= C and _insert(G, D, u, v, _sq(cent[u], cent[v])):
+            if src >= C and _insert(G, D, u, v, sq(cent[u], cent[v])):
                 updates += 1
     return updates

@@ -21,7 +21,7 @@ import math
 import numba as nb
 import numpy as np
 
-from streamanon.engines._mdav_kernels import mdav_labels
+from streamanon.engines._cells import centroid_distances, mdav_split, rows_of
 
 _SLACK = 1e-9
 
@@ -67,14 +67,7 @@ def _best_of(Xall, row, centT, sizes, ids, n_ids, inertial):
 def _scan_best(Xall, row, centT, sizes, n_cells, inertial, acc):
     """Best cell over all ``n_cells``: distances accumulated column by column over the
     column-major centroids, which vectorises across cells."""
-    for c in range(n_cells):
-        acc[c] = 0.0
-    for t in range(centT.shape[0]):
-        y = Xall[row, t]
-        col = centT[t]
-        for c in range(n_cells):
-            d = col[c] - y
-            acc[c] += d * d
+    centroid_distances(Xall[row], centT, n_cells, acc)
     best = np.inf
     best_c = -1
     for c in range(n_cells):
@@ -118,11 +111,7 @@ def split_cell(Xall, c, k, centT, sizes, head, nxt, cell_of, n_cells, members):
     """Run MDAV on the members of cell ``c`` (in record order); the first sub-cell keeps id
     ``c``, the others get new ids from ``n_cells``. Returns the new number of cells."""
     n = _cell_members(head, nxt, c, members)
-    sub = np.empty((n, Xall.shape[1]))
-    for u in range(n):
-        sub[u] = Xall[members[u]]
-    labels = mdav_labels(sub, k, False, 1, 64, 1 << 62, np.zeros(5, np.int64),
-                         np.zeros(2, np.int64))
+    labels = mdav_split(rows_of(Xall, members, n), k)
     return apply_split(Xall, c, labels, members, centT, sizes, head, nxt, cell_of, n_cells)
 
 
