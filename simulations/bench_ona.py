@@ -18,8 +18,8 @@ the exhaustive did not run (they have the same labels). IL is SSE/SST in percent
 ``--benchmarks`` adds the same comparison on the paper 004 benchmark files for every k of its
 Table 1 (exact against restricted: at those sizes ONA*'s default is the exact search).
 
-    python simulations/bench_ona.py                          # 5000, 20000, 50000
-    python simulations/bench_ona.py --sizes 100000,200000 --exhaustive-max 0 --exact-max 0
+    python -m simulations.bench_ona                          # 5000, 20000, 50000
+    python -m simulations.bench_ona --sizes 100000,200000 --exhaustive-max 0 --exact-max 0
 """
 
 from __future__ import annotations
