@@ -110,6 +110,13 @@ def scheduler_crossings(root: Path = ROOT) -> dict[str, list[str]]:
     return crossings(root, lambda m: under(m, SCHEDULER), lambda n: under(n, ("streamanon",)))
 
 
+def cli_importers(root: Path = ROOT) -> dict[str, list[str]]:
+    """Nothing imports the CLI but ``streamanon/__main__.py``."""
+    cli = ("streamanon.cli",)
+    return crossings(root, lambda m: not under(m, (*cli, "streamanon.__main__")),
+                     lambda n: under(n, cli))
+
+
 def engine_io(root: Path = ROOT) -> dict[str, list[str]]:
     """Engines and incremental stages import no module that does I/O."""
     return crossings(root, lambda m: under(m, ENGINES), lambda n: under(n, IO_MODULES))
@@ -158,7 +165,7 @@ def long_modules(root: Path = ROOT) -> dict[str, int]:
             if not p.name.endswith(KERNEL) and (n := len(p.read_text().splitlines())) > MAX_LINES}
 
 
-RULES = [core_crossings, scheduler_crossings, engine_io, cycles, long_modules]
+RULES = [core_crossings, scheduler_crossings, cli_importers, engine_io, cycles, long_modules]
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
@@ -173,6 +180,7 @@ PLANTED = {
                        "def f():\n    from streamanon.service.store import open_store\n"},
     "scheduler_crossings": {"scheduler/planner.py":
                             "if False:\n    import streamanon.engines.mdav\n"},
+    "cli_importers": {"streamanon/service/store.py": "def f():\n    import streamanon.cli\n"},
     "engine_io": {"streamanon/engines/mdav.py": "def f():\n    import confluent_kafka\n"},
     "cycles": {"streamanon/a.py": "def f():\n    from streamanon import b\n",
                "streamanon/b.py": "from streamanon.a import f\n"},
