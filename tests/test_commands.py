@@ -96,6 +96,11 @@ def test_the_service_benchmark_runs(subprocesses, tmp_path):
     assert "| **close to release** |" in result.stdout and f"wrote {out}" in result.stdout
 
 
+# The pages run `python -m simulations.NAME` from the repository root (simulations/ is not
+# installed); the tests run in a temporary directory, so they put the root on the path.
+FROM_THE_ROOT = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
 def test_the_survey_data_commands_run(tmp_path, subprocesses):
     """The three commands of the "Survey data" section (docs/guide/survey-data.md), as
     written there."""
@@ -108,7 +113,8 @@ def test_the_survey_data_commands_run(tmp_path, subprocesses):
     for words in lines:
         argv = ([sys.executable, *words[1:]] if words[0] == "python"
                 else [sys.executable, "-m", "streamanon", *words[1:]])
-        result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                                env=FROM_THE_ROOT)
         assert result.returncode == 0, result.stdout + result.stderr
         outputs.append(result.stdout + result.stderr)
     assert "3000 records" in outputs[1]
@@ -127,7 +133,7 @@ def test_the_privacy_commands_run(tmp_path, subprocesses):
         argv = ([sys.executable, *words[1:]] if words[0] == "python"
                 else [sys.executable, "-m", "streamanon", *words[1:]])
         result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                                env={**os.environ, "STREAMANON_DATA_DIR": str(tmp_path)})
+                                env={**FROM_THE_ROOT, "STREAMANON_DATA_DIR": str(tmp_path)})
         assert result.returncode == 0, result.stdout + result.stderr
         outputs.append(result.stdout + result.stderr)
     assert "q1: l = " in outputs[1] and "5-anonymous" in outputs[2]

@@ -57,6 +57,6 @@ def test_planned_takes_each_base_engines_nu_from_the_planners_choice(tmp_path):
 
 
 def test_help(subprocesses):
-    done = subprocess.run([sys.executable, "simulations/better_than_one_shot.py", "--help"],
+    done = subprocess.run([sys.executable, "-m", "simulations.better_than_one_shot", "--help"],
                           cwd=ROOT, capture_output=True, text=True, check=True)
     assert "--refine" in done.stdout and "--ona-max-n" in done.stdout

@@ -8,10 +8,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_tradeoff_script_writes_table_csv_and_figures(subprocesses, tmp_path):
     result = subprocess.run(
-        [sys.executable, str(ROOT / "simulations" / "incremental_tradeoff.py"), "--n", "1500",
+        [sys.executable, "-m", "simulations.incremental_tradeoff", "--n", "1500",
          "--repeat", "1", "--ms", "2,3", "--ks", "5", "--nus", "0.1,0.5", "--out",
          str(tmp_path)],
-        capture_output=True, text=True, timeout=600, check=True,
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=True,
     )
     assert "delta (%)" in result.stdout and "| nu | 2MDAV |" in result.stdout
     with open(tmp_path / "incremental_tradeoff.csv") as fh:
