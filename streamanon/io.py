@@ -60,8 +60,10 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)`` and move the result onto ``path`` only if it succeeded."""
+def atomic_write(path: str | os.PathLike[str], write: Callable[[str], None],
+                 mode: int | None = None) -> None:
+    """Call ``write(tmp_path)`` and move the result onto ``path`` only if it succeeded; the
+    file gets ``mode``, or without one what the process umask leaves of 0666."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
@@ -70,7 +72,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[str], None]) -> 
     os.close(fd)
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -83,28 +85,30 @@ def _umask() -> int:
     return mask
 
 
-def write_table(frame: pd.DataFrame, path: str | os.PathLike[str]) -> None:
-    """Write ``frame`` as CSV (floats round-trip exactly) or Parquet, atomically."""
+def write_table(frame: pd.DataFrame, path: str | os.PathLike[str],
+                mode: int | None = None) -> None:
+    """Write ``frame`` as CSV (floats round-trip exactly) or Parquet, atomically (``mode``: as
+    :func:`atomic_write`)."""
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
     fmt = table_format(path)
     table = pa.Table.from_pandas(frame, preserve_index=False)
     if fmt == ".csv":  # Arrow's writer: ten times pandas' speed, floats still round-trip
-        atomic_write(path, lambda tmp: pa_csv.write_csv(table, tmp))
+        atomic_write(path, lambda tmp: pa_csv.write_csv(table, tmp), mode)
     else:
-        atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
+        atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False), mode)
 
 
-def write_json(data: Any, path: str | os.PathLike[str]) -> None:
-    """Write ``data`` as indented JSON, atomically."""
+def write_json(data: Any, path: str | os.PathLike[str], mode: int | None = None) -> None:
+    """Write ``data`` as indented JSON, atomically (``mode``: as :func:`atomic_write`)."""
 
     def write(tmp: str) -> None:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=2, sort_keys=False)
             fh.write("\n")
 
-    atomic_write(path, write)
+    atomic_write(path, write, mode)
 
 
 def report_path(output: str | os.PathLike[str]) -> Path:

@@ -174,7 +174,29 @@ class StoreConfig(_Strict):
 
 
 class OutputConfig(_Strict):
+    """Where releases go, and their permissions: files ``file_mode`` (default 0640), their
+    directories ``directory_mode`` (default 0750), whatever the process umask. Modes are octal,
+    as a string (``"0640"``) or a TOML octal integer (``0o640``); one that lets any user
+    write is refused."""
+
     directory: Path = Path("releases")
+    file_mode: int = 0o640
+    directory_mode: int = 0o750
+
+    @field_validator("file_mode", "directory_mode", mode="before")
+    @classmethod
+    def _octal(cls, value: object) -> int:
+        if isinstance(value, str):
+            text = value.strip().lower().removeprefix("0o")
+            if not text or any(c not in "01234567" for c in text):
+                raise ValueError(f"a mode is octal, such as \"0640\", got {value!r}")
+            value = int(text, 8)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o777:
+            raise ValueError(f"a mode is between 0 and 0777 (octal), got {value!r}")
+        if value & 0o002:
+            raise ValueError(f"mode {value:04o} lets any user write the release; "
+                             "use at most 0775 (default 0640 for files, 0750 for directories)")
+        return value
 
 
 class HttpConfig(_Strict):

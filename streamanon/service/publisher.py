@@ -30,10 +30,11 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -50,6 +51,18 @@ from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.reports import ReleaseReport
 from streamanon.service.store import Records
 from streamanon.splicing import record_messages as record_messages  # re-exported
+
+
+class FileModes(NamedTuple):
+    """The permissions of a release's files and directories, whatever the process umask
+    (``[output] file_mode`` and ``directory_mode``; by default as private as the store:
+    the service's group may read, nobody else)."""
+
+    file: int = 0o640
+    directory: int = 0o750
+
+
+PRIVATE = FileModes()
 
 
 class ReleaseFilesError(StreamanonError):
@@ -122,7 +135,8 @@ def risk_page_path(files: dict[str, str]) -> str:
 
 
 def write_risk_page(risk: dict[str, Any], frame: pd.DataFrame, release: pd.DataFrame,
-                    survey: SurveyConfig, files: dict[str, str]) -> None:
+                    survey: SurveyConfig, files: dict[str, str],
+                    modes: FileModes = PRIVATE) -> None:
     """``report.html`` (``streamanon.risk_page``) of a written release: its risk and
     utility measures (``risk``, as report.json holds them), the distributions of the stored
     records ``frame`` (:func:`records_frame`) and of the ``release`` table, never a record."""
@@ -134,7 +148,7 @@ def write_risk_page(risk: dict[str, Any], frame: pd.DataFrame, release: pd.DataF
                 "release": Path(files["parquet"]).name}
     page = render(risk, decoded_original(frame, prepared), release, survey.schema, settings)
     path = Path(risk_page_path(files))
-    atomic_write(path, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
+    atomic_write(path, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"), modes.file)
 
 
 def release_risk(frame: pd.DataFrame, release: pd.DataFrame, survey: SurveyConfig,
@@ -161,34 +175,46 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _make_private_dirs(directory: Path, mode: int) -> None:
+    """``directory`` and the parents it lacks, each created with ``mode``; the survey's own
+    directory gets ``mode`` even if it was there (an output root made by someone else is
+    left as it is)."""
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    for d in reversed(missing):
+        d.mkdir(exist_ok=True)
+        os.chmod(d, mode)
+    os.chmod(directory, mode)
+
+
 def release_dir(output: Path, survey_id: str) -> Path:
     return Path(output) / survey_id
 
 
 def write_release_files(frame: pd.DataFrame, output: Path, survey_id: str,
-                        csv: bool = True) -> dict[str, str]:
+                        csv: bool = True, *, modes: FileModes = PRIVATE) -> dict[str, str]:
     """Write Parquet and (unless told not to: :func:`write_release_csv` later) CSV; return
     their paths and checksums, and the report's path (the report is written once, when the
     release is published: :func:`write_report`)."""
     directory = release_dir(output, survey_id)
-    directory.mkdir(parents=True, exist_ok=True)
+    _make_private_dirs(directory, modes.directory)
     parquet = directory / "release.parquet"
-    write_table(frame, parquet)
+    write_table(frame, parquet, modes.file)
     files = {"parquet": str(parquet), "csv": str(directory / "release.csv"),
              "report": str(directory / "report.json"), "sha256": sha256_file(parquet)}
-    return write_release_csv(frame, files) if csv else files
+    return write_release_csv(frame, files, modes) if csv else files
 
 
-def write_release_csv(frame: pd.DataFrame, files: dict[str, str]) -> dict[str, str]:
+def write_release_csv(frame: pd.DataFrame, files: dict[str, str],
+                      modes: FileModes = PRIVATE) -> dict[str, str]:
     """The CSV file of a release whose Parquet file is written (``files``), with its checksum
     added to ``files``."""
-    write_table(frame, Path(files["csv"]))
+    write_table(frame, Path(files["csv"]), modes.file)
     return files | {"sha256_csv": sha256_file(Path(files["csv"]))}
 
 
-def write_report(report: ReleaseReport) -> None:
+def write_report(report: ReleaseReport, modes: FileModes = PRIVATE) -> None:
     """``report.json`` of a published release, at the path its files name."""
-    write_json(report.to_json(), Path(report.files["report"]))
+    write_json(report.to_json(), Path(report.files["report"]), modes.file)
 
 
 def read_written_release(files: dict[str, str]) -> pd.DataFrame:

@@ -44,6 +44,7 @@ from streamanon.release import (
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.offsets import broker_errors
 from streamanon.service.publisher import (
+    FileModes,
     manifest_is_last,
     read_written_release,
     record_messages,
@@ -118,6 +119,7 @@ class Releaser:
         self.compute_pool = compute_pool
         self.producer = producer
         self.telemetry = telemetry
+        self.modes = FileModes(config.output.file_mode, config.output.directory_mode)
 
     async def release(self, rt: SurveyRuntime, base_model: PowerLaw,
                       stages: Mapping[str, Any] | None = None) -> None:
@@ -237,8 +239,8 @@ class Releaser:
                  "spliced into the base release made before close" if spliced
                  else "made at close")
         step = time.perf_counter()
-        files = await self._in_thread(write_release_files, release.table,
-                                      self.config.output.directory, sid, False)
+        files = await self._in_thread(lambda: write_release_files(
+            release.table, self.config.output.directory, sid, False, modes=self.modes))
         rt.timings["files"] = time.perf_counter() - step
         files["html"] = risk_page_path(files)  # written once the release is out (publish)
         two_stage = partition.mode == "two-stage"
@@ -319,7 +321,7 @@ class Releaser:
                 "drain", "wait_for_base", "load", "compute", "gate_and_table", "files",
                 "publish") if key in rt.timings})
         report = report.published(published)
-        await self._in_thread(write_report, report)
+        await self._in_thread(write_report, report, self.modes)
         await self._in_store(self.store.save_release, sid,
                              ReleaseRow(row.release_id, "published", row.seed, report.to_json()))
         await self._in_store(self.store.transition, sid, RELEASED,
@@ -342,7 +344,7 @@ class Releaser:
         step = time.perf_counter()
         files = report.files
         if "sha256_csv" not in files:
-            files = await self._in_thread(write_release_csv, table, files)
+            files = await self._in_thread(write_release_csv, table, files, self.modes)
         report = replace(report, files=files)
         try:
             frame = fresh.frame if fresh is not None else records_frame(
@@ -351,7 +353,7 @@ class Releaser:
             risk = report.risk or await self._in_thread(
                 release_risk, frame, table, sc, None if fresh is None else fresh.order)
             report = replace(report, risk=risk)
-            await self._in_thread(write_risk_page, risk, frame, table, sc, files)
+            await self._in_thread(write_risk_page, risk, frame, table, sc, files, self.modes)
         except Exception as exc:
             log.error("survey %s: the risk measures or report.html were not made (%s)", sc.id,
                       describe_error(exc), exc_info=withheld(exc))
