@@ -36,7 +36,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from streamanon.service.config import Config
@@ -83,7 +83,7 @@ class KafkaCollector:
     def __init__(self, config: Config, surveys: dict[str, SurveyIngest],
                  dead_letters: DeadLetterSink, *, on_stored: Callable[[str, list[float]], None],
                  consumer_factory: Callable[..., Any] | None = None,
-                 on_control: Callable[[bytes | None], None] | None = None,
+                 on_control: Callable[[bytes | None], Awaitable[Any] | None] | None = None,
                  worker_pool_factory: Callable[[], concurrent.futures.Executor] | None = None,
                  on_restart: Callable[[str], None] | None = None) -> None:
         self.config = config
@@ -136,9 +136,11 @@ class KafkaCollector:
         generation: int
         future: asyncio.Future | None = None
         pool: Any = None  # the worker pool the future runs in
+        controls: list[asyncio.Future] = field(default_factory=list)  # commands being applied
 
         def ready(self) -> bool:
-            return self.future is None or self.future.done()
+            return ((self.future is None or self.future.done())
+                    and all(c.done() for c in self.controls))
 
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer
@@ -209,17 +211,20 @@ class KafkaCollector:
             records, skipped = await self._fetch(20 if pending else 200)
             offsets: dict[Any, int] = dict(skipped)
             work: dict[str, list[Any]] = {}
+            controls: list[asyncio.Future] = []
             for tp, batch in records.items():
                 if tp.topic == self.config.control_topic:
                     for r in batch:
-                        self._control(message_of(r))
+                        applying = self._control(message_of(r))
+                        if applying is not None:
+                            controls.append(applying)
                 elif tp.topic in self._topics:  # a Message for the rejected ones only
                     work.setdefault(self._topics[tp.topic], []).extend(batch)
                 offsets[tp] = max(offsets.get(tp, 0), batch[-1].offset + 1)
                 self._next_offset[tp] = offsets[tp]
             if offsets:
                 pending.append(self._Batch(offsets, work, await self._jobs(work) if work else [],
-                                           self._generation))
+                                           self._generation, controls=controls))
                 if work:
                     pending[-1].future, pending[-1].pool = self.worker.submit(pending[-1].jobs)
             while pending and (pending[0].ready() or len(pending) > 1):
@@ -227,6 +232,8 @@ class KafkaCollector:
                 results = await self.worker.results(done.work, done.jobs, done.future,
                                                     done.pool)
                 pending.popleft()
+                if done.controls:  # a command is committed once it is applied (or given up)
+                    await asyncio.gather(*done.controls, return_exceptions=True)
                 await self._finish(results, done.work)
                 if self.on_batch_stored is not None:
                     self.on_batch_stored(done.offsets)
@@ -423,19 +430,23 @@ class KafkaCollector:
             self._consumer.seek(tp, got[0].offset)
         await asyncio.sleep(max(deadline - time.monotonic(), 0.0))
 
-    def _control(self, msg: Message) -> None:
-        """Hand a control message to the service; one it cannot take is logged and skipped."""
+    def _control(self, msg: Message) -> asyncio.Future | None:
+        """Hand a control message to the service; one it cannot take is logged and skipped.
+        What the service returns (the command being applied) is awaited before the message's
+        offset is committed, so a command not yet applied is read again after a restart."""
         if self.on_control is None:
-            return
+            return None
         where = f"{msg.topic}:{msg.partition}:{msg.offset}"
         if msg.value is not None and len(msg.value) > CONTROL_MAX_BYTES:
             log.warning("control message %s skipped: %d bytes, more than %d", where,
                         len(msg.value), CONTROL_MAX_BYTES)
-            return
+            return None
         try:
-            self.on_control(msg.value)
+            applying = self.on_control(msg.value)
         except Exception as exc:  # its text may quote the message: the type only
             log.warning("control message %s skipped: %s", where, type(exc).__name__)
+            return None
+        return None if applying is None else asyncio.ensure_future(applying)
 
     async def _finish(self, results: list[Outcome],
                       work: dict[str, list[Any]]) -> None:

@@ -92,6 +92,7 @@ from streamanon.service.store import (
     SQLiteStore,
     Store,
     StoreError,
+    StoreUnavailable,
     SurveyState,
     open_store,
 )
@@ -99,6 +100,10 @@ from streamanon.service.telemetry import Telemetry
 from streamanon.service.validation import Closure, Validator
 
 log = logging.getLogger(__name__)
+
+#: How long a command that found the store down waits before it tries again: the first wait,
+#: then doubling up to the second.
+COMMAND_RETRY_SECONDS = (1.0, 30.0)
 
 
 async def _as_taken(ends: dict[int, int]) -> dict[int, int]:
@@ -278,10 +283,48 @@ class Service:
         assert self.loop is not None
         return await self.loop.run_in_executor(None, fn, *args)
 
-    def _background(self, coro: Any) -> None:
+    def _background(self, coro: Any, what: str) -> asyncio.Task:
+        """Run ``coro`` beside the service; if it fails, the failure is logged with ``what``
+        it was (a survey and a step), never left for the garbage collector to mention."""
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+        def report(done: asyncio.Future) -> None:
+            if not done.cancelled() and done.exception() is not None:
+                exc = done.exception()
+                log.error("%s failed: %s", what, describe_error(exc), exc_info=withheld(exc))
+
+        task.add_done_callback(report)
+        return task
+
+    def _apply_command(self, command: str, sid: str) -> asyncio.Task:
+        """Carry out a verified control command, trying again while the store is down (one
+        log line when it starts waiting, one when it is through); the collector commits the
+        message only when this is done, so a restart meanwhile reads it again."""
+
+        async def apply() -> None:
+            wait, waited = COMMAND_RETRY_SECONDS[0], False
+            while True:
+                try:
+                    if command == "close":
+                        await self.close(sid)
+                    else:
+                        await self.start_base(sid, None)
+                except StoreUnavailable:
+                    if not waited:
+                        log.warning("survey %s: the %s command waits for the store, which "
+                                    "cannot be reached; trying again", sid, command)
+                    waited = True
+                    await asyncio.sleep(wait)
+                    wait = min(2 * wait, COMMAND_RETRY_SECONDS[1])
+                    continue
+                if waited:
+                    log.info("survey %s: the %s command is recorded, the store is back", sid,
+                             command)
+                return
+
+        return self._background(apply(), f"survey {sid}: the {command} command")
 
     def _threadsafe(self, coro: Any) -> None:
         assert self.loop is not None
@@ -389,21 +432,18 @@ class Service:
                 rt.estimator.observe(arrival_times)
             rt.history.add(time.time(), rt.ingest.stored)
 
-    def _on_control(self, raw: bytes | None) -> None:
+    def _on_control(self, raw: bytes | None) -> asyncio.Task | None:
         """A signed control message (:mod:`streamanon.service.control`): close or start the
         base run."""
         try:
             command, sid = self.control_verifier.verify(raw)
         except ControlRejected as exc:
             log.warning("control message ignored: %s", exc.reason)
-            return
+            return None
         if sid not in self.surveys:
             log.warning("control message ignored: unknown survey")
-            return
-        if command == "close":
-            self._background(self.close(sid))
-        else:
-            self._background(self.start_base(sid, None))
+            return None
+        return self._apply_command(command, sid)
 
     # -- base run ------------------------------------------------------------------------------
     async def _planned_base(self, sid: str, plan: Plan) -> None:

@@ -10,9 +10,12 @@
   ``streamanon.service.leadership``).
 - ``GET /metrics``: Prometheus metrics (``streamanon.service.telemetry``).
 - ``POST /api/surveys/{id}/close``: close now (``Authorization: Bearer TOKEN``); on a follower
-  the close is stored and the leader carries it out (202, naming the leader).
+  the close is stored and the leader carries it out (202, naming the leader). 202 means the
+  close is recorded in the store; while the store cannot be reached the answer is 503 with
+  ``Retry-After``, and nothing is recorded.
 - ``POST /api/surveys/{id}/base``: take the base snapshot and start the base run now (token);
-  a follower answers 409 with the leader's name and address.
+  a follower answers 409 with the leader's name and address; 503 with ``Retry-After`` while
+  the store cannot be reached.
 
 Binds to loopback by default (``http.bind``). Responses never contain survey data.
 :func:`start_http` also runs the :class:`~streamanon.service.health.HealthMonitor`, which feeds the
@@ -28,6 +31,7 @@ from aiohttp import web
 
 from streamanon.service.health import HealthMonitor, summary
 from streamanon.service.states import OPEN
+from streamanon.service.store import StoreUnavailable
 from streamanon.service.telemetry import CONTENT_TYPE
 
 STATIC = Path(__file__).with_name("static")
@@ -63,6 +67,19 @@ def _authorised(service: Any, request: web.Request) -> bool:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     return scheme.lower() == "bearer" and service.check_token(token.strip())
+
+
+#: What a command answered 503 tells the client to wait before it tries again, in seconds.
+RETRY_AFTER_SECONDS = 5
+
+
+def _store_down(sid: str, command: str) -> web.Response:
+    """503: the store cannot be reached, so the command is not recorded; the client (or the
+    operator) tries again, as ``Retry-After`` says."""
+    return web.json_response(
+        {"survey": sid, "error": f"the store cannot be reached: the {command} is not "
+                                 f"recorded; retry in {RETRY_AFTER_SECONDS} s"},
+        status=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 def make_app(service: Any) -> web.Application:
@@ -101,7 +118,10 @@ def make_app(service: Any) -> web.Application:
 
     async def close(request: web.Request) -> web.Response:
         sid = _survey(request)
-        await service.close(sid)
+        try:
+            await service.close(sid)
+        except StoreUnavailable:
+            return _store_down(sid, "close")
         body: dict[str, Any] = {"survey": sid, "closing": True}
         if instance()["role"] == "follower":
             body["leader"] = instance()["leader"]  # stored here, carried out there
@@ -113,7 +133,10 @@ def make_app(service: Any) -> web.Application:
             return web.json_response(
                 {"survey": sid, "started": False, "leader": instance()["leader"],
                  "reason": "this instance is a follower: ask the leader"}, status=409)
-        started = await service.start_base(sid, None)
+        try:
+            started = await service.start_base(sid, None)
+        except StoreUnavailable:
+            return _store_down(sid, "base run")
         if not started:
             surveys = (await service.status()).surveys
             current = next(s.state for s in surveys if s.id == sid)
