@@ -31,9 +31,9 @@ def test_report_json_is_written_once_and_is_the_final_report(broker, tmp_path, m
     writes: Counter[str] = Counter()
     write_json = streamanon.service.publisher.write_json
 
-    def counting(obj: Any, target: Path) -> None:
+    def counting(obj: Any, target: Path, mode: int | None = None) -> None:
         writes[Path(target).name] += 1
-        write_json(obj, target)
+        write_json(obj, target, mode)
 
     monkeypatch.setattr(streamanon.service.publisher, "write_json", counting)
 
