@@ -186,6 +186,10 @@ class KafkaCollector:
 
             async def on_partitions_assigned(self, assigned: Any) -> None:
                 collector._generation += 1
+                # when a restarted service first reads again: the broker may hold the join
+                # for a member that was killed (its session or rebalance timeout)
+                log.info("the group gave this collector %d partition(s) (rebalance %d)",
+                         len(assigned), collector._generation)
 
         return Listener()
 
