@@ -610,11 +610,13 @@ class Service:
         A part found down is logged and counted once per outage."""
         ping = (self._in_store(self.store.survey_state, next(iter(self.surveys)))
                 if self.surveys else asyncio.sleep(0))
+        store = await store_health(ping, writes_refused=getattr(
+            self.collector, "store_paused", False))
+        # the other parts after the wait, with no await before they are recorded: a part
+        # restarted in place meanwhile (and counted then) is not seen down from before
         parts = {"collector": collector_health(self.collector, self.producer),
                  "compute": pool_health(self._pool, "compute process"),
-                 "store": await store_health(ping, writes_refused=getattr(
-                     self.collector, "store_paused", False)),
-                 "publisher": producer_health(self.release_producer)}
+                 "store": store, "publisher": producer_health(self.release_producer)}
         for name in self.telemetry.observe_health(parts):
             log.error("%s is down: %s (/healthz answers 503)", name, parts[name].detail)
         return parts
