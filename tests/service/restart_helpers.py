@@ -89,7 +89,9 @@ class Restartable(ServiceProcess):
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"service exited: {self.lines()[-3000:]}")
             time.sleep(0.005)
-        raise TimeoutError(f"no log line {pattern!r} in {timeout} s: {self.lines()[-3000:]}")
+        raise TimeoutError(f"no log line {pattern!r} in {timeout} s (the collector group: "
+                           f"{describe_group(self.bootstrap, self.group)}): "
+                           f"{self.lines()[-3000:]}")
 
     def kill(self) -> None:
         """SIGKILL the service; its helper processes die with it (and are killed here too, in
@@ -170,6 +172,26 @@ def helper_processes(pid: int) -> list[int]:
             if b"spawn_main" in cmdline:
                 found.append(child)
     return found
+
+
+def describe_group(bootstrap: str, group: str) -> str:
+    """The group's state and members as the broker describes them (for a failure message)."""
+    async def run() -> str:
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            answers = await admin.describe_consumer_groups([group])
+            return "; ".join(f"state {g[2]!r}, {len(g[5])} member(s) {[m[0] for m in g[5]]}"
+                             for answer in answers for g in answer.groups)
+        finally:
+            await admin.close()
+
+    try:
+        return asyncio.run(run())
+    except Exception as exc:  # a description, not a check
+        return f"not described ({type(exc).__name__})"
 
 
 def evict_group(bootstrap: str, group: str, timeout: float = 10) -> list[str]:
