@@ -454,6 +454,9 @@ def cmd_engines(args: argparse.Namespace) -> int:
         print(f"{info.name:<20} {info.summary}")
         print(f"{'':<20} source: {info.source}")
         for name, text in info.parameters.items():
+            if name in info.runtime:  # a Python object, not a value to type
+                print(f"{'':<20} {name} (Python only; on the command line --cluster): {text}")
+                continue
             value = "COLUMN[,COLUMN...]" if name in info.per_record else "..."
             print(f"{'':<20} --param {name}={value}: {text}")
     return 0

@@ -202,6 +202,9 @@ def test_engines_lists_every_engine_with_column_parameters(capsys):
     for info in available_engines():
         assert info.name in text
     assert "--param labels=COLUMN[,COLUMN...]" in text and "--param Y=COLUMN[,COLUMN...]" in text
+    # a runtime parameter is a Python object: the listing says how the command line sets it
+    assert "--param runner=" not in text
+    assert "runner (Python only; on the command line --cluster):" in text
 
 
 def test_lda_mdav_takes_its_label_column_by_name(survey, tmp_path, capsys):
