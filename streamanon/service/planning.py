@@ -2,7 +2,7 @@
 
 :class:`SurveyPlanner` holds each survey's cost models (stored, or calibrated at start; the
 base run's time goes back into them), makes the live plan the planner jobs
-(:class:`scheduler.jobs.Planner`) act on (:func:`scheduler.live.plan`), says when the arrivals
+(:class:`scheduler.jobs.PlanningJob`) act on (:func:`scheduler.live.plan`), says when the arrivals
 are enough to act on it, and with ``engine = "auto"`` or ``incremental = "auto"`` chooses
 between the candidates (:func:`scheduler.choice.choose`). The :class:`~.lifecycle.Service`
 owns one and calls it; it runs no engine on records and touches no broker and no store (the
