@@ -51,9 +51,11 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(2 * len(os.sched_getaffinity(0)))')
 
 test: $(STAMP) system-deps
-	@echo "[test 1/2] ruff: style and import checks (seconds)"
+	@echo "[test 1/3] ruff: style and import checks (seconds)"
 	$(BIN)/ruff check streamanon scheduler tests simulations
-	@echo "[test 2/2] pytest: every test, the docs build and the doctests, $(TEST_WORKERS) workers (about 12 minutes on two cores; the first run also compiles the numba kernels, about a minute)"
+	@echo "[test 2/3] compiling the numba kernels once, into numba's cache (about two minutes on a fresh clone, seconds after), so that the test workers load them instead of each compiling them"
+	$(BIN)/python -m streamanon.warmup
+	@echo "[test 3/3] pytest: every test, the docs build and the doctests, $(TEST_WORKERS) workers (about 10 minutes on two cores)"
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 check: $(STAMP)

@@ -47,8 +47,11 @@ def test_planned_takes_each_base_engines_nu_from_the_planners_choice(tmp_path):
             "--deadline", "0.02", "--calibration-seconds", "0.3", "--refine", "0.2",
             "--out", str(path), "--quiet"]) == 0
     case = json.loads(path.read_text())["cases"][0]
-    assert case["nu_source"].startswith("planner:") and "against one-shot MDAV" in \
-        case["nu_source"]
+    # the planner's reason, whichever way the calibration on this machine (0.3 s, while other
+    # tests run) made it go: an engine meets the deadline, or none does (it failed so once)
+    assert case["nu_source"].startswith("planner:")
+    assert ("against one-shot MDAV" in case["nu_source"]
+            or "meets the deadline: " in case["nu_source"]), case["nu_source"]
     rows = {r["variant"]: r for r in case["rows"]}
     for variant, engine in (("NN-split-end", "mdav"), ("ONA* base + NN-split-end", "ona_star")):
         nu = case["nu"][engine]

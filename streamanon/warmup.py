@@ -1,0 +1,105 @@
+"""Compile every numba kernel once, into numba's on-disk cache.
+
+The kernels compile on first use (``cache=True``): a few seconds each, about a minute for all
+of them on two cores. A process that finds them in the cache loads them in milliseconds.
+Several processes that start together (a test run's workers, a service's compute pool) would
+each compile the same kernels at once; ``python -m streamanon.warmup`` compiles them first, in
+one or a few processes, so that those find them in the cache.
+
+It runs every registered engine and incremental stage, and the refinement, on small random
+data, with the array types the engines pass their kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+#: Records and columns of the data each engine runs on (enough for every code path to be
+#: compiled: several cells, a last cell, splits of large cells).
+N, M, K = 240, 3, 3
+
+
+def _data(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((N, M))
+
+
+def _engines(names: tuple[str, ...]) -> None:
+    from streamanon.engines import run_engine
+
+    X = _data()
+    S = np.random.default_rng(1).integers(0, 4, N).astype(np.float64)
+    params: dict[str, dict] = {
+        "pca_mdav_proximal": {"macrocell_size": 60},
+        "lda_mdav": {"labels": (X[:, 0] > 0).astype(np.int64), "alpha": 2.0},
+        "dependence": {"Y": S}, "partitioned": {"part_size": 100},
+        **{name: {"S": S, "t": 0.5} for name in ("tclose_merge", "tclose_kfirst",
+                                                 "tclose_tfirst")}}
+    for name in names:
+        run_engine(name, X, K, **params.get(name, {}))
+
+
+def _stages() -> None:
+    from streamanon.engines import run_engine
+    from streamanon.incremental import available_stages, run_stage
+    from streamanon.refine import refine
+
+    X = _data(2)
+    base, increment = X[:180], X[180:]
+    base_labels = run_engine("mdav", base, K)
+    for entry in available_stages():
+        labels = run_stage(entry.name, base, base_labels, increment, K)
+    refine(X, labels, K, budget_seconds=1.0)
+
+
+def _local_search() -> None:
+    _engines(("ona_star", "mdav_star"))
+
+
+def _the_rest() -> None:
+    from streamanon.engines import available_engines
+
+    _engines(tuple(e.name for e in available_engines() if e.name not in ("ona_star",
+                                                                          "mdav_star")))
+    _stages()
+
+
+#: The groups compiled, each in a process of its own when there are several: ONA*'s local
+#: search takes about as long to compile as everything else (about a minute each).
+GROUPS: dict[str, Callable[[], None]] = {"local search": _local_search, "the rest": _the_rest}
+
+
+def _compile(group: str) -> tuple[str, float]:
+    started = time.perf_counter()
+    GROUPS[group]()
+    return group, time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m streamanon.warmup",
+        description="Compile every numba kernel into numba's on-disk cache (about a minute on "
+                    "a fresh clone, a few seconds once cached), so that processes started "
+                    "later load them instead of each compiling them.")
+    parser.add_argument("--processes", type=int, default=len(GROUPS),
+                        help=f"processes compiling at once (default {len(GROUPS)}: one a group)")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    if args.processes <= 1:
+        done = [_compile(group) for group in GROUPS]
+    else:
+        with ProcessPoolExecutor(min(args.processes, len(GROUPS))) as pool:
+            done = list(pool.map(_compile, GROUPS))
+    parts = ", ".join(f"{group} {seconds:.0f} s" for group, seconds in done)
+    print(f"kernels compiled or loaded from the cache in {time.perf_counter() - started:.0f} s "
+          f"({parts})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
