@@ -194,8 +194,20 @@ def describe_group(bootstrap: str, group: str) -> str:
         return f"not described ({type(exc).__name__})"
 
 
+#: The group states in which the embedded broker (Tansu) may be sent LeaveGroup for a dead
+#: member. A group still forming whose leader is chosen is described as "Unknown"; Tansu's
+#: LeaveGroup for a forming group removes the member but keeps it as the leader, so every
+#: member that joins after it waits for that dead leader's assignment for ever (its session
+#: timeout evicts a leader properly). A service killed while its collector joined was such a
+#: leader: the next start never got a partition (test_crash_safety's drain phase, once in four
+#: runs: "no log line 'close: drained' in 120 s"). Such a member is left to the timeout.
+EVICTABLE_STATES = ("Stable", "Assigning", "Empty")
+
+
 def evict_group(bootstrap: str, group: str, timeout: float = 10) -> list[str]:
-    """Send LeaveGroup for every member of ``group`` until it has none."""
+    """Send LeaveGroup for every member of ``group`` until it has none, unless the group is
+    forming with a leader (:data:`EVICTABLE_STATES`): its members are then left to the
+    broker's session timeout."""
     async def run() -> list[str]:
         from aiokafka.admin import AIOKafkaAdminClient
         from aiokafka.protocol.group import LeaveGroupRequest
@@ -207,9 +219,10 @@ def evict_group(bootstrap: str, group: str, timeout: float = 10) -> list[str]:
             node = await admin.find_coordinator(group)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
-                members = [member[0] for answer in await admin.describe_consumer_groups([group])
-                           for described in answer.groups for member in described[5]]
-                if not members:
+                described = [g for answer in await admin.describe_consumer_groups([group])
+                             for g in answer.groups]
+                members = [member[0] for g in described for member in g[5]]
+                if not members or any(g[2] not in EVICTABLE_STATES for g in described):
                     break
                 for member in members:  # no public API: LeaveGroup on the member's behalf
                     await admin._send_request_to_node(node, LeaveGroupRequest(group, member))

@@ -14,9 +14,8 @@ from simulations import bench_ingest
 RATE, SECONDS, BACKLOG, STAGES = 2000, 3, 2000, 45_000
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory, subprocesses) -> tuple[dict, str]:
-    out = tmp_path_factory.mktemp("bench") / "ingest.json"
+def run_once(tmp_path) -> tuple[dict, str]:
+    out = tmp_path / "ingest.json"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         assert bench_ingest.main(["--rate", str(RATE), "--seconds", str(SECONDS),
@@ -26,8 +25,7 @@ def run(tmp_path_factory, subprocesses) -> tuple[dict, str]:
     return json.loads(out.read_text()), printed.getvalue()
 
 
-def test_the_live_run_commits_every_record_and_measures_its_latency(run):
-    results, _ = run
+def check_live(results: dict, printed: str) -> None:
     [live] = results["live"]
     assert live["n"] == RATE * SECONDS
     assert live["committed"] == live["stored"] == live["n"] and live["dead_lettered"] == 0
@@ -40,8 +38,7 @@ def test_the_live_run_commits_every_record_and_measures_its_latency(run):
     assert all(0 <= rate < 2 * RATE for rate in live["per_10s"])  # none at 3 s
 
 
-def test_the_cpu_of_every_part_is_accounted_for(run):
-    results, _ = run
+def check_cpu(results: dict, printed: str) -> None:
     for kind in ("live", "drain"):
         [one] = results[kind]
         cpu = one["cpu_seconds"]
@@ -51,16 +48,14 @@ def test_the_cpu_of_every_part_is_accounted_for(run):
         assert cpu["ingest worker(s)"] > 0
 
 
-def test_the_backlog_drain_stores_all_of_it(run):
-    results, _ = run
+def check_drain(results: dict, printed: str) -> None:
     [drain] = results["drain"]
     assert drain["n"] == BACKLOG and drain["with_startup_per_second"] > 0
     # a backlog this small may fit one batch, which has no rate of its own
     assert drain["records_per_second"] is None or drain["records_per_second"] > 0
 
 
-def test_the_summary_and_the_table_agree(run):
-    results, printed = run
+def check_summary(results: dict, printed: str) -> None:
     summary = results["summary"]
     assert summary["live"]["target_met"] is False  # 2,000/s is not the target's 50,000/s
     assert set(summary["drain"]) == {"records_per_second", "with_startup_per_second",
@@ -73,8 +68,7 @@ def test_the_summary_and_the_table_agree(run):
     assert "target live >= 50,000/s sustained with p99 <= 2 s: MISSED" in printed
 
 
-def test_the_worker_stages_are_timed_per_record_and_add_up(run):
-    results, printed = run
+def check_stages(results: dict, printed: str) -> None:
     stages = results["stages"]
     assert stages["n"] == STAGES
     for part in ("first", "last"):
@@ -87,6 +81,17 @@ def test_the_worker_stages_are_timed_per_record_and_add_up(run):
     ceiling = 1e6 / stages["last"]["total"]
     assert f"| one worker's ceiling (1 / total, last fifth) | {ceiling:,.0f} records/s |" \
         in printed
+
+
+def test_one_tiny_run_measures_every_part(tmp_path, subprocesses):
+    """One run (a minute of a broker, a service and a producer), every check on it: as
+    separate tests sharing a module fixture, two test workers each made the run."""
+    results, printed = run_once(tmp_path)
+    check_live(results, printed)
+    check_cpu(results, printed)
+    check_drain(results, printed)
+    check_summary(results, printed)
+    check_stages(results, printed)
 
 
 def test_help_explains_the_options(capsys):
