@@ -59,7 +59,7 @@ from streamanon.incremental.run import TwoStageRun
 from streamanon.release import base_partition, prepare_stored
 from streamanon.service.closing import close_survey
 from streamanon.service.collector import KafkaCollector
-from streamanon.service.config import Config
+from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.control import ControlRejected, ControlVerifier
 from streamanon.service.deadletters import KafkaDeadLetters
 from streamanon.service.health import (
@@ -77,7 +77,7 @@ from streamanon.service.leadership import (
     lease_key,
     single_instance,
 )
-from streamanon.service.planning import SurveyPlanner
+from streamanon.service.planning import SurveyPlanner, measured_models
 from streamanon.service.processes import worker_pool
 from streamanon.service.publisher import ReleasePublisher, records_frame
 from streamanon.service.releasing import Releaser, release_run
@@ -144,6 +144,7 @@ class Service:
         self.scheduler: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Future] = set()
+        self._measuring: dict[str, asyncio.Task] = {}  # cost models measured after start
         self.started_at = time.time()
         self.telemetry = Telemetry()
         # several instances on one PostgreSQL store: the lifecycle lease (leadership.py)
@@ -181,7 +182,8 @@ class Service:
             estimator = ArrivalEstimator(cfg.planner.arrival_bin_seconds,
                                          cfg.planner.arrival_bins)
             self.surveys[sc.id] = SurveyRuntime(sc, ingest, estimator)
-            await self._in_loop_thread(self.survey_planner.load_models, sc)
+            # stored models or provisional ones: calibrating is not on the start path
+            self.survey_planner.load_models(sc, measure=False)
         # The collector exists before recovery: a close taken up again reads the partitions'
         # offsets through it at once, while its consumer is still joining the group.
         self.collector = KafkaCollector(
@@ -193,6 +195,9 @@ class Service:
             await self.coordinator.follow()  # closes under way, before a message is read
         await self.collector.start()
         await warm
+        for sc in cfg.surveys:
+            self._measuring[sc.id] = self._background(
+                self._measure_models(sc), f"survey {sc.id}: measuring its cost models")
         self.scheduler = BackgroundScheduler(timezone=timezone.utc)
         self.scheduler.start()
         if self.leading:
@@ -282,6 +287,28 @@ class Service:
     async def _in_loop_thread(self, fn: Any, *args: Any) -> Any:
         assert self.loop is not None
         return await self.loop.run_in_executor(None, fn, *args)
+
+    async def measured(self, sid: str) -> None:
+        """Wait until survey ``sid`` is planned with cost models measured on this machine."""
+        task = self._measuring.get(sid)
+        if task is not None:
+            await asyncio.shield(task)
+
+    async def _measure_models(self, sc: SurveyConfig) -> None:
+        """Calibrate the engines whose models are not stored and time the incremental stages,
+        in the compute process (bounded by ``planner.calibration_seconds`` an engine), then
+        plan with them; until then the survey is planned with the stored or provisional
+        ones (``planning.provisional_model``), and says so."""
+        if sc.id not in self.survey_planner.provisional:
+            return
+        log.info("survey %s: planning with %s cost models until they are measured on this "
+                 "machine", sc.id, "stored and provisional")
+        started = time.perf_counter()
+        models, options = await self.loop.run_in_executor(self._pool, measured_models,
+                                                          self.config, sc)
+        self.survey_planner.adopt(sc.id, models, options)
+        log.info("survey %s: cost models measured in %.1f s; the planner uses them from now",
+                 sc.id, time.perf_counter() - started)
 
     def _background(self, coro: Any, what: str) -> asyncio.Task:
         """Run ``coro`` beside the service; if it fails, the failure is logged with ``what``
@@ -600,8 +627,9 @@ class Service:
                 pace = rt.estimator.pace(now)
                 arrivals = list(rt.history.points)
             model = self.survey_planner.models.get(sid, (None, None))[0]
-            surveys.append(survey_status(rt, st, release, model, pace=pace, arrivals=arrivals,
-                                         now=now))
+            surveys.append(survey_status(
+                rt, st, release, model, pace=pace, arrivals=arrivals, now=now,
+                measured=sid not in self.survey_planner.provisional))
         return ServiceStatus(surveys=surveys, health=health, started_at=self.started_at,
                              now=now)
 

@@ -24,7 +24,14 @@ from typing import Any
 
 from scheduler import live
 from scheduler.choice import AUTO_ENGINES, AUTO_STAGES, Choice, Option, choose
-from scheduler.cost_model import CostModelStore, PowerLaw, calibrate, incremental_cost_model
+from scheduler.cost_model import (
+    CostModelStore,
+    NearestNeighbourCost,
+    PowerLaw,
+    TwoStageCost,
+    calibrate,
+    incremental_cost_model,
+)
 from scheduler.planner import Plan
 from scheduler.quality import expected_delta
 from streamanon.service.config import Config, SurveyConfig
@@ -51,6 +58,8 @@ class SurveyPlanner:
         self._counted = counted
         self.models: dict[str, tuple[PowerLaw, Any]] = {}
         self._options: dict[str, list[Option]] = {}  # engine = "auto": the candidates
+        #: The surveys planned with provisional models until the measured ones are adopted.
+        self.provisional: set[str] = set()
 
     def observe_base(self, sc: SurveyConfig, n: int, seconds: float) -> None:
         """A base run of ``n`` records took ``seconds``: a sample of its engine's cost model
@@ -60,35 +69,63 @@ class SurveyPlanner:
         self.cost_models.observe(sc.engine, len(sc.quasi_identifiers), sc.k, n, seconds,
                                  model_parameters(sc.engine, sc.engine_params))
 
-    def load_models(self, sc: SurveyConfig) -> None:
+    def load_models(self, sc: SurveyConfig, *, measure: bool = True) -> None:
         """The base cost model (stored, or calibrated now) and the incremental one; with
         ``engine = "auto"``, those of every candidate (:data:`scheduler.choice.AUTO_ENGINES`),
         MDAV's in use until the planner chooses; with ``incremental = "auto"``, an incremental
-        model for every candidate stage (:data:`scheduler.choice.AUTO_STAGES`) after each."""
+        model for every candidate stage (:data:`scheduler.choice.AUTO_STAGES`) after each.
+
+        With ``measure`` False nothing is timed: a base model not stored and every
+        incremental model are provisional (:func:`provisional_model`) and the survey is
+        listed in :attr:`provisional` until :meth:`adopt` takes the measured ones
+        (:func:`measured_models`, which the service runs in its compute process)."""
+        if sc.engine == "auto":
+            self.surveys[sc.id].auto_engine = True
+        self.adopt(sc.id, *self.models_for(sc, measure=measure), measured=measure)
+
+    def adopt(self, sid: str, models: tuple[PowerLaw, Any], options: list[Option] | None,
+              *, measured: bool = True) -> None:
+        """Plan survey ``sid`` with ``models`` (and the candidates ``options``) from now on;
+        an engine ``engine = "auto"`` has chosen keeps its own models."""
+        with self._lock:
+            if options is not None:
+                self._options[sid] = options
+            rt = self.surveys[sid]
+            chosen = rt.auto_engine and rt.config.engine != "auto"
+            self.models[sid] = (self._option_models(sid, rt.config.engine) if chosen
+                                and rt.config.engine in {o.engine for o in options or []}
+                                else models)
+            if measured:
+                self.provisional.discard(sid)
+            else:
+                self.provisional.add(sid)
+
+    def models_for(self, sc: SurveyConfig, *, measure: bool = True,
+                   ) -> tuple[tuple[PowerLaw, Any], list[Option] | None]:
+        """The models :meth:`load_models` plans ``sc`` with, and the candidates (None when
+        there is no choice to make). Blocking when ``measure``: it times the engines."""
         stages = AUTO_STAGES if sc.incremental == "auto" else (None,)
+
+        def models(engine: str, **kwargs: Any) -> tuple[PowerLaw, Any]:
+            return self._engine_models(sc, engine, measure=measure, **kwargs)
+
         if sc.engine != "auto":
-            self.models[sc.id] = self._engine_models(sc, sc.engine, stage=stages[0])
-            if sc.incremental == "auto":
-                base = self.models[sc.id][0]
-                self._options[sc.id] = [
-                    Option(sc.engine, *(self.models[sc.id] if stage == stages[0] else
-                                        self._engine_models(sc, sc.engine, stage=stage,
-                                                            base=base)), stage=stage)
-                    for stage in stages]
-            return
-        self.surveys[sc.id].auto_engine = True
+            first = models(sc.engine, stage=stages[0])
+            if sc.incremental != "auto":
+                return first, None
+            return first, [Option(sc.engine, *(first if stage == stages[0] else models(
+                sc.engine, stage=stage, base=first[0])), stage=stage) for stage in stages]
         # NN-split-end splits with MDAV after either
-        mdav = self._engine_models(sc, "mdav", stage=stages[0])
+        mdav = models("mdav", stage=stages[0])
         options = []
         for engine in AUTO_ENGINES:
-            first = mdav if engine == "mdav" else self._engine_models(
-                sc, engine, split=mdav[0], stage=stages[0])
+            first = mdav if engine == "mdav" else models(engine, split=mdav[0],
+                                                         stage=stages[0])
             for stage in stages:
-                models = first if stage == stages[0] else self._engine_models(
-                    sc, engine, split=mdav[0], stage=stage, base=first[0])
-                options.append(Option(engine, *models, stage=stage))
-        self._options[sc.id] = options
-        self.models[sc.id] = mdav
+                these = first if stage == stages[0] else models(
+                    engine, split=mdav[0], stage=stage, base=first[0])
+                options.append(Option(engine, *these, stage=stage))
+        return mdav, options
 
     def stage_models(self, sid: str) -> dict[str, Any]:
         """``incremental = "auto"``: the candidate stages' cost models after the survey's
@@ -102,7 +139,8 @@ class SurveyPlanner:
 
     def _engine_models(self, sc: SurveyConfig, engine: str,
                        split: PowerLaw | None = None, stage: str | None = None,
-                       base: PowerLaw | None = None) -> tuple[PowerLaw, Any]:
+                       base: PowerLaw | None = None, *,
+                       measure: bool = True) -> tuple[PowerLaw, Any]:
         from streamanon.engines import get_engine, model_parameters, run_engine
         from streamanon.incremental import run_stage
 
@@ -111,12 +149,16 @@ class SurveyPlanner:
         selects = model_parameters(engine, params)
         stage = stage or sc.incremental
         base = base or self.cost_models.get(engine, m, sc.k, selects)
-        if base is None:
+        if base is None and not measure:
+            base = provisional_model(engine, m, sc.k)
+        elif base is None:
             log.info("calibrating %s%s at m = %d, k = %d", engine,
                      f" with {selects}" if selects else "", m, sc.k)
             result = calibrate(functools.partial(get_engine(engine).function, **params), m,
                                sc.k, budget_seconds=self.config.planner.calibration_seconds)
             base = self.cost_models.put(engine, m, sc.k, result, selects)
+        if not measure:
+            return base, provisional_incremental(stage, base, sc.k, split)
         return base, incremental_cost_model(
             stage, base, m, sc.k, partition=functools.partial(run_engine, "mdav"),
             run_stage=functools.partial(run_stage, stage, **(sc.incremental_params or {})),
@@ -245,3 +287,44 @@ class SurveyPlanner:
             f"planned: {plan.engine}, expected {plan.expected_delta:+.1%} against one-shot MDAV"
             if plan.expected_delta is not None else "planned")
         self.resolve_engine(sid, plan.engine, reason, plan.expected_delta)
+
+
+# -- models made without timing anything, and the measured ones --------------------------------
+
+#: The base cost models assumed until an engine is calibrated on this machine, at m = 15 and
+#: k = 10, as fitted on the reference machine (2 cores): MDAV 35.58 s for a million records,
+#: ONA* 8.8 s for 30,000 (the demo's calibration). Other engines take MDAV's. Scaled linearly
+#: in m and inversely in k, as MDAV's distance scans are. Provisional: a survey is planned
+#: with them only while its measured models are made (seconds to minutes after start).
+PROVISIONAL_MODELS = {"mdav": PowerLaw.quadratic(35.58, 1_000_000),
+                      "ona_star": PowerLaw(a=1.0e-7, b=1.78)}
+
+#: ``c`` of the nearest-neighbour stages' model until it is timed (``NearestNeighbourCost``:
+#: ``c n_0 n_+ / k`` seconds): as timed on the reference machine.
+PROVISIONAL_NN_C = 6.5e-9
+
+
+def provisional_model(engine: str, m: int, k: int) -> PowerLaw:
+    """The base cost model of ``engine`` before it is calibrated (:data:`PROVISIONAL_MODELS`)."""
+    model = PROVISIONAL_MODELS.get(engine, PROVISIONAL_MODELS["mdav"])
+    return dataclasses.replace(model, a=model.a * (m / 15.0) * (10.0 / k))
+
+
+def provisional_incremental(stage: str, base: PowerLaw, k: int,
+                            split: PowerLaw | None) -> Any:
+    """The incremental cost model of ``stage`` before the stage is timed."""
+    if stage == "two_stage":
+        return TwoStageCost(split or base)
+    return NearestNeighbourCost(c=PROVISIONAL_NN_C * base.contention, k=k,
+                                split=(split or base) if stage in ("nn_split_mid",
+                                                                   "nn_split_end") else None)
+
+
+def measured_models(config: Config, sc: SurveyConfig,
+                    ) -> tuple[tuple[PowerLaw, Any], list[Option] | None]:
+    """The models of ``sc`` calibrated where none is stored (and stored) and the incremental
+    stages timed: :meth:`SurveyPlanner.models_for` with ``measure``. Run in the compute
+    process (module level, so it pickles): the engines hold the interpreter while they run,
+    and the service's event loop must not wait for them."""
+    planner = SurveyPlanner(config, {}, threading.Lock(), lambda sid, here: here)
+    return planner.models_for(sc, measure=True)

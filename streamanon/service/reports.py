@@ -194,6 +194,7 @@ class SurveyStatus:
     arrival_coefficient: float | None
     nu: float | None
     cost_model: tuple[str, float, float] | None  # engine, a, b of t = a n^b
+    cost_model_measured: bool  # False while provisional models are in use (being measured)
     arrivals: list[tuple[float, int]]
     forecast: list[tuple[float, float]]
     progress: ProgressStatus | None

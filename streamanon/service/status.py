@@ -30,10 +30,11 @@ from streamanon.service.store import ReleaseRow, SurveyState
 
 def survey_status(rt: SurveyRuntime, st: SurveyState, release: ReleaseRow | None,
                   model: PowerLaw | None, *, pace: float,
-                  arrivals: list[tuple[float, int]], now: float) -> SurveyStatus:
+                  arrivals: list[tuple[float, int]], now: float,
+                  measured: bool = True) -> SurveyStatus:
     """One survey's status at ``now``: ``st`` and ``release`` as stored, ``model`` the base
-    cost model in use, ``pace`` and ``arrivals`` the arrival estimate and history as read
-    under the service's lock."""
+    cost model in use (``measured`` False while it is provisional), ``pace`` and ``arrivals``
+    the arrival estimate and history as read under the service's lock."""
     sid = rt.config.id
     sc = rt.config
     plan = rt.last_plan
@@ -58,6 +59,7 @@ def survey_status(rt: SurveyRuntime, st: SurveyState, release: ReleaseRow | None
         nu=plan.nu if plan else None,
         cost_model=None if model is None else (
             "mdav" if sc.engine == "auto" else sc.engine, model.a, model.b),
+        cost_model_measured=measured,
         arrivals=arrivals,
         forecast=forecast_points(rt, now, close_at),
         progress=progress(rt, st, model, now),

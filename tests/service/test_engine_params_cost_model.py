@@ -82,6 +82,7 @@ def test_a_missing_model_is_calibrated_with_the_configured_parameters(
     async def run() -> None:
         service = Service(config, compute_pool=ThreadPoolExecutor(1))
         await service.start()
+        await service.measured(SURVEY)  # after start, in the compute pool
         await service.stop()
 
     asyncio.run(run())

@@ -36,7 +36,8 @@ SURVEY_KEYS = [
     "id", "state", "error", "k", "engine", "incremental", "received", "stored", "redelivered",
     "dead_lettered", "releases", "pace", "now", "close_at", "close_requested_at",
     "deadline_seconds", "deadline_at", "base_at", "base_started_at", "arrival_coefficient",
-    "nu", "cost_model", "arrivals", "forecast", "progress", "plan", "release"]
+    "nu", "cost_model", "cost_model_measured", "arrivals", "forecast", "progress", "plan",
+    "release"]
 PLAN_KEYS = ["mode", "nu", "n_total", "head_start_seconds", "finish_after_close_seconds",
              "arrival_coefficient", "base_at", "refine_seconds", "engine", "expected_delta",
              "choice", "stage"]
@@ -91,6 +92,7 @@ def survey(**override) -> SurveyStatus:
         dead_lettered={"invalid_json": 1}, releases=0, pace=2.5, now=50.0, close_at=100.0,
         close_requested_at=None, deadline_seconds=30.0, deadline_at=130.0, base_at=40.0,
         base_started_at=41.0, arrival_coefficient=1.5, nu=0.2, cost_model=("mdav", 1e-6, 2.0),
+        cost_model_measured=True,
         arrivals=[(1.0, 3), (2.0, 9)], forecast=[(50.0, 9.0), (100.0, 20.0)],
         progress=ProgressStatus("base", 41.0, 9.0, 12.0),
         plan=PlanStatus("optimal", 0.2, 20.0, 10.0, 0.4, 1.5, "2024-01-01T00:00:40+00:00"),

@@ -129,7 +129,9 @@ function update(view, s, now) {
     ` (planner: ${s.plan.engine}, expected IL ${fmtPercent(s.plan.expected_delta)} vs one-shot MDAV)` : "";
   const stage = s.incremental === "auto" && s.plan && s.plan.stage ?
     `auto (planned: ${s.plan.stage})` : s.incremental;
-  setText(r, "engines", `k = ${s.k} · ${s.engine}${chosen} + ${stage}`);
+  const provisional = s.cost_model_measured === false ?
+    " · cost models provisional, being measured on this machine" : "";
+  setText(r, "engines", `k = ${s.k} · ${s.engine}${chosen} + ${stage}${provisional}`);
   if (s.plan && s.plan.choice) field(r, "engines").title = s.plan.choice;
   const err = field(r, "error");
   err.hidden = !s.error;
