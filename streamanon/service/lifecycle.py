@@ -122,6 +122,25 @@ def warm_up_compute() -> bool:
     return True
 
 
+#: ``/api/status`` waits this long for the store and the health checks, then answers with the
+#: last known stored state, marked stale: the dashboard must not go blank when an operator
+#: looks at it because the store is down (issue 31: HTTP 500, or no answer in 10 s).
+STATUS_WAIT_SECONDS = 0.8
+
+
+def _observed(task: asyncio.Future) -> None:
+    """Retrieve a background task's outcome (its failure is the status's business)."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _never_read(sid: str) -> SurveyState:
+    """A survey's stored state before the store has answered once."""
+    return SurveyState(survey=sid, state="UNKNOWN", close_requested_at=None,
+                       base_started_at=None, updated_at=0.0,
+                       error="the store has not answered since the service started")
+
+
 class Service:
     """Everything one deployment runs. ``await start()``, then ``await closed(survey)``.
 
@@ -145,6 +164,10 @@ class Service:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Future] = set()
         self._measuring: dict[str, asyncio.Task] = {}  # cost models measured after start
+        # the last stored state and release read for each survey, and the last health: what
+        # the status shows while the store does not answer
+        self._known: dict[str, tuple[SurveyState, ReleaseRow | None]] = {}
+        self._last_health: dict[str, PartHealth] = {}
         self.started_at = time.time()
         self.telemetry = Telemetry()
         # several instances on one PostgreSQL store: the lifecycle lease (leadership.py)
@@ -614,15 +637,33 @@ class Service:
                            else self.coordinator.followers_closed)
 
     # -- status (status.py) -------------------------------------------------------------------
-    async def status(self) -> ServiceStatus:
+    async def status(self, wait: float = STATUS_WAIT_SECONDS) -> ServiceStatus:
         """What the dashboard, ``/api/status`` and ``/metrics`` show: states, counts, plans,
-        timings, the health of each part. Counts and times only, never a data value."""
-        health = await self.health()
+        timings, the health of each part. Counts and times only, never a data value.
+
+        It waits ``wait`` seconds at most for the store (and the health checks): a store
+        that is down or busy does not blank the dashboard. The stored part of each survey is
+        then the last one read, and the status says so (``stale``, ``unreachable``); counts,
+        pace and plans are this process's own and current."""
         now = time.time()
+        health = asyncio.ensure_future(self.health())
+        stored = asyncio.ensure_future(self._stored_view())
+        done, pending = await asyncio.wait({health, stored}, timeout=wait)
+        for task in pending:  # finished later (a health check counts its outages then)
+            task.add_done_callback(_observed)
+        unreachable = [] if stored in done and stored.exception() is None else ["store"]
+        if stored in done and stored.exception() is not None:
+            log.debug("status: the store did not answer (%s)", describe_error(
+                stored.exception()))
+        if health in done and health.exception() is None:
+            parts = health.result()
+        else:
+            parts = {**self._last_health, "store": PartHealth(
+                False, f"no answer within {wait:g} s (the status shows the last known state)")}
+            unreachable = sorted({*unreachable, "store"})
         surveys = []
         for sid, rt in self.surveys.items():
-            st = await self._in_store(self.store.survey_state, sid)
-            release = await self._in_store(self.store.load_release, sid)
+            st, release = self._known.get(sid) or (_never_read(sid), None)
             with self._lock:
                 pace = rt.estimator.pace(now)
                 arrivals = list(rt.history.points)
@@ -630,8 +671,15 @@ class Service:
             surveys.append(survey_status(
                 rt, st, release, model, pace=pace, arrivals=arrivals, now=now,
                 measured=sid not in self.survey_planner.provisional))
-        return ServiceStatus(surveys=surveys, health=health, started_at=self.started_at,
-                             now=now)
+        return ServiceStatus(surveys=surveys, health=parts, started_at=self.started_at,
+                             now=now, stale=bool(unreachable), unreachable=unreachable)
+
+    async def _stored_view(self) -> None:
+        """Read every survey's stored state and release into :attr:`_known`."""
+        for sid in list(self.surveys):
+            st = await self._in_store(self.store.survey_state, sid)
+            release = await self._in_store(self.store.load_release, sid)
+            self._known[sid] = (st, release)
 
     async def health(self) -> dict[str, PartHealth]:
         """Each part's health (``streamanon.service.health``): collector, compute, store, publisher.
@@ -647,6 +695,7 @@ class Service:
                  "store": store, "publisher": producer_health(self.release_producer)}
         for name in self.telemetry.observe_health(parts):
             log.error("%s is down: %s (/healthz answers 503)", name, parts[name].detail)
+        self._last_health = parts
         return parts
 
     def check_token(self, presented: str) -> bool:

@@ -210,6 +210,10 @@ class ServiceStatus:
     health: dict[str, PartHealth]
     started_at: float
     now: float
+    #: True when a part did not answer in time: the stored states (state, error, close and
+    #: base times, the release) are the last ones read; counts and plans are current.
+    stale: bool = False
+    unreachable: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -31,7 +31,7 @@ REPORT_KEYS = [
 PUBLISHED_KEYS = ["released_at", "close_to_release_seconds", "close_steps_seconds"]
 
 # The keys of /api/status that the dashboard (static/app.js), /metrics and the demo read.
-STATUS_KEYS = ["surveys", "health", "started_at", "now"]
+STATUS_KEYS = ["surveys", "health", "started_at", "now", "stale", "unreachable"]
 SURVEY_KEYS = [
     "id", "state", "error", "k", "engine", "incremental", "received", "stored", "redelivered",
     "dead_lettered", "releases", "pace", "now", "close_at", "close_requested_at",

@@ -201,9 +201,16 @@ async function poll() {
   try {
     const resp = await fetch("/api/status", {cache: "no-store"});
     if (!resp.ok) throw new Error(resp.statusText);
-    render(await resp.json());
-    conn.textContent = `live · ${clockTime(Number(document.body.dataset.updated))}`;
-    conn.className = "connection live";
+    const status = await resp.json();
+    render(status);
+    if (status.stale) {  // the service answered; the store did not: its last known state
+      conn.textContent = `stale: ${status.unreachable.join(", ")} not answering · ` +
+        clockTime(Number(document.body.dataset.updated));
+      conn.className = "connection lost";
+    } else {
+      conn.textContent = `live · ${clockTime(Number(document.body.dataset.updated))}`;
+      conn.className = "connection live";
+    }
   } catch (e) {
     conn.textContent = "connection lost, retrying";
     conn.className = "connection lost";
