@@ -25,6 +25,7 @@ import logging
 import multiprocessing.connection
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -143,6 +144,30 @@ async def store_health(query: Awaitable[Any], timeout: float = STORE_TIMEOUT_SEC
     if writes_refused:
         return PartHealth(False, "it refuses writes; ingest is paused until it takes them")
     return PartHealth(True, "answering")
+
+
+#: Seconds one store operation may run before a store that does not answer meanwhile is
+#: down rather than busy (loading a million-record survey at close takes about 5 s; a
+#: connection that hangs for ever must not look busy for ever).
+STORE_BUSY_LIMIT_SECONDS = 300.0
+
+
+def busy_store(health: PartHealth, asked: float, running_since: float | None,
+               failed_at: float | None, *, now: float | None = None,
+               limit: float = STORE_BUSY_LIMIT_SECONDS) -> PartHealth:
+    """A store that did not answer the health query in time because one operation started
+    before the query (``running_since``, monotonic, before ``asked``) is still running, with
+    no failure since, is busy: healthy, and says so. At the close of a 1,000,000-record
+    survey /healthz said 503 "store is down" and the release went out seconds later: an
+    orchestrator would have restarted a healthy service mid-release."""
+    if health.ok or not health.detail.startswith("no answer") or running_since is None:
+        return health
+    now = time.monotonic() if now is None else now
+    if (running_since <= asked and now - running_since < limit
+            and (failed_at is None or failed_at < running_since)):
+        return PartHealth(True, f"busy: one operation has run for {now - running_since:.0f} s "
+                                "and the health query waits behind it")
+    return health
 
 
 def summary(parts: Mapping[str, PartHealth]) -> tuple[bool, str]:

@@ -64,6 +64,7 @@ from streamanon.service.control import ControlRejected, ControlVerifier
 from streamanon.service.deadletters import KafkaDeadLetters
 from streamanon.service.health import (
     PartHealth,
+    busy_store,
     collector_health,
     pool_health,
     producer_health,
@@ -145,6 +146,10 @@ class Service:
     """Everything one deployment runs. ``await start()``, then ``await closed(survey)``.
 
     The engines run in ``compute_pool`` (default: ``compute_workers`` spawned processes)."""
+
+    # the store thread's running operation (its monotonic start) and its last failure
+    _store_job_since: float | None = None
+    _store_failed_at: float | None = None
 
     def __init__(self, config: Config, *, store: Store | None = None,
                  compute_workers: int = 1, compute_pool: Executor | None = None) -> None:
@@ -305,7 +310,19 @@ class Service:
 
     async def _in_store(self, fn: Any, *args: Any) -> Any:
         assert self.loop is not None
-        return await self.loop.run_in_executor(self._store_thread, fn, *args)
+        return await self.loop.run_in_executor(self._store_thread, self._store_job, fn, *args)
+
+    def _store_job(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn`` in the store thread, noting when it started (a long one makes the store
+        busy, not down: :meth:`health`) and when one last failed."""
+        self._store_job_since = time.monotonic()
+        try:
+            return fn(*args)
+        except Exception:
+            self._store_failed_at = time.monotonic()
+            raise
+        finally:
+            self._store_job_since = None
 
     async def _in_loop_thread(self, fn: Any, *args: Any) -> Any:
         assert self.loop is not None
@@ -686,8 +703,10 @@ class Service:
         A part found down is logged and counted once per outage."""
         ping = (self._in_store(self.store.survey_state, next(iter(self.surveys)))
                 if self.surveys else asyncio.sleep(0))
+        asked = time.monotonic()
         store = await store_health(ping, writes_refused=getattr(
             self.collector, "store_paused", False))
+        store = busy_store(store, asked, self._store_job_since, self._store_failed_at)
         # the other parts after the wait, with no await before they are recorded: a part
         # restarted in place meanwhile (and counted then) is not seen down from before
         parts = {"collector": collector_health(self.collector, self.producer),
