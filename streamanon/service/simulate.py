@@ -401,6 +401,7 @@ def predict(profile: Any, n: int, duration: float, deadline: float | None, model
             "expected_delta_same_engine": delta_against_one_shot(same_engine, stage, plan.nu),
             "choice": None if choice is None else choice.reason,
             "refine_seconds": plan.refine_seconds, "head_start_seconds": plan.head_start,
+            "base_seconds": plan.base_seconds,
             "nu_limit": plan.nu_limit, "n_increment": plan.n_increment,
             "compute_after_close_seconds": plan.compute_after_close + plan.refine_seconds,
             "finish_after_close_seconds": plan.finish_after_close,
