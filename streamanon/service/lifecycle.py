@@ -59,7 +59,7 @@ from streamanon.incremental.run import TwoStageRun
 from streamanon.release import base_partition, prepare_stored
 from streamanon.service.closing import close_survey
 from streamanon.service.collector import KafkaCollector
-from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.config import Config
 from streamanon.service.control import ControlRejected, ControlVerifier
 from streamanon.service.deadletters import KafkaDeadLetters
 from streamanon.service.health import (
@@ -78,14 +78,14 @@ from streamanon.service.leadership import (
     lease_key,
     single_instance,
 )
-from streamanon.service.planning import SurveyPlanner, measured_models
+from streamanon.service.planning import SurveyPlanner
 from streamanon.service.processes import worker_pool
 from streamanon.service.publisher import ReleasePublisher, records_frame
 from streamanon.service.releasing import Releaser, release_run
 from streamanon.service.reports import ServiceStatus
 from streamanon.service.runtime import SurveyRuntime
 from streamanon.service.states import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
-from streamanon.service.status import survey_status
+from streamanon.service.status import STATUS_WAIT_SECONDS, never_read, survey_status, within
 from streamanon.service.store import (
     Checkpoint,
     PostgresStore,
@@ -121,25 +121,6 @@ def warm_up_compute() -> bool:
     Z = np.random.default_rng(0).standard_normal((60, 2))
     TwoStageRun(5, "mdav", "nn_split_end", refine=1.0).run(Z, 40)
     return True
-
-
-#: ``/api/status`` waits this long for the store and the health checks, then answers with the
-#: last known stored state, marked stale: the dashboard must not go blank when an operator
-#: looks at it because the store is down (issue 31: HTTP 500, or no answer in 10 s).
-STATUS_WAIT_SECONDS = 0.8
-
-
-def _observed(task: asyncio.Future) -> None:
-    """Retrieve a background task's outcome (its failure is the status's business)."""
-    if not task.cancelled():
-        task.exception()
-
-
-def _never_read(sid: str) -> SurveyState:
-    """A survey's stored state before the store has answered once."""
-    return SurveyState(survey=sid, state="UNKNOWN", close_requested_at=None,
-                       base_started_at=None, updated_at=0.0,
-                       error="the store has not answered since the service started")
 
 
 class Service:
@@ -225,7 +206,8 @@ class Service:
         await warm
         for sc in cfg.surveys:
             self._measuring[sc.id] = self._background(
-                self._measure_models(sc), f"survey {sc.id}: measuring its cost models")
+                self.survey_planner.measure(sc, self._pool),
+                f"survey {sc.id}: measuring its cost models")
         self.scheduler = BackgroundScheduler(timezone=timezone.utc)
         self.scheduler.start()
         if self.leading:
@@ -333,22 +315,6 @@ class Service:
         task = self._measuring.get(sid)
         if task is not None:
             await asyncio.shield(task)
-
-    async def _measure_models(self, sc: SurveyConfig) -> None:
-        """Calibrate the engines whose models are not stored and time the incremental stages,
-        in the compute process (bounded by ``planner.calibration_seconds`` an engine), then
-        plan with them; until then the survey is planned with the stored or provisional
-        ones (``planning.provisional_model``), and says so."""
-        if sc.id not in self.survey_planner.provisional:
-            return
-        log.info("survey %s: planning with %s cost models until they are measured on this "
-                 "machine", sc.id, "stored and provisional")
-        started = time.perf_counter()
-        models, options = await self.loop.run_in_executor(self._pool, measured_models,
-                                                          self.config, sc)
-        self.survey_planner.adopt(sc.id, models, options)
-        log.info("survey %s: cost models measured in %.1f s; the planner uses them from now",
-                 sc.id, time.perf_counter() - started)
 
     def _background(self, coro: Any, what: str) -> asyncio.Task:
         """Run ``coro`` beside the service; if it fails, the failure is logged with ``what``
@@ -656,31 +622,15 @@ class Service:
     # -- status (status.py) -------------------------------------------------------------------
     async def status(self, wait: float = STATUS_WAIT_SECONDS) -> ServiceStatus:
         """What the dashboard, ``/api/status`` and ``/metrics`` show: states, counts, plans,
-        timings, the health of each part. Counts and times only, never a data value.
-
-        It waits ``wait`` seconds at most for the store (and the health checks): a store
-        that is down or busy does not blank the dashboard. The stored part of each survey is
-        then the last one read, and the status says so (``stale``, ``unreachable``); counts,
-        pace and plans are this process's own and current."""
+        timings, the health of each part. Counts and times only, never a data value. It
+        waits ``wait`` seconds at most for the store: then the stored part of each survey
+        is the last one read, and the status says so (:func:`.status.within`)."""
         now = time.time()
-        health = asyncio.ensure_future(self.health())
-        stored = asyncio.ensure_future(self._stored_view())
-        done, pending = await asyncio.wait({health, stored}, timeout=wait)
-        for task in pending:  # finished later (a health check counts its outages then)
-            task.add_done_callback(_observed)
-        unreachable = [] if stored in done and stored.exception() is None else ["store"]
-        if stored in done and stored.exception() is not None:
-            log.debug("status: the store did not answer (%s)", describe_error(
-                stored.exception()))
-        if health in done and health.exception() is None:
-            parts = health.result()
-        else:
-            parts = {**self._last_health, "store": PartHealth(
-                False, f"no answer within {wait:g} s (the status shows the last known state)")}
-            unreachable = sorted({*unreachable, "store"})
+        parts, unreachable = await within(wait, self.health(), self._stored_view(),
+                                          self._last_health)
         surveys = []
         for sid, rt in self.surveys.items():
-            st, release = self._known.get(sid) or (_never_read(sid), None)
+            st, release = self._known.get(sid) or (never_read(sid), None)
             with self._lock:
                 pace = rt.estimator.pace(now)
                 arrivals = list(rt.history.points)

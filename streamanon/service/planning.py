@@ -1,7 +1,8 @@
 """The planning of a running service's surveys: cost models, engine choice, the base-run moment.
 
-:class:`SurveyPlanner` holds each survey's cost models (stored, or calibrated at start; the
-base run's time goes back into them), makes the live plan the planner jobs
+:class:`SurveyPlanner` holds each survey's cost models (stored, or provisional until they are
+measured after start in the compute process, :meth:`SurveyPlanner.measure`; the base run's
+time goes back into them), makes the live plan the planner jobs
 (:class:`scheduler.jobs.PlanningJob`) act on (:func:`scheduler.live.plan`), says when the arrivals
 are enough to act on it, and with ``engine = "auto"`` or ``incremental = "auto"`` chooses
 between the candidates (:func:`scheduler.choice.choose`). The :class:`~.lifecycle.Service`
@@ -14,11 +15,14 @@ configuration and runtime state.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from datetime import datetime
 from typing import Any
 
@@ -99,6 +103,22 @@ class SurveyPlanner:
                 self.provisional.discard(sid)
             else:
                 self.provisional.add(sid)
+
+    async def measure(self, sc: SurveyConfig, pool: Executor) -> None:
+        """Calibrate the engines whose models are not stored and time the incremental stages,
+        in ``pool`` (the compute process: bounded by ``planner.calibration_seconds`` an
+        engine), then plan with them; until then the survey is planned with the stored or
+        provisional ones, and says so."""
+        if sc.id not in self.provisional:
+            return
+        log.info("survey %s: planning with stored and provisional cost models until they "
+                 "are measured on this machine", sc.id)
+        started = time.perf_counter()
+        models, options = await asyncio.get_running_loop().run_in_executor(
+            pool, measured_models, self.config, sc)
+        self.adopt(sc.id, models, options)
+        log.info("survey %s: cost models measured in %.1f s; the planner uses them from now",
+                 sc.id, time.perf_counter() - started)
 
     def models_for(self, sc: SurveyConfig, *, measure: bool = True,
                    ) -> tuple[tuple[PowerLaw, Any], list[Option] | None]:

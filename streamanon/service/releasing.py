@@ -27,7 +27,7 @@ import pandas as pd
 from scheduler import live
 from scheduler.choice import AUTO_STAGES, choose_stage
 from scheduler.cost_model import PowerLaw
-from streamanon.errors import describe_error, withheld
+from streamanon.errors import PublishError, describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
 from streamanon.metrics import Standardisation
@@ -41,6 +41,7 @@ from streamanon.release import (
     release_partition,
     release_prepared,
 )
+from streamanon.service.broker import ensure_topics
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.offsets import broker_errors
 from streamanon.service.publisher import (
@@ -299,7 +300,13 @@ class Releaser:
         while True:
             try:
                 if not (resumed and await manifest_is_last(self.config, topic, row.release_id)):
+                    await asyncio.to_thread(self._ensure_topic, topic)
                     await asyncio.to_thread(self.producer.publish, topic, messages, manifest)
+                    # acknowledged is not enough: a broker that lost its topics acknowledged
+                    # a whole release and kept none of it
+                    if not await manifest_is_last(self.config, topic, row.release_id):
+                        raise PublishError(f"the release topic does not end in release "
+                                           f"{row.release_id}'s manifest after the publish")
                 break
             except broker_errors() as exc:
                 failures += 1
@@ -334,6 +341,14 @@ class Releaser:
         log.info("survey %s: released %d records (%s), %.2f s after close", sid, report.n,
                  report.mode, published.close_to_release_seconds)
         rt.closed_event.set()
+
+    def _ensure_topic(self, topic: str) -> None:
+        """The release topic exists (one partition, the configured settings), created when it
+        is missing: a broker replaced since start has none. Refused creation is a broker
+        error, retried like a failed publish."""
+        cfg = self.config
+        ensure_topics(cfg.kafka.bootstrap_servers, {topic: 1}, configs=cfg.topic_configs(),
+                      **cfg.kafka_options())
 
     async def _after_publish(self, rt: SurveyRuntime, report: ReleaseReport,
                              table: pd.DataFrame, fresh: Fresh | None) -> ReleaseReport:

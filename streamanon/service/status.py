@@ -5,7 +5,8 @@
 stored state and release, and its cost model into a :class:`~.reports.SurveyStatus`: state,
 counts, plan, forecast, timings and the running stage's progress. Counts and times only, never
 a data value. :meth:`~.lifecycle.Service.status` reads the store and the runtime and calls it
-for each survey.
+for each survey; :func:`within` bounds how long it waits for the store and the health checks
+(:data:`STATUS_WAIT_SECONDS`).
 
 It imports the scheduler's types and the service's reports, runtime state, states and store
 rows; it reads no store and no broker itself.
@@ -13,9 +14,12 @@ rows; it reads no store and no broker itself.
 
 from __future__ import annotations
 
+import asyncio
 import math
+from collections.abc import Awaitable, Mapping
 
 from scheduler.cost_model import PowerLaw
+from streamanon.service.health import PartHealth
 from streamanon.service.reports import (
     PlanStatus,
     ProgressStatus,
@@ -109,3 +113,43 @@ def progress(rt: SurveyRuntime, st: SurveyState, model: PowerLaw | None,
 
 def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else x
+
+
+# -- a status that does not wait for what does not answer ---------------------------------------
+
+#: ``/api/status`` waits this long for the store and the health checks, then answers with the
+#: last known stored state, marked stale: the dashboard must not go blank when an operator
+#: looks at it because the store is down (issue 31: HTTP 500, or no answer in 10 s).
+STATUS_WAIT_SECONDS = 0.8
+
+
+async def within(wait: float, health: Awaitable[dict[str, PartHealth]],
+                 stored: Awaitable[None], last_health: Mapping[str, PartHealth],
+                 ) -> tuple[dict[str, PartHealth], list[str]]:
+    """Run the health checks and the read of the stored states (``stored``) for ``wait``
+    seconds at most: the parts' health (the last known, the store marked down, when the
+    checks take longer) and the parts that did not answer (``["store"]`` or none). What is
+    still running goes on; its outcome is retrieved when it ends."""
+    checks, reads = asyncio.ensure_future(health), asyncio.ensure_future(stored)
+    done, pending = await asyncio.wait({checks, reads}, timeout=wait)
+    for task in pending:
+        task.add_done_callback(_observed)
+    unreachable = [] if reads in done and reads.exception() is None else ["store"]
+    if checks in done and checks.exception() is None:
+        return checks.result(), unreachable
+    return {**last_health, "store": PartHealth(
+        False, f"no answer within {wait:g} s (the status shows the last known state)")}, \
+        ["store"]
+
+
+def _observed(task: asyncio.Future) -> None:
+    """Retrieve a background task's outcome (its failure is the status's business)."""
+    if not task.cancelled():
+        task.exception()
+
+
+def never_read(sid: str) -> SurveyState:
+    """A survey's stored state before the store has answered once."""
+    return SurveyState(survey=sid, state="UNKNOWN", close_requested_at=None,
+                       base_started_at=None, updated_at=0.0,
+                       error="the store has not answered since the service started")

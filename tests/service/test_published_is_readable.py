@@ -1,0 +1,74 @@
+""""Published" means on the topic (issue 31, point 2): with the broker replaced by an empty one
+mid-ingest, the service logged "RELEASED (60000 records published)" while the broker had no
+release topic at all. Now the release topic is made sure of before each publish (created when
+it is missing), and a publish counts only once the topic ends in the release's manifest: a
+broker that acknowledges and does not keep the messages gets the release again.
+
+The service runs in this process against the embedded broker; the release producer is wrapped
+so that its first publish is acknowledged and lost, as on a broker that lost its topics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+from kafka import KafkaAdminClient
+
+from streamanon.service.config import load_config
+from streamanon.service.lifecycle import Service
+from streamanon.service.states import RELEASED
+from tests.service.conftest import write_config
+from tests.service.kafka_helpers import headers, read_topic
+from tests.service.lifecycle_helpers import collect, put_model, release
+
+SURVEY = "wellbeing"
+N = 300
+
+
+def test_a_lost_publish_is_sent_again_and_a_missing_topic_is_created(broker, tmp_path, caplog):
+    models = tmp_path / "cost_models.json"
+    put_model(models, "mdav", 3, 5, [(1000, 0.01), (2000, 0.04)])
+    path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5, engine="mdav",
+                             extra=f'cost_models = "{models}"')
+    config = load_config(path, env)
+    topic = config.topic(SURVEY, "release")
+
+    async def run() -> tuple[dict, str, list[int]]:
+        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        await service.start()
+        lost: list[int] = []
+        try:
+            real = service.release_producer
+
+            class LosesTheFirst:
+                """Acknowledges the first publish and keeps nothing of it."""
+
+                def publish(self, topic, messages, manifest):
+                    if not lost:
+                        lost.append(len(messages))
+                        return
+                    real.publish(topic, messages, manifest)
+
+                def close(self):
+                    real.close()
+
+            service._releaser.producer = LosesTheFirst()
+            await collect(service, broker.bootstrap, config, SURVEY, N)
+            admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+            admin.delete_topics([topic])  # the broker lost it (replaced by an empty one)
+            admin.close()
+            report = await release(service, SURVEY)
+            state = (await service.survey_state(SURVEY)).state
+        finally:
+            await service.stop()
+        return report, state, lost
+
+    report, state, lost = asyncio.run(run())
+    assert lost == [report["n"]] and state == RELEASED
+    got = read_topic(broker.bootstrap, topic, expected=report["n"] + 1)
+    assert len(got) == report["n"] + 1  # every record once, then the manifest
+    assert headers(got[-1])["streamanon-type"] == "manifest"
+    assert json.loads(got[-1].value)["count"] == report["n"]
+    assert "does not end in" in caplog.text  # the lost publish was noticed and said
