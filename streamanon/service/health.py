@@ -129,6 +129,25 @@ def producer_health(producer: Any) -> PartHealth:
     return RUNNING
 
 
+#: Seconds the broker may take to answer a metadata request before it counts as down.
+BROKER_TIMEOUT_SECONDS = 2.0
+
+
+async def broker_health(producer: Any, timeout: float = BROKER_TIMEOUT_SECONDS) -> PartHealth:
+    """The brokers answer a metadata request of the release producer within ``timeout``
+    seconds (``producer.answering(timeout)``, :class:`~.publisher.ReleasePublisher`). The
+    clients reconnect by themselves; this says whether there is anything to reconnect to
+    (a dead broker left /healthz at 200 while 1,250 client errors went to the log)."""
+    answering = getattr(producer, "answering", None)
+    if answering is None:
+        return PartHealth(False, "not started")
+    try:
+        await asyncio.wait_for(asyncio.to_thread(answering, timeout), timeout + 1.0)
+    except Exception as exc:  # any failure to get the metadata means no broker to talk to
+        return PartHealth(False, f"no answer within {timeout:g} s ({type(exc).__name__})")
+    return PartHealth(True, "answering")
+
+
 async def store_health(query: Awaitable[Any], timeout: float = STORE_TIMEOUT_SECONDS, *,
                        writes_refused: bool = False) -> PartHealth:
     """The store answers a small query within ``timeout`` seconds. A store busy for longer
@@ -168,6 +187,17 @@ def busy_store(health: PartHealth, asked: float, running_since: float | None,
         return PartHealth(True, f"busy: one operation has run for {now - running_since:.0f} s "
                                 "and the health query waits behind it")
     return health
+
+
+#: The parts outside the service's process tree: readiness only. A restart does not bring a
+#: broker back, so the liveness answer (``/livez``, the systemd watchdog) leaves it out; a
+#: broker outage then makes the service unready (``/healthz`` 503), never restarted in a loop.
+EXTERNAL_PARTS = frozenset({"broker"})
+
+
+def liveness(parts: Mapping[str, PartHealth]) -> dict[str, PartHealth]:
+    """The parts a restart of the service may repair: all but :data:`EXTERNAL_PARTS`."""
+    return {name: part for name, part in parts.items() if name not in EXTERNAL_PARTS}
 
 
 def summary(parts: Mapping[str, PartHealth]) -> tuple[bool, str]:
@@ -210,9 +240,10 @@ def watchdog_seconds(env: Mapping[str, str] = os.environ) -> float | None:
 class HealthMonitor:
     """Checks the service's health every ``CHECK_SECONDS`` (or a third of ``WatchdogSec``
     when shorter) and tells systemd: ``READY=1`` at start, ``WATCHDOG=1`` after each check
-    that found every part healthy, ``STATUS=`` when the state changes, ``STOPPING=1`` at stop.
-    A check that fails or hangs is a failed check: the watchdog then expires and systemd
-    restarts the service (a blocked event loop stops the pings the same way)."""
+    that found every part healthy but the external ones (:func:`liveness`), ``STATUS=`` when
+    the state changes, ``STOPPING=1`` at stop. A check that fails or hangs is a failed check:
+    the watchdog then expires and systemd restarts the service (a blocked event loop stops
+    the pings the same way)."""
 
     def __init__(self, check: Callable[[], Awaitable[Mapping[str, PartHealth]]] | None, *,
                  env: Mapping[str, str] = os.environ) -> None:
@@ -235,7 +266,8 @@ class HealthMonitor:
     async def _run(self) -> None:
         while True:
             try:
-                ok, text = summary(await asyncio.wait_for(self.check(), self.interval * 2))
+                ok, text = summary(liveness(await asyncio.wait_for(self.check(),
+                                                                   self.interval * 2)))
             except asyncio.TimeoutError:
                 ok, text = False, "unhealthy: the health check did not finish\n"
             except Exception as exc:  # the monitor must outlive any one failed check

@@ -64,6 +64,7 @@ from streamanon.service.control import ControlRejected, ControlVerifier
 from streamanon.service.deadletters import KafkaDeadLetters
 from streamanon.service.health import (
     PartHealth,
+    broker_health,
     busy_store,
     collector_health,
     pool_health,
@@ -85,7 +86,8 @@ from streamanon.service.releasing import Releaser, release_run
 from streamanon.service.reports import ServiceStatus
 from streamanon.service.runtime import SurveyRuntime
 from streamanon.service.states import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
-from streamanon.service.status import STATUS_WAIT_SECONDS, never_read, survey_status, within
+from streamanon.service.status import STATUS_WAIT_SECONDS as STATUS_WAIT
+from streamanon.service.status import never_read, read_stored, survey_status, within
 from streamanon.service.store import (
     Checkpoint,
     PostgresStore,
@@ -128,8 +130,7 @@ class Service:
 
     The engines run in ``compute_pool`` (default: ``compute_workers`` spawned processes)."""
 
-    # the store thread's running operation (its monotonic start) and its last failure
-    _store_job_since: float | None = None
+    _store_job_since: float | None = None  # the store thread's operation, and last failure
     _store_failed_at: float | None = None
 
     def __init__(self, config: Config, *, store: Store | None = None,
@@ -295,8 +296,7 @@ class Service:
         return await self.loop.run_in_executor(self._store_thread, self._store_job, fn, *args)
 
     def _store_job(self, fn: Any, *args: Any) -> Any:
-        """Run ``fn`` in the store thread, noting when it started (a long one makes the store
-        busy, not down: :meth:`health`) and when one last failed."""
+        """``fn`` in the store thread; when it started and failed: busy or down (health)."""
         self._store_job_since = time.monotonic()
         try:
             return fn(*args)
@@ -620,14 +620,14 @@ class Service:
                            else self.coordinator.followers_closed)
 
     # -- status (status.py) -------------------------------------------------------------------
-    async def status(self, wait: float = STATUS_WAIT_SECONDS) -> ServiceStatus:
+    async def status(self, wait: float = STATUS_WAIT) -> ServiceStatus:
         """What the dashboard, ``/api/status`` and ``/metrics`` show: states, counts, plans,
         timings, the health of each part. Counts and times only, never a data value. It
         waits ``wait`` seconds at most for the store: then the stored part of each survey
         is the last one read, and the status says so (:func:`.status.within`)."""
         now = time.time()
-        parts, unreachable = await within(wait, self.health(), self._stored_view(),
-                                          self._last_health)
+        parts, unreachable = await within(wait, self.health(), read_stored(
+            list(self.surveys), self._in_store, self.store, self._known), self._last_health)
         surveys = []
         for sid, rt in self.surveys.items():
             st, release = self._known.get(sid) or (never_read(sid), None)
@@ -641,29 +641,28 @@ class Service:
         return ServiceStatus(surveys=surveys, health=parts, started_at=self.started_at,
                              now=now, stale=bool(unreachable), unreachable=unreachable)
 
-    async def _stored_view(self) -> None:
-        """Read every survey's stored state and release into :attr:`_known`."""
-        for sid in list(self.surveys):
-            st = await self._in_store(self.store.survey_state, sid)
-            release = await self._in_store(self.store.load_release, sid)
-            self._known[sid] = (st, release)
-
     async def health(self) -> dict[str, PartHealth]:
-        """Each part's health (``streamanon.service.health``): collector, compute, store, publisher.
-        A part found down is logged and counted once per outage."""
+        """Each part's health (``streamanon.service.health``): collector, compute, store,
+        publisher, broker. A part found down is logged and counted once per outage."""
         ping = (self._in_store(self.store.survey_state, next(iter(self.surveys)))
                 if self.surveys else asyncio.sleep(0))
-        asked = time.monotonic()
-        store = await store_health(ping, writes_refused=getattr(
-            self.collector, "store_paused", False))
-        store = busy_store(store, asked, self._store_job_since, self._store_failed_at)
+        asked, broker = time.monotonic(), asyncio.ensure_future(broker_health(
+            self.release_producer))
+        store = busy_store(await store_health(ping, writes_refused=getattr(
+            self.collector, "store_paused", False)), asked, self._store_job_since,
+            self._store_failed_at)
+        brokers = await broker
         # the other parts after the wait, with no await before they are recorded: a part
         # restarted in place meanwhile (and counted then) is not seen down from before
         parts = {"collector": collector_health(self.collector, self.producer),
                  "compute": pool_health(self._pool, "compute process"),
-                 "store": store, "publisher": producer_health(self.release_producer)}
+                 "store": store, "publisher": producer_health(self.release_producer),
+                 "broker": brokers}
+        back = [n for n, p in parts.items() if p.ok and not self.telemetry.parts_up.get(n, True)]
         for name in self.telemetry.observe_health(parts):
             log.error("%s is down: %s (/healthz answers 503)", name, parts[name].detail)
+        for name in back:  # the end of an outage: one line (the clients' errors are held)
+            log.warning("%s is up again (%s)", name, parts[name].detail)
         self._last_health = parts
         return parts
 

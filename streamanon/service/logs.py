@@ -38,6 +38,48 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
+#: The loggers of the Kafka clients (kafka-python, aiokafka, librdkafka through the release
+#: producer): while a broker is away each logs an error per retry.
+CLIENT_LOGGERS = ("kafka", "aiokafka", "streamanon.service.publisher.librdkafka")
+
+
+class ClientErrors(logging.Filter):
+    """One line per outage of the Kafka clients' warnings and errors, instead of one a retry
+    (a 20 s broker outage wrote 1,250 ERROR lines). The first of an outage is logged; the
+    others are counted, and said with the next line logged: one a ``repeat`` seconds while
+    it lasts, and the first after ``quiet`` seconds without any, which opens the next outage
+    (or, with a message of the service's own saying the broker answers again, ends it).
+    Other loggers pass untouched."""
+
+    def __init__(self, quiet: float = 30.0, repeat: float = 60.0) -> None:
+        super().__init__()
+        self.quiet, self.repeat = quiet, repeat
+        self._last_seen = self._last_logged = self._since = -float("inf")
+        self._held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not record.name.startswith(CLIENT_LOGGERS):
+            return True
+        now = record.created
+        new_outage = now - self._last_seen > self.quiet
+        self._last_seen = now
+        if not new_outage and now - self._last_logged < self.repeat:
+            self._held += 1
+            return False
+        if self._held:
+            what = ("the last outage" if new_outage else "this outage")
+            record.msg = (f"{record.getMessage()} ({self._held} more Kafka client "
+                          f"warning(s) and error(s) in {what} since "
+                          f"{time.strftime('%H:%M:%S', time.gmtime(self._since))} UTC, not "
+                          "logged one by one)")
+            record.args = ()
+        if new_outage:
+            self._since = now
+        self._held = 0
+        self._last_logged = now
+        return True
+
+
 def setup_logging(level: str = "info", fmt: str = "text") -> None:
     """Configure the root logger on stderr; quieten the Kafka clients and the scheduler."""
     handler = logging.StreamHandler(sys.stderr)
@@ -46,6 +88,7 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
     else:
         handler.setFormatter(logging.Formatter(
             "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(ClientErrors())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

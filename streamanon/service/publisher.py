@@ -330,6 +330,11 @@ class ReleasePublisher:
             self._producer.flush(0)
             raise PublishError(f"the broker refused {count} message(s): {first.str()}")
 
+    def answering(self, timeout: float) -> None:
+        """Ask the brokers for the cluster's metadata; raises ``KafkaException`` when none
+        answers within ``timeout`` seconds (the health check)."""
+        self._producer.list_topics(timeout=timeout)
+
     def close(self) -> None:
         self.closed = True
         self._producer.flush(5.0)

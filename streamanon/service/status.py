@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Mapping
+from typing import Any
 
 from scheduler.cost_model import PowerLaw
 from streamanon.service.health import PartHealth
@@ -140,6 +141,15 @@ async def within(wait: float, health: Awaitable[dict[str, PartHealth]],
     return {**last_health, "store": PartHealth(
         False, f"no answer within {wait:g} s (the status shows the last known state)")}, \
         ["store"]
+
+
+async def read_stored(surveys: list[str], in_store: Any, store: Any,
+                      known: dict[str, tuple[SurveyState, ReleaseRow | None]]) -> None:
+    """Read each survey's stored state and release (``in_store(fn, *args)`` runs a store
+    call) into ``known``: what the status shows while the store does not answer."""
+    for sid in surveys:
+        st = await in_store(store.survey_state, sid)
+        known[sid] = (st, await in_store(store.load_release, sid))
 
 
 def _observed(task: asyncio.Future) -> None:

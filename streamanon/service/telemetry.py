@@ -59,7 +59,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "streamanon_close_to_release_seconds": ("histogram", "From close to the published release"),
     "streamanon_release_distortion": ("histogram", "Distortion D = SSE/SST of each release"),
     "streamanon_component_up": ("gauge", "1 while the part (collector, compute, store, "
-                                "publisher) is healthy, 0 once it was found down"),
+                                "publisher, broker) is healthy, 0 once it was found down"),
     "streamanon_component_failures": ("counter", "Times the part failed: found down by a "
                                       "health check, or restarted in place (the collector's "
                                       "ingest worker); one outage counts once"),

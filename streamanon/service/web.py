@@ -29,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from streamanon.service.health import HealthMonitor, summary
+from streamanon.service.health import HealthMonitor, liveness, summary
 from streamanon.service.states import OPEN
 from streamanon.service.store import StoreUnavailable
 from streamanon.service.telemetry import CONTENT_TYPE
@@ -86,7 +86,14 @@ def make_app(service: Any) -> web.Application:
     app = web.Application()
 
     async def healthz(request: web.Request) -> web.Response:
+        """Readiness: every part, the broker included."""
         ok, text = summary(await service.health())
+        return web.Response(text=text, status=200 if ok else 503,
+                            headers={"Cache-Control": "no-store"})
+
+    async def livez(request: web.Request) -> web.Response:
+        """Liveness: the parts a restart may repair (not the broker)."""
+        ok, text = summary(liveness(await service.health()))
         return web.Response(text=text, status=200 if ok else 503,
                             headers={"Cache-Control": "no-store"})
 
@@ -150,6 +157,7 @@ def make_app(service: Any) -> web.Application:
     app.router.add_static("/static/", STATIC, follow_symlinks=False)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/livez", livez)
     app.router.add_get("/api/status", status)
     app.router.add_post("/api/surveys/{survey}/close", close)
     app.router.add_post("/api/surveys/{survey}/base", base)

@@ -118,7 +118,7 @@ def test_healthz_names_each_dead_part_and_the_watchdog_stops(service_factory, tm
                "WATCHDOG_USEC": str(int(WATCHDOG_SECONDS * 1e6))}
     svc.start()
     assert healthz(svc.http) == (200, "ok\n")
-    parts = ("collector", "compute", "store", "publisher")
+    parts = ("collector", "compute", "store", "publisher", "broker")
     for part in parts:
         assert metric(svc.http, "streamanon_component_up", part) == 1
         assert metric(svc.http, "streamanon_component_failures_total", part) == 0

@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp.test_utils import TestClient, TestServer
 
 from streamanon.service.config import load_config
-from streamanon.service.lifecycle import STATUS_WAIT_SECONDS, Service
+from streamanon.service.lifecycle import Service
+from streamanon.service.status import STATUS_WAIT_SECONDS
 from streamanon.service.store import StoreUnavailable
 from streamanon.service.web import make_app
 from tests.service.conftest import write_config
