@@ -128,8 +128,9 @@ async def within(wait: float, health: Awaitable[dict[str, PartHealth]],
                  stored: Awaitable[None], last_health: Mapping[str, PartHealth],
                  ) -> tuple[dict[str, PartHealth], list[str]]:
     """Run the health checks and the read of the stored states (``stored``) for ``wait``
-    seconds at most: the parts' health (the last known, the store marked down, when the
-    checks take longer) and the parts that did not answer (``["store"]`` or none). What is
+    seconds at most: the parts' health (the last known when the checks take longer, the
+    store marked down if it did not answer) and the parts that did not answer (``["store"]``
+    or none). What is
     still running goes on; its outcome is retrieved when it ends."""
     checks, reads = asyncio.ensure_future(health), asyncio.ensure_future(stored)
     done, pending = await asyncio.wait({checks, reads}, timeout=wait)
@@ -138,9 +139,11 @@ async def within(wait: float, health: Awaitable[dict[str, PartHealth]],
     unreachable = [] if reads in done and reads.exception() is None else ["store"]
     if checks in done and checks.exception() is None:
         return checks.result(), unreachable
-    return {**last_health, "store": PartHealth(
-        False, f"no answer within {wait:g} s (the status shows the last known state)")}, \
-        ["store"]
+    parts = dict(last_health)  # the checks go on (a broker that does not answer takes 2 s)
+    if unreachable:
+        parts["store"] = PartHealth(
+            False, f"no answer within {wait:g} s (the status shows the last known state)")
+    return parts, unreachable
 
 
 async def read_stored(surveys: list[str], in_store: Any, store: Any,
