@@ -120,7 +120,7 @@ def _finite(x: float | None) -> float | None:
 
 #: ``/api/status`` waits this long for the store and the health checks, then answers with the
 #: last known stored state, marked stale: the dashboard must not go blank when an operator
-#: looks at it because the store is down (issue 31: HTTP 500, or no answer in 10 s).
+#: looks at it because the store is down (it answered HTTP 500, or nothing in 10 s).
 STATUS_WAIT_SECONDS = 0.8
 
 
