@@ -190,7 +190,7 @@ def one_run(instances: int, n: int, bootstrap: str, broker_pid: int, server_url:
         cpu1 = cpu()
         seconds = max(seconds, 1e-9)
         started_by = max(deadline, time.monotonic() + 120)  # a start of its own, at least
-        shares = [status_when_ready(port, proc, started_by)["surveys"][0]["stored"]
+        shares = [status_when_ready(port, proc, started_by)["surveys"][0]["stored_here"]
                   for port, proc in zip(ports, procs, strict=True)]
     finally:
         for p in procs:

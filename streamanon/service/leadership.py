@@ -401,6 +401,8 @@ class Coordinator:
         self.stale_seconds = stale_seconds
         self.leading = False
         self.stored: dict[str, int] = {}
+        #: Each survey's count as the last poll read it, leader or follower (the status's).
+        self.survey_counts: dict[str, int] = {}
         self._counts: dict[str, StoredCount] = {}
         self.others: dict[str, tuple[str, str]] = {}  # live instances but this one
         self._closes_seen: set[str] = set()  # surveys whose close request the leader saw
@@ -503,20 +505,27 @@ class Coordinator:
                         and not rt.closed_event.is_set()):
                     log.info("survey %s: a close was requested through another instance", sid)
                     await service.close(sid)
-            counter = self._counts.setdefault(sid, StoredCount())
-            n = await self._call(counter.update,
-                                 partial(self.coordination.count_after, sid))
+            n = await self._count(sid)
             before = self.stored.get(sid)
             if before is not None and n > before:
                 service.observe_shared(sid, n - before)
             self.stored[sid] = n
 
+    async def _count(self, sid: str) -> int:
+        """The survey's stored records, every instance's (:class:`StoredCount`); kept in
+        :attr:`survey_counts` for the status."""
+        counter = self._counts.setdefault(sid, StoredCount())
+        n = await self._call(counter.update, partial(self.coordination.count_after, sid))
+        self.survey_counts[sid] = n
+        return n
+
     async def follow(self) -> None:
         """A follower's part of each survey's close: its own closure as soon as the close is
         requested, acknowledged; the leader's marks once they are stored (see the module
-        docstring)."""
+        docstring). And the survey's count, for the status."""
         service = self.service
         for sid, rt in service.surveys.items():
+            await self._count(sid)
             st = await service.survey_state(sid)
             if st.close_requested_at is None:
                 continue

@@ -637,7 +637,8 @@ class Service:
             model = self.survey_planner.models.get(sid, (None, None))[0]
             surveys.append(survey_status(
                 rt, st, release, model, pace=pace, arrivals=arrivals, now=now,
-                measured=sid not in self.survey_planner.provisional))
+                measured=sid not in self.survey_planner.provisional, stored=None if
+                self.coordinator is None else self.coordinator.survey_counts.get(sid)))
         return ServiceStatus(surveys=surveys, health=parts, started_at=self.started_at,
                              now=now, stale=bool(unreachable), unreachable=unreachable)
 

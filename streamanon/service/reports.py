@@ -179,7 +179,8 @@ class SurveyStatus:
     engine: str
     incremental: str
     received: int
-    stored: int
+    stored: int  # the survey's, every instance's (from the shared store with several)
+    stored_here: int  # what this instance counts (with several, its share since its start)
     redelivered: int
     dead_lettered: dict[str, int]
     releases: int  # published: 0 or 1

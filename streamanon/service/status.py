@@ -36,10 +36,11 @@ from streamanon.service.store import ReleaseRow, SurveyState
 def survey_status(rt: SurveyRuntime, st: SurveyState, release: ReleaseRow | None,
                   model: PowerLaw | None, *, pace: float,
                   arrivals: list[tuple[float, int]], now: float,
-                  measured: bool = True) -> SurveyStatus:
+                  measured: bool = True, stored: int | None = None) -> SurveyStatus:
     """One survey's status at ``now``: ``st`` and ``release`` as stored, ``model`` the base
     cost model in use (``measured`` False while it is provisional), ``pace`` and ``arrivals``
-    the arrival estimate and history as read under the service's lock."""
+    the arrival estimate and history as read under the service's lock; ``stored`` the
+    survey's count of every instance (default: this instance's)."""
     sid = rt.config.id
     sc = rt.config
     plan = rt.last_plan
@@ -52,7 +53,8 @@ def survey_status(rt: SurveyRuntime, st: SurveyState, release: ReleaseRow | None
     return SurveyStatus(
         id=sid, state=st.state, error=st.error, k=sc.k,
         engine=sc.engine, incremental=sc.incremental,
-        received=rt.ingest.received, stored=rt.ingest.stored,
+        received=rt.ingest.received,
+        stored=rt.ingest.stored if stored is None else stored, stored_here=rt.ingest.stored,
         redelivered=rt.ingest.redelivered,
         dead_lettered=dict(rt.ingest.rejected), releases=int(published),
         pace=pace, now=now,

@@ -182,7 +182,7 @@ class _StateCollector:
         for s in surveys:
             sid = s.id
             received.add_metric([sid], s.received)
-            stored.add_metric([sid], s.stored)
+            stored.add_metric([sid], s.stored_here)  # a counter per instance: they add up
             redelivered.add_metric([sid], s.redelivered)
             for reason, count in sorted(s.dead_lettered.items()):
                 dead.add_metric([sid, reason], count)

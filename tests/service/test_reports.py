@@ -33,7 +33,8 @@ PUBLISHED_KEYS = ["released_at", "close_to_release_seconds", "close_steps_second
 # The keys of /api/status that the dashboard (static/app.js), /metrics and the demo read.
 STATUS_KEYS = ["surveys", "health", "started_at", "now", "stale", "unreachable"]
 SURVEY_KEYS = [
-    "id", "state", "error", "k", "engine", "incremental", "received", "stored", "redelivered",
+    "id", "state", "error", "k", "engine", "incremental", "received", "stored", "stored_here",
+    "redelivered",
     "dead_lettered", "releases", "pace", "now", "close_at", "close_requested_at",
     "deadline_seconds", "deadline_at", "base_at", "base_started_at", "arrival_coefficient",
     "nu", "cost_model", "cost_model_measured", "arrivals", "forecast", "progress", "plan",
@@ -88,7 +89,7 @@ def test_the_release_status_is_the_report_seen_from_the_dashboard():
 def survey(**override) -> SurveyStatus:
     values = dict(
         id="s1", state="BASE_RUNNING", error=None, k=5, engine="mdav",
-        incremental="nn_split_end", received=10, stored=9, redelivered=1,
+        incremental="nn_split_end", received=10, stored=9, stored_here=9, redelivered=1,
         dead_lettered={"invalid_json": 1}, releases=0, pace=2.5, now=50.0, close_at=100.0,
         close_requested_at=None, deadline_seconds=30.0, deadline_at=130.0, base_at=40.0,
         base_started_at=41.0, arrival_coefficient=1.5, nu=0.2, cost_model=("mdav", 1e-6, 2.0),

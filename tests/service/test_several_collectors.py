@@ -391,8 +391,8 @@ def test_two_instances_collect_and_the_survivor_releases_once(pg_server, broker,
         # both ingest: the group gives each its partitions (sent until both have stored some;
         # an instance's count starts at the store's, then counts what it stores itself)
         sent = 0
-        counted = {svc: svc.survey("s")["stored"] for svc in (a, b)}
-        while not all(svc.survey("s")["stored"] > n for svc, n in counted.items()):
+        counted = {svc: svc.survey("s")["stored_here"] for svc in (a, b)}
+        while not all(svc.survey("s")["stored_here"] > n for svc, n in counted.items()):
             produce(broker.bootstrap, topic,
                     [(f"R{i:06d}".encode(), response(i)) for i in range(sent, sent + 40)])
             sent += 40
@@ -401,6 +401,11 @@ def test_two_instances_collect_and_the_survivor_releases_once(pg_server, broker,
         produce(broker.bootstrap, topic, [(f"R{i:06d}".encode(), response(i))
                                           for i in range(sent - 10, sent)])  # sent again
         sent_before_kill = sent
+        # each instance's status says the survey's count, from the shared store (it showed
+        # the instance's own share: 30,000 of 60,000)
+        for svc in (a, b):
+            until(lambda svc=svc: svc.survey("s")["stored"] == sent,
+                  "an instance's status does not say the survey's count", 30)
 
         # the base run: a follower points to the leader, the leader runs it
         code, body = b.post("/api/surveys/s/base")
