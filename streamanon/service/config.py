@@ -73,7 +73,8 @@ class SurveyConfig(_Strict):
     # What the planner seeks without a deadline: "balanced" (the earliest release among the
     # ratios whose expected information loss is within max_delta of the engine's one-shot
     # release, scheduler.quality) or "earliest" (the earliest release whatever the loss: the
-    # paper's nu*). A deadline plan takes the smallest ratio that meets the deadline.
+    # paper's nu*, with room for a slower base run). A deadline plan takes the smallest ratio
+    # that meets the deadline.
     objective: Literal["balanced", "earliest"] = "balanced"
     max_delta: float = Field(default=0.05, ge=0, le=10)
     duplicates: Literal["reject", "allow"] = "reject"
