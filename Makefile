@@ -55,7 +55,7 @@ test: $(STAMP) system-deps
 	$(BIN)/ruff check streamanon scheduler tests simulations
 	@echo "[test 2/3] compiling the numba kernels once, into numba's cache (about two minutes on a fresh clone, seconds after), so that the test workers load them instead of each compiling them"
 	$(BIN)/python -m streamanon.warmup
-	@echo "[test 3/3] pytest: every test, the docs build and the doctests, $(TEST_WORKERS) workers (about 10 minutes on two cores)"
+	@echo "[test 3/3] pytest: every test, the docs build and the doctests, $(TEST_WORKERS) workers (about 11 minutes on two cores)"
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 check: $(STAMP)
