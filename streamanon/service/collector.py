@@ -165,7 +165,9 @@ class KafkaCollector:
         )
         self._consumer.subscribe([*self._topics, self.config.control_topic],
                                  listener=self._rebalance_listener())
-        await self._consumer.start()
+        # aiokafka's start waits for the group join, which the embedded broker holds for half
+        # the session timeout (15 s of a 17.5 s service start): the loop starts the consumer,
+        # and the service's start, its HTTP server with it, does not wait for the group
         self._task = asyncio.create_task(self._run(), name="collector")
         self._task.add_done_callback(self._report_death)
 
@@ -208,6 +210,7 @@ class KafkaCollector:
         await self.offsets.stop()
 
     async def _run(self) -> None:
+        await self._consumer.start()
         pending: deque[KafkaCollector._Batch] = deque()
         while True:
             if not pending:

@@ -62,8 +62,8 @@ class Restartable(ServiceProcess):
         self.log_start = 0
 
     def launch(self) -> None:
-        """Start the process without waiting for its HTTP server (which comes up only after
-        the collector has joined its group); its log lines count from here."""
+        """Start the process without waiting for its HTTP server; its log lines count from
+        here."""
         self.log_start = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(

@@ -1,7 +1,7 @@
 """Start fast, calibrate in the background (issue 31, point 4): a service with no stored cost
 model starts without waiting for its calibration (which took 4 min 7 s on a loaded machine,
 with no HTTP meanwhile), plans with provisional models and says so in its status, and takes
-the measured ones when they are ready.
+the measured ones when they are ready; nor does it wait for its collector's group join.
 
 The service runs in this process against the embedded broker, its compute pool in a thread,
 where a calibration held at a gate stands for a slow one.
@@ -96,3 +96,35 @@ def test_stored_models_are_used_at_once_and_only_the_stages_are_timed_after_star
     first, later, provisional = asyncio.run(run())
     assert (first.a, first.b) == pytest.approx((stored.a, stored.b)) == (later.a, later.b)
     assert not provisional and calibrated == []
+
+
+def test_start_does_not_wait_for_the_group_join(broker, tmp_path):
+    """aiokafka's consumer start waits for the group join, which the embedded broker holds
+    for half the session timeout: 15 s of a 17.5 s start (measured), HTTP down meanwhile.
+    The service's start now returns with the join still under way; the collector's loop
+    gets its partitions after it."""
+    from tests.service.lifecycle_helpers import put_model
+
+    models = tmp_path / "cost_models.json"
+    put_model(models, "mdav", M, K, [(1000, 0.01), (2000, 0.04)])
+    path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=K, engine="mdav",
+                             extra=f'cost_models = "{models}"', session_timeout_ms=30_000)
+    config = load_config(path, env)
+
+    async def run() -> tuple[int, int]:
+        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        try:
+            await service.start()
+            consumer = service.collector._consumer
+            at_start = len(consumer.assignment())
+            for _ in range(600):  # the join: up to 15 s here
+                if consumer.assignment():
+                    break
+                await asyncio.sleep(0.1)
+            return at_start, len(consumer.assignment())
+        finally:
+            await service.stop()
+
+    at_start, later = asyncio.run(run())
+    assert at_start == 0  # started before the group gave it anything
+    assert later > 0  # and the collector joins all the same
