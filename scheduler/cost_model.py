@@ -189,6 +189,17 @@ class NearestNeighbourCost:
         return adjoin + cells * self.split(size)
 
 
+def stage_cost_model(stage: str, base: PowerLaw, k: int, c: float,
+                     split: PowerLaw | None = None) -> TwoStageCost | NearestNeighbourCost:
+    """The cost model of incremental ``stage`` after ``base`` with the nearest-neighbour
+    coefficient ``c`` (seconds, ``c n_0 n_+ / k``; unused by ``two_stage``). ``split`` as in
+    :func:`incremental_cost_model`."""
+    if stage == "two_stage":  # the increment's engine: MDAV by default, whatever the base's
+        return TwoStageCost(split or base)
+    return NearestNeighbourCost(c=c, k=k, split=(split or base)
+                                if stage in ("nn_split_mid", "nn_split_end") else None)
+
+
 def incremental_cost_model(
     stage: str,
     base: PowerLaw,
@@ -213,8 +224,8 @@ def incremental_cost_model(
     runs on the increment (the stage's ``engine`` parameter, MDAV by default); None takes
     ``base``.
     """
-    if stage == "two_stage":  # the increment's engine: MDAV by default, whatever the base's
-        return TwoStageCost(split or base)
+    if stage == "two_stage":
+        return stage_cost_model(stage, base, k, 0.0, split)
     rng = np.random.default_rng(1)
     n0, n_plus = max(20 * k, 20_000), max(k, 2_000)
     Z = rng.standard_normal((n0 + n_plus, m))
@@ -226,9 +237,8 @@ def incremental_cost_model(
         seconds = min(seconds, clock() - started)
     # timed here like the calibration, the stage shares the cores of a real run like the base
     # engine: the contention measured on the base engine's runs applies to it too
-    return NearestNeighbourCost(c=seconds * k / (n0 * n_plus) * base.contention, k=k,
-                                split=(split or base) if stage in ("nn_split_mid", "nn_split_end")
-                                else None)
+    return stage_cost_model(stage, base, k, seconds * k / (n0 * n_plus) * base.contention,
+                            split)
 
 
 @dataclass(frozen=True)

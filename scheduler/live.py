@@ -233,15 +233,16 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
 
     base = with_base_steps if overhead else base_cost
 
+    margin = margin_factor(base_cost, total, quantile)
     kwargs = dict(k=k, arrival_coefficient=arrivals.arrival_coefficient(base(total)),
                   max_head_start=None if seconds_to_close is None else max(seconds_to_close, 0.0),
-                  margin_factor=margin_factor(base_cost, total, quantile),
+                  margin_factor=margin,
                   overhead=late_overhead if overhead else None)
     if deadline is None:
         chosen = plan_optimal(total, base, incremental_cost, arrivals.head_start,
                               nu_limit=1.0 if quality is None else quality.max_ratio(),
-                              solve_margin=1.0 if quantile is None else max(
-                                  kwargs["margin_factor"], BUSY_FACTOR),
+                              solve_margin=1.0 if quantile is None else max(margin,
+                                                                           BUSY_FACTOR),
                               **kwargs)
         seconds = 0.0 if refine == "off" else (
             AUTO_REFINE_SECONDS if refine == "auto" else float(refine))

@@ -30,11 +30,10 @@ from scheduler import live
 from scheduler.choice import AUTO_ENGINES, AUTO_STAGES, Choice, Option, choose
 from scheduler.cost_model import (
     CostModelStore,
-    NearestNeighbourCost,
     PowerLaw,
-    TwoStageCost,
     calibrate,
     incremental_cost_model,
+    stage_cost_model,
 )
 from scheduler.planner import Plan
 from scheduler.quality import expected_delta
@@ -333,11 +332,7 @@ def provisional_model(engine: str, m: int, k: int) -> PowerLaw:
 def provisional_incremental(stage: str, base: PowerLaw, k: int,
                             split: PowerLaw | None) -> Any:
     """The incremental cost model of ``stage`` before the stage is timed."""
-    if stage == "two_stage":
-        return TwoStageCost(split or base)
-    return NearestNeighbourCost(c=PROVISIONAL_NN_C * base.contention, k=k,
-                                split=(split or base) if stage in ("nn_split_mid",
-                                                                   "nn_split_end") else None)
+    return stage_cost_model(stage, base, k, PROVISIONAL_NN_C * base.contention, split)
 
 
 def measured_models(config: Config, sc: SurveyConfig,
