@@ -33,14 +33,18 @@ def postgres_url():
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store(request, tmp_path):
+def store_url(request, tmp_path):
     if request.param == "sqlite":
-        s = open_store(f"sqlite:///{tmp_path / 'db' / 'store.db'}")
-    else:
-        url = request.getfixturevalue("postgres_url")
-        s = open_store(url)
+        return f"sqlite:///{tmp_path / 'db' / 'store.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def store(store_url):
+    s = open_store(store_url)
+    if not store_url.startswith("sqlite"):
         s._q("DELETE FROM records")
-        for table in ("surveys", "transitions", "checkpoints", "releases"):
+        for table in ("surveys", "transitions", "checkpoints", "releases", "close_marks"):
             s._q(f"DELETE FROM {table}")
     yield s
     s.close()
@@ -226,3 +230,39 @@ def test_bad_urls():
     with pytest.raises(StoreError, match="cannot connect to PostgreSQL"):
         open_store("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
 
+
+
+def _not_seen_yet(store, monkeypatch, select: str) -> None:
+    """Make ``store``'s next ``select`` find nothing: the interleaving of two instances
+    starting at once, where this one looked before the other's insert was committed."""
+    real = store._q
+
+    def q(sql, params=()):
+        if sql.startswith(select):
+            monkeypatch.setattr(store, "_q", real)
+            return []
+        return real(sql, params)
+    monkeypatch.setattr(store, "_q", q)
+
+
+def test_two_instances_starting_at_once_both_ensure_the_survey(store, store_url, monkeypatch):
+    other = open_store(store_url)
+    try:
+        other.ensure_survey("s")
+        other.request_close("s", at=5.0)
+        _not_seen_yet(store, monkeypatch, "SELECT 1 FROM surveys")
+        state = store.ensure_survey("s")  # raised a unique violation: the start failed
+        assert state.state == OPEN and state.close_requested_at == 5.0  # the row is not reset
+    finally:
+        other.close()
+
+
+def test_two_instances_closing_at_once_keep_the_first_marks(store, store_url, monkeypatch):
+    other = open_store(store_url)
+    try:
+        store.ensure_survey("s")
+        assert other.save_close_marks("s", {0: 10, 1: 20}) == {0: 10, 1: 20}
+        _not_seen_yet(store, monkeypatch, "SELECT kafka_partition, kafka_offset FROM close_marks")
+        assert store.save_close_marks("s", {0: 11, 1: 21}) == {0: 10, 1: 20}
+    finally:
+        other.close()

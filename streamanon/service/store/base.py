@@ -215,10 +215,11 @@ class Store(ABC):
 
     # -- surveys -------------------------------------------------------------------------------
     def ensure_survey(self, survey: str) -> SurveyState:
+        # ON CONFLICT: several instances start at once, and another may insert in between
         with self._lock, self._transaction():
             if not self._q("SELECT 1 FROM surveys WHERE id = ?", (survey,)):
-                self._q("INSERT INTO surveys (id, state, updated_at) VALUES (?, ?, ?)",
-                        (survey, OPEN, time.time()))
+                self._q("INSERT INTO surveys (id, state, updated_at) VALUES (?, ?, ?) "
+                        "ON CONFLICT DO NOTHING", (survey, OPEN, time.time()))
         return self.survey_state(survey)
 
     def survey_state(self, survey: str) -> SurveyState:
@@ -265,7 +266,8 @@ class Store(ABC):
             if not self.close_marks(survey):
                 for partition, offset in sorted(marks.items()):
                     self._q("INSERT INTO close_marks (survey, kafka_partition, kafka_offset) "
-                            "VALUES (?, ?, ?)", (survey, int(partition), int(offset)))
+                            "VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                            (survey, int(partition), int(offset)))
         return self.close_marks(survey) or {}
 
     def close_marks(self, survey: str) -> dict[int, int] | None:
