@@ -177,3 +177,48 @@ def test_the_json_format_takes_the_schemas_own_names():
     assert json.loads(producer.sent[-1][2]) == flat
     status, body, _ = submit(intake, json.dumps(submission(1)).encode())  # Kobo's: not flat
     assert status == 422 and body["reason"] in ("missing_field", "unexpected_field")
+
+
+def test_a_schema_written_from_the_xlsform_takes_kobos_submissions(tmp_path):
+    """The form's schema (``streamanon schema from-xlsform``) and KoboToolbox's pushes agree
+    on names: group paths, select_multiple choices as PATH/CHOICE, meta/instanceID."""
+    import contextlib
+    import io
+
+    import openpyxl
+
+    from streamanon.cli import main
+
+    book = openpyxl.Workbook()
+    survey = book.active
+    survey.title = "survey"
+    for row in [("type", "name", "label", "constraint", "required"),
+                ("start", "start", None, None, None),
+                ("begin group", "household", "Household", None, None),
+                ("integer", "age", "Age", ". >= 16 and . <= 110", "yes"),
+                ("integer", "size", "Size", ". >= 1 and . <= 30", "yes"),
+                ("end group", "household", None, None, None),
+                ("select_one edu", "education", "Education", None, "yes"),
+                ("select_multiple svc", "services", "Services", None, None),
+                ("integer", "satisfaction", "Satisfaction", ". >= 1 and . <= 5", "yes")]:
+        survey.append(row)
+    choices = book.create_sheet("choices")
+    choices.append(("list_name", "name", "label"))
+    for name in ("primary", "secondary", "tertiary"):
+        choices.append(("edu", name, name))
+    for name in ("water", "electricity", "gas"):
+        choices.append(("svc", name, name))
+    book.save(tmp_path / "hh.xlsx")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["schema", "from-xlsform", str(tmp_path / "hh.xlsx"), "--qi",
+                     "household/age,household/size,education", "--ordinal", "education",
+                     "--identifier", "meta/instanceID",
+                     "--out", str(tmp_path / "hh.toml")]) == 0
+    fields = tomllib.loads((tmp_path / "hh.toml").read_text())["schema"]
+    sc = parse_config({"surveys": [{"id": "hh", "k": 3, "engine": "mdav", "schema": fields,
+                                    "webhook": {"username": "kobo"}}]}, ENV).surveys[0]
+    for i in range(8):
+        response = from_kobo(submission(i), sc)
+        assert response["meta/instanceID"].startswith("uuid:")
+        assert response["services/gas"] is ("gas" in submission(i)["services"].split())
+        Validator(sc, b"k" * 32).validate(json.dumps(response).encode())
