@@ -200,6 +200,9 @@ class OutputConfig(_Strict):
     directory: Path = Path("releases")
     file_mode: int = 0o640
     directory_mode: int = 0o750
+    # anonymeter's attacks in report.html (streamanon.attacks), measured after the release is
+    # out: seconds of computation a release, and the extra `streamanon[risk]`
+    attacks: bool = False
 
     @field_validator("file_mode", "directory_mode", mode="before")
     @classmethod

@@ -47,6 +47,7 @@ from streamanon.release import (
     decoded_original,
     prepare_stored,
 )
+from streamanon.schema import DROPPED_ROLES, Schema
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.reports import ReleaseReport
 from streamanon.service.store import Records
@@ -152,14 +153,16 @@ def write_risk_page(risk: dict[str, Any], frame: pd.DataFrame, release: pd.DataF
 
 
 def release_risk(frame: pd.DataFrame, release: pd.DataFrame, survey: SurveyConfig,
-                 order: np.ndarray | None, engine: str | None = None) -> dict[str, Any]:
+                 order: np.ndarray | None, engine: str | None = None,
+                 attacks: bool = False) -> dict[str, Any]:
     """The risk and utility measures (:func:`streamanon.risk.measure`) of the ``release`` of
     the stored records ``frame``: aligned (record linkage, interval disclosure) when ``order``
     says which record each released row is (row i is record ``order[i]``), else by
-    distributions only (a release published again from its files after a restart). Under
-    ``attacks``, anonymeter's attacks (:func:`streamanon.attacks.holdout_attack_risk`): every
-    stored record is released, so a share is held out as the control and a release made the
-    same way (``engine``, the survey's k, l and t) from the rest is attacked."""
+    distributions only (a release published again from its files after a restart). With
+    ``attacks`` (``[output] attacks``), anonymeter's attacks
+    (:func:`streamanon.attacks.holdout_attack_risk`): every stored record is released, so a
+    share is held out as the control and a release made the same way (``engine``, the
+    survey's k, l and t) from the rest is attacked."""
     from streamanon.attacks import holdout_attack_risk, not_measured
     from streamanon.risk import measure
 
@@ -168,13 +171,21 @@ def release_risk(frame: pd.DataFrame, release: pd.DataFrame, survey: SurveyConfi
     aligned = original if order is None else original.iloc[order].reset_index(drop=True)
     measures = measure(aligned, release, survey.schema, survey.k, aligned=order is not None,
                        sensitive=list(survey.schema.sensitive)).to_json()
+    if not attacks:
+        measures["attacks"] = not_measured(
+            "off in this service: [output] attacks = true measures them after each release"
+        ).to_json()
+        return measures
     engine = engine or survey.engine
+    # the stored records have no identifier nor ignored fields: the schema of what is there
+    kept = Schema(fields={name: spec for name, spec in survey.schema.fields.items()
+                          if spec.role not in DROPPED_ROLES}, strata=survey.schema.strata)
 
     def made_again(rest: pd.DataFrame) -> pd.DataFrame:
         from streamanon import microaggregate
 
         return microaggregate(
-            rest, survey.k, None if engine == "auto" else engine, schema=survey.schema,
+            rest, survey.k, None if engine == "auto" else engine, schema=kept,
             sensitive=list(survey.schema.sensitive), l=survey.l, t=survey.t, risk=False,
             seed=0, engine_params=survey.engine_params if engine == survey.engine else None
         ).data

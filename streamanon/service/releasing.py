@@ -367,7 +367,7 @@ class Releaser:
                     sc.id, len(sc.quasi_identifiers))), sc)
             risk = report.risk or await self._in_thread(
                 release_risk, frame, table, sc, None if fresh is None else fresh.order,
-                report.engine)
+                report.engine, self.config.output.attacks)
             report = replace(report, risk=risk)
             await self._in_thread(write_risk_page, risk, frame, table, sc, files, self.modes)
         except Exception as exc:
