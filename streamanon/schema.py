@@ -77,6 +77,9 @@ class FieldSpec(BaseModel):
     #: A confidential answer whose disclosure the release must limit beyond k-anonymity:
     #: l-diversity and t-closeness (``streamanon.privacy``) are checked on it.
     sensitive: bool = False
+    #: What the field is, in words (the question asked): the variable label of an SPSS or
+    #: Stata release (``streamanon.spss_stata``), which otherwise is the field's name.
+    description: str | None = None
 
     def bounds_text(self) -> str:
         """The declared bounds in words: ``outside its bounds (min 16, max 80)``."""
