@@ -136,7 +136,7 @@ def level_codes(series: pd.Series, levels: Sequence[Any], column: str) -> pd.Ser
     import pandas as pd
 
     values = series.astype(object).where(series.notna(), None)
-    codes = pd.Categorical(values, categories=pd.Index(list(levels), dtype=object)).codes
+    codes = pd.Index(list(levels), dtype=object).get_indexer(values)
     stray = (codes < 0) & series.notna().to_numpy()
     if stray.any():
         raise InputError(f"column {column!r}: {int(stray.sum()):,} value(s) not among its "

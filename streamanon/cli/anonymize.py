@@ -195,6 +195,12 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
     else:
         described = quick
     frame = read_table(args.input)
+    if table_format(args.out) in (".sav", ".dta"):  # before the run, not after it
+        from streamanon.spss_stata import variable_names
+
+        dropped = described["schema"].dropped if args.schema is not None else args.drop
+        variable_names([c for c in map(str, frame.columns) if c not in dropped],
+                       table_format(args.out))
     outside = None
     if args.schema is None:
         _check_roles(frame, args)
