@@ -17,6 +17,7 @@ from simulations.survey_data import SURVEY_SCHEMA, make_survey, write_schema_tom
 from streamanon.cli import main
 from streamanon.io import write_table
 from streamanon.metrics import check_table_k_anonymity
+from tests.docs_pages import block, commands, page, section
 
 N = 400
 K = 5
@@ -127,3 +128,40 @@ def test_columns_that_would_share_a_name_are_refused_before_the_run(tmp_path):
     assert "'a b' and 'a_b' both become the Stata variable 'a_b'" in stderr
     assert len(stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_the_documented_commands_run(tmp_path, monkeypatch):
+    """The commands of "Releases for SPSS, Stata, R and pandas" in guide/survey-data.md, as
+    written there, on the synthetic survey and schema that ``simulations.survey_data`` writes."""
+    shown = section(page("guide/survey-data.md"), "Releases for SPSS, Stata, R and pandas")
+    lines = [line.split() for line in commands(block(shown, "sh"))]
+    assert [words[:2] for words in lines] == [["streamanon", "anonymize"]] * 2 + [
+        ["streamanon", "verify"]]
+    write_table(make_survey(500, seed=0), tmp_path / "survey.csv")
+    write_schema_toml(tmp_path / "schema.toml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STREAMANON_DATA_DIR", str(tmp_path / "data"))
+    outputs = []
+    for words in lines:
+        status, stdout, stderr = run(words[1:])
+        assert status == 0, stderr
+        outputs.append(stdout)
+    assert "5-anonymous (500 records" in outputs[2]
+    for name in ("release.sav", "release.dta"):
+        assert len(_read(tmp_path / name)[0]) == 500
+
+
+def test_an_spss_or_stata_file_is_also_an_input(releases, tmp_path):
+    """``anonymize`` reads a labelled file as its values: the Stata release, released again."""
+    folder = releases["folder"]
+    schema = {name: spec for name, spec in releases["schema"].items()
+              if spec["role"] not in ("identifier", "ignore")}
+    schema["household_size"] = schema.pop(PATH_NAME)
+    write_schema_toml(tmp_path / "schema.toml", schema)
+    status, stdout, stderr = run([
+        "anonymize", str(folder / "release.dta"), "--schema", str(tmp_path / "schema.toml"),
+        "--k", str(K), "--out", str(tmp_path / "again.parquet"), "--no-progress"])
+    assert status == 0, stderr
+    again = pd.read_parquet(tmp_path / "again.parquet")
+    assert len(again) == N
+    assert set(again["education"].dropna()) <= set(schema["education"]["levels"])
