@@ -21,7 +21,9 @@ Roles: ``identifier`` (removed from the release; the service keeps only its HMAC
 ``quasi_identifier`` (microaggregated), ``confidential`` (published unchanged), ``label``
 (the service's published label; a confidential column elsewhere), ``weight`` (a sampling
 weight: weighted cell means, published unchanged), ``ignore`` (removed; the service accepts
-and discards it). Pure: no I/O but :func:`load_schema`, which reads the file it is given.
+and discards it). Any field may have a ``description`` (the question asked): the variable label
+of an SPSS or Stata release (``streamanon.spss_stata``). Pure: no I/O but :func:`load_schema`,
+which reads the file it is given.
 """
 
 from __future__ import annotations
