@@ -48,7 +48,7 @@ def releases(tmp_path_factory) -> dict[str, object]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("STREAMANON_DATA_DIR", str(folder / "data"))
         for fmt in ("parquet", "sav", "dta"):
-            status, stdout, stderr = run([
+            status, _, stderr = run([
                 "anonymize", str(folder / "survey.csv"), "--schema", str(folder / "schema.toml"),
                 "--k", str(K), "--out", str(folder / f"release.{fmt}"), "--seed", "7",
                 "--no-progress"])
@@ -158,7 +158,7 @@ def test_an_spss_or_stata_file_is_also_an_input(releases, tmp_path):
               if spec["role"] not in ("identifier", "ignore")}
     schema["household_size"] = schema.pop(PATH_NAME)
     write_schema_toml(tmp_path / "schema.toml", schema)
-    status, stdout, stderr = run([
+    status, _, stderr = run([
         "anonymize", str(folder / "release.dta"), "--schema", str(tmp_path / "schema.toml"),
         "--k", str(K), "--out", str(tmp_path / "again.parquet"), "--no-progress"])
     assert status == 0, stderr
