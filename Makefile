@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "[set-up 2/2] installing streamanon and its dependencies into $(VENV) (1 to 4 minutes on a fresh machine; pip's own progress follows)"
 	$(BIN)/python -m pip install --progress-bar on -e '.[test,docs]'
+	@echo "[set-up] the risk extra (anonymeter's attacks in the report): anonymeter without its numpy < 1.27 and pyarrow < 22 pins, which would take numpy back to 1.26 (it runs on numpy 2: tests/test_attacks.py)"
+	$(BIN)/python -m pip install --progress-bar on 'polars>=1.8'
+	$(BIN)/python -m pip install --progress-bar on --no-deps 'anonymeter>=1.1'
 	touch $(STAMP)
 	@echo "[set-up] done: $(VENV) is ready"
 

@@ -31,6 +31,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+#: :meth:`PowerLaw.fit_upper`: the sizes within this factor of the largest are fitted.
+UPPER_SPAN = 4.0
+
 
 @dataclass(frozen=True)
 class PowerLaw:
@@ -74,6 +77,19 @@ class PowerLaw:
         residual = float(np.sqrt(np.mean((y - (log_a + b * x)) ** 2)))
         return cls(a=float(math.exp(log_a)), b=float(b), residual=residual, points=int(x.size),
                    log_n_mean=float(x.mean()), log_n_ss=float(np.sum((x - x.mean()) ** 2)))
+
+    @classmethod
+    def fit_upper(cls, ns: Sequence[float], seconds: Sequence[float],
+                  span: float = UPPER_SPAN) -> PowerLaw:
+        """:meth:`fit` on the samples within a factor ``span`` of the largest size (at least
+        the three largest sizes): the model is used upward, at base runs larger than any
+        sample, and an engine's exponent grows with n (once the data leave the caches, MDAV's
+        went from about 1.3 below 50,000 records to about 2 above 200,000), so the small sizes
+        would pull the extrapolation down."""
+        sizes = sorted(set(ns))
+        floor = min(max(sizes) / span, sizes[-3] if len(sizes) >= 3 else sizes[0])
+        kept = [(n, t) for n, t in zip(ns, seconds, strict=True) if n >= floor]
+        return cls.fit(*zip(*kept, strict=True))
 
     @classmethod
     def quadratic(cls, t_ref: float, n: float) -> PowerLaw:
@@ -284,7 +300,19 @@ def calibrate(
             break
         n = next_n
     ns, ts = zip(*samples, strict=True)
-    return Calibration(model=PowerLaw.fit(ns, ts), samples=samples)
+    return Calibration(model=PowerLaw.fit_upper(ns, ts), samples=samples)
+
+
+def time_engine(engine: Callable[[np.ndarray, int], Any], m: int, k: int, n: int, *,
+                seed: int = 0, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds of one ``engine(X, k)`` run on ``n`` x ``m`` standard Gaussian data, as
+    :func:`calibrate` times it (after a tiny warm-up run)."""
+    rng = np.random.default_rng(seed)
+    engine(rng.standard_normal((max(3 * k, 8), m)), k)
+    X = rng.standard_normal((n, m))
+    started = clock()
+    engine(X, k)
+    return max(clock() - started, 1e-9)
 
 
 def default_store_path() -> Path:
@@ -363,6 +391,20 @@ class CostModelStore:
         fresh = [(n, t, "calibration") for n, t in calibration.samples]
         return self._refit(engine, m, k, params, fresh + runs)
 
+    def extend(self, engine: str, m: int, k: int, n: int, seconds: float,
+               params: Mapping[str, Any] | None = None) -> PowerLaw | None:
+        """Add a calibration sample (``engine`` timed alone on ``n`` records, e.g. by
+        :func:`time_engine` at a larger size than the calibration reached) and refit."""
+        samples = self.samples(engine, m, k, params)
+        return self._refit(engine, m, k, params,
+                           [*samples, (int(n), float(seconds), "calibration")])
+
+    def largest_calibrated(self, engine: str, m: int, k: int,
+                           params: Mapping[str, Any] | None = None) -> int:
+        """The largest size timed by calibration (0: none)."""
+        return max((n for n, _, src in self.samples(engine, m, k, params)
+                    if src == "calibration"), default=0)
+
     def observe(self, engine: str, m: int, k: int, n: int, seconds: float,
                 params: Mapping[str, Any] | None = None) -> PowerLaw | None:
         """Record a real run of ``seconds`` on ``n`` records and refit (when two sizes exist)."""
@@ -385,7 +427,7 @@ class CostModelStore:
         runs = [(n, t) for n, t, src in samples if src == "run"]
         model = None
         if len({n for n, _ in calibration}) >= 2:
-            model = PowerLaw.fit(*zip(*calibration, strict=True)).observed(
+            model = PowerLaw.fit_upper(*zip(*calibration, strict=True)).observed(
                 runs[-self.contention_runs:])
         elif len({n for n, _, _ in samples}) >= 2:
             model = PowerLaw.fit([s[0] for s in samples], [s[1] for s in samples])

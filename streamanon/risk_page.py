@@ -90,6 +90,7 @@ def render(measures: Mapping[str, Any], original: pd.DataFrame, release: pd.Data
         _verdict_section(sentences, warnings),
         _risk_section(measures, settings),
         _sensitive_section(measures, settings),
+        _attacks_section(measures.get("attacks")),
         _utility_section(measures),
         _distributions_section(measures, original, release, schema, int(settings["k"])),
         _correlations_section(measures),
@@ -293,6 +294,42 @@ def _risk_section(measures: Mapping[str, Any], settings: Mapping[str, Any]) -> s
             f'{attacks}'
             '</table>' + (f"<p>{_e(UNLINKED)}</p>" if risk.get("record_linkage") is None
                           else "") + '</section>')
+
+
+def _attacks_section(attacks: Mapping[str, Any] | None) -> str:
+    """anonymeter's three risks with their intervals, each with what it means; or why they
+    were not measured."""
+    from streamanon.attacks import CONFIDENCE, MEANINGS
+
+    head = ('<section id="attacks"><h2>Attacks (anonymeter)</h2><p>Each attack uses the '
+            'release as the intruder\'s only source and is run twice: on the respondents it '
+            'was made from and on a control, people of the same population whose records were '
+            'not released. The risk is how much better it does on the respondents than on the '
+            'control (0: no better, 1: it always succeeds where it fails on the control), with '
+            'its confidence interval.</p>')
+    if not attacks or not attacks.get("measured"):
+        why = (attacks or {}).get("reason") or "not asked"
+        return f'{head}<p class="not-measured">Not measured: {_e(why)}.</p></section>'
+    rows = []
+    for key, label, risk in (
+            ("singling_out", "singling out", attacks.get("singling_out")),
+            ("linkability", "linkability", attacks.get("linkability")),
+            *(("inference", f"inference of {name}", r)
+              for name, r in attacks.get("inference", {}).items())):
+        if risk is None:
+            continue
+        control = NONE if risk.get("control_rate") is None else _pct(risk["control_rate"])
+        rows.append(f'<tr><th>{_e(label)}</th><td>{_pct(risk["value"])}</td>'
+                    f'<td>{_pct(risk["low"])} to {_pct(risk["high"])}</td>'
+                    f'<td>{_pct(risk["attack_rate"])}</td><td>{control}</td>'
+                    f'<td class="text">{_e(MEANINGS[key])}</td></tr>')
+    level = f"{100 * float(attacks.get('confidence', CONFIDENCE)):g} %"
+    notes = "".join(f"<p>{_e(n)}</p>" for n in attacks.get("notes", []))
+    return (f'{head}<p>Control: {_e(attacks["control"])}. {attacks["n_attacks"]:,} attacks '
+            f'each on {attacks["n_original"]:,} released and {attacks["n_control"]:,} control '
+            f'records.</p><table><tr><th>attack</th><th>risk</th><th>{level} interval</th>'
+            '<th>success on respondents</th><th>success on control</th>'
+            f'<th>what it means</th></tr>{"".join(rows)}</table>{notes}</section>')
 
 
 def _sensitive_section(measures: Mapping[str, Any], settings: Mapping[str, Any]) -> str:

@@ -138,3 +138,6 @@ def test_the_privacy_commands_run(tmp_path, subprocesses):
         outputs.append(result.stdout + result.stderr)
     assert "q1: l = " in outputs[1] and "5-anonymous" in outputs[2]
     assert (tmp_path / "release.report.html").stat().st_size > 10_000
+    # anonymeter's attacks, 600 of the 3,000 records held out (the page's "Attacks" section)
+    assert "attacks (anonymeter): singling out " in outputs[3], outputs[3]
+    assert "20 % of 3,000 records held out" in outputs[3]

@@ -60,6 +60,9 @@ RUN_BY = [
     ("guide/survey-data.md", r"python -m simulations\.survey_data|streamanon (anonymize|verify) "
      r"(survey\.csv|release\.parquet)", "tests/test_commands.py"
      "::test_the_survey_data_commands_run", '"guide/survey-data.md"'),
+    ("guide/survey-data.md", r"streamanon schema from-xlsform plots\.xlsx|streamanon "
+     r"(anonymize|verify) plots\.", "tests/cli/test_schema.py"
+     "::test_the_xlsform_commands_release_a_real_form_k_anonymously", '"From an XLSForm"'),
     ("guide/privacy.md", r".*", "tests/test_commands.py::test_the_privacy_commands_run",
      '"guide/privacy.md"'),
     ("benchmarks/mdav.md", r"make bench BENCH_ARGS=", "tests/test_commands.py"

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from streamanon import __version__
-from streamanon.cli import anonymize, plan, report, serve, simulate, verify
+from streamanon.cli import anonymize, plan, report, schema, serve, simulate, verify
 from streamanon.errors import StreamanonError
 
 EXIT_CHECK_FAILED = 1
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     anonymize.register(sub)
     verify.register(sub)
     report.register(sub)
+    schema.register(sub)
     plan.register(sub)
     serve.register(sub)
     simulate.register(sub)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from streamanon.cli._args import columns, positive_int, share
-from streamanon.errors import InputError
+from streamanon.errors import InputError, StreamanonError
 
 EXIT_CHECK_FAILED = 1
 
@@ -36,6 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
             "it has as many records and the same key), and the page says so; without one "
             "they are not measured. The engine, and l and t unless given, are read from the "
             "same report.json. "
+            "With anonymeter installed (pip install 'streamanon[risk]'), the page also gives "
+            "the singling-out, linkability and attribute-inference risks of anonymeter's "
+            "attacks with 95 % intervals, measured against a control: records of the same "
+            "population that were not released (--control FILE), else 20 % of ORIGINAL "
+            "(at most 10,000 records, drawn at random) held out while a release is made the "
+            "same way (same engine, k, l, t) from the rest; at least 200 control records, "
+            "so 1,000 in ORIGINAL without --control. "
             "Exit status 0 if the release has no warning (k-anonymous, no sample unique, the "
             "l and t asked), 1 if it has one; the page is written either way."
         ),
@@ -54,6 +61,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "the release's, from its report.json)")
     rp.add_argument("--sensitive", type=columns, default=[], metavar="COLS",
                     help="comma-separated sensitive columns, besides the schema's")
+    rp.add_argument("--control", metavar="FILE", default=None,
+                    help="records of the same population that are not in ORIGINAL and were "
+                         "never released (.csv or .parquet, ORIGINAL's columns): anonymeter's "
+                         "attacks then target RELEASE itself (default: hold out 20 %% of "
+                         "ORIGINAL and attack a release made the same way from the rest)")
+    rp.add_argument("--no-attacks", action="store_true",
+                    help="leave out anonymeter's attacks (seconds on 10,000 records)")
     rp.add_argument("--out", metavar="FILE", default=None,
                     help="the page (default: RELEASE_STEM.report.html next to the release)")
     rp.set_defaults(handler=cmd_report)
@@ -69,7 +83,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else release_path.with_name(
         release_path.stem + ".report.html")
     for given, what in ((args.original, "the original"), (args.release, "the release"),
-                        (args.schema, "the schema")):
+                        (args.schema, "the schema"), (args.control, "the control")):
+        if given is None:
+            continue
         if same_file(given, out):
             raise InputError(f"--out {out} is {what} file; the report would overwrite it: "
                              "choose another output")
@@ -101,6 +117,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         settings["record linkage and interval disclosure"] = source
         linkage_line = (f"record linkage {_pct(aligned['record_linkage'])}, interval "
                         f"disclosure {_pct(aligned['interval_disclosure'])}: {source}")
+    measures["attacks"] = _attacks(args, original, release, schema, sensitive, settings,
+                                   made).to_json()
     page = render(measures, original, release, schema, settings)
     atomic_write(out, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
     warnings = [s.text for s in verdict(measures, settings) if s.warning]
@@ -110,9 +128,55 @@ def cmd_report(args: argparse.Namespace) -> int:
           f"{100 * measures['risk']['before']['sample_uniques']:.1f} %), "
           f"{len(warnings)} warning(s)")
     print(linkage_line)
+    print(_attacks_line(measures["attacks"]))
     for text in warnings:
         print(f"streamanon: warning: {text}", file=sys.stderr)
     return EXIT_CHECK_FAILED if warnings else 0
+
+
+def _attacks(args: argparse.Namespace, original: Any, release: Any, schema: Any,
+             sensitive: list[str], settings: dict[str, Any], made: dict[str, Any]) -> Any:
+    """anonymeter's attacks: on RELEASE with --control, else on a release made the same way
+    from ORIGINAL less a held-out control; not measured with --no-attacks."""
+    from streamanon.attacks import attack_risk, holdout_attack_risk, not_measured
+    from streamanon.io import read_table
+
+    if args.no_attacks:
+        return not_measured("--no-attacks was given")
+    secrets = sensitive or None
+    if args.control is not None:
+        control = read_table(args.control)
+        return attack_risk(original, release, control, schema, secrets=secrets,
+                           control_text=f"the {len(control):,} records of {args.control}, "
+                                        "not released")
+
+    def made_again(rest: Any) -> Any:
+        from streamanon import microaggregate
+
+        return microaggregate(rest, args.k, made.get("engine"), schema=schema,
+                              sensitive=sensitive, l=settings["l"], t=settings["t"],
+                              risk=False, seed=0, engine_params=made.get("params")).data
+
+    try:
+        return holdout_attack_risk(original, schema, args.k, made_again, secrets=secrets)
+    except StreamanonError as exc:
+        return not_measured(f"the release could not be made again from the records not held "
+                            f"out: {exc}")
+
+
+def _attacks_line(attacks: dict[str, Any]) -> str:
+    if not attacks["measured"]:
+        return f"attacks (anonymeter): not measured ({attacks['reason']})"
+    parts = [f"{label} {_interval(attacks[key])}" for key, label in
+             (("singling_out", "singling out"), ("linkability", "linkability"))
+             if attacks[key] is not None]
+    parts += [f"inference of {name} {_interval(r)}" for name, r in attacks["inference"].items()]
+    return f"attacks (anonymeter): {', '.join(parts)}; control: {attacks['control']}"
+
+
+def _interval(risk: dict[str, float]) -> str:
+    return (f"{100 * risk['value']:.1f} % ({100 * risk['low']:.1f} to "
+            f"{100 * risk['high']:.1f} %)")
 
 
 def _release_report(release: Path, n: int) -> tuple[dict[str, Any], Path | None, str]:

@@ -9,6 +9,8 @@ TOML file:
 - ``STREAMANON_HMAC_KEY`` or ``STREAMANON_HMAC_KEY_FILE``
 - ``STREAMANON_HTTP_TOKEN`` or ``STREAMANON_HTTP_TOKEN_FILE``
 - ``STREAMANON_KAFKA_SASL_PASSWORD`` or ``STREAMANON_KAFKA_SASL_PASSWORD_FILE`` (with SASL)
+- ``STREAMANON_WEBHOOK_PASSWORD`` or ``STREAMANON_WEBHOOK_PASSWORD_FILE`` (the HTTP Basic
+  password of the submissions endpoint, when a survey has ``[surveys.webhook]``)
 
 Any other key of the sections ``kafka``, ``store``, ``output``, ``http``, ``planner`` and
 ``compute`` can be overridden with ``STREAMANON_<SECTION>_<KEY>``, e.g.
@@ -55,6 +57,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+class WebhookConfig(_Strict):
+    """``[surveys.webhook]``: submissions over HTTP (``streamanon.service.webhook``)."""
+
+    # "kobo": KoboToolbox REST Services JSON; "json": a flat object with the schema's names
+    format: Literal["kobo", "json"] = "kobo"
+    username: str = Field(min_length=1)  # HTTP Basic; the password from the environment
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=16 * 1024 * 1024)
+    # per client (address): a token bucket of `burst` submissions refilled at this rate
+    rate_per_second: float = Field(default=100.0, gt=0)
+    burst: int = Field(default=500, ge=1)
+    # behind a reverse proxy: the client is the address the proxy appended to X-Forwarded-For
+    forwarded_for: bool = False
+
+
 class SurveyConfig(_Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     close: datetime | Literal["on-command"] = "on-command"
@@ -89,6 +105,7 @@ class SurveyConfig(_Strict):
     # l-diversity and t-closeness of every cell, merged at close where needed; the gate checks.
     l: int | None = Field(default=None, ge=1)  # noqa: E741 (the model's name)
     t: float | None = Field(default=None, ge=0, le=1)
+    webhook: WebhookConfig | None = None
 
     @field_validator("deadline", mode="before")
     @classmethod
@@ -284,6 +301,7 @@ class Config(_Strict):
     hmac_key: bytes = Field(default=b"", exclude=True, repr=False)
     http_token: str = Field(default="", exclude=True, repr=False)
     kafka_sasl_password: str = Field(default="", exclude=True, repr=False)
+    webhook_password: str = Field(default="", exclude=True, repr=False)
 
     def kafka_options(self) -> dict[str, Any]:
         """Connection keyword arguments for every Kafka client, kafka-python's and aiokafka's
@@ -415,7 +433,8 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
     env = os.environ if env is None else env
     raw = {key: (dict(value) if isinstance(value, dict) else value) for key, value in raw.items()}
     problems = [f"{where}: secrets must not be in the configuration file; use the environment "
-                "(STREAMANON_HMAC_KEY[_FILE], STREAMANON_HTTP_TOKEN[_FILE])"
+                "(STREAMANON_HMAC_KEY[_FILE], STREAMANON_HTTP_TOKEN[_FILE], "
+                "STREAMANON_WEBHOOK_PASSWORD[_FILE])"
                 for where in _secret_keys(raw)]
     _apply_env(raw, env)
     hmac_key = _read_secret(env, "HMAC_KEY", problems)
@@ -427,6 +446,7 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
     if require_secrets and not http_token:
         problems.append("STREAMANON_HTTP_TOKEN: not set (needed by the control endpoints)")
     sasl_password = _read_secret(env, "KAFKA_SASL_PASSWORD", problems)
+    webhook_password = _read_secret(env, "WEBHOOK_PASSWORD", problems)
     config = None
     try:
         config = Config.model_validate(raw)
@@ -435,6 +455,13 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
             problems.append(f"{_location(err['loc'], raw)}: {err['msg']}")
     if config is not None:
         problems += _kafka_security_problems(config.kafka, sasl_password, require_secrets)
+        hooks = [s.id for s in config.surveys if s.webhook is not None]
+        if hooks and require_secrets and not webhook_password:
+            problems.append(f"STREAMANON_WEBHOOK_PASSWORD: not set (the submissions endpoint "
+                            f"of survey(s) {', '.join(hooks)} needs it)")
+        elif hooks and webhook_password and len(webhook_password) < 12:
+            problems.append("STREAMANON_WEBHOOK_PASSWORD: too short, use at least 12 "
+                            "characters")
         engines = {e.name: e for e in available_engines()}
         stages = {s.name for s in available_stages()}
         seen: set[str] = set()
@@ -509,13 +536,16 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
                                     "record needs one)")
                 if spec.role == "identifier" and spec.type not in (None, "str", "int"):
                     problems.append(f"{key}.type: an identifier is str or int")
-                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name):
-                    problems.append(f"{key}: field names must be identifiers")
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*(/[A-Za-z_][A-Za-z0-9_.-]*)*",
+                                    name):
+                    problems.append(f"{key}: field names must be identifiers, or group paths "
+                                    "of identifiers (household/age)")
     if problems:
         raise ConfigError(problems, source)
     assert config is not None
     return config.model_copy(update={"hmac_key": hmac_key.encode(), "http_token": http_token,
-                                     "kafka_sasl_password": sasl_password})
+                                     "kafka_sasl_password": sasl_password,
+                                     "webhook_password": webhook_password})
 
 
 def _kafka_security_problems(kafka: KafkaConfig, sasl_password: str,

@@ -114,12 +114,9 @@ async def _as_taken(ends: dict[int, int]) -> dict[int, int]:
     return ends
 
 
-# -- work done in the compute process (module level, so it pickles) -----------------------------
-
-
 def warm_up_compute() -> bool:
     """Load the compiled kernels (the refinement's too) in the compute process before they
-    are needed."""
+    are needed (module level, so it pickles)."""
     Z = np.random.default_rng(0).standard_normal((60, 2))
     TwoStageRun(5, "mdav", "nn_split_end", refine=1.0).run(Z, 40)
     return True
@@ -251,6 +248,8 @@ class Service:
             await self.coordinator.halt()
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
+        for measuring in self._measuring.values():  # and the calibration's reach
+            measuring.cancel()
         for rt in self.surveys.values():
             for task in (rt.base_task, rt.close_task):
                 if task is not None and not task.done():
@@ -314,7 +313,7 @@ class Service:
         """Wait until survey ``sid`` is planned with cost models measured on this machine."""
         task = self._measuring.get(sid)
         if task is not None:
-            await asyncio.shield(task)
+            await self.survey_planner.wait_measured(sid, task)
 
     def _background(self, coro: Any, what: str) -> asyncio.Task:
         """Run ``coro`` beside the service; if it fails, the failure is logged with ``what``

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from scheduler import live
@@ -34,6 +34,7 @@ from scheduler.cost_model import (
     calibrate,
     incremental_cost_model,
     stage_cost_model,
+    time_engine,
 )
 from scheduler.planner import Plan
 from scheduler.quality import expected_delta
@@ -41,6 +42,12 @@ from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.runtime import SurveyRuntime
 
 log = logging.getLogger(__name__)
+
+
+#: :meth:`SurveyPlanner.extend`: calibrate up to within this factor of the planned base run,
+#: with timings of at most this share of the time left before the base start.
+EXTEND_REACH = 2.0
+EXTEND_SHARE = 0.25
 
 
 class SurveyPlanner:
@@ -63,6 +70,7 @@ class SurveyPlanner:
         self._options: dict[str, list[Option]] = {}  # engine = "auto": the candidates
         #: The surveys planned with provisional models until the measured ones are adopted.
         self.provisional: set[str] = set()
+        self._measured: dict[str, asyncio.Event] = {}  # set when the models are measured
 
     def observe_base(self, sc: SurveyConfig, n: int, seconds: float) -> None:
         """A base run of ``n`` records took ``seconds``: a sample of its engine's cost model
@@ -108,16 +116,79 @@ class SurveyPlanner:
         in ``pool`` (the compute process: bounded by ``planner.calibration_seconds`` an
         engine), then plan with them; until then the survey is planned with the stored or
         provisional ones, and says so."""
-        if sc.id not in self.provisional:
-            return
-        log.info("survey %s: planning with stored and provisional cost models until they "
-                 "are measured on this machine", sc.id)
-        started = time.perf_counter()
-        models, options = await asyncio.get_running_loop().run_in_executor(
-            pool, measured_models, self.config, sc)
-        self.adopt(sc.id, models, options)
-        log.info("survey %s: cost models measured in %.1f s; the planner uses them from now",
-                 sc.id, time.perf_counter() - started)
+        if sc.id in self.provisional:
+            log.info("survey %s: planning with stored and provisional cost models until they "
+                     "are measured on this machine", sc.id)
+            started = time.perf_counter()
+            models, options = await asyncio.get_running_loop().run_in_executor(
+                pool, measured_models, self.config, sc)
+            self.adopt(sc.id, models, options)
+            log.info("survey %s: cost models measured in %.1f s; the planner uses them from "
+                     "now", sc.id, time.perf_counter() - started)
+        self._measured_event(sc.id).set()
+        await self.extend(sc, pool)
+
+    def _measured_event(self, sid: str) -> asyncio.Event:
+        return self._measured.setdefault(sid, asyncio.Event())
+
+    async def wait_measured(self, sid: str, task: asyncio.Future) -> None:
+        """Until survey ``sid`` is planned with measured models (:meth:`measure`, run as
+        ``task``; its failure is raised here)."""
+        waiter = asyncio.ensure_future(self._measured_event(sid).wait())
+        await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+    async def extend(self, sc: SurveyConfig, pool: Executor) -> None:
+        """While the survey is open and its base run not started, time its engine at twice
+        the largest calibrated size as long as the planned base run is more than
+        :data:`EXTEND_REACH` times larger, and the timing is predicted to take at most
+        :data:`EXTEND_SHARE` of the time left before the planned base start; each timing is
+        a calibration sample (:meth:`CostModelStore.extend`), and the models are refitted.
+        An engine's exponent grows with n, so a model calibrated on small sizes under-predicts
+        a large base run; this brings the calibration to the base run's size while the
+        compute process has nothing else to do."""
+        loop = asyncio.get_running_loop()
+        while (step := self._next_extension(sc)) is not None:
+            engine, n, selects = step
+            seconds = await loop.run_in_executor(pool, timed_at, sc, engine, n)
+            self.cost_models.extend(engine, len(sc.quasi_identifiers), sc.k, n, seconds,
+                                    selects)
+            models, options = await loop.run_in_executor(pool, measured_models,
+                                                         self.config, sc)
+            self.adopt(sc.id, models, options)
+            log.info("survey %s: %s timed on %d records (%.1f s) for a base run of about %d; "
+                     "the cost model is refitted", sc.id, engine, n, seconds,
+                     self._base_size(sc.id), extra={"survey": sc.id})
+
+    def _base_size(self, sid: str) -> int:
+        plan = self.surveys[sid].last_plan
+        return 0 if plan is None else int(plan.n_total * (1.0 - plan.nu))
+
+    def _next_extension(self, sc: SurveyConfig) -> tuple[str, int, dict[str, Any]] | None:
+        """(engine, size, model parameters) of the next timing, or None: enough, or no time."""
+        from streamanon.engines import model_parameters
+
+        rt = self.surveys.get(sc.id)
+        plan = None if rt is None else rt.last_plan
+        close_at = sc.close_at
+        if rt is None or plan is None or close_at is None or rt.base_task is not None \
+                or rt.ingest.closed_at is not None or plan.mode == "one-shot":
+            return None
+        engine = rt.config.engine if rt.config.engine != "auto" else plan.engine
+        if engine is None or engine == "auto":
+            return None
+        selects = model_parameters(engine, sc.engine_params if engine == sc.engine else {})
+        m = len(sc.quasi_identifiers)
+        largest = self.cost_models.largest_calibrated(engine, m, sc.k, selects)
+        model = self.cost_models.get(engine, m, sc.k, selects)
+        n = 2 * largest
+        left = (close_at - datetime.now(timezone.utc)).total_seconds() - plan.head_start
+        if not largest or model is None or largest * EXTEND_REACH >= self._base_size(sc.id) \
+                or model(n) > EXTEND_SHARE * left:
+            return None
+        return engine, n, selects
 
     def models_for(self, sc: SurveyConfig, *, measure: bool = True,
                    ) -> tuple[tuple[PowerLaw, Any], list[Option] | None]:
@@ -333,6 +404,17 @@ def provisional_incremental(stage: str, base: PowerLaw, k: int,
                             split: PowerLaw | None) -> Any:
     """The incremental cost model of ``stage`` before the stage is timed."""
     return stage_cost_model(stage, base, k, PROVISIONAL_NN_C * base.contention, split)
+
+
+def timed_at(sc: SurveyConfig, engine: str, n: int) -> float:
+    """Seconds of ``engine`` (with the survey's parameters when it is the survey's engine)
+    on ``n`` Gaussian records of the survey's width: a calibration sample
+    (:meth:`SurveyPlanner.extend`). Run in the compute process."""
+    from streamanon.engines import get_engine
+
+    params = sc.engine_params if engine == sc.engine else {}
+    return time_engine(functools.partial(get_engine(engine).function, **params),
+                       len(sc.quasi_identifiers), sc.k, n)
 
 
 def measured_models(config: Config, sc: SurveyConfig,

@@ -158,19 +158,40 @@ def write_risk_page(risk: dict[str, Any], frame: pd.DataFrame, release: pd.DataF
 
 
 def release_risk(frame: pd.DataFrame, release: pd.DataFrame, survey: SurveyConfig,
-                 order: np.ndarray | None) -> dict[str, Any]:
+                 order: np.ndarray | None, engine: str | None = None) -> dict[str, Any]:
     """The risk and utility measures (:func:`streamanon.risk.measure`) of the ``release`` of
     the stored records ``frame``: aligned (record linkage, interval disclosure) when ``order``
     says which record each released row is (row i is record ``order[i]``), else by
-    distributions only (a release published again from its files after a restart)."""
+    distributions only (a release published again from its files after a restart). Under
+    ``attacks``, anonymeter's attacks (:func:`streamanon.attacks.holdout_attack_risk`): every
+    stored record is released, so a share is held out as the control and a release made the
+    same way (``engine``, the survey's k, l and t) from the rest is attacked."""
+    from streamanon.attacks import holdout_attack_risk, not_measured
     from streamanon.risk import measure
 
     prepared = prepare_stored(frame, survey.schema, survey.k)
     original = decoded_original(frame, prepared)
-    if order is not None:
-        original = original.iloc[order].reset_index(drop=True)
-    return measure(original, release, survey.schema, survey.k, aligned=order is not None,
-                   sensitive=list(survey.schema.sensitive)).to_json()
+    aligned = original if order is None else original.iloc[order].reset_index(drop=True)
+    measures = measure(aligned, release, survey.schema, survey.k, aligned=order is not None,
+                       sensitive=list(survey.schema.sensitive)).to_json()
+    engine = engine or survey.engine
+
+    def made_again(rest: pd.DataFrame) -> pd.DataFrame:
+        from streamanon import microaggregate
+
+        return microaggregate(
+            rest, survey.k, None if engine == "auto" else engine, schema=survey.schema,
+            sensitive=list(survey.schema.sensitive), l=survey.l, t=survey.t, risk=False,
+            seed=0, engine_params=survey.engine_params if engine == survey.engine else None
+        ).data
+
+    try:
+        attacks = holdout_attack_risk(original, survey.schema, survey.k, made_again)
+    except StreamanonError as exc:  # the message may hold a value: its kind only
+        attacks = not_measured(f"the release could not be made again from the records not "
+                               f"held out ({type(exc).__name__})")
+    measures["attacks"] = attacks.to_json()
+    return measures
 
 
 def sha256_file(path: Path) -> str:

@@ -369,7 +369,8 @@ class Releaser:
                 await self._in_store(lambda: self.store.load_records(
                     sc.id, len(sc.quasi_identifiers))), sc)
             risk = report.risk or await self._in_thread(
-                release_risk, frame, table, sc, None if fresh is None else fresh.order)
+                release_risk, frame, table, sc, None if fresh is None else fresh.order,
+                report.engine)
             report = replace(report, risk=risk)
             await self._in_thread(write_risk_page, risk, frame, table, sc, files, self.modes)
         except Exception as exc:

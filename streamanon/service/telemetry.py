@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from streamanon.service.health import PARTS, PartHealth
@@ -58,6 +58,10 @@ METRICS: dict[str, tuple[str, str]] = {
     "streamanon_publish_seconds": ("histogram", "Time to publish a release to Kafka"),
     "streamanon_close_to_release_seconds": ("histogram", "From close to the published release"),
     "streamanon_release_distortion": ("histogram", "Distortion D = SSE/SST of each release"),
+    "streamanon_webhook_submissions": ("counter", "Submissions to the HTTP endpoint "
+                                       "(streamanon.service.webhook), by outcome: accepted, "
+                                       "invalid (dead-lettered), unauthorized, rate_limited, "
+                                       "too_large, unavailable"),
     "streamanon_component_up": ("gauge", "1 while the part (collector, compute, store, "
                                 "publisher, broker) is healthy, 0 once it was found down"),
     "streamanon_component_failures": ("counter", "Times the part failed: found down by a "
@@ -102,6 +106,13 @@ class Telemetry:
                             buckets=_DISTORTION_BUCKETS if "distortion" in name
                             else _SECONDS_BUCKETS)
             for name, (kind, _) in METRICS.items() if kind == "histogram"}
+        self.submissions = Counter("streamanon_webhook_submissions",
+                                   METRICS["streamanon_webhook_submissions"][1],
+                                   ["survey", "outcome"], registry=self.registry)
+
+    def count_submission(self, survey: str, outcome: str) -> None:
+        """Count a submission to the webhook (``outcome`` from ``webhook.OUTCOMES``)."""
+        self.submissions.labels(survey, outcome).inc()
 
     def observe_release(self, survey: str, report: ReleaseReport,
                         publish_seconds: float) -> None:

@@ -13,6 +13,9 @@
   the close is stored and the leader carries it out (202, naming the leader). 202 means the
   close is recorded in the store; while the store cannot be reached the answer is 503 with
   ``Retry-After``, and nothing is recorded.
+- ``POST /api/surveys/{id}/submissions``: a survey response, for a survey with
+  ``[surveys.webhook]`` (HTTP Basic auth; KoboToolbox REST Services or plain JSON):
+  answered 202 once it is on the responses topic (``streamanon.service.webhook``).
 - ``POST /api/surveys/{id}/base``: take the base snapshot and start the base run now (token);
   a follower answers 409 with the leader's name and address; 503 with ``Retry-After`` while
   the store cannot be reached.
@@ -33,6 +36,7 @@ from streamanon.service.health import HealthMonitor, liveness, summary
 from streamanon.service.states import OPEN
 from streamanon.service.store import StoreUnavailable
 from streamanon.service.telemetry import CONTENT_TYPE
+from streamanon.service.webhook import WebhookIntake
 
 STATIC = Path(__file__).with_name("static")
 
@@ -80,6 +84,19 @@ def _store_down(sid: str, command: str) -> web.Response:
         {"survey": sid, "error": f"the store cannot be reached: the {command} is not "
                                  f"recorded; retry in {RETRY_AFTER_SECONDS} s"},
         status=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
+async def _bounded_body(request: web.Request, limit: int) -> bytes | None:
+    """The request's body, or None when it is longer than ``limit`` bytes (read no further)."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def make_app(service: Any) -> web.Application:
@@ -153,6 +170,24 @@ def make_app(service: Any) -> web.Application:
                  if current == OPEN else f"survey is {current}"}, status=409)
         return web.json_response({"survey": sid, "started": True}, status=202)
 
+    intake = WebhookIntake(service.config, getattr(service, "producer", None),
+                           getattr(service, "telemetry", None))
+
+    async def submissions(request: web.Request) -> web.Response:
+        sid = request.match_info["survey"]
+        if sid not in intake.surveys:
+            raise web.HTTPNotFound(text=f"no submissions endpoint for survey {sid!r}\n")
+        status, answer, headers = await intake.submit(
+            sid, authorization=request.headers.get("Authorization"),
+            client=intake.client(sid, request.remote, request.headers.get("X-Forwarded-For")),
+            body=await _bounded_body(request, intake.surveys[sid].webhook.max_body_bytes))
+        return web.json_response(answer, status=status,
+                                 headers={"Cache-Control": "no-store", **headers})
+
+    async def close_intake(app: web.Application) -> None:
+        intake.close()
+
+    app.on_cleanup.append(close_intake)
     app.router.add_get("/", dashboard)
     app.router.add_static("/static/", STATIC, follow_symlinks=False)
     app.router.add_get("/metrics", metrics)
@@ -161,6 +196,7 @@ def make_app(service: Any) -> web.Application:
     app.router.add_get("/api/status", status)
     app.router.add_post("/api/surveys/{survey}/close", close)
     app.router.add_post("/api/surveys/{survey}/base", base)
+    app.router.add_post("/api/surveys/{survey}/submissions", submissions)
     return app
 
 

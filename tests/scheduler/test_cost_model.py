@@ -252,7 +252,24 @@ def test_a_model_round_trips_through_its_dict_and_the_store(tmp_path):
     store = CostModelStore(tmp_path / "m.json")
     fitted = store.put("mdav", 15, 10, calibrate_result([1000, 2000, 4000, 8000], b=1.5))
     assert CostModelStore(tmp_path / "m.json").get("mdav", 15, 10) == fitted
-    assert fitted.points == 4 and fitted.degrees_of_freedom == 2
+    # fitted on the sizes within a factor 4 of the largest (PowerLaw.fit_upper)
+    assert fitted.points == 3 and fitted.degrees_of_freedom == 1
+
+
+def test_the_fit_follows_the_largest_sizes_where_the_exponent_grows():
+    """An engine whose exponent grows once its data leave the caches (1.2 below 50,000
+    records, 2 above): fitted on the largest sizes, the model extrapolates 4x upward within
+    10 %; fitted on every size it misses by more than a third."""
+    def seconds(n):
+        return 1e-6 * n**1.2 if n <= 50_000 else 1e-6 * 50_000**1.2 * (n / 50_000) ** 2
+
+    ns = [2_000 * 2**i for i in range(8)]  # 2,000 .. 256,000
+    ts = [seconds(n) for n in ns]
+    upper, every = PowerLaw.fit_upper(ns, ts), PowerLaw.fit(ns, ts)
+    assert upper(1_024_000) == pytest.approx(seconds(1_024_000), rel=0.10)
+    assert every(1_024_000) < 0.66 * seconds(1_024_000)
+    assert upper.points == 3  # 64,000 .. 256,000
+    assert PowerLaw.fit_upper(ns[:2], ts[:2]).points == 2  # fewer sizes: every one
 
 
 def test_observed_runs_scale_the_model_by_their_geometric_mean_ratio():
