@@ -1,4 +1,4 @@
-"""Reading and writing tables and reports (CSV or Parquet), always atomically.
+"""Reading and writing tables and reports (CSV, Parquet, SPSS or Stata), always atomically.
 
 A write goes to a temporary file in the target directory and is renamed over the target only
 when complete, so a failed run never leaves a partial file behind.
@@ -11,21 +11,27 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from streamanon.errors import InputError
 
-TABLE_FORMATS = (".csv", ".parquet")
+if TYPE_CHECKING:
+    from streamanon.schema import Schema
+
+#: CSV, Parquet, SPSS and Stata (:mod:`streamanon.spss_stata`).
+TABLE_FORMATS = (".csv", ".parquet", ".sav", ".dta")
 
 
 def table_format(path: str | os.PathLike[str]) -> str:
-    """``.csv`` or ``.parquet`` from the file name, or an :class:`InputError`."""
+    """``.csv``, ``.parquet``, ``.sav`` or ``.dta`` from the file name, or an
+    :class:`InputError`."""
     suffix = Path(path).suffix.lower()
     if suffix not in TABLE_FORMATS:
         shown = suffix or "(none)"
-        raise InputError(f"{path}: unsupported file type {shown!r}; use .csv or .parquet")
+        raise InputError(f"{path}: unsupported file type {shown!r}; use .csv, .parquet, .sav "
+                         "(SPSS) or .dta (Stata)")
     return suffix
 
 
@@ -38,7 +44,8 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
 
 
 def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Load a CSV or Parquet file into a DataFrame."""
+    """Load a CSV, Parquet, SPSS or Stata file into a DataFrame (labelled values of SPSS
+    and Stata as their labels)."""
     fmt = table_format(path)
     p = Path(path)
     if not p.exists():
@@ -48,6 +55,10 @@ def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
     try:
         if fmt == ".csv":  # only an empty cell is missing: "NA" may be Namibia, "None" an answer
             return pd.read_csv(p, keep_default_na=False, na_values=[""])
+        if fmt in (".sav", ".dta"):
+            from streamanon.spss_stata import read_labelled
+
+            return read_labelled(p, fmt)
         return pd.read_parquet(p)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
         raise InputError(f"{path}: cannot read {fmt[1:]} file: {_one_line(exc)}") from None
@@ -86,18 +97,26 @@ def _umask() -> int:
 
 
 def write_table(frame: pd.DataFrame, path: str | os.PathLike[str],
-                mode: int | None = None) -> None:
-    """Write ``frame`` as CSV (floats round-trip exactly) or Parquet, atomically (``mode``: as
-    :func:`atomic_write`)."""
+                mode: int | None = None, schema: Schema | None = None) -> None:
+    """Write ``frame`` as CSV (floats round-trip exactly), Parquet, SPSS or Stata, atomically
+    (``mode``: as :func:`atomic_write`). With ``schema``, its ``category`` and ``ordinal``
+    fields are dictionary-encoded in Parquet and labelled codes in SPSS and Stata, and SPSS and
+    Stata variables are labelled with the fields' descriptions
+    (:mod:`streamanon.spss_stata`)."""
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
+    from streamanon.spss_stata import categorical_columns, write_labelled
+
     fmt = table_format(path)
-    table = pa.Table.from_pandas(frame, preserve_index=False)
     if fmt == ".csv":  # Arrow's writer: ten times pandas' speed, floats still round-trip
+        table = pa.Table.from_pandas(frame, preserve_index=False)
         atomic_write(path, lambda tmp: pa_csv.write_csv(table, tmp), mode)
+    elif fmt == ".parquet":
+        typed = categorical_columns(frame, schema)
+        atomic_write(path, lambda tmp: typed.to_parquet(tmp, index=False), mode)
     else:
-        atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False), mode)
+        atomic_write(path, lambda tmp: write_labelled(frame, tmp, schema, fmt), mode)
 
 
 def write_json(data: Any, path: str | os.PathLike[str], mode: int | None = None) -> None:

@@ -21,7 +21,9 @@ Roles: ``identifier`` (removed from the release; the service keeps only its HMAC
 ``quasi_identifier`` (microaggregated), ``confidential`` (published unchanged), ``label``
 (the service's published label; a confidential column elsewhere), ``weight`` (a sampling
 weight: weighted cell means, published unchanged), ``ignore`` (removed; the service accepts
-and discards it). Pure: no I/O but :func:`load_schema`, which reads the file it is given.
+and discards it). Any field may have a ``description`` (the question asked): the variable label
+of an SPSS or Stata release (``streamanon.spss_stata``). Pure: no I/O but :func:`load_schema`,
+which reads the file it is given.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ class FieldSpec(BaseModel):
     #: A confidential answer whose disclosure the release must limit beyond k-anonymity:
     #: l-diversity and t-closeness (``streamanon.privacy``) are checked on it.
     sensitive: bool = False
+    #: What the field is, in words (the question asked): the variable label of an SPSS or
+    #: Stata release (``streamanon.spss_stata``), which otherwise is the field's name.
+    description: str | None = None
 
     def bounds_text(self) -> str:
         """The declared bounds in words: ``outside its bounds (min 16, max 80)``."""

@@ -37,6 +37,9 @@ STARTS = ("streamanon ", "make ", "python ", "python3 ", ".venv/bin/")
 #: (page, pattern of the command, test that runs it, a string of the test file showing it
 #: reads that page or runs that command)
 RUN_BY = [
+    ("guide/survey-data.md", r"streamanon (anonymize .*--out release\.(sav|dta) |verify "
+     r"release\.(sav|dta) )", "tests/cli/test_statistician_formats.py"
+     "::test_the_documented_commands_run", '"guide/survey-data.md"'),
     ("README.md", r"make demo", "tests/service/test_demo_and_control.py"
      "::test_make_demo_runs_the_scheduled_pipeline", '"demo"'),
     ("README.md", r"make test", "tests/test_commands.py"

@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add ``anonymize`` and ``engines``."""
     an = sub.add_parser(
         "anonymize",
-        help="microaggregate a CSV or Parquet file into a k-anonymous release",
+        help="microaggregate a CSV, Parquet, SPSS or Stata file into a k-anonymous release",
         description=(
             "Replace the quasi-identifiers of every record by the mean of a cell of at least k "
             "similar records (original units), keep confidential columns unchanged, drop "
@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "outside them is refused (see --out-of-bounds)."
         ),
     )
-    an.add_argument("input", metavar="INPUT", help="input file (.csv or .parquet)")
+    an.add_argument("input", metavar="INPUT",
+                    help="input file (.csv, .parquet, .sav or .dta; SPSS and Stata value "
+                         "labels are read as the values)")
     an.add_argument("--k", type=positive_int, required=True, help="minimum cell size")
     an.add_argument("--schema", metavar="FILE",
                     help="TOML schema file ([schema] table, optional strata = [...]); "
@@ -108,7 +110,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "about 5 %% above exact MDAV at 100,000 and 2 %% at 200,000); without "
                          "--cluster the parts run one after the other in this process")
     an.add_argument("--out", required=True, metavar="OUTPUT",
-                    help="release file (.csv or .parquet); the report goes next to it")
+                    help="release file: .csv, .parquet (with --schema, categories and "
+                         "ordinals are dictionary-encoded: factors in R, categoricals in "
+                         "pandas), .sav (SPSS) or .dta (Stata); in .sav and .dta every "
+                         "variable is labelled with its field's description (else its name), "
+                         "and categories and ordinals are codes 1 to L with value labels (an "
+                         "ordinal's codes in its order); names are made valid (letters, digits, "
+                         "_; at most 64 bytes in SPSS, 32 in Stata). The report goes next to "
+                         "it")
     an.add_argument("--seed", type=int, default=None,
                     help="seed of the row shuffle (default: fresh randomness)")
     an.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
@@ -186,6 +195,12 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
     else:
         described = quick
     frame = read_table(args.input)
+    if table_format(args.out) in (".sav", ".dta"):  # before the run, not after it
+        from streamanon.spss_stata import variable_names
+
+        dropped = described["schema"].dropped if args.schema is not None else args.drop
+        variable_names([c for c in map(str, frame.columns) if c not in dropped],
+                       table_format(args.out))
     outside = None
     if args.schema is None:
         _check_roles(frame, args)
@@ -238,7 +253,7 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
         report["outside_schema"] = outside
     for warning in _publication_warnings(frame, report["columns"]):
         print(f"streamanon: warning: {warning}", file=sys.stderr)
-    write_table(result.data, args.out)
+    write_table(result.data, args.out, schema=described.get("schema"))
     rpath = report_path(args.out)
     write_json(report, rpath)
     if args.incremental is None and args.engine != "partitioned":

@@ -191,18 +191,43 @@ class StoreConfig(_Strict):
     url: str = "sqlite:///streamanon.db"
 
 
+#: The formats of a release's files: ``release.<format>``.
+RELEASE_FORMATS = ("parquet", "csv", "sav", "dta")
+
+
 class OutputConfig(_Strict):
-    """Where releases go, and their permissions: files ``file_mode`` (default 0640), their
-    directories ``directory_mode`` (default 0750), whatever the process umask. Modes are octal,
-    as a string (``"0640"``) or a TOML octal integer (``0o640``); one that lets any user
-    write is refused."""
+    """Where releases go, in which formats, and their permissions: files ``file_mode`` (default
+    0640), their directories ``directory_mode`` (default 0750), whatever the process umask.
+    Modes are octal, as a string (``"0640"``) or a TOML octal integer (``0o640``); one that
+    lets any user write is refused. ``formats`` lists ``release.<format>`` files among
+    ``parquet`` (always: the release topic is sent from it), ``csv``, ``sav`` (SPSS) and
+    ``dta`` (Stata), as a list or, in the environment, separated by commas."""
 
     directory: Path = Path("releases")
+    formats: list[Literal["parquet", "csv", "sav", "dta"]] = Field(
+        default_factory=lambda: ["parquet", "csv"])
     file_mode: int = 0o640
     directory_mode: int = 0o750
     # anonymeter's attacks in report.html (streamanon.attacks), measured after the release is
     # out: seconds of computation a release, and the extra `streamanon[risk]`
     attacks: bool = False
+
+    @field_validator("formats", mode="before")
+    @classmethod
+    def _listed(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("formats")
+    @classmethod
+    def _with_parquet(cls, value: list[str]) -> list[str]:
+        if "parquet" not in value:
+            raise ValueError("the formats include \"parquet\": the release topic is sent from "
+                             "the Parquet file (add csv, sav or dta beside it)")
+        if len(set(value)) != len(value):
+            raise ValueError("a format is listed twice")
+        return value
 
     @field_validator("file_mode", "directory_mode", mode="before")
     @classmethod
@@ -374,6 +399,22 @@ def _read_secret(env: Mapping[str, str], name: str, problems: list[str]) -> str:
     return value or ""
 
 
+def _variable_name_problems(survey: SurveyConfig, formats: list[str], where: str) -> list[str]:
+    """Two released fields that would share an SPSS or Stata variable name, found at start
+    rather than when the release is written."""
+    from streamanon.spss_stata import variable_names
+
+    released = [name for name in survey.fields if name not in survey.schema.dropped]
+    problems = []
+    for fmt in ("sav", "dta"):
+        if fmt in formats:
+            try:
+                variable_names(released, f".{fmt}")
+            except StreamanonError as exc:
+                problems.append(f"{where}.schema: {exc}")
+    return problems
+
+
 def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
     models = {"kafka": KafkaConfig, "store": StoreConfig, "output": OutputConfig,
               "http": HttpConfig, "planner": PlannerConfig, "compute": ComputeConfig}
@@ -468,6 +509,7 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
             if (survey.l is not None or survey.t is not None) and not survey.schema.sensitive:
                 problems.append(f"{where}: l and t are about sensitive answers; mark the "
                                 "confidential fields they protect sensitive = true")
+            problems += _variable_name_problems(survey, config.output.formats, where)
             nominal = [n for n in survey.quasi_identifiers
                        if survey.fields[n].type in ("category", "bool")]
             if nominal and survey.engine not in MIXED_ENGINES | {"auto"}:

@@ -5,7 +5,9 @@ The release table holds, per record, the cell means of the quasi-identifiers (or
 the confidential values and the label, in a random order: no identifiers, no arrival order, no
 timestamps, no stage or cell ids. It goes to
 
-- ``<output>/<survey>/release.parquet`` and ``release.csv`` (written atomically),
+- ``<output>/<survey>/release.parquet`` and, as ``[output] formats`` asks, ``release.csv``,
+  ``release.sav`` (SPSS) and ``release.dta`` (Stata), written atomically (categories
+  dictionary-encoded in Parquet, labelled in SPSS and Stata: :mod:`streamanon.spss_stata`),
 - ``<output>/<survey>/report.json`` (:class:`~streamanon.service.reports.ReleaseReport`: sizes,
   engines, timings, distortion, and every schema field with its role and treatment; names and
   numbers about the run, never a response value), written once the release is published,
@@ -64,6 +66,9 @@ class FileModes(NamedTuple):
 
 
 PRIVATE = FileModes()
+
+#: The release files written beside the Parquet file, in this order.
+OTHER_FORMATS = ("csv", "sav", "dta")
 
 
 class ReleaseFilesError(StreamanonError):
@@ -223,25 +228,36 @@ def release_dir(output: Path, survey_id: str) -> Path:
 
 
 def write_release_files(frame: pd.DataFrame, output: Path, survey_id: str,
-                        csv: bool = True, *, modes: FileModes = PRIVATE) -> dict[str, str]:
-    """Write Parquet and (unless told not to: :func:`write_release_csv` later) CSV; return
-    their paths and checksums, and the report's path (the report is written once, when the
-    release is published: :func:`write_report`)."""
+                        formats: Sequence[str] = ("parquet", "csv"), *,
+                        schema: Schema | None = None, later: bool = False,
+                        modes: FileModes = PRIVATE) -> dict[str, str]:
+    """Write the Parquet file and (unless ``later``: :func:`write_release_formats` once the
+    records are out) the release's other ``formats`` (``csv``, ``sav``, ``dta``); return their
+    paths and checksums, and the report's path (the report is written once, when the release
+    is published: :func:`write_report`). ``schema`` gives the categories their levels and the
+    SPSS and Stata variables their labels (:mod:`streamanon.spss_stata`)."""
     directory = release_dir(output, survey_id)
     _make_private_dirs(directory, modes.directory)
     parquet = directory / "release.parquet"
-    write_table(frame, parquet, modes.file)
-    files = {"parquet": str(parquet), "csv": str(directory / "release.csv"),
-             "report": str(directory / "report.json"), "sha256": sha256_file(parquet)}
-    return write_release_csv(frame, files, modes) if csv else files
+    write_table(frame, parquet, modes.file, schema=schema)
+    files = {"parquet": str(parquet), "report": str(directory / "report.json"),
+             "sha256": sha256_file(parquet)}
+    files |= {fmt: str(directory / f"release.{fmt}") for fmt in formats if fmt != "parquet"}
+    return files if later else write_release_formats(frame, files, schema, modes)
 
 
-def write_release_csv(frame: pd.DataFrame, files: dict[str, str],
-                      modes: FileModes = PRIVATE) -> dict[str, str]:
-    """The CSV file of a release whose Parquet file is written (``files``), with its checksum
-    added to ``files``."""
-    write_table(frame, Path(files["csv"]), modes.file)
-    return files | {"sha256_csv": sha256_file(Path(files["csv"]))}
+def write_release_formats(frame: pd.DataFrame, files: dict[str, str],
+                          schema: Schema | None = None,
+                          modes: FileModes = PRIVATE) -> dict[str, str]:
+    """The release files besides Parquet that ``files`` names (``csv``, ``sav``, ``dta``) and
+    that are not written yet (no ``sha256_<format>``), each with its checksum added to
+    ``files``."""
+    files = dict(files)
+    for fmt in OTHER_FORMATS:
+        if fmt in files and f"sha256_{fmt}" not in files:
+            write_table(frame, Path(files[fmt]), modes.file, schema=schema)
+            files[f"sha256_{fmt}"] = sha256_file(Path(files[fmt]))
+    return files
 
 
 def write_report(report: ReleaseReport, modes: FileModes = PRIVATE) -> None:

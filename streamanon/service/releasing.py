@@ -55,8 +55,8 @@ from streamanon.service.publisher import (
     release_risk,
     risk_page_path,
     survey_privacy,
-    write_release_csv,
     write_release_files,
+    write_release_formats,
     write_report,
     write_risk_page,
 )
@@ -241,7 +241,8 @@ class Releaser:
                  else "made at close")
         step = time.perf_counter()
         files = await self._in_thread(lambda: write_release_files(
-            release.table, self.config.output.directory, sid, False, modes=self.modes))
+            release.table, self.config.output.directory, sid, self.config.output.formats,
+            schema=sc.schema, later=True, modes=self.modes))
         rt.timings["files"] = time.perf_counter() - step
         files["html"] = risk_page_path(files)  # written once the release is out (publish)
         two_stage = partition.mode == "two-stage"
@@ -283,7 +284,8 @@ class Releaser:
         manifest; on a broker fault send it all again (the manifest marks the complete run),
         until it is through. ``fresh``: the release as :meth:`write` made it, whose messages
         are those of its file; without it (a restart) the written file is read and checked.
-        Once it is out: the CSV file, the risk measures, report.json and report.html."""
+        Once it is out: the CSV, SPSS and Stata files, the risk measures, report.json and
+        report.html."""
         sid = rt.config.id
         report = ReleaseReport.from_json(row.report)
         if fresh is None:
@@ -352,14 +354,15 @@ class Releaser:
 
     async def _after_publish(self, rt: SurveyRuntime, report: ReleaseReport,
                              table: pd.DataFrame, fresh: Fresh | None) -> ReleaseReport:
-        """What is not on the close-to-release path, done once the records are out: the CSV
-        file (unless written before a restart), the risk measures and ``report.html``. A
+        """What is not on the close-to-release path, done once the records are out: the files
+        of ``[output] formats`` besides Parquet (those not written before a restart), the risk
+        measures and ``report.html``. A
         failure of the measures or the page is logged and leaves the release as it is."""
         sc = rt.config
         step = time.perf_counter()
         files = report.files
-        if "sha256_csv" not in files:
-            files = await self._in_thread(write_release_csv, table, files, self.modes)
+        files = await self._in_thread(write_release_formats, table, files, sc.schema,
+                                      self.modes)
         report = replace(report, files=files)
         try:
             frame = fresh.frame if fresh is not None else records_frame(

@@ -42,7 +42,7 @@ comment = { role = "ignore", type = "str", required = false }
 def write_config(tmp: Path, bootstrap: str, *, survey: str = "wellbeing", k: int = 5,
                  close: str = "on-command", incremental: str = "nn_split_end",
                  extra: str = "", schema: str = SCHEMA,
-                 engine: str = "mdav",
+                 engine: str = "mdav", formats: tuple[str, ...] = ("parquet", "csv"),
                  session_timeout_ms: int = 10_000) -> tuple[Path, dict[str, str]]:
     """A service configuration on ``bootstrap`` with one survey. The collector's session is
     10 s (the service's default is 30 s): the embedded broker holds a new group's first join
@@ -63,6 +63,7 @@ url = "sqlite:///{tmp / 'store' / 'streamanon.db'}"
 
 [output]
 directory = "{tmp / 'releases'}"
+formats = {json.dumps(list(formats))}
 
 [http]
 bind = "127.0.0.1:{port}"

@@ -15,8 +15,8 @@ import streamanon.risk_page
 from streamanon.service.config import ConfigError, parse_config
 from streamanon.service.publisher import (
     FileModes,
-    write_release_csv,
     write_release_files,
+    write_release_formats,
     write_report,
     write_risk_page,
 )
@@ -44,8 +44,8 @@ def frame() -> pd.DataFrame:
 def test_a_release_and_its_report_are_private_whatever_the_umask(open_umask, frame, tmp_path,
                                                                  monkeypatch):
     output = tmp_path / "releases"
-    files = write_release_files(frame, output, "s1", csv=False)
-    files = write_release_csv(frame, files)
+    files = write_release_files(frame, output, "s1", later=True)
+    files = write_release_formats(frame, files)
     write_report(report(files).published(PUBLICATION))
     monkeypatch.setattr(streamanon.risk_page, "render", lambda *a, **kw: "<html></html>")
     write_risk_page({}, frame, frame, _survey(), files)

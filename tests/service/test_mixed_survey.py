@@ -7,11 +7,13 @@ from __future__ import annotations
 import collections
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyreadstat
 import pytest
 
 from streamanon.metrics import check_table_k_anonymity
@@ -257,7 +259,7 @@ def test_a_mixed_survey_is_released_two_stage_typed_and_k_anonymous(
         service_factory, broker, tmp_path):
     k, n_first, n = 5, 200, 400
     svc = service_factory(survey="mixed", k=k, incremental="nn_split_end",
-                          schema=SERVICE_SCHEMA)
+                          schema=SERVICE_SCHEMA, formats=("parquet", "csv", "sav", "dta"))
     svc.start()
     topic = f"{svc.prefix}.mixed.responses"
     sent = responses(n)
@@ -336,3 +338,20 @@ def test_a_mixed_survey_is_released_two_stage_typed_and_k_anonymous(
     # (see test_an_optional_int_answer_is_released_as_an_int)
     assert pd.api.types.is_integer_dtype(parquet["satisfaction"])
     assert all(r["satisfaction"] is None or type(r["satisfaction"]) is int for r in rows)
+
+    # [output] formats: categories dictionary-encoded in Parquet (factors in R), and SPSS
+    # and Stata files, labelled, that read back whole and k-anonymous, as private as the rest
+    assert isinstance(parquet["gender"].dtype, pd.CategoricalDtype)
+    assert parquet["education"].cat.ordered
+    assert list(parquet["education"].cat.categories) == EDUCATION
+    for fmt, read in (("sav", pyreadstat.read_sav), ("dta", pyreadstat.read_dta)):
+        path = directory / f"release.{fmt}"
+        assert oct(os.stat(path).st_mode & 0o777) == "0o640"
+        assert report["files"][f"sha256_{fmt}"]
+        back, meta = read(path, apply_value_formats=True)
+        assert len(back) == n and list(back.columns) == list(parquet.columns)
+        assert meta.variable_value_labels["gender"] == dict(enumerate(GENDERS, start=1))
+        assert meta.variable_value_labels["education"] == dict(enumerate(EDUCATION, start=1))
+        assert meta.column_names_to_labels["age"] == "age"
+        assert back["gender"].astype(str).tolist() == parquet["gender"].astype(str).tolist()
+        assert check_table_k_anonymity(back, QI, k).ok
