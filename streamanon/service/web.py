@@ -170,10 +170,12 @@ def make_app(service: Any) -> web.Application:
                  if current == OPEN else f"survey is {current}"}, status=409)
         return web.json_response({"survey": sid, "started": True}, status=202)
 
-    intake = WebhookIntake(service.config, getattr(service, "producer", None),
-                           getattr(service, "telemetry", None))
+    intakes: list[WebhookIntake] = []  # made at the first submission
 
     async def submissions(request: web.Request) -> web.Response:
+        if not intakes:
+            intakes.append(WebhookIntake(service.config, service.producer, service.telemetry))
+        intake = intakes[0]
         sid = request.match_info["survey"]
         if sid not in intake.surveys:
             raise web.HTTPNotFound(text=f"no submissions endpoint for survey {sid!r}\n")
@@ -185,7 +187,8 @@ def make_app(service: Any) -> web.Application:
                                  headers={"Cache-Control": "no-store", **headers})
 
     async def close_intake(app: web.Application) -> None:
-        intake.close()
+        for intake in intakes:
+            intake.close()
 
     app.on_cleanup.append(close_intake)
     app.router.add_get("/", dashboard)

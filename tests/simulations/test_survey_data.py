@@ -184,7 +184,7 @@ def test_main_refuses_an_unknown_suffix_and_a_bad_n(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--out", str(tmp_path / "survey.xlsx")])
     assert exit_info.value.code == 2
-    assert "use .csv or .parquet" in capsys.readouterr().err
+    assert "unsupported file type '.xlsx'; use .csv, .parquet" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--n", "0", "--out", str(tmp_path / "survey.csv")])
 
