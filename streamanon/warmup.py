@@ -67,6 +67,29 @@ def _the_rest() -> None:
     _engines(tuple(e.name for e in available_engines() if e.name not in ("ona_star",
                                                                           "mdav_star")))
     _stages()
+    _attacks()
+
+
+def _attacks() -> None:
+    """anonymeter's distance kernels, when the ``risk`` extra is installed
+    (:func:`streamanon.attacks._cache_kernels`)."""
+    import pandas as pd
+
+    from streamanon.attacks import _anonymeter, attack_risk
+    from streamanon.schema import FieldSpec, Schema
+
+    if _anonymeter() is None:
+        return
+    rng = np.random.default_rng(3)
+    schema = Schema(fields={"a": FieldSpec(role="quasi_identifier", type="float"),
+                            "b": FieldSpec(role="quasi_identifier", type="category"),
+                            "c": FieldSpec(role="confidential", type="int")})
+
+    def table(n: int) -> pd.DataFrame:
+        return pd.DataFrame({"a": rng.standard_normal(n), "b": rng.choice(["x", "y"], n),
+                             "c": rng.integers(0, 3, n)})
+
+    attack_risk(table(400), table(400), table(200), schema, n_attacks=10)
 
 
 #: The groups compiled, each in a process of its own when there are several: ONA*'s local
