@@ -1,8 +1,8 @@
 """Where partitions end and how far the collector group has come, read from the broker.
 
 The close of a survey is placed in its log by the partitions' end offsets (the close marks), and
-the drain before the release waits for the group's committed offsets to reach them; a resumed
-publish looks at the last message of the release topic. These reads use clients of their own,
+the drain before the release waits for the group's committed offsets to reach them; a publish is
+checked against the messages the release topic ends in. These reads use clients of their own,
 which never join the collector's group, so they answer while the collector is still joining after
 a restart.
 
@@ -79,24 +79,28 @@ def high_watermarks(config: Config, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-def last_message(config: Config, topic: str, partition: int = 0) -> Any:
-    """The last message of a partition (a kafka-python ``ConsumerRecord``), or None when it
-    is empty (blocking)."""
+def messages_before_end(config: Config, topic: str, back: Sequence[int],
+                        partition: int = 0) -> tuple[int, dict[int, Any]]:
+    """The partition's end offset and its messages (kafka-python ``ConsumerRecord``s) at
+    ``end - b`` for each ``b`` of ``back``, by offset; an offset the partition does not hold
+    (before its start) is left out (blocking)."""
     from kafka import TopicPartition
 
     consumer = _reader(config)
     try:
         tp = TopicPartition(topic, partition)
         end = _fetch_high_watermarks(consumer, [tp])[tp]
-        if end == 0:
-            return None
-        consumer.seek(tp, end - 1)
-        deadline = time.monotonic() + FETCH_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
-            records = consumer.poll(timeout_ms=200).get(tp, [])
-            if records:
-                return records[-1] if records[-1].offset == end - 1 else None
-        return None
+        found: dict[int, Any] = {}
+        for offset in sorted({end - b for b in back if 0 <= end - b < end}):
+            consumer.seek(tp, offset)
+            deadline = time.monotonic() + FETCH_TIMEOUT_SECONDS
+            while time.monotonic() < deadline:
+                records = consumer.poll(timeout_ms=200, max_records=1).get(tp, [])
+                if records:
+                    if records[0].offset == offset:
+                        found[offset] = records[0]
+                    break
+        return end, found
     finally:
         consumer.close()
 
