@@ -294,7 +294,7 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str, rig: Rig
     while True:
         try:
             value = condition()
-        except Exception:  # noqa: BLE001 - a store or broker that is not back yet
+        except Exception:
             value = None
         if value:
             return value
@@ -403,7 +403,7 @@ def taken_release(messages: list[Any]) -> list[int]:
     manifest = json.loads(messages[last].value())
     count = int(manifest["count"])
     run = list(range(last - count, last))
-    if run[:1] and run[0] < 0 or any(heads[i].get("streamanon-type") != "record" for i in run):
+    if (run[:1] and run[0] < 0) or any(heads[i].get("streamanon-type") != "record" for i in run):
         raise ScenarioFailed(f"the manifest counts {count} records; fewer precede it")
     if [heads[i].get("streamanon-release") for i in run] != [manifest["release_id"]] * count \
             or [int(heads[i]["streamanon-index"]) for i in run] != list(range(count)):
@@ -411,9 +411,21 @@ def taken_release(messages: list[Any]) -> list[int]:
     return [int(json.loads(messages[i].value())["ticket"]) for i in run]
 
 
+def release_partitions(rig: Rig, sid: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    topic = rig.topic(sid, "release")
+    meta = AdminClient({"bootstrap.servers": rig.bootstrap, "logger": _QUIET}).list_topics(
+        topic, timeout=10)
+    return len(meta.topics[topic].partitions)
+
+
 def check_release(rig: Rig, sid: str, sent: set[bytes], out: Outcome) -> None:
     """Read the survey's release back (topic and file) and count."""
     out.stored = rig.stored(sid)
+    partitions = release_partitions(rig, sid)
+    if partitions != 1:  # one partition keeps a release in order, its manifest last
+        raise ScenarioFailed(f"the release topic has {partitions} partitions, not 1")
     tickets = taken_release(read_topic(rig.bootstrap, rig.topic(sid, "release")))
     files = sorted((rig.workdir / "out" / sid).glob("release*.parquet"))
     if not files:
@@ -657,7 +669,7 @@ def run_scenario(rig: Rig, letter: str, n: int) -> Outcome:
         check_release(rig, sid, sent, out)
     except ScenarioFailed as exc:
         out.failure = str(exc)
-    except Exception as exc:  # noqa: BLE001 - reported with the scenario it broke
+    except Exception as exc:
         out.failure = f"{type(exc).__name__}: {exc}"
     finally:
         if rig.proc is not None and rig.proc.poll() is None:
