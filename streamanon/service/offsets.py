@@ -41,12 +41,14 @@ def _reader(config: Config) -> Any:
     no CRC check of the fetched batches (pure Python: 0.3 s per megabyte batch, and only the
     fetch's high watermark or a header is read). (kafka-python here: an aiokafka consumer whose
     fetch of an empty partition the embedded broker leaves unanswered takes the request
-    timeout, 40 s, to stop.)"""
+    timeout, 40 s, to stop.) A read never creates the topic: the service makes its topics
+    with their own partitions, a broker's auto-creation would give its default."""
     from kafka import KafkaConsumer
 
     return KafkaConsumer(**config.kafka_options(), enable_auto_commit=False,
                          max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=50,
-                         auto_offset_reset="earliest", check_crcs=False)
+                         auto_offset_reset="earliest", check_crcs=False,
+                         allow_auto_create_topics=False)
 
 
 def _fetch_high_watermarks(consumer: Any, tps: list[Any]) -> dict[Any, int]:
@@ -83,11 +85,13 @@ def messages_before_end(config: Config, topic: str, back: Sequence[int],
                         partition: int = 0) -> tuple[int, dict[int, Any]]:
     """The partition's end offset and its messages (kafka-python ``ConsumerRecord``s) at
     ``end - b`` for each ``b`` of ``back``, by offset; an offset the partition does not hold
-    (before its start) is left out (blocking)."""
+    (before its start) is left out; a topic the broker does not have is empty (blocking)."""
     from kafka import TopicPartition
 
     consumer = _reader(config)
     try:
+        if partition not in (consumer.partitions_for_topic(topic) or ()):
+            return 0, {}
         tp = TopicPartition(topic, partition)
         end = _fetch_high_watermarks(consumer, [tp])[tp]
         found: dict[int, Any] = {}

@@ -124,3 +124,20 @@ def test_a_publish_missing_its_first_records_is_sent_again(broker, tmp_path, cap
     assert headers(last[-1])["streamanon-type"] == "manifest"
     assert [int(headers(r)["streamanon-index"]) for r in last[:-1]] == list(range(n))
     assert "does not end in" in caplog.text or "incomplete" in caplog.text
+
+
+def test_reading_a_missing_release_topic_leaves_it_missing(broker, tmp_path):
+    """The fault suite (scenario e) found the release topic re-created with the broker's
+    default 4 partitions: the read that checks a resumed publish asked for the topic's
+    metadata with auto-creation allowed, before the service made it with one partition."""
+    from streamanon.service.offsets import messages_before_end
+
+    path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY)
+    config = load_config(path, env)
+    topic = f"{config.kafka.topic_prefix}.absent.release"
+    assert messages_before_end(config, topic, [1]) == (0, {})
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        assert topic not in admin.list_topics()
+    finally:
+        admin.close()
