@@ -76,7 +76,7 @@ SCENARIOS = {
     "e": "broker replaced mid-publish",
     "f": "network cut to the store mid-ingest",
 }
-OUTAGE_SECONDS = 2.0
+OUTAGE_SECONDS = 1.5
 
 
 class ScenarioFailed(Exception):
@@ -554,7 +554,7 @@ def store_down_close_control(rig: Rig, sid: str, n: int, out: Outcome) -> set[by
     if not offsets:
         rig.pg.start()
         raise ScenarioFailed("the broker did not acknowledge the control message")
-    time.sleep(OUTAGE_SECONDS + 2)  # the service has read it, and the store is still down
+    time.sleep(OUTAGE_SECONDS + 1)  # the service has read it, and the store is still down
     committed = control_committed(rig)
     rig.pg.start()
     back = time.monotonic()
