@@ -69,6 +69,8 @@ RUN_BY = [
      "::test_make_bench_runs_the_benchmark", '"bench"'),
     ("benchmarks/service.md", r"python -m simulations\.bench_service", "tests/test_commands.py"
      "::test_the_service_benchmark_runs", "simulations.bench_service"),
+    ("guide/reliability.md", r"python -m simulations\.faults", "tests/simulations/test_faults.py"
+     "::test_the_documented_fault_suite_runs", '"guide/reliability.md"'),
     ("guide/scaling.md", r"streamanon anonymize big\.parquet .*--cluster tcp://",
      "tests/test_cluster.py::test_the_readme_worker_commands_serve_a_cli_run",
      "dask worker"),

@@ -1,8 +1,8 @@
 """Where partitions end and how far the collector group has come, read from the broker.
 
 The close of a survey is placed in its log by the partitions' end offsets (the close marks), and
-the drain before the release waits for the group's committed offsets to reach them; a resumed
-publish looks at the last message of the release topic. These reads use clients of their own,
+the drain before the release waits for the group's committed offsets to reach them; a publish is
+checked against the messages the release topic ends in. These reads use clients of their own,
 which never join the collector's group, so they answer while the collector is still joining after
 a restart.
 
@@ -41,12 +41,14 @@ def _reader(config: Config) -> Any:
     no CRC check of the fetched batches (pure Python: 0.3 s per megabyte batch, and only the
     fetch's high watermark or a header is read). (kafka-python here: an aiokafka consumer whose
     fetch of an empty partition the embedded broker leaves unanswered takes the request
-    timeout, 40 s, to stop.)"""
+    timeout, 40 s, to stop.) A read never creates the topic: the service makes its topics
+    with their own partitions, a broker's auto-creation would give its default."""
     from kafka import KafkaConsumer
 
     return KafkaConsumer(**config.kafka_options(), enable_auto_commit=False,
                          max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=50,
-                         auto_offset_reset="earliest", check_crcs=False)
+                         auto_offset_reset="earliest", check_crcs=False,
+                         allow_auto_create_topics=False)
 
 
 def _fetch_high_watermarks(consumer: Any, tps: list[Any]) -> dict[Any, int]:
@@ -79,24 +81,30 @@ def high_watermarks(config: Config, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-def last_message(config: Config, topic: str, partition: int = 0) -> Any:
-    """The last message of a partition (a kafka-python ``ConsumerRecord``), or None when it
-    is empty (blocking)."""
+def messages_before_end(config: Config, topic: str, back: Sequence[int],
+                        partition: int = 0) -> tuple[int, dict[int, Any]]:
+    """The partition's end offset and its messages (kafka-python ``ConsumerRecord``s) at
+    ``end - b`` for each ``b`` of ``back``, by offset; an offset the partition does not hold
+    (before its start) is left out; a topic the broker does not have is empty (blocking)."""
     from kafka import TopicPartition
 
     consumer = _reader(config)
     try:
+        if partition not in (consumer.partitions_for_topic(topic) or ()):
+            return 0, {}
         tp = TopicPartition(topic, partition)
         end = _fetch_high_watermarks(consumer, [tp])[tp]
-        if end == 0:
-            return None
-        consumer.seek(tp, end - 1)
-        deadline = time.monotonic() + FETCH_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
-            records = consumer.poll(timeout_ms=200).get(tp, [])
-            if records:
-                return records[-1] if records[-1].offset == end - 1 else None
-        return None
+        found: dict[int, Any] = {}
+        for offset in sorted({end - b for b in back if 0 <= end - b < end}):
+            consumer.seek(tp, offset)
+            deadline = time.monotonic() + FETCH_TIMEOUT_SECONDS
+            while time.monotonic() < deadline:
+                records = consumer.poll(timeout_ms=200, max_records=1).get(tp, [])
+                if records:
+                    if records[0].offset == offset:
+                        found[offset] = records[0]
+                    break
+        return end, found
     finally:
         consumer.close()
 

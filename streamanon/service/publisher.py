@@ -328,6 +328,11 @@ class ReleasePublisher:
             "max.in.flight.requests.per.connection": 1,
             "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
             "message.timeout.ms": int(timeout * 1000), "delivery.report.only.error": True,
+            # never let a produce create the topic (a broker replaced mid-publish has none:
+            # auto-created, it would get the broker's default partitions, and the messages
+            # after the loss would go on as if the run were whole); a topic missing for 5 s
+            # fails the publish, which makes it (Releaser._ensure_topic) and sends it again
+            "allow.auto.create.topics": False, "topic.metadata.propagation.max.ms": 5000,
             "on_delivery": self._delivered,
             "logger": logging.getLogger(f"{__name__}.librdkafka")})
         self.closed = False
@@ -388,12 +393,26 @@ class ReleasePublisher:
         self._producer.flush(5.0)
 
 
-async def manifest_is_last(config: Config, topic: str, release_id: str) -> bool:
-    """Whether the last message on ``topic`` is the manifest of ``release_id``: a publish
-    that was complete before the service could note it, which need not be sent again."""
-    from streamanon.service.offsets import last_message
+async def release_is_complete(config: Config, topic: str, release_id: str,
+                              count: int) -> bool:
+    """Whether ``topic`` ends in the whole of ``release_id``: its manifest last, and right
+    before it the run a consumer takes, ``count`` records of the release from index 0 to
+    ``count - 1``. The run's ends are read: it is published on one partition, in order, so a
+    record lost before the manifest (acknowledged by a broker replaced since) moves index 0
+    away from where the manifest's count puts it."""
+    from streamanon.service.offsets import messages_before_end
 
-    last = await asyncio.to_thread(last_message, config, topic)
-    found = dict(last.headers or []) if last is not None else {}
-    return (found.get("streamanon-type") == b"manifest"
-            and found.get("streamanon-release") == release_id.encode())
+    end, found = await asyncio.to_thread(messages_before_end, config, topic,
+                                         [1, 2, count + 1])
+    expected = {end - 1: (b"manifest", None)}
+    if count:
+        expected |= {end - 2: (b"record", count - 1), end - 1 - count: (b"record", 0)}
+    for offset, (kind, index) in expected.items():
+        if offset not in found:
+            return False
+        heads = dict(found[offset].headers or [])
+        if (heads.get("streamanon-type") != kind
+                or heads.get("streamanon-release") != release_id.encode()
+                or (index is not None and heads.get("streamanon-index") != b"%d" % index)):
+            return False
+    return True

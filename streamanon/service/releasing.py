@@ -46,11 +46,11 @@ from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.offsets import broker_errors
 from streamanon.service.publisher import (
     FileModes,
-    manifest_is_last,
     read_written_release,
     record_messages,
     records_frame,
     release_columns,
+    release_is_complete,
     release_manifest,
     release_risk,
     risk_page_path,
@@ -301,14 +301,17 @@ class Releaser:
         failures = 0
         while True:
             try:
-                if not (resumed and await manifest_is_last(self.config, topic, row.release_id)):
+                if not (resumed and await release_is_complete(self.config, topic,
+                                                              row.release_id, len(messages))):
                     await asyncio.to_thread(self._ensure_topic, topic)
                     await asyncio.to_thread(self.producer.publish, topic, messages, manifest)
                     # acknowledged is not enough: a broker that lost its topics acknowledged
                     # a whole release and kept none of it
-                    if not await manifest_is_last(self.config, topic, row.release_id):
+                    if not await release_is_complete(self.config, topic, row.release_id,
+                                                     len(messages)):
                         raise PublishError(f"the release topic does not end in release "
-                                           f"{row.release_id}'s manifest after the publish")
+                                           f"{row.release_id}'s manifest and its "
+                                           f"{len(messages)} records after the publish")
                 break
             except broker_errors() as exc:
                 failures += 1

@@ -72,3 +72,72 @@ def test_a_lost_publish_is_sent_again_and_a_missing_topic_is_created(broker, tmp
     assert headers(got[-1])["streamanon-type"] == "manifest"
     assert json.loads(got[-1].value)["count"] == report["n"]
     assert "does not end in" in caplog.text  # the lost publish was noticed and said
+
+
+def test_a_publish_missing_its_first_records_is_sent_again(broker, tmp_path, caplog):
+    """The fault suite (simulations/faults.py, scenario e) SIGKILLed the broker mid-publish and
+    started an empty one: the records acknowledged by the old broker were gone, the rest and the
+    manifest reached the new one, and the release was taken as published, its manifest counting
+    more records than preceded it. A publish counts only when the manifest's run is whole."""
+    models = tmp_path / "cost_models.json"
+    put_model(models, "mdav", 3, 5, [(1000, 0.01), (2000, 0.04)])
+    path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5, engine="mdav",
+                             extra=f'cost_models = "{models}"')
+    config = load_config(path, env)
+    topic = config.topic(SURVEY, "release")
+
+    async def run() -> tuple[dict, str]:
+        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        await service.start()
+        cut: list[int] = []
+        try:
+            real = service.release_producer
+
+            class LosesTheFirstRecords:
+                """The first publish: its first 10 records were kept by a broker since
+                replaced, so the topic has the rest and the manifest."""
+
+                def publish(self, topic, messages, manifest):
+                    if not cut:
+                        cut.append(10)
+                        real.publish(topic, messages[10:], manifest)
+                        return
+                    real.publish(topic, messages, manifest)
+
+                def close(self):
+                    real.close()
+
+            service._releaser.producer = LosesTheFirstRecords()
+            await collect(service, broker.bootstrap, config, SURVEY, N)
+            report = await release(service, SURVEY)
+            state = (await service.survey_state(SURVEY)).state
+        finally:
+            await service.stop()
+        return report, state
+
+    report, state = asyncio.run(run())
+    assert state == RELEASED
+    n = report["n"]
+    got = read_topic(broker.bootstrap, topic, expected=(n - 10 + 1) + (n + 1))
+    assert len(got) == 2 * n - 8  # the cut run and its manifest, then the whole release
+    last = got[-(n + 1):]
+    assert headers(last[-1])["streamanon-type"] == "manifest"
+    assert [int(headers(r)["streamanon-index"]) for r in last[:-1]] == list(range(n))
+    assert "does not end in" in caplog.text or "incomplete" in caplog.text
+
+
+def test_reading_a_missing_release_topic_leaves_it_missing(broker, tmp_path):
+    """The fault suite (scenario e) found the release topic re-created with the broker's
+    default 4 partitions: the read that checks a resumed publish asked for the topic's
+    metadata with auto-creation allowed, before the service made it with one partition."""
+    from streamanon.service.offsets import messages_before_end
+
+    path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY)
+    config = load_config(path, env)
+    topic = f"{config.kafka.topic_prefix}.absent.release"
+    assert messages_before_end(config, topic, [1]) == (0, {})
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        assert topic not in admin.list_topics()
+    finally:
+        admin.close()

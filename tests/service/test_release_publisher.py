@@ -50,3 +50,24 @@ def test_a_broker_that_does_not_answer_is_a_publish_error():
         publisher.publish("rp.release", [b"{}"] * 10, {"release_id": "r2"})
     assert isinstance(caught.value, broker_errors())  # the service sends it again
     assert time.monotonic() - started < 30  # bounded, not forever (a hang guard, not speed)
+
+
+def test_a_missing_release_topic_is_a_broker_error_not_an_auto_created_topic(broker):
+    """A broker replaced by an empty one has no release topic. The producer let the broker
+    auto-create it (with the broker's default partitions) in the middle of a publish; it now
+    fails the publish, and the service makes the topic with one partition and sends it all
+    again (found by the fault suite, simulations/faults.py, scenario e)."""
+    from kafka import KafkaAdminClient
+
+    config = config_for(broker.bootstrap)
+    topic = "rp.vanished.release"
+    publisher = ReleasePublisher(config, timeout=20.0)
+    started = time.monotonic()
+    with pytest.raises(broker_errors()):
+        publisher.publish(topic, [b"{}"] * 10, {"release_id": "r3"})
+    assert time.monotonic() - started < 20  # the missing topic fails it, not the timeout
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        assert topic not in admin.list_topics()
+    finally:
+        admin.close()

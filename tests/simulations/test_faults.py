@@ -1,0 +1,140 @@
+"""The fault suite (simulations/faults.py) runs as docs/guide/reliability.md shows it, and every
+scenario releases each acknowledged response exactly once; its pieces (the cuttable proxy, the
+reading of a release) do what they say."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import socket
+import threading
+import time
+
+import pytest
+
+from simulations import faults
+from simulations.tcp_proxy import CuttableProxy
+from tests.docs_pages import blocks, commands, page, section
+from tests.support.postgres import why_unavailable
+
+
+def documented_command() -> list[str]:
+    """The one command of the section "The fault suite" of guide/reliability.md."""
+    shown = [line for b in blocks(section(page("guide/reliability.md"), "The fault suite"),
+                                  "sh", "console", "bash") for line in commands(b)
+             if "simulations.faults" in line]
+    assert len(shown) == 1, shown
+    return shlex.split(shown[0])
+
+
+def test_help_describes_every_scenario(capsys):
+    with pytest.raises(SystemExit):
+        faults.parse_args(["--help"])
+    out = capsys.readouterr().out
+    for letter in faults.SCENARIOS:
+        assert re.search(rf"^{letter}  ", out, flags=re.M), letter
+    assert "--scenarios" in out and "--n" in out
+
+
+@pytest.mark.parametrize("argv", [["--scenarios", "a,z"], ["--scenarios", ","], ["--n", "10"]])
+def test_bad_options_are_one_line_errors(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        faults.parse_args(argv)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        "python -m simulations.faults: error: --")
+
+
+class Message:
+    def __init__(self, kind: str, release: str = "r1", index: int | None = None,
+                 value: dict | None = None) -> None:
+        self._headers = [("streamanon-type", kind.encode()),
+                         ("streamanon-release", release.encode())]
+        if index is not None:
+            self._headers.append(("streamanon-index", str(index).encode()))
+        self._value = json.dumps(value or {}).encode()
+
+    def headers(self):
+        return self._headers
+
+    def value(self):
+        return self._value
+
+
+def run(count: int, tickets: list[int], release: str = "r1") -> list[Message]:
+    return [Message("record", release, i, {"ticket": t}) for i, t in enumerate(tickets)] + \
+        [Message("manifest", release, value={"release_id": release, "count": count})]
+
+
+def test_the_release_taken_is_the_run_before_the_last_manifest():
+    messages = run(3, [7, 8]) + run(3, [7, 8, 9], "r2")  # a cut run, then the whole release
+    assert faults.taken_release(messages) == [7, 8, 9]
+
+
+@pytest.mark.parametrize("messages", [run(3, [8, 9]), run(2, [1, 2])[:2], []])
+def test_a_manifest_without_its_whole_run_is_no_release(messages):
+    with pytest.raises(faults.ScenarioFailed):
+        faults.taken_release(messages)
+
+
+def echo_server() -> tuple[socket.socket, threading.Thread]:
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            while data := conn.recv(1024):
+                conn.sendall(data)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def test_the_proxy_holds_what_is_sent_during_a_cut_and_forwards_it_after():
+    server, _ = echo_server()
+    with server, CuttableProxy(server.getsockname()[1]) as proxy, \
+            socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as client:
+        client.sendall(b"before")
+        assert client.recv(1024) == b"before"
+        proxy.cut()
+        time.sleep(0.1)
+        client.sendall(b"during")
+        client.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            client.recv(1024)  # nothing comes back while the link is cut
+        proxy.resume()
+        client.settimeout(5)
+        assert client.recv(1024) == b"during"  # held, not lost
+
+
+def test_the_proxy_closes_a_connection_to_a_server_that_is_down():
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    server.close()
+    with CuttableProxy(port) as proxy, \
+            socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as client:
+        assert client.recv(1024) == b""
+
+
+@pytest.mark.kafka
+@pytest.mark.postgres
+def test_the_documented_fault_suite_runs(subprocesses, capsys):
+    """``python -m simulations.faults`` as guide/reliability.md shows it: every scenario
+    released each acknowledged response once (the table's rows), and exits 0."""
+    if why_unavailable():  # `make test` installs Debian's postgresql; never skip silently
+        pytest.fail(f"PostgreSQL is needed: {why_unavailable()}")
+    words = documented_command()
+    assert words[:3] == ["python", "-m", "simulations.faults"]
+    code = faults.main(words[3:])
+    out = capsys.readouterr().out
+    n = int(faults.parse_args(words[3:]).n)
+    rows = [line.split("|")[1:-1] for line in out.splitlines()
+            if re.match(r"^\| [a-f]: ", line)]
+    assert [r[0].strip().split(":")[0] for r in rows] == list(faults.SCENARIOS), out
+    for row in rows:
+        sent, stored, released, lost, duplicated = (int(c.replace(",", "")) for c in row[1:6])
+        assert (sent, stored, released, lost, duplicated) == (n, n, n, 0, 0), row
+        assert float(row[6]) >= 0
+    assert code == 0, out
