@@ -242,6 +242,7 @@ cost_models = "{self.workdir / 'models.json'}"
         would: the next start recovers from the write-ahead log."""
         data = Path(self.pg.pg_ctl[self.pg.pg_ctl.index("-D") + 1])
         postmaster = int((data / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGSTOP)  # no new backend between the listing and the kill
         pids = [postmaster, *children(postmaster)]
         for pid in pids:
             with suppress(ProcessLookupError):
@@ -249,6 +250,22 @@ cost_models = "{self.workdir / 'models.json'}"
         for pid in pids:  # gone before it starts again on the same data
             while Path(f"/proc/{pid}").exists() and zombie_or_alive(pid):
                 time.sleep(0.01)
+
+    def start_postgres(self, timeout: float = 30) -> None:
+        """Start the server again (same data, same port); a start refused while the killed
+        server's processes are still being reaped is tried again."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.pg.start()
+                return
+            except subprocess.CalledProcessError as exc:
+                if time.monotonic() > deadline:
+                    log = Path(self.pg.start_options[self.pg.start_options.index("-l") + 1])
+                    raise ScenarioFailed(
+                        f"PostgreSQL did not start again: {exc.stderr or exc.stdout}; its log "
+                        f"ends: {log.read_text(errors='replace')[-1500:]}") from None
+                time.sleep(0.5)
 
     # -- the broker ----------------------------------------------------------------------------
     def kill_broker(self) -> None:
@@ -578,7 +595,7 @@ def store_killed_mid_publish(rig: Rig, sid: str, n: int, out: Outcome) -> set[by
         rig.kill_postgres()
     out.notes.append(f"killed with {on_topic} of {n + 1} release messages on the topic")
     time.sleep(OUTAGE_SECONDS)
-    rig.pg.start()
+    rig.start_postgres()
     back = time.monotonic()
     out.recover = wait_released(rig, sid) - back
     return sent
@@ -677,7 +694,7 @@ def run_scenario(rig: Rig, letter: str, n: int) -> Outcome:
         rig.proxy.resume()
         with suppress(Exception):
             if not rig.pg.running():
-                rig.pg.start()
+                rig.start_postgres()
     if out.failure is None and (out.lost or out.duplicated):
         out.failure = f"{out.lost} lost, {out.duplicated} duplicated"
     if out.failure is not None:

@@ -128,13 +128,14 @@ def test_the_documented_fault_suite_runs(subprocesses, capsys):
     words = documented_command()
     assert words[:3] == ["python", "-m", "simulations.faults"]
     code = faults.main(words[3:])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    said = f"{out}\n{err[-6000:]}"  # the table, then how each scenario went (a log on failure)
     n = int(faults.parse_args(words[3:]).n)
     rows = [line.split("|")[1:-1] for line in out.splitlines()
             if re.match(r"^\| [a-f]: ", line)]
-    assert [r[0].strip().split(":")[0] for r in rows] == list(faults.SCENARIOS), out
+    assert [r[0].strip().split(":")[0] for r in rows] == list(faults.SCENARIOS), said
     for row in rows:
         sent, stored, released, lost, duplicated = (int(c.replace(",", "")) for c in row[1:6])
-        assert (sent, stored, released, lost, duplicated) == (n, n, n, 0, 0), row
+        assert (sent, stored, released, lost, duplicated) == (n, n, n, 0, 0), said
         assert float(row[6]) >= 0
-    assert code == 0, out
+    assert code == 0, said
