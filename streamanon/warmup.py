@@ -59,6 +59,7 @@ def _stages() -> None:
 
 def _local_search() -> None:
     _engines(("ona_star", "mdav_star"))
+    _attacks()
 
 
 def _the_rest() -> None:
@@ -67,7 +68,6 @@ def _the_rest() -> None:
     _engines(tuple(e.name for e in available_engines() if e.name not in ("ona_star",
                                                                           "mdav_star")))
     _stages()
-    _attacks()
 
 
 def _attacks() -> None:

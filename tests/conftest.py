@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -54,13 +55,19 @@ SLOW_MARKERS = (*RESOURCES, "heavy")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test by the fixtures it uses; then put the marked tests first (in their
     order): they wait on brokers, servers and processes, and one that starts last would keep
-    the whole run waiting while the other workers have nothing left to do."""
+    the whole run waiting while the other workers have nothing left to do. The slowest tests
+    of a recent run start first on every worker (:func:`tests.durations.spread`)."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         for marker, fixtures in RESOURCES.items():
             if used & fixtures:
                 item.add_marker(marker)
     items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in SLOW_MARKERS))
+    # and the slowest of all at the fronts of the workers' shares (tests/durations.py)
+    from tests.durations import known, spread
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    items[:] = spread(items, [item.nodeid for item in items], known(), workers)
 
 
 @pytest.fixture(scope="session")

@@ -87,3 +87,32 @@ def test_pure_and_last():
 """)
     result = inner.runpytest_inprocess("-p", "no:cacheprovider", "-q", "test_teardown.py")
     result.assert_outcomes(passed=2)
+
+
+def test_the_slowest_tests_start_first_on_every_worker():
+    """worksteal gives each worker a contiguous share and runs it from the front: the slow
+    tests go to the fronts of the shares, the longest first, balanced by their seconds."""
+    from tests.durations import segments, spread
+
+    ids = [f"t{i}" for i in range(20)]
+    seconds = {"t3": 100.0, "t17": 90.0, "t9": 50.0, "t12": 45.0, "t5": 5.0}
+    order = spread(ids, ids, seconds, workers=3)
+    assert sorted(order) == sorted(ids)  # every test once
+    sizes = segments(20, 3)
+    assert sizes == [6, 7, 7]  # what worksteal hands three idle workers
+    shares = [order[:6], order[6:13], order[13:]]
+    assert [share[0] for share in shares] == ["t3", "t17", "t9"]
+    assert shares[2][:2] == ["t9", "t12"]  # 50 s: the least slow work when t12 comes
+    assert shares[1][:2] == ["t17", "t5"]  # 90 s against 95 and 100 when t5 comes
+    fast = [t for t in order if t not in seconds]
+    assert fast == [t for t in ids if t not in seconds]  # the others keep their order
+    assert spread(ids, ids, {}, workers=4) == ids
+
+
+def test_the_durations_table_of_a_run_is_read():
+    from tests.durations import parse
+
+    text = ("== slowest 30 durations ==\n208.14s call     tests/a.py::test_x\n"
+            "2.00s setup    tests/a.py::test_x\n1.50s call     tests/b.py::test_y[1-2]\n"
+            "== 3 passed ==\n")
+    assert parse(text) == {"tests/a.py::test_x": 210.1, "tests/b.py::test_y[1-2]": 1.5}
