@@ -586,15 +586,23 @@ def store_down_close_control(rig: Rig, sid: str, n: int, out: Outcome) -> set[by
     return sent
 
 
-def store_killed_mid_publish(rig: Rig, sid: str, n: int, out: Outcome) -> set[bytes]:
+def killed_mid_publish(rig: Rig, sid: str, n: int, out: Outcome,
+                       kill: Callable[[], None]) -> set[bytes]:
+    """``n`` responses in, the close, then ``kill`` (the store or the broker) while part of the
+    release is on the topic, and the outage; the responses sent."""
     sent = ingest(rig, sid, n)
     close_over_http(rig, sid)
     with held_mid_publish(rig, sid, n) as on_topic:
         if rig.state(sid)[0] == "RELEASED":
             raise ScenarioFailed("the release was recorded before the kill: not mid-publish")
-        rig.kill_postgres()
+        kill()
     out.notes.append(f"killed with {on_topic} of {n + 1} release messages on the topic")
     time.sleep(OUTAGE_SECONDS)
+    return sent
+
+
+def store_killed_mid_publish(rig: Rig, sid: str, n: int, out: Outcome) -> set[bytes]:
+    sent = killed_mid_publish(rig, sid, n, out, rig.kill_postgres)
     rig.start_postgres()
     back = time.monotonic()
     out.recover = wait_released(rig, sid) - back
@@ -630,14 +638,7 @@ def broker_replaced_mid_ingest(rig: Rig, sid: str, n: int, out: Outcome) -> set[
 
 def broker_replaced_mid_publish(rig: Rig, sid: str, n: int, out: Outcome) -> set[bytes]:
     rig.platform_topics()  # a broker replaced by an earlier scenario lost them
-    sent = ingest(rig, sid, n)
-    close_over_http(rig, sid)
-    with held_mid_publish(rig, sid, n) as on_topic:
-        if rig.state(sid)[0] == "RELEASED":
-            raise ScenarioFailed("the release was recorded before the kill: not mid-publish")
-        rig.kill_broker()
-    out.notes.append(f"killed with {on_topic} of {n + 1} release messages on the topic")
-    time.sleep(OUTAGE_SECONDS)
+    sent = killed_mid_publish(rig, sid, n, out, rig.kill_broker)
     rig.new_broker()
     back = time.monotonic()
     rig.platform_topics()

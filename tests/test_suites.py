@@ -116,3 +116,9 @@ def test_the_durations_table_of_a_run_is_read():
             "2.00s setup    tests/a.py::test_x\n1.50s call     tests/b.py::test_y[1-2]\n"
             "== 3 passed ==\n")
     assert parse(text) == {"tests/a.py::test_x": 210.1, "tests/b.py::test_y[1-2]": 1.5}
+
+
+def test_a_test_that_measures_a_speed_claim_keeps_its_place():
+    from tests.durations import MEASURING, known
+
+    assert MEASURING and not MEASURING & set(known())

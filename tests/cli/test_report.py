@@ -5,8 +5,6 @@ warns where a measure is bad, shows no record, escapes every name, and renders i
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 import shutil
@@ -22,6 +20,7 @@ from streamanon.io import read_table, write_table
 from streamanon.risk import measure
 from streamanon.risk_page import largest_change_text, render, verdict
 from streamanon.schema import load_schema, parse_schema
+from tests.cli.helpers import run
 
 N = 400
 K = 5
@@ -33,12 +32,6 @@ SECTIONS = ["settings", "verdict", "risk", "sensitive", "utility", "distribution
             "correlations"]
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    """``streamanon ARGV`` in this process: exit status, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(argv)
-    return status, out.getvalue(), err.getvalue()
 
 
 def without_images(page: str) -> str:

@@ -5,8 +5,6 @@ responses released with ``anonymize --schema`` and the release verified k-anonym
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shlex
 import shutil
 from pathlib import Path
@@ -15,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streamanon.cli import main
 from streamanon.io import read_table, write_table
 from streamanon.metrics import check_table_k_anonymity
 from streamanon.schema import FieldSpec, Schema, load_schema
+from tests.cli.helpers import run
 from tests.docs_pages import block, blocks, commands, page, section
 
 FORMS = Path(__file__).resolve().parents[1] / "data" / "forms"
@@ -26,11 +24,6 @@ N = 400
 K = 5
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(argv)
-    return status, out.getvalue(), err.getvalue()
 
 
 def responses(schema: Schema, n: int, seed: int = 0) -> pd.DataFrame:

@@ -5,8 +5,6 @@ to the bound and counted in the release's report.json. Never released as it is."
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 from pathlib import Path
@@ -16,9 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streamanon.cli import main
 from streamanon.service.config import parse_config
 from streamanon.service.validation import Invalid, Validator
+from tests.cli.helpers import run
 from tests.conftest import REPO
 
 SURVEY = REPO / "streamanon" / "data" / "example_survey.csv"
@@ -40,12 +38,6 @@ SCHEMA: dict[str, dict[str, Any]] = {
 }
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    """``streamanon ARGV`` in this process: exit status, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(argv)
-    return status, out.getvalue(), err.getvalue()
 
 
 def toml_value(value: Any) -> str:

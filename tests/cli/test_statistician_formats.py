@@ -4,8 +4,6 @@ labelled, and k-anonymous."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +12,9 @@ import pyreadstat
 import pytest
 
 from simulations.survey_data import SURVEY_SCHEMA, make_survey, write_schema_toml
-from streamanon.cli import main
 from streamanon.io import write_table
 from streamanon.metrics import check_table_k_anonymity
+from tests.cli.helpers import run
 from tests.docs_pages import block, commands, page, section
 
 N = 400
@@ -27,11 +25,6 @@ KEY = ["age", PATH_NAME, "gender", "region", "education", "income"]
 GENDER_LABEL = "Which gender do you identify with?"
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(argv)
-    return status, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

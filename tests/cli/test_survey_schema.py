@@ -3,8 +3,6 @@ what the written release keeps, what it removes, and the guards around it."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from simulations.survey_data import SURVEY_SCHEMA, make_survey, write_schema_tom
 from streamanon.cli import main
 from streamanon.io import read_table, write_table
 from streamanon.metrics import check_table_k_anonymity, sample_unique_share
+from tests.cli.helpers import run
 
 N = 3000
 K = 5
@@ -25,12 +24,6 @@ CONFIDENTIAL = ["submitted_at", "q1", "q2", "q3", "q4", "q5", "comment", "weight
 EXIT_USAGE = 2
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    """``streamanon ARGV`` in this process: exit status, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(argv)
-    return status, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
