@@ -20,6 +20,7 @@ id in its dead letters (:func:`redact_dead_letter`).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import logging
 import queue
@@ -188,7 +189,7 @@ class KafkaDeadLetters:
     def _delivered(self, letter: _Letter, _metadata: Any) -> None:
         with self._lock:
             self.sent += 1
-        letter.done.set_result(True)
+        _settle(letter.done, True)
 
     def _failed(self, letter: _Letter, exc: BaseException) -> None:
         if letter.attempt < self.attempts:
@@ -206,4 +207,12 @@ class KafkaDeadLetters:
             self.failed += 1
         log.error("dead letter to %s given up after %d attempt(s) (%s)", letter.topic,
                   letter.attempt, type(exc).__name__)
-        letter.done.set_result(False)
+        _settle(letter.done, False)
+
+
+def _settle(done: concurrent.futures.Future[bool], sent: bool) -> None:
+    """Give a dead letter's outcome to whoever waits on it; one who stopped waiting may have
+    cancelled the future, which must not end the sending thread."""
+    if not done.done():
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            done.set_result(sent)

@@ -213,7 +213,9 @@ class WebhookIntake:
             self.validators[sid])
         future = self._dead_letters.send(self.config.topic(sid, "deadletter"), rejection)
         try:
-            stored = await asyncio.wait_for(asyncio.wrap_future(future), ACK_SECONDS * 3)
+            # shielded: giving up the wait must not cancel the dead letter itself
+            stored = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)),
+                                            ACK_SECONDS * 3)
         except Exception:  # not stored in time (a timeout included): retry later
             stored = False
         if not stored:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
 from streamanon.service.config import ConfigError, parse_config
+from streamanon.service.deadletters import KafkaDeadLetters
 from streamanon.service.validation import Invalid, Validator
 from streamanon.service.webhook import RateLimiter, WebhookIntake, basic_auth_ok, from_kobo
 from tests.service.webhook_helpers import (
@@ -163,9 +165,18 @@ def test_without_the_brokers_acknowledgement_the_answer_is_503_retry_later(monke
     intake = WebhookIntake(config(), FakeProducer("fail"))
     status, body, headers = submit(intake, json.dumps(submission(1)).encode())
     assert status == 503 and headers["Retry-After"]
-    intake._dead_letters = None
+    # a dead letter given up after the answer (its second attempt, 1 s on): the sending
+    # thread lives on (it died on setting the result of the future the answer had cancelled)
+    intake._dead_letters = KafkaDeadLetters(intake.producer, attempts=2, retry_backoff=1.0)
     status, body, _ = submit(intake, json.dumps(submission(2, satisfaction="9")).encode())
     assert status == 503 and body["reason"] == "out_of_bounds"  # not dead-lettered: retry
+    letters = intake._dead_letters
+    deadline = time.monotonic() + 10
+    while letters.failed == 0 and letters.alive and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the second attempt is given up
+    time.sleep(0.2)
+    assert letters.failed == 1 and letters.alive
+    intake.close()
 
 
 def test_the_json_format_takes_the_schemas_own_names():
