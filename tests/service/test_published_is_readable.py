@@ -27,34 +27,47 @@ SURVEY = "wellbeing"
 N = 300
 
 
-def test_a_lost_publish_is_sent_again_and_a_missing_topic_is_created(broker, tmp_path, caplog):
+def configured(broker, tmp_path):
+    """The survey's configuration on the embedded broker (MDAV's model stored), and its
+    release topic."""
     models = tmp_path / "cost_models.json"
     put_model(models, "mdav", 3, 5, [(1000, 0.01), (2000, 0.04)])
     path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5, engine="mdav",
                              extra=f'cost_models = "{models}"')
     config = load_config(path, env)
-    topic = config.topic(SURVEY, "release")
+    return config, config.topic(SURVEY, "release")
+
+
+class FirstPublish:
+    """The release producer ``real`` with its first publish done by
+    ``first(real, topic, messages, manifest)`` instead."""
+
+    def __init__(self, real, first):
+        self.real, self.first, self.done = real, first, False
+
+    def publish(self, topic, messages, manifest):
+        if not self.done:
+            self.done = True
+            self.first(self.real, topic, messages, manifest)
+            return
+        self.real.publish(topic, messages, manifest)
+
+    def close(self):
+        self.real.close()
+
+
+def test_a_lost_publish_is_sent_again_and_a_missing_topic_is_created(broker, tmp_path, caplog):
+    config, topic = configured(broker, tmp_path)
 
     async def run() -> tuple[dict, str, list[int]]:
         service = Service(config, compute_pool=ThreadPoolExecutor(1))
         await service.start()
         lost: list[int] = []
         try:
-            real = service.release_producer
-
-            class LosesTheFirst:
-                """Acknowledges the first publish and keeps nothing of it."""
-
-                def publish(self, topic, messages, manifest):
-                    if not lost:
-                        lost.append(len(messages))
-                        return
-                    real.publish(topic, messages, manifest)
-
-                def close(self):
-                    real.close()
-
-            service._releaser.producer = LosesTheFirst()
+            # acknowledged, and nothing of it kept
+            service._releaser.producer = FirstPublish(
+                service.release_producer,
+                lambda real, topic, messages, manifest: lost.append(len(messages)))
             await collect(service, broker.bootstrap, config, SURVEY, N)
             admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
             admin.delete_topics([topic])  # the broker lost it (replaced by an empty one)
@@ -79,35 +92,18 @@ def test_a_publish_missing_its_first_records_is_sent_again(broker, tmp_path, cap
     started an empty one: the records acknowledged by the old broker were gone, the rest and the
     manifest reached the new one, and the release was taken as published, its manifest counting
     more records than preceded it. A publish counts only when the manifest's run is whole."""
-    models = tmp_path / "cost_models.json"
-    put_model(models, "mdav", 3, 5, [(1000, 0.01), (2000, 0.04)])
-    path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5, engine="mdav",
-                             extra=f'cost_models = "{models}"')
-    config = load_config(path, env)
-    topic = config.topic(SURVEY, "release")
+    config, topic = configured(broker, tmp_path)
 
     async def run() -> tuple[dict, str]:
         service = Service(config, compute_pool=ThreadPoolExecutor(1))
         await service.start()
-        cut: list[int] = []
         try:
-            real = service.release_producer
-
-            class LosesTheFirstRecords:
-                """The first publish: its first 10 records were kept by a broker since
-                replaced, so the topic has the rest and the manifest."""
-
-                def publish(self, topic, messages, manifest):
-                    if not cut:
-                        cut.append(10)
-                        real.publish(topic, messages[10:], manifest)
-                        return
-                    real.publish(topic, messages, manifest)
-
-                def close(self):
-                    real.close()
-
-            service._releaser.producer = LosesTheFirstRecords()
+            # its first 10 records were kept by a broker since replaced, so the topic has
+            # the rest and the manifest
+            service._releaser.producer = FirstPublish(
+                service.release_producer,
+                lambda real, topic, messages, manifest: real.publish(topic, messages[10:],
+                                                                     manifest))
             await collect(service, broker.bootstrap, config, SURVEY, N)
             report = await release(service, SURVEY)
             state = (await service.survey_state(SURVEY)).state
