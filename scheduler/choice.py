@@ -34,7 +34,12 @@ from dataclasses import dataclass, replace
 from scheduler.live import DEADLINE_QUANTILE, Forecast, plan
 from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead
 from scheduler.planner import BaseCost, IncrementalCost, Plan
-from scheduler.quality import DEFAULT_MAX_DELTA, QualityBound, expected_delta
+from scheduler.quality import (
+    DEFAULT_MAX_DELTA,
+    QualityBound,
+    delta_against_one_shot,
+    expected_delta,
+)
 
 #: What ``engine = "auto"`` chooses from, quality first.
 AUTO_ENGINES = ("ona_star", "mdav")
@@ -138,25 +143,37 @@ def _name(p: Plan) -> str:
 
 
 def choose_stage(n_base: float, n_late: float, options: Mapping[str, IncrementalCost], *,
-                 engine: str, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD
-                 ) -> tuple[str, str]:
+                 engine: str, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
+                 max_delta: float | None = DEFAULT_MAX_DELTA) -> tuple[str, str]:
     """The incremental stage for ``n_late`` records after a base run on ``n_base``, at close:
     the candidates (stage -> cost model, in order of preference) are timed by their models
     with the release steps the late records add, and the one with the least expected loss
     among those within the slack of the earliest (:data:`SLACK_FACTOR`,
     :data:`SLACK_SECONDS`, but at most a second more: at close the seconds are the
-    release's own) is taken. Returns the stage and why."""
+    release's own) is taken. Returns the stage and why.
+
+    ``max_delta`` is the plan's quality bound (:class:`scheduler.quality.QualityBound`): the
+    stages whose expected loss at this ratio is within it are the candidates when there are
+    any, so the close keeps the bound the ratio was planned under (a faster stage over it
+    would trade the loss the plan promised for seconds it did not ask for). None: every stage
+    (``objective = "earliest"``)."""
     if not options:
         raise ValueError("no candidate stage to choose from")
     nu = n_late / (n_base + n_late) if n_base + n_late > 0 else 0.0
     seconds = {stage: float(cost(n_base, n_late)) + overhead_model.late_part(n_late)
                for stage, cost in options.items()}
-    earliest = min(seconds.values())
+    within = [stage for stage in options if max_delta is None
+              or delta_against_one_shot(engine, stage, nu) <= max_delta + 1e-12]
+    candidates = within or list(options)
+    earliest = min(seconds[stage] for stage in candidates)
     bound = max(SLACK_FACTOR * earliest, earliest + min(SLACK_SECONDS, 1.0))
-    fits = [stage for stage in options if seconds[stage] <= bound]
+    fits = [stage for stage in candidates if seconds[stage] <= bound]
     best = min(fits, key=lambda stage: (expected_delta(engine, stage, nu),
                                         list(options).index(stage)))
     others = ", ".join(f"{stage} {t:.3g} s" for stage, t in seconds.items() if stage != best)
+    bound_note = "" if max_delta is None else (
+        f", within the {max_delta:+.0%} bound" if within else
+        f" (no stage within the {max_delta:+.0%} bound at nu {nu:.3g})")
     return best, (f"{best}: {seconds[best]:.3g} s predicted for {n_late:,.0f} late records, "
                   f"the least expected loss ({expected_delta(engine, best, nu):+.1%} against "
-                  f"one-shot MDAV) within the time of the earliest; {others}")
+                  f"one-shot MDAV) within the time of the earliest{bound_note}; {others}")

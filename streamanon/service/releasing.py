@@ -180,7 +180,9 @@ class Releaser:
         if cp is not None and not fits_deadline and base_is_usable(cp.n_base, sc.k, n):
             base = BaseSnapshot(cp.n_base, cp.labels, cp.mean, cp.scale, cp.seconds)
             if sc.incremental == "auto":  # the stage for the real counts (scheduler.choice)
-                stage, why = (choose_stage(cp.n_base, n - cp.n_base, stages, engine=sc.engine)
+                bound = None if sc.objective == "earliest" else sc.max_delta
+                stage, why = (choose_stage(cp.n_base, n - cp.n_base, stages, engine=sc.engine,
+                                           max_delta=bound)
                               if stages else (AUTO_STAGES[0], "no cost models to choose by"))
                 stage_choice = {"configured": "auto", "chosen": stage, "reason": why}
                 sc = sc.model_copy(update={"incremental": stage})
