@@ -181,7 +181,9 @@ class Service:
         self.release_producer = ReleasePublisher(cfg)
         self._releaser = Releaser(cfg, self.store, self._in_store, self._pool,
                                   self.release_producer, self.telemetry)
-        warm = self.loop.run_in_executor(self._pool, warm_up_compute)
+        # kernels load (compile, on a fresh clone) ahead of any compute; start goes on
+        self._background(self.loop.run_in_executor(self._pool, warm_up_compute),
+                         "warming the compute kernels")
         for sc in cfg.surveys:
             await self._in_store(self.store.ensure_survey, sc.id)
             ingest = SurveyIngest(sc, Validator(
@@ -201,7 +203,6 @@ class Service:
         if self.coordinator is not None and not self.leading:
             await self.coordinator.follow()  # closes under way, before a message is read
         await self.collector.start()
-        await warm
         for sc in cfg.surveys:
             self._measuring[sc.id] = self._background(
                 self.survey_planner.measure(sc, self._pool),

@@ -128,3 +128,33 @@ def test_start_does_not_wait_for_the_group_join(broker, tmp_path):
     at_start, later = asyncio.run(run())
     assert at_start == 0  # started before the group gave it anything
     assert later > 0  # and the collector joins all the same
+
+
+def test_start_does_not_wait_for_the_kernel_warm_up(broker, tmp_path, monkeypatch):
+    """The compute process loads (on a fresh clone: compiles) its kernels at start. A start
+    that waited for it had no HTTP and no /healthz for 42 s on a loaded machine with a cold
+    cache; the warm-up goes on in the background, ahead of any compute in the pool."""
+    import streamanon.service.lifecycle as lifecycle
+
+    gate, entered = threading.Event(), threading.Event()
+
+    def slow_warm_up() -> bool:
+        entered.set()
+        assert gate.wait(120), "the test never opened the gate"
+        return True
+
+    monkeypatch.setattr(lifecycle, "warm_up_compute", slow_warm_up)
+    path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=K, engine="mdav")
+    config = load_config(path, env)
+
+    async def run() -> None:
+        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        try:
+            await asyncio.wait_for(service.start(), timeout=60)  # the warm-up is held
+            assert await asyncio.to_thread(entered.wait, 60)  # and under way
+            assert not gate.is_set()
+        finally:
+            gate.set()
+            await service.stop()
+
+    asyncio.run(run())
