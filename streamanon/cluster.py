@@ -183,17 +183,21 @@ def dask_runner(client: object, *, retries: int = DEFAULT_RETRIES,
 
 
 def partitioned_base(run: TwoStageRun, prepared: Prepared, cluster: str,
-                     part_size: int) -> tuple[np.ndarray, float]:
+                     part_size: int, default_parts: bool = False) -> tuple[np.ndarray, float]:
     """The service's base run (:func:`streamanon.release.base_partition`) with ``run``'s engine
     applied part by part on ``cluster``: labels and seconds. Runs in the compute process, which
-    is then the Dask client; the incremental stage stays with ``run``."""
+    is then the Dask client; the incremental stage stays with ``run``. ``default_parts``: the
+    survey named no engine (``engine = "auto"``), so the parts run the default part engine
+    (:data:`streamanon.engines.partitioned.DEFAULT_PART_ENGINE`) whatever ``auto`` chose."""
+    from streamanon.engines.partitioned import DEFAULT_PART_ENGINE, DEFAULT_PART_PARAMS
     from streamanon.incremental.run import TwoStageRun
     from streamanon.release import base_partition
 
+    engine, params = ((DEFAULT_PART_ENGINE, dict(DEFAULT_PART_PARAMS)) if default_parts
+                      else (run.engine, run.engine_params))
     with part_runner(cluster) as runner:
         parted = TwoStageRun(run.k, "partitioned", run.incremental,
-                             engine_params={"engine": run.engine,
-                                            "engine_params": run.engine_params,
+                             engine_params={"engine": engine, "engine_params": params,
                                             "part_size": part_size, "runner": runner},
                              incremental_params=run.incremental_params)
         return base_partition(parted, prepared)

@@ -6,6 +6,8 @@ run on it must equal the same parts run here, also when a worker dies mid-run or
 
 from __future__ import annotations
 
+import json
+
 import os
 import socket
 import time
@@ -149,6 +151,13 @@ def test_the_service_base_run_on_the_cluster_equals_the_partitioned_local_run(da
                                          engine_params={"part_size": 300}), prepared)
     np.testing.assert_array_equal(labels, here)
     assert seconds > 0 and np.bincount(labels).min() >= K
+    # a survey that named no engine: the parts run the default part engine
+    labels, _ = partitioned_base(run, prepared, dask_client.scheduler.address, 300,
+                                 default_parts=True)
+    here, _ = base_partition(TwoStageRun(K, "partitioned", "nn_split_end", engine_params={
+        "part_size": 300, "engine": "ona_star",
+        "engine_params": {"start": "mdav", "max_rounds": 6, "candidates": 24}}), prepared)
+    np.testing.assert_array_equal(labels, here)
 
 
 def closed_port() -> int:
@@ -179,11 +188,29 @@ ARGS = ["--k", str(K), "--qi", "a,b,c", "--drop", "id", "--seed", "1", "--no-pro
         "--part-size", "300"]
 
 
-# the two forms of docs/guide/scaling.md: MDAV on each part, and MDAV then ONA*'s local search
-# on each part
-PART_ENGINES = [("mdav", []), ("ona_star", ["--engine", "ona_star", "--param", "start=mdav",
-                                            "--param", "max_rounds=6", "--param",
-                                            "candidates=24"])]
+# the forms of docs/guide/scaling.md: the default (MDAV then ONA*'s local search on each
+# part), and MDAV alone on each part
+PART_ENGINES = [("ona_star", []), ("mdav", ["--engine", "mdav"])]
+SPELLED_OUT = ["--engine", "ona_star", "--param", "start=mdav", "--param", "max_rounds=6",
+               "--param", "candidates=24"]
+
+
+def test_without_an_engine_the_parts_run_mdav_and_the_local_search(survey, tmp_path, capsys):
+    """anonymize --cluster with no other setting: each part runs MDAV and six rounds of ONA*'s
+    local search (DEFAULT_PART_ENGINE), the release of the spelled-out form, with a loss no
+    higher than MDAV alone on the same parts."""
+    out = {name: tmp_path / f"{name}.csv" for name in ("default", "spelled", "mdav")}
+    assert main(["anonymize", str(survey), *ARGS, "--out", str(out["default"])]) == 0
+    assert "ona_star in parts of 300 (local)" in capsys.readouterr().out
+    assert main(["anonymize", str(survey), *ARGS, *SPELLED_OUT,
+                 "--out", str(out["spelled"])]) == 0
+    assert main(["anonymize", str(survey), *ARGS, "--engine", "mdav",
+                 "--out", str(out["mdav"])]) == 0
+    frames = {name: pd.read_csv(path) for name, path in out.items()}
+    pd.testing.assert_frame_equal(frames["default"], frames["spelled"])
+    reports = {name: json.loads(path.with_suffix(".report.json").read_text())
+               for name, path in out.items()}
+    assert reports["default"]["information_loss"] <= reports["mdav"]["information_loss"]
 
 
 @pytest.mark.parametrize(("engine", "engine_args"), PART_ENGINES)

@@ -94,7 +94,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="partitioned run (engine 'partitioned'): cut the records with "
                          "Mondrian-V median cuts into parts of at most --part-size records "
                          "and microaggregate each part with --engine on its own, on the "
-                         "workers of a Dask cluster. WHERE is a scheduler address "
+                         "workers of a Dask cluster (without --engine: MDAV and six rounds "
+                         "of ONA*'s local search on each part, which keeps the loss near "
+                         "exact MDAV's on all the records). WHERE is a scheduler address "
                          "tcp://HOST:8786 (start it with 'dask scheduler', and workers with "
                          "'dask worker tcp://HOST:8786' on each machine; workers need only "
                          "'pip install streamanon', the same version), 'local-N' (start N "
@@ -105,10 +107,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "parts run again elsewhere")
     an.add_argument("--part-size", type=positive_int, default=None, metavar="N",
                     help="largest part of a partitioned run, in records (default 100,000, "
-                         "where MDAV takes a few seconds a part; larger parts lose less "
-                         "information and take longer: on Gaussian data with 15 QIs the IL is "
-                         "about 5 %% above exact MDAV at 100,000 and 2 %% at 200,000); without "
-                         "--cluster the parts run one after the other in this process")
+                         "where a part takes seconds; larger parts lose less information "
+                         "and take longer); without --cluster the parts run one after the "
+                         "other in this process")
     an.add_argument("--out", required=True, metavar="OUTPUT",
                     help="release file: .csv, .parquet (with --schema, categories and "
                          "ordinals are dictionary-encoded: factors in R, categoricals in "
@@ -217,6 +218,7 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
         two_stage = {"incremental": args.incremental, "nu": args.nu,
                      "incremental_params": dict(args.incremental_param),
                      "compare_one_shot": args.compare_one_shot}
+    engine_named = args.engine is not None or bool(params)
     if args.engine is None:
         from streamanon.api import default_engine
 
@@ -224,9 +226,9 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
     engine_name = args.engine
     where = None
     if args.cluster is not None or args.part_size is not None:
-        args.engine, params = _partitioned(args, params)
+        args.engine, params = _partitioned(args, params, engine_named)
         where = "local" if args.cluster is None else check_cluster(args.cluster)
-        engine_name = f"{engine_name} in parts of {params['part_size']:,} ({where})"
+        engine_name = f"{params['engine']} in parts of {params['part_size']:,} ({where})"
     show = not args.no_progress and sys.stderr.isatty()
     started = time.perf_counter()
     with part_runner(where or "local") as runner:
@@ -368,13 +370,22 @@ def _outside_text(found: list[Any], args: argparse.Namespace, csv: bool) -> str:
     return (f"{args.input} breaks the schema {args.schema}{counted}: " + "; ".join(parts))
 
 
-def _partitioned(args: argparse.Namespace,
-                 params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _partitioned(args: argparse.Namespace, params: dict[str, Any],
+                 engine_named: bool) -> tuple[str, dict[str, Any]]:
     """The engine ``partitioned`` wrapping ``--engine``: its name and parameters (where the
-    parts run is the ``runner`` that :func:`streamanon.cluster.part_runner` gives)."""
-    from streamanon.engines.partitioned import DEFAULT_PART_SIZE
+    parts run is the ``runner`` that :func:`streamanon.cluster.part_runner` gives). With no
+    engine named (and no l or t asked) the parts run the default part engine
+    (:data:`streamanon.engines.partitioned.DEFAULT_PART_ENGINE`)."""
+    from streamanon.engines.partitioned import (
+        DEFAULT_PART_ENGINE,
+        DEFAULT_PART_PARAMS,
+        DEFAULT_PART_SIZE,
+    )
 
-    return "partitioned", {"engine": args.engine, "engine_params": params,
+    engine = args.engine
+    if not engine_named and args.l is None and args.t is None:
+        engine, params = DEFAULT_PART_ENGINE, dict(DEFAULT_PART_PARAMS)
+    return "partitioned", {"engine": engine, "engine_params": params,
                            "part_size": args.part_size or DEFAULT_PART_SIZE}
 
 

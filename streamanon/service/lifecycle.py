@@ -551,7 +551,7 @@ class Service:
 
                 labels, seconds = await self.loop.run_in_executor(
                     self._pool, partitioned_base, release_run(sc), prepared, compute.cluster,
-                    compute.part_size)
+                    compute.part_size, rt.auto_engine and not sc.engine_params)
             scaling = prepared.scaling
             cp = Checkpoint(snapshot_seq=snapshot_seq, n_base=len(records), labels=labels,
                             mean=scaling.mean, scale=scaling.scale, engine=sc.engine,
