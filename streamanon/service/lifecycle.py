@@ -557,14 +557,14 @@ class Service:
                             mean=scaling.mean, scale=scaling.scale, engine=sc.engine,
                             seconds=seconds, started_at=started)
             await self._in_store(self.store.save_checkpoint, sid, cp)
+            if compute.cluster == "local":  # a cluster's time is its parts' and workers'
+                await self._in_store(self.survey_planner.observe_base, sc, len(records),
+                                     seconds)
             await self._in_store(self.store.transition, sid, BASE_DONE,
                                  f"base run took {seconds:.2f} s")
             rt.timings["base_seconds"] = seconds
             if self._releaser is not None:
                 await self._releaser.prepare_base(rt, snapshot_seq, frame, labels)
-            if compute.cluster == "local":  # a cluster's time is its parts' and workers'
-                await self._in_store(self.survey_planner.observe_base, sc, len(records),
-                                     seconds)
             log.info("survey %s: base run on %d records done in %.2f s", sid, len(records),
                      seconds)
         except asyncio.CancelledError:
