@@ -54,14 +54,19 @@ BUDGET_SECONDS = 180.0
 #: than predicted (``scheduler.live.BUSY_FACTOR``): that takes s of 10 or more.
 ARRIVAL_COEFFICIENTS = (2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 15.0, 20.0)
 
-#: A scenario must leave at least this many records to the incremental stage ...
+#: A scenario must leave at least this many records to the incremental stage (predicted:
+#: LATE_MARGIN times as many, as the live plan's ratio may come out a little lower than the
+#: prediction's) ...
 MIN_LATE = 1_000
+LATE_MARGIN = 1.2
 #: ... and be predicted at least this many times sooner than the one-shot release (twice
 #: the 3x the demo must show, as a margin for a machine busier than when it was calibrated).
 SHOW_GAIN = 6.0
 
-#: The responses a scenario may have.
-MIN_N, MAX_N = 5_000, 1_000_000
+#: The responses a scenario may have. At the ratios the quality bound allows (about 0.1),
+#: fewer than MIN_N leave too few late records: on a slow or busy machine the demo then runs
+#: longer than its budget rather than show too small an increment.
+MIN_N, MAX_N = 15_000, 1_000_000
 
 #: Records per second the one-shot reference stores (the budget counts its ingest).
 REFERENCE_INGEST = 15_000.0
@@ -139,23 +144,26 @@ def choose_scenario(model: Callable[[float], float], options: list[Any], *, k: i
     budget, the one predicted to gain most, with ``shows_the_idea`` False."""
     from streamanon.service.simulate import predict
 
+    def scenario_of(size: int, s: float) -> Scenario:
+        window = open_seconds if open_seconds is not None else s * model(size)
+        prediction = predict(resolve("uniform", window), size, window, None, model,
+                             None, k, options, incremental=incremental, engine=engine,
+                             max_delta=max_delta)
+        one_shot = one_shot_release_model(model, size)
+        shows = (prediction["nu"] > 0 and prediction["n_increment"] >= LATE_MARGIN * MIN_LATE
+                 and one_shot >= SHOW_GAIN * prediction["release_after_close_seconds"]
+                 and _room(prediction))
+        return Scenario(size, window, prediction, one_shot, _run_seconds(model, size, window),
+                        shows)
+
     tried = []
     for s in ARRIVAL_COEFFICIENTS:
         size = n if n is not None else (
             _size_for(model, s, budget) if open_seconds is None else
             _inverse(model, open_seconds / s))
         size = max(3 * k, size if n is not None else min(max(size, MIN_N), MAX_N))
-        window = open_seconds if open_seconds is not None else s * model(size)
-        prediction = predict(resolve("uniform", window), size, window, None, model,
-                             None, k, options, incremental=incremental, engine=engine,
-                             max_delta=max_delta)
-        one_shot = one_shot_release_model(model, size)
-        shows = (prediction["nu"] > 0 and prediction["n_increment"] >= MIN_LATE
-                 and one_shot >= SHOW_GAIN * prediction["release_after_close_seconds"]
-                 and _room(prediction))
-        scenario = Scenario(size, window, prediction, one_shot,
-                            _run_seconds(model, size, window), shows)
-        if shows or (n is not None and open_seconds is not None):
+        scenario = scenario_of(size, s)
+        if scenario.shows_the_idea or (n is not None and open_seconds is not None):
             return scenario
         tried.append(scenario)
     return max(tried, key=lambda sc: (_room(sc.prediction), sc.sooner))
