@@ -1,0 +1,254 @@
+"""Compiled kernel for :func:`streamanon.engines.tcloseness.kfirst_cells` when only ``t`` is
+asked (no l-diversity).
+
+Nothing here is public. :func:`kfirst_labels` takes the same decisions as the NumPy loop of
+``tcloseness.py`` (``_kfirst_cells_numpy``): MDAV's ``x_r`` / ``x_s`` order, a seed's ``k - 1``
+nearest free records, then growth while the cell is not t-close, each time the free record
+whose addition gives the smallest largest EMD over the sensitive columns, ties to the nearest
+to the seed, then to the lowest row. The numbers are computed the same way: squared distances
+as ``sum_j (x_j - q_j)**2`` in column order, the free records' centroid as their sum in row
+order divided by their count, the EMDs of a grown cell with the running sums of
+:meth:`streamanon.privacy.Domain.emd_if_added`. Only the test "is this cell t-close" sums its
+absolute gaps in order where NumPy sums pairwise, which can differ in the last bit; a cell
+whose EMD lies within rounding of ``t + TOLERANCE`` may then be grown once more or once less.
+
+Speed comes from keeping the free records compacted (row order kept, dead slots squeezed out
+once they are a sixteenth of the slots), from reusing the distances to ``x_r`` computed for
+its cell to find ``x_s``, and from an insertion buffer for the ``k - 1`` nearest: the work per
+cell is a few passes over the free records, with no temporary arrays.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+
+@nb.njit(cache=True)
+def _sq_dist(X, i, q):
+    d = 0.0
+    for j in range(X.shape[1]):
+        diff = X[i, j] - q[j]
+        d += diff * diff
+    return d
+
+
+@nb.njit(cache=True)
+def _compact(slots, n_slots, alive):
+    """Squeeze dead slots out of ``slots[:n_slots]``, keeping row order; the new count."""
+    w = 0
+    for i in range(n_slots):
+        if alive[slots[i]]:
+            slots[w] = slots[i]
+            w += 1
+    return w
+
+
+@nb.njit(cache=True)
+def _cell_emd(counts, size, cumulative, share, m, equal):
+    """EMD of a cell given its counts per domain value (``Domain.emd_of_counts``)."""
+    if m == 1:
+        return 0.0
+    total = 0.0
+    if equal:
+        for v in range(m):
+            total += abs(counts[v] / size - share[v])
+        return 0.5 * total
+    running = 0.0
+    for v in range(m - 1):
+        running += counts[v]
+        total += abs(running / size - cumulative[v])
+    return total / (m - 1)
+
+
+@nb.njit(cache=True)
+def _emd_if_added(counts, size, cumulative, share, m, equal, gap, out):
+    """``out[v]``: EMD of the cell plus one record of value ``v`` (``Domain.emd_if_added``);
+    ``size`` is the cell's size before the addition, ``gap`` scratch of length ``m``."""
+    if m == 1:
+        out[0] = 0.0
+        return
+    grown = size + 1.0
+    step = 1.0 / grown
+    if equal:
+        total = 0.0
+        for v in range(m):
+            gap[v] = counts[v] / grown - share[v]
+            total += abs(gap[v])
+        for v in range(m):
+            out[v] = 0.5 * (total - abs(gap[v]) + abs(gap[v] + step))
+        return
+    running = 0.0
+    for v in range(m - 1):
+        running += counts[v]
+        gap[v] = running / grown - cumulative[v]
+    # out[v] = (sum_{u < v} |gap_u| + sum_{u >= v} |gap_u + step|) / (m - 1)
+    after = 0.0
+    out[m - 1] = 0.0
+    for v in range(m - 2, -1, -1):
+        after += abs(gap[v] + step)
+        out[v] = after
+    before = 0.0
+    out[0] = (0.0 + out[0]) / (m - 1)
+    for v in range(1, m):
+        before += abs(gap[v - 1])
+        out[v] = (before + out[v]) / (m - 1)
+
+
+@nb.njit(cache=True)
+def _too_far(counts, size, cumulative, share, sizes, equal, limit):
+    for c in range(sizes.shape[0]):
+        if _cell_emd(counts[c], size, cumulative[c], share[c], sizes[c], equal[c]) > limit:
+            return True
+    return False
+
+
+@nb.njit(cache=True)
+def _make_cell(X, seed, k, slots, n_slots, alive, d, codes, counts, cumulative, share, sizes,
+               equal, limit, label, labels, near_row, near_d, gap, added, scores):
+    """Build the cell of ``seed``: its ``k - 1`` nearest free records, then growth while the
+    cell is not t-close. Fills ``d[i]`` with the squared distance of slot ``i``
+    to the seed; marks members dead and labels them; returns the cell's size."""
+    q = X[seed].copy()
+    need = k - 1
+    filled = 0
+    for i in range(n_slots):
+        row = slots[i]
+        if not alive[row]:
+            continue
+        di = _sq_dist(X, row, q)
+        d[i] = di
+        if row == seed or need == 0:
+            continue
+        # rows come in increasing order, so an equal distance never displaces a kept row
+        if filled == need and di >= near_d[need - 1]:
+            continue
+        pos = filled if filled < need else need - 1
+        while pos > 0 and near_d[pos - 1] > di:
+            near_d[pos] = near_d[pos - 1]
+            near_row[pos] = near_row[pos - 1]
+            pos -= 1
+        if filled < need:
+            filled += 1
+        near_d[pos] = di
+        near_row[pos] = row
+    n_cols = codes.shape[1]
+    size = 0
+    alive[seed] = False
+    labels[seed] = label
+    for c in range(n_cols):
+        counts[c, codes[seed, c]] += 1.0
+    size += 1
+    for p in range(filled):
+        row = near_row[p]
+        alive[row] = False
+        labels[row] = label
+        for c in range(n_cols):
+            counts[c, codes[row, c]] += 1.0
+        size += 1
+    added[0] = seed  # the members, to reset the counts afterwards
+    for p in range(filled):
+        added[1 + p] = near_row[p]
+    n_added = size
+    while _too_far(counts, float(size), cumulative, share, sizes, equal, limit):
+        for c in range(n_cols):
+            _emd_if_added(counts[c], float(size), cumulative[c], share[c], sizes[c],
+                          equal[c], gap, scores[c])
+        best = -1
+        best_score = 0.0
+        best_d = 0.0
+        for i in range(n_slots):
+            row = slots[i]
+            if not alive[row]:
+                continue
+            score = scores[0, codes[row, 0]]
+            for c in range(1, n_cols):
+                other = scores[c, codes[row, c]]
+                if other > score:
+                    score = other
+            if (best < 0 or score < best_score
+                    or (score == best_score and d[i] < best_d)):
+                best, best_score, best_d = row, score, d[i]
+        if best < 0:
+            break  # no free record left
+        alive[best] = False
+        labels[best] = label
+        for c in range(n_cols):
+            counts[c, codes[best, c]] += 1.0
+        size += 1
+        if n_added == added.shape[0]:
+            bigger = np.empty(2 * n_added, np.int64)
+            bigger[:n_added] = added
+            added = bigger
+        added[n_added] = best
+        n_added += 1
+    for p in range(n_added):
+        for c in range(n_cols):
+            counts[c, codes[added[p], c]] = 0.0
+    return size
+
+
+@nb.njit(cache=True, nogil=True)
+def kfirst_labels(X, k, codes, cumulative, share, sizes, equal, limit, progress):
+    """Algorithm 2's cells on the standardised float64 matrix ``X`` (n x m, C order).
+
+    ``codes`` (n x s, int64) are the records' ranks in each sensitive column's domain;
+    ``cumulative`` and ``share`` (s x max domain size) that column's distribution function and
+    distribution, ``sizes`` the domain sizes, ``equal`` the columns with the equal ground
+    distance; a cell is too far when an EMD exceeds ``limit`` (``t`` plus the tolerance).
+    Returns the labels, ``-1`` for the records left free (fewer than ``2k``), and the number of
+    cells. ``progress[0]`` counts the records placed.
+    """
+    n, m = X.shape
+    labels = np.full(n, -1, np.int64)
+    alive = np.ones(n, np.bool_)
+    slots = np.arange(n)
+    n_slots = n
+    n_free = n
+    d = np.empty(n)
+    counts = np.zeros(cumulative.shape)
+    scores = np.zeros(cumulative.shape)
+    gap = np.empty(cumulative.shape[1])
+    near_row = np.empty(max(k - 1, 1), np.int64)
+    near_d = np.empty(max(k - 1, 1))
+    added = np.empty(max(4 * k, 16), np.int64)
+    centroid = np.empty(m)
+    n_cells = 0
+    while n_free >= 2 * k:
+        # x_r: the free record farthest from the free records' centroid (ties: lowest row)
+        centroid[:] = 0.0
+        for i in range(n_slots):
+            row = slots[i]
+            if alive[row]:
+                for j in range(m):
+                    centroid[j] += X[row, j]
+        for j in range(m):
+            centroid[j] = centroid[j] / n_free
+        x_r = -1
+        far = -1.0
+        for i in range(n_slots):
+            row = slots[i]
+            if alive[row]:
+                di = _sq_dist(X, row, centroid)
+                if di > far:
+                    far, x_r = di, row
+        n_free -= _make_cell(X, x_r, k, slots, n_slots, alive, d, codes, counts, cumulative,
+                             share, sizes, equal, limit, n_cells, labels, near_row,
+                             near_d, gap, added, scores)
+        n_cells += 1
+        if n_free >= 2 * k:
+            # x_s: the free record farthest from x_r, from the distances its cell computed
+            x_s = -1
+            far = -1.0
+            for i in range(n_slots):
+                row = slots[i]
+                if alive[row] and d[i] > far:
+                    far, x_s = d[i], row
+            n_free -= _make_cell(X, x_s, k, slots, n_slots, alive, d, codes, counts,
+                                 cumulative, share, sizes, equal, limit, n_cells, labels,
+                                 near_row, near_d, gap, added, scores)
+            n_cells += 1
+        progress[0] = n - n_free
+        if n_slots - n_free > n_free // 16 + 4 * k:
+            n_slots = _compact(slots, n_slots, alive)
+    return labels, n_cells
