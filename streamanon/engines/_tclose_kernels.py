@@ -25,21 +25,40 @@ import numpy as np
 
 
 @nb.njit(cache=True)
-def _sq_dist(X, i, q):
-    d = 0.0
-    for j in range(X.shape[1]):
-        diff = X[i, j] - q[j]
-        d += diff * diff
-    return d
+def _distances(Xc, n_slots, q, d):
+    """``d[i] = sum_j (Xc[j, i] - q[j])**2`` for every slot, summed in column order."""
+    for i in range(n_slots):
+        diff = Xc[0, i] - q[0]
+        d[i] = diff * diff
+    for j in range(1, Xc.shape[0]):
+        qj = q[j]
+        for i in range(n_slots):
+            diff = Xc[j, i] - qj
+            d[i] += diff * diff
 
 
 @nb.njit(cache=True)
-def _compact(slots, n_slots, alive):
-    """Squeeze dead slots out of ``slots[:n_slots]``, keeping row order; the new count."""
+def _farthest(d, live, n_slots):
+    """The live slot of largest ``d``, the lowest on ties."""
+    best = -1
+    far = -1.0
+    for i in range(n_slots):
+        if live[i] and d[i] > far:
+            far, best = d[i], i
+    return best
+
+
+@nb.njit(cache=True)
+def _compact(Xc, Cc, rows, live, n_slots):
+    """Squeeze dead slots out of the first ``n_slots``, keeping row order; the new count."""
     w = 0
     for i in range(n_slots):
-        if alive[slots[i]]:
-            slots[w] = slots[i]
+        if live[i]:
+            if w != i:
+                Xc[:, w] = Xc[:, i]
+                Cc[:, w] = Cc[:, i]
+                rows[w] = rows[i]
+                live[w] = True
             w += 1
     return w
 
@@ -104,52 +123,51 @@ def _too_far(counts, size, cumulative, share, sizes, equal, limit):
 
 
 @nb.njit(cache=True)
-def _make_cell(X, seed, k, slots, n_slots, alive, d, codes, counts, cumulative, share, sizes,
-               equal, limit, label, labels, near_row, near_d, gap, added, scores):
-    """Build the cell of ``seed``: its ``k - 1`` nearest free records, then growth while the
-    cell is not t-close. Fills ``d[i]`` with the squared distance of slot ``i``
-    to the seed; marks members dead and labels them; returns the cell's size."""
-    q = X[seed].copy()
+def _take(slot, label, rows, live, Cc, counts, labels, members, n_members):
+    live[slot] = False
+    labels[rows[slot]] = label
+    for c in range(Cc.shape[0]):
+        counts[c, Cc[c, slot]] += 1.0
+    if n_members == members.shape[0]:
+        bigger = np.empty(2 * n_members, np.int64)
+        bigger[:n_members] = members
+        members = bigger
+    members[n_members] = slot
+    return members
+
+
+@nb.njit(cache=True)
+def _make_cell(Xc, Cc, rows, live, n_slots, seed, k, d, counts, cumulative, share, sizes,
+               equal, limit, label, labels, near_slot, near_d, gap, members, scores):
+    """Build the cell of slot ``seed``: its ``k - 1`` nearest live slots, then growth while the
+    cell is not t-close. Leaves in ``d`` the squared distances of every slot to the seed;
+    marks the members dead and labels them; returns the cell's size and the members buffer."""
+    _distances(Xc, n_slots, Xc[:, seed].copy(), d)
     need = k - 1
     filled = 0
-    for i in range(n_slots):
-        row = slots[i]
-        if not alive[row]:
-            continue
-        di = _sq_dist(X, row, q)
-        d[i] = di
-        if row == seed or need == 0:
-            continue
-        # rows come in increasing order, so an equal distance never displaces a kept row
-        if filled == need and di >= near_d[need - 1]:
-            continue
-        pos = filled if filled < need else need - 1
-        while pos > 0 and near_d[pos - 1] > di:
-            near_d[pos] = near_d[pos - 1]
-            near_row[pos] = near_row[pos - 1]
-            pos -= 1
-        if filled < need:
-            filled += 1
-        near_d[pos] = di
-        near_row[pos] = row
-    n_cols = codes.shape[1]
-    size = 0
-    alive[seed] = False
-    labels[seed] = label
-    for c in range(n_cols):
-        counts[c, codes[seed, c]] += 1.0
-    size += 1
+    if need > 0:
+        for i in range(n_slots):
+            if not live[i] or i == seed:
+                continue
+            di = d[i]
+            # slots come in row order, so an equal distance never displaces a kept slot
+            if filled == need and di >= near_d[need - 1]:
+                continue
+            pos = filled if filled < need else need - 1
+            while pos > 0 and near_d[pos - 1] > di:
+                near_d[pos] = near_d[pos - 1]
+                near_slot[pos] = near_slot[pos - 1]
+                pos -= 1
+            if filled < need:
+                filled += 1
+            near_d[pos] = di
+            near_slot[pos] = i
+    members = _take(seed, label, rows, live, Cc, counts, labels, members, 0)
+    size = 1
     for p in range(filled):
-        row = near_row[p]
-        alive[row] = False
-        labels[row] = label
-        for c in range(n_cols):
-            counts[c, codes[row, c]] += 1.0
+        members = _take(near_slot[p], label, rows, live, Cc, counts, labels, members, size)
         size += 1
-    added[0] = seed  # the members, to reset the counts afterwards
-    for p in range(filled):
-        added[1 + p] = near_row[p]
-    n_added = size
+    n_cols = Cc.shape[0]
     while _too_far(counts, float(size), cumulative, share, sizes, equal, limit):
         for c in range(n_cols):
             _emd_if_added(counts[c], float(size), cumulative[c], share[c], sizes[c],
@@ -158,39 +176,29 @@ def _make_cell(X, seed, k, slots, n_slots, alive, d, codes, counts, cumulative, 
         best_score = 0.0
         best_d = 0.0
         for i in range(n_slots):
-            row = slots[i]
-            if not alive[row]:
+            if not live[i]:
                 continue
-            score = scores[0, codes[row, 0]]
+            score = scores[0, Cc[0, i]]
             for c in range(1, n_cols):
-                other = scores[c, codes[row, c]]
+                other = scores[c, Cc[c, i]]
                 if other > score:
                     score = other
             if (best < 0 or score < best_score
                     or (score == best_score and d[i] < best_d)):
-                best, best_score, best_d = row, score, d[i]
+                best, best_score, best_d = i, score, d[i]
         if best < 0:
             break  # no free record left
-        alive[best] = False
-        labels[best] = label
-        for c in range(n_cols):
-            counts[c, codes[best, c]] += 1.0
+        members = _take(best, label, rows, live, Cc, counts, labels, members, size)
         size += 1
-        if n_added == added.shape[0]:
-            bigger = np.empty(2 * n_added, np.int64)
-            bigger[:n_added] = added
-            added = bigger
-        added[n_added] = best
-        n_added += 1
-    for p in range(n_added):
+    for p in range(size):
         for c in range(n_cols):
-            counts[c, codes[added[p], c]] = 0.0
-    return size
+            counts[c, Cc[c, members[p]]] = 0.0
+    return size, members
 
 
 @nb.njit(cache=True, nogil=True)
 def kfirst_labels(X, k, codes, cumulative, share, sizes, equal, limit, progress):
-    """Algorithm 2's cells on the standardised float64 matrix ``X`` (n x m, C order).
+    """Algorithm 2's cells on the standardised float64 matrix ``X`` (n x m).
 
     ``codes`` (n x s, int64) are the records' ranks in each sensitive column's domain;
     ``cumulative`` and ``share`` (s x max domain size) that column's distribution function and
@@ -200,55 +208,49 @@ def kfirst_labels(X, k, codes, cumulative, share, sizes, equal, limit, progress)
     cells. ``progress[0]`` counts the records placed.
     """
     n, m = X.shape
-    labels = np.full(n, -1, np.int64)
-    alive = np.ones(n, np.bool_)
-    slots = np.arange(n)
+    # the free records by slot, in row order, column-major so that distances vectorise
+    Xc = np.ascontiguousarray(X.T)
+    Cc = np.ascontiguousarray(codes.T)
+    rows = np.arange(n)
+    live = np.ones(n, np.bool_)
     n_slots = n
     n_free = n
+    labels = np.full(n, -1, np.int64)
     d = np.empty(n)
+    d_c = np.empty(n)
     counts = np.zeros(cumulative.shape)
     scores = np.zeros(cumulative.shape)
     gap = np.empty(cumulative.shape[1])
-    near_row = np.empty(max(k - 1, 1), np.int64)
+    near_slot = np.empty(max(k - 1, 1), np.int64)
     near_d = np.empty(max(k - 1, 1))
-    added = np.empty(max(4 * k, 16), np.int64)
+    members = np.empty(max(4 * k, 16), np.int64)
     centroid = np.empty(m)
     n_cells = 0
     while n_free >= 2 * k:
         # x_r: the free record farthest from the free records' centroid (ties: lowest row)
         centroid[:] = 0.0
         for i in range(n_slots):
-            row = slots[i]
-            if alive[row]:
+            if live[i]:
                 for j in range(m):
-                    centroid[j] += X[row, j]
+                    centroid[j] += Xc[j, i]
         for j in range(m):
             centroid[j] = centroid[j] / n_free
-        x_r = -1
-        far = -1.0
-        for i in range(n_slots):
-            row = slots[i]
-            if alive[row]:
-                di = _sq_dist(X, row, centroid)
-                if di > far:
-                    far, x_r = di, row
-        n_free -= _make_cell(X, x_r, k, slots, n_slots, alive, d, codes, counts, cumulative,
-                             share, sizes, equal, limit, n_cells, labels, near_row,
-                             near_d, gap, added, scores)
+        _distances(Xc, n_slots, centroid, d_c)
+        x_r = _farthest(d_c, live, n_slots)
+        size, members = _make_cell(Xc, Cc, rows, live, n_slots, x_r, k, d, counts,
+                                   cumulative, share, sizes, equal, limit, n_cells, labels,
+                                   near_slot, near_d, gap, members, scores)
+        n_free -= size
         n_cells += 1
         if n_free >= 2 * k:
             # x_s: the free record farthest from x_r, from the distances its cell computed
-            x_s = -1
-            far = -1.0
-            for i in range(n_slots):
-                row = slots[i]
-                if alive[row] and d[i] > far:
-                    far, x_s = d[i], row
-            n_free -= _make_cell(X, x_s, k, slots, n_slots, alive, d, codes, counts,
-                                 cumulative, share, sizes, equal, limit, n_cells, labels,
-                                 near_row, near_d, gap, added, scores)
+            x_s = _farthest(d, live, n_slots)
+            size, members = _make_cell(Xc, Cc, rows, live, n_slots, x_s, k, d, counts,
+                                       cumulative, share, sizes, equal, limit, n_cells,
+                                       labels, near_slot, near_d, gap, members, scores)
+            n_free -= size
             n_cells += 1
         progress[0] = n - n_free
         if n_slots - n_free > n_free // 16 + 4 * k:
-            n_slots = _compact(slots, n_slots, alive)
+            n_slots = _compact(Xc, Cc, rows, live, n_slots)
     return labels, n_cells
