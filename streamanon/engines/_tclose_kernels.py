@@ -5,12 +5,12 @@ Nothing here is public. :func:`kfirst_labels` takes the same decisions as the Nu
 ``tcloseness.py`` (``_kfirst_cells_numpy``): MDAV's ``x_r`` / ``x_s`` order, a seed's ``k - 1``
 nearest free records, then growth while the cell is not t-close, each time the free record
 whose addition gives the smallest largest EMD over the sensitive columns, ties to the nearest
-to the seed, then to the lowest row. The numbers are computed the same way: squared distances
-as ``sum_j (x_j - q_j)**2`` in column order, the free records' centroid as their sum in row
-order divided by their count, the EMDs of a grown cell with the running sums of
-:meth:`streamanon.privacy.Domain.emd_if_added`. Only the test "is this cell t-close" sums its
-absolute gaps in order where NumPy sums pairwise, which can differ in the last bit; a cell
-whose EMD lies within rounding of ``t + TOLERANCE`` may then be grown once more or once less.
+to the seed, then to the lowest row. The numbers are the same, bit for bit, because they are
+added in NumPy's order: squared distances as ``sum_j (x_j - q_j)**2``, the free records'
+centroid as their sum in row order divided by their count, the EMDs with the running sums of
+:meth:`streamanon.privacy.Domain.emd_if_added`, and NumPy's pairwise summation
+(:func:`_pairwise_sum`) where NumPy sums along an array (a distance over eight or more
+quasi-identifiers, a cell's absolute gaps). The tests compare the two loops label for label.
 
 Speed comes from keeping the free records compacted (row order kept, dead slots squeezed out
 once they are a sixteenth of the slots), from reusing the distances to ``x_r`` computed for
@@ -25,12 +25,55 @@ import numpy as np
 
 
 @nb.njit(cache=True)
-def _distances(Xc, n_slots, q, d):
-    """``d[i] = sum_j (Xc[j, i] - q[j])**2`` for every slot, summed in column order."""
+def _pairwise_sum(a, start, n):
+    """``a[start:start + n].sum()`` added in NumPy's order (its pairwise summation: blocks of
+    up to 128 summed with eight accumulators, halves above)."""
+    if n < 8:
+        res = 0.0
+        for i in range(start, start + n):
+            res += a[i]
+        return res
+    if n <= 128:
+        r0, r1, r2, r3 = a[start], a[start + 1], a[start + 2], a[start + 3]
+        r4, r5, r6, r7 = a[start + 4], a[start + 5], a[start + 6], a[start + 7]
+        i = 8
+        while i < n - (n % 8):
+            b = start + i
+            r0 += a[b]
+            r1 += a[b + 1]
+            r2 += a[b + 2]
+            r3 += a[b + 3]
+            r4 += a[b + 4]
+            r5 += a[b + 5]
+            r6 += a[b + 6]
+            r7 += a[b + 7]
+            i += 8
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        while i < n:
+            res += a[start + i]
+            i += 1
+        return res
+    half = n // 2
+    half -= half % 8
+    return _pairwise_sum(a, start, half) + _pairwise_sum(a, start + half, n - half)
+
+
+@nb.njit(cache=True)
+def _distances(Xc, n_slots, q, d, scratch):
+    """``d[i] = sum_j (Xc[j, i] - q[j])**2`` for every slot, added in NumPy's order: in column
+    order for fewer than eight columns (vectorised over the slots), pairwise from eight on."""
+    m = Xc.shape[0]
+    if m >= 8:
+        for i in range(n_slots):
+            for j in range(m):
+                diff = Xc[j, i] - q[j]
+                scratch[j] = diff * diff
+            d[i] = _pairwise_sum(scratch, 0, m)
+        return
     for i in range(n_slots):
         diff = Xc[0, i] - q[0]
         d[i] = diff * diff
-    for j in range(1, Xc.shape[0]):
+    for j in range(1, m):
         qj = q[j]
         for i in range(n_slots):
             diff = Xc[j, i] - qj
@@ -64,36 +107,37 @@ def _compact(Xc, Cc, rows, live, n_slots):
 
 
 @nb.njit(cache=True)
-def _cell_emd(counts, size, cumulative, share, m, equal):
-    """EMD of a cell given its counts per domain value (``Domain.emd_of_counts``)."""
+def _cell_emd(counts, size, cumulative, share, m, equal, gap):
+    """EMD of a cell given its counts per domain value (``Domain.emd_of_counts``); ``gap``
+    scratch of length ``m``."""
     if m == 1:
         return 0.0
-    total = 0.0
     if equal:
         for v in range(m):
-            total += abs(counts[v] / size - share[v])
-        return 0.5 * total
+            gap[v] = abs(counts[v] / size - share[v])
+        return 0.5 * _pairwise_sum(gap, 0, m)
     running = 0.0
     for v in range(m - 1):
         running += counts[v]
-        total += abs(running / size - cumulative[v])
-    return total / (m - 1)
+        gap[v] = abs(running / size - cumulative[v])
+    return _pairwise_sum(gap, 0, m - 1) / (m - 1)
 
 
 @nb.njit(cache=True)
 def _emd_if_added(counts, size, cumulative, share, m, equal, gap, out):
     """``out[v]``: EMD of the cell plus one record of value ``v`` (``Domain.emd_if_added``);
-    ``size`` is the cell's size before the addition, ``gap`` scratch of length ``m``."""
+    ``size`` is the cell's size before the addition, ``gap`` and ``out`` of length ``m``."""
     if m == 1:
         out[0] = 0.0
         return
     grown = size + 1.0
     step = 1.0 / grown
     if equal:
-        total = 0.0
+        for v in range(m):
+            out[v] = abs(counts[v] / grown - share[v])
+        total = _pairwise_sum(out, 0, m)
         for v in range(m):
             gap[v] = counts[v] / grown - share[v]
-            total += abs(gap[v])
         for v in range(m):
             out[v] = 0.5 * (total - abs(gap[v]) + abs(gap[v] + step))
         return
@@ -115,9 +159,9 @@ def _emd_if_added(counts, size, cumulative, share, m, equal, gap, out):
 
 
 @nb.njit(cache=True)
-def _too_far(counts, size, cumulative, share, sizes, equal, limit):
+def _too_far(counts, size, cumulative, share, sizes, equal, limit, gap):
     for c in range(sizes.shape[0]):
-        if _cell_emd(counts[c], size, cumulative[c], share[c], sizes[c], equal[c]) > limit:
+        if _cell_emd(counts[c], size, cumulative[c], share[c], sizes[c], equal[c], gap) > limit:
             return True
     return False
 
@@ -138,11 +182,11 @@ def _take(slot, label, rows, live, Cc, counts, labels, members, n_members):
 
 @nb.njit(cache=True)
 def _make_cell(Xc, Cc, rows, live, n_slots, seed, k, d, counts, cumulative, share, sizes,
-               equal, limit, label, labels, near_slot, near_d, gap, members, scores):
+               equal, limit, label, labels, near_slot, near_d, gap, members, scores, scratch):
     """Build the cell of slot ``seed``: its ``k - 1`` nearest live slots, then growth while the
     cell is not t-close. Leaves in ``d`` the squared distances of every slot to the seed;
     marks the members dead and labels them; returns the cell's size and the members buffer."""
-    _distances(Xc, n_slots, Xc[:, seed].copy(), d)
+    _distances(Xc, n_slots, Xc[:, seed].copy(), d, scratch)
     need = k - 1
     filled = 0
     if need > 0:
@@ -168,7 +212,7 @@ def _make_cell(Xc, Cc, rows, live, n_slots, seed, k, d, counts, cumulative, shar
         members = _take(near_slot[p], label, rows, live, Cc, counts, labels, members, size)
         size += 1
     n_cols = Cc.shape[0]
-    while _too_far(counts, float(size), cumulative, share, sizes, equal, limit):
+    while _too_far(counts, float(size), cumulative, share, sizes, equal, limit, gap):
         for c in range(n_cols):
             _emd_if_added(counts[c], float(size), cumulative[c], share[c], sizes[c],
                           equal[c], gap, scores[c])
@@ -225,6 +269,7 @@ def kfirst_labels(X, k, codes, cumulative, share, sizes, equal, limit, progress)
     near_d = np.empty(max(k - 1, 1))
     members = np.empty(max(4 * k, 16), np.int64)
     centroid = np.empty(m)
+    scratch = np.empty(m)
     n_cells = 0
     while n_free >= 2 * k:
         # x_r: the free record farthest from the free records' centroid (ties: lowest row)
@@ -235,11 +280,11 @@ def kfirst_labels(X, k, codes, cumulative, share, sizes, equal, limit, progress)
                     centroid[j] += Xc[j, i]
         for j in range(m):
             centroid[j] = centroid[j] / n_free
-        _distances(Xc, n_slots, centroid, d_c)
+        _distances(Xc, n_slots, centroid, d_c, scratch)
         x_r = _farthest(d_c, live, n_slots)
         size, members = _make_cell(Xc, Cc, rows, live, n_slots, x_r, k, d, counts,
                                    cumulative, share, sizes, equal, limit, n_cells, labels,
-                                   near_slot, near_d, gap, members, scores)
+                                   near_slot, near_d, gap, members, scores, scratch)
         n_free -= size
         n_cells += 1
         if n_free >= 2 * k:
@@ -247,7 +292,7 @@ def kfirst_labels(X, k, codes, cumulative, share, sizes, equal, limit, progress)
             x_s = _farthest(d, live, n_slots)
             size, members = _make_cell(Xc, Cc, rows, live, n_slots, x_s, k, d, counts,
                                        cumulative, share, sizes, equal, limit, n_cells,
-                                       labels, near_slot, near_d, gap, members, scores)
+                                       labels, near_slot, near_d, gap, members, scores, scratch)
             n_free -= size
             n_cells += 1
         progress[0] = n - n_free

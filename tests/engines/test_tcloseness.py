@@ -12,7 +12,13 @@ import pytest
 from scipy.stats import wasserstein_distance
 
 from streamanon.engines import available_engines, get_engine, run_engine
-from streamanon.engines.tcloseness import kfirst_cells, tfirst_cells, tfirst_cluster_size
+from streamanon.engines.tcloseness import (
+    _domains,
+    _kfirst_cells_numpy,
+    kfirst_cells,
+    tfirst_cells,
+    tfirst_cluster_size,
+)
 from streamanon.errors import InputError, ParameterError
 from streamanon.metrics import standardise
 from streamanon.privacy import Domain, cell_distinct, cell_emds, emd, enforce
@@ -331,6 +337,40 @@ def test_kfirst_cells_stay_small_when_t_is_loose(census):
     X, S, _ = census
     sizes = np.bincount(run_engine("tclose_kfirst", X, 5, S=S, t=0.6))
     assert np.median(sizes) == 5
+
+
+@pytest.mark.parametrize("kinds", [("ordered",), ("equal",), ("ordered", "equal")])
+@pytest.mark.parametrize("seed, m", [(0, 3), (1, 3), (2, 10)])
+def test_compiled_kfirst_takes_the_numpy_loops_decisions(kinds, seed, m):
+    # Integer quasi-identifiers and few sensitive values make ties in every decision: the
+    # farthest record, the nearest ones and the growth score; from eight columns on, NumPy
+    # adds a distance's terms pairwise.
+    rng = np.random.default_rng(seed)
+    n = 600
+    X = standardise(rng.integers(0, 6, (n, m)).astype(np.float64))
+    S = np.column_stack([rng.integers(0, 8, n), (X[:, 0] > 0) * 2 + rng.integers(0, 2, n)])
+    S = S[:, :len(kinds)]
+    for k, t in [(2, 0.1), (3, 0.2), (5, 0.05)]:
+        compiled = kfirst_cells(X, k, S, kinds, t)
+        reference = _kfirst_cells_numpy(X, k, _domains(S, n, kinds), t, None, None)
+        assert np.array_equal(compiled, reference)
+        assert np.bincount(compiled).min() >= k and compiled.min() == 0
+
+
+def test_compiled_kfirst_matches_the_numpy_loop_on_census(census):
+    X, S, _ = census
+    for t in (0.1, 0.3):
+        reference = _kfirst_cells_numpy(X, 5, _domains(S, len(S), ("ordered",)), t, None, None)
+        assert np.array_equal(kfirst_cells(X, 5, S, ("ordered",), t), reference)
+
+
+def test_compiled_kfirst_advances_the_progress_counter(census):
+    from streamanon.progress import Progress
+
+    X, S, _ = census
+    progress = Progress()
+    kfirst_cells(X, 5, S, ("ordered",), 0.2, progress=progress)
+    assert progress.total == len(X) and len(X) - 2 * 5 < progress.done <= len(X)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
