@@ -151,6 +151,7 @@ def run_streamanon(X: np.ndarray, s: np.ndarray, k: int, t: float, repeats: int
     Z = standardised(X, X)
     out = {}
     for engine in ENGINES:
+        run_engine(engine, Z[:200], k, S=s[:200], t=t)  # compiled kernels loaded, not timed
         seconds = []
         for _ in range(repeats):
             started = time.perf_counter()

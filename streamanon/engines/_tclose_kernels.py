@@ -25,37 +25,76 @@ import numpy as np
 
 
 @nb.njit(cache=True)
-def _pairwise_sum(a, start, n):
-    """``a[start:start + n].sum()`` added in NumPy's order (its pairwise summation: blocks of
-    up to 128 summed with eight accumulators, halves above)."""
+def _block_sum(a, start, n):
+    """NumPy's pairwise sum of ``a[start:start + n]`` for ``n <= 128``: in order below eight
+    terms, else with eight accumulators."""
     if n < 8:
         res = 0.0
         for i in range(start, start + n):
             res += a[i]
         return res
+    r0, r1, r2, r3 = a[start], a[start + 1], a[start + 2], a[start + 3]
+    r4, r5, r6, r7 = a[start + 4], a[start + 5], a[start + 6], a[start + 7]
+    i = 8
+    while i < n - (n % 8):
+        b = start + i
+        r0 += a[b]
+        r1 += a[b + 1]
+        r2 += a[b + 2]
+        r3 += a[b + 3]
+        r4 += a[b + 4]
+        r5 += a[b + 5]
+        r6 += a[b + 6]
+        r7 += a[b + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[start + i]
+        i += 1
+    return res
+
+
+@nb.njit(cache=True)
+def _pairwise_sum(a, start, n):
+    """``a[start:start + n].sum()`` added in NumPy's order: blocks of up to 128 terms
+    (:func:`_block_sum`), longer runs split in two halves (the first a multiple of eight)
+    summed separately. The halving runs on an explicit stack: numba's cache does not load
+    self-recursive functions reliably."""
     if n <= 128:
-        r0, r1, r2, r3 = a[start], a[start + 1], a[start + 2], a[start + 3]
-        r4, r5, r6, r7 = a[start + 4], a[start + 5], a[start + 6], a[start + 7]
-        i = 8
-        while i < n - (n % 8):
-            b = start + i
-            r0 += a[b]
-            r1 += a[b + 1]
-            r2 += a[b + 2]
-            r3 += a[b + 3]
-            r4 += a[b + 4]
-            r5 += a[b + 5]
-            r6 += a[b + 6]
-            r7 += a[b + 7]
-            i += 8
-        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        while i < n:
-            res += a[start + i]
-            i += 1
-        return res
-    half = n // 2
-    half -= half % 8
-    return _pairwise_sum(a, start, half) + _pairwise_sum(a, start + half, n - half)
+        return _block_sum(a, start, n)
+    # frame f: the run a[begin[f]:begin[f] + length[f]]; stage 0 = to split, 1 = left half
+    # pending, 2 = right half pending (left in left[f])
+    begin = np.empty(64, np.int64)
+    length = np.empty(64, np.int64)
+    stage = np.zeros(64, np.int64)
+    left = np.empty(64)
+    begin[0], length[0], stage[0] = start, n, 0
+    top = 1
+    result = 0.0
+    while top > 0:
+        f = top - 1
+        size = length[f]
+        half = size // 2
+        half -= half % 8
+        if size <= 128 or stage[f] == 3:
+            value = _block_sum(a, begin[f], size) if size <= 128 else left[f]
+            top -= 1
+            if top == 0:
+                result = value
+            elif stage[top - 1] == 1:
+                left[top - 1] = value
+                stage[top - 1] = 2
+            else:
+                left[top - 1] += value
+                stage[top - 1] = 3
+        elif stage[f] == 0:
+            stage[f] = 1
+            begin[top], length[top], stage[top] = begin[f], half, 0
+            top += 1
+        else:
+            begin[top], length[top], stage[top] = begin[f] + half, size - half, 0
+            top += 1
+    return result
 
 
 @nb.njit(cache=True)
