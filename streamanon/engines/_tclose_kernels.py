@@ -338,3 +338,64 @@ def kfirst_labels(X, k, codes, cumulative, share, sizes, equal, limit, progress)
         if n_slots - n_free > n_free // 16 + 4 * k:
             n_slots = _compact(Xc, Cc, rows, live, n_slots)
     return labels, n_cells
+
+
+@nb.njit(cache=True, nogil=True)
+def tfirst_labels(X, stratum, position, size, n_cells, progress):
+    """Algorithm 3's cells on the standardised float64 matrix ``X`` (n x m).
+
+    ``stratum[i]`` is record ``i``'s stratum (``0..size-1``) of the sensitive ordering and
+    ``position[i]`` its place in it. While fewer than ``n_cells`` cells are made: ``x_r``, the
+    free record farthest from the free records' centroid, gets a cell of the free record
+    nearest to it in every stratum (ties to the earlier place), then ``x_s``, the free record
+    farthest from ``x_r``, likewise. Returns the labels, ``-1`` for the records left free.
+    ``progress[0]`` counts the records placed.
+    """
+    n, m = X.shape
+    Xc = np.ascontiguousarray(X.T)
+    rows = np.arange(n)
+    live = np.ones(n, np.bool_)
+    n_slots = n
+    n_free = n
+    labels = np.full(n, -1, np.int64)
+    d = np.empty(n)
+    best_d = np.empty(size)
+    best_place = np.empty(size, np.int64)
+    best_slot = np.empty(size, np.int64)
+    centroid = np.empty(m)
+    scratch = np.empty(m)
+    dummy = np.empty((0, n), np.int64)
+    made = 0
+    while made < n_cells:
+        centroid[:] = 0.0
+        for i in range(n_slots):
+            if live[i]:
+                for j in range(m):
+                    centroid[j] += Xc[j, i]
+        for j in range(m):
+            centroid[j] = centroid[j] / n_free
+        _distances(Xc, n_slots, centroid, d, scratch)
+        seed = _farthest(d, live, n_slots)
+        for turn in range(2):
+            if turn == 1:
+                if made == n_cells:
+                    break
+                seed = _farthest(d, live, n_slots)  # x_s, from the distances to x_r
+            _distances(Xc, n_slots, Xc[:, seed].copy(), d, scratch)
+            best_d[:] = np.inf
+            for i in range(n_slots):
+                if not live[i]:
+                    continue
+                row = rows[i]
+                s = stratum[row]
+                if d[i] < best_d[s] or (d[i] == best_d[s] and position[row] < best_place[s]):
+                    best_d[s], best_place[s], best_slot[s] = d[i], position[row], i
+            for s in range(size):
+                live[best_slot[s]] = False
+                labels[rows[best_slot[s]]] = made
+            n_free -= size
+            made += 1
+        progress[0] = n - n_free
+        if n_slots - n_free > n_free // 16 + 4 * size:
+            n_slots = _compact(Xc, dummy, rows, live, n_slots)
+    return labels

@@ -357,6 +357,50 @@ def test_compiled_kfirst_takes_the_numpy_loops_decisions(kinds, seed, m):
         assert np.bincount(compiled).min() >= k and compiled.min() == 0
 
 
+def tfirst_cells_numpy(X, k, S, t):
+    """Algorithm 3's cells before the leftovers, in NumPy (the loop the kernel replaced):
+    labels, -1 for the records left."""
+    from streamanon.engines.tcloseness import _mdav_seeds
+
+    n = len(X)
+    size = tfirst_cluster_size(n, k, t)
+    codes = np.unique(S, return_inverse=True)[1].ravel()
+    ranked = np.argsort(codes, kind="stable")
+    bounds = (np.arange(size + 1) * n) // size
+    strata = np.full((size, int(np.diff(bounds).max())), -1, dtype=np.int64)
+    for i in range(size):
+        strata[i, :bounds[i + 1] - bounds[i]] = ranked[bounds[i]:bounds[i + 1]]
+    labels = np.full(n, -1, dtype=np.int64)
+    free = np.ones(n, dtype=bool)
+    made = 0
+
+    def make_cell(seed):
+        nonlocal made
+        gap = np.where(strata >= 0, ((X[strata] - X[seed]) ** 2).sum(axis=2), np.inf)
+        gap[(strata >= 0) & ~free[strata]] = np.inf
+        members = strata[np.arange(size), np.argmin(gap, axis=1)]
+        labels[members] = made
+        free[members] = False
+        made += 1
+
+    _mdav_seeds(X, free, lambda: made < n // size, make_cell, None)
+    return labels
+
+
+@pytest.mark.parametrize("seed, m", [(0, 3), (1, 10)])
+def test_compiled_tfirst_takes_the_numpy_loops_decisions(seed, m):
+    rng = np.random.default_rng(seed)
+    n = 1003  # leftovers for every k' below
+    X = standardise(rng.integers(0, 6, (n, m)).astype(np.float64))
+    S = rng.integers(0, 40, n)
+    for k, t in [(2, 0.1), (5, 0.2), (3, 0.02)]:
+        compiled = tfirst_cells(X, k, S, ("ordered",), t)
+        reference = tfirst_cells_numpy(X, k, S, t)
+        assert (reference >= 0).sum() == n - n % tfirst_cluster_size(n, k, t)
+        assert np.array_equal(compiled[reference >= 0], reference[reference >= 0])
+        assert compiled.min() == 0
+
+
 def test_compiled_kfirst_matches_the_numpy_loop_on_census(census):
     X, S, _ = census
     for t in (0.1, 0.3):
