@@ -13,7 +13,7 @@ import pytest
 from simulations.bench_tcloseness import COLUMNS, ENGINES, check_release, ordered_emds
 from simulations.common import ROOT
 
-ROWS, K, T = 2000, 5, 0.2
+ROWS, K, T = 2003, 5, 0.2  # 2003 = 5 x 400 + 3: leftovers for privlib's strata
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_every_method_has_a_row_with_every_column(run):
         assert list(row) == COLUMNS and row["rows"] == ROWS
         assert row["seconds"] > 0 and 0 <= row["il"] <= 100
     assert {"date", "commit", "machine", "side_env_seconds"} <= set(report)
-    assert printed.count("| 2,000 | streamanon tclose_kfirst |") == 2  # as it runs, and at the end
+    assert printed.count("| 2,003 | streamanon tclose_kfirst |") == 2  # as it runs, and at the end
 
 
 def test_every_streamanon_release_is_k_anonymous_and_t_close_by_the_check(run):
@@ -47,6 +47,13 @@ def test_every_streamanon_release_is_k_anonymous_and_t_close_by_the_check(run):
 def test_the_default_engine_loses_less_than_privlib(run):
     rows = {r["method"]: r for r in run[0]["results"]}
     assert rows["streamanon tclose_kfirst"]["il"] < rows["privlib T_closeness"]["il"]
+
+
+def test_privlib_publishes_leftover_records_unchanged(run):
+    # what docs/benchmarks/tcloseness.md says of privlib when k' does not divide n
+    privlib = run[0]["results"][-1]
+    assert privlib["unchanged"] == 2 and privlib["smallest"] == 1
+    assert privlib["k_violations"] == 2 and privlib["largest_emd"] > T
 
 
 def test_ordered_emd_hand_computed():
