@@ -136,7 +136,7 @@ def check_release(published: np.ndarray, original: np.ndarray, sensitive: np.nda
     return {
         "il": 100.0 * sse / sst,
         "il_cells": 100.0 * sse_cells / sst,
-        "classes": int(len(sizes)),
+        "classes": len(sizes),
         "smallest": int(sizes.min()),
         "largest_emd": float(emds.max()),
         "k_violations": int((sizes < k).sum()),
