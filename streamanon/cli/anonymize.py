@@ -76,7 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "within Earth Mover's Distance T (0-1) of the whole release's")
     an.add_argument("--engine", default=None,
                     help="microaggregation engine (default mdav, or tclose_kfirst with --l or "
-                         "--t; see 'streamanon engines')")
+                         "--t: it takes l and t on several sensitive columns, and runs "
+                         "compiled with --t alone; see 'streamanon engines')")
     an.add_argument("--param", type=param, action="append", default=[], metavar="NAME=VALUE",
                     help="engine parameter, repeatable")
     an.add_argument("--incremental", metavar="STAGE",

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from streamanon.engines._tclose_kernels import kfirst_labels, tfirst_labels
 from streamanon.engines.base import get_engine, register, run_engine
 from streamanon.errors import ParameterError
 from streamanon.privacy import TOLERANCE, Domain, enforce, resolve_kinds, sensitive_columns
@@ -219,10 +220,48 @@ def kfirst_cells(X: np.ndarray, k: int, S: np.ndarray, kinds: Sequence[str],
     model (:func:`_grow`); then the same from ``x_s``, the free record farthest from ``x_r``.
     The last ``k`` to ``2k - 1`` free records form one cell; fewer than ``k`` (left when cells
     grew) join the nearest cells that stay compliant. Cells may still violate the model.
+
+    With ``t`` and no ``l`` the loop runs compiled (:mod:`._tclose_kernels`), taking the same
+    decisions; with ``l`` it runs in NumPy.
     """
     X = np.asarray(X, dtype=np.float64)
     n = X.shape[0]
     domains = _domains(S, n, kinds)
+    if t is None or l is not None:
+        return _kfirst_cells_numpy(X, k, domains, t, l, progress)
+    widest = max(d.m for d in domains)
+    cumulative = np.zeros((len(domains), widest))
+    share = np.zeros((len(domains), widest))
+    for j, d in enumerate(domains):
+        cumulative[j, :d.m] = d.cumulative
+        share[j, :d.m] = d.share
+    counter = progress.counter if progress is not None else np.zeros(2, dtype=np.int64)
+    counter[0], counter[1] = 0, n
+    labels, n_cells = kfirst_labels(
+        np.ascontiguousarray(X), int(k),
+        np.ascontiguousarray(np.stack([d.codes for d in domains], axis=1)),
+        cumulative, share, np.array([d.m for d in domains], dtype=np.int64),
+        np.array([d.kind == "equal" for d in domains]), t + TOLERANCE, counter)
+    _finish_kfirst(X, labels, int(n_cells), k, domains, t, l)
+    return labels
+
+
+def _finish_kfirst(X: np.ndarray, labels: np.ndarray, n_cells: int, k: int,
+                   domains: list[Domain], t: float | None, l: int | None) -> None:  # noqa: E741
+    """The records still free after the seeded cells: one cell when they are at least ``k``
+    (or no cell exists), else each joins the nearest compliant cell."""
+    free = labels < 0
+    if free.sum() >= k or n_cells == 0:
+        labels[free] = n_cells
+    elif free.any():
+        _attach(X, labels, np.flatnonzero(free), domains, t, l)
+
+
+def _kfirst_cells_numpy(X: np.ndarray, k: int, domains: list[Domain], t: float | None,
+                        l: int | None, progress: Progress | None) -> np.ndarray:  # noqa: E741
+    """:func:`kfirst_cells` in NumPy: the loop for l-diversity, and the reference the
+    compiled loop is tested against."""
+    n = X.shape[0]
     labels = np.full(n, -1, dtype=np.int64)
     free = np.ones(n, dtype=bool)
     n_cells = 0
@@ -239,10 +278,7 @@ def kfirst_cells(X: np.ndarray, k: int, S: np.ndarray, kinds: Sequence[str],
         n_cells += 1
 
     _mdav_seeds(X, free, lambda: free.sum() >= 2 * k, make_cell, progress)
-    if free.sum() >= k or n_cells == 0:
-        labels[free] = n_cells
-    elif free.any():
-        _attach(X, labels, np.flatnonzero(free), domains, t, l)
+    _finish_kfirst(X, labels, n_cells, k, domains, t, l)
     return labels
 
 
@@ -258,6 +294,7 @@ def tfirst_cells(X: np.ndarray, k: int, S: np.ndarray, kinds: Sequence[str], t: 
     to it in every stratum, then ``x_s`` (the free record farthest from ``x_r``) likewise,
     until ``floor(n / k')`` cells of ``k'`` are made; the ``n mod k'`` records left (at most one
     per stratum) join the nearest cells that stay compliant. ``n < 2 k'`` gives one cell.
+    The loop runs compiled (:mod:`._tclose_kernels`).
     """
     X = np.asarray(X, dtype=np.float64)
     n = X.shape[0]
@@ -268,26 +305,15 @@ def tfirst_cells(X: np.ndarray, k: int, S: np.ndarray, kinds: Sequence[str], t: 
         return np.zeros(n, dtype=np.int64)
     ranked = np.argsort(domains[0].codes, kind="stable")
     bounds = (np.arange(size + 1) * n) // size
-    n_cells = n // size
-    # strata[i] holds stratum i's records, padded with -1 to a common width
-    strata = np.full((size, int(np.diff(bounds).max())), -1, dtype=np.int64)
-    for i in range(size):
-        strata[i, :bounds[i + 1] - bounds[i]] = ranked[bounds[i]:bounds[i + 1]]
-    free = np.ones(n, dtype=bool)
-    made = 0
-
-    def make_cell(seed: int) -> None:
-        nonlocal made
-        gap = np.where(strata >= 0, ((X[strata] - X[seed]) ** 2).sum(axis=2), np.inf)
-        gap[(strata >= 0) & ~free[strata]] = np.inf
-        members = strata[np.arange(size), np.argmin(gap, axis=1)]
-        labels[members] = made
-        free[members] = False
-        made += 1
-
-    _mdav_seeds(X, free, lambda: made < n_cells, make_cell, progress)
-    if free.any():
-        _attach(X, labels, np.flatnonzero(free), domains, t, l)
+    place = np.empty(n, dtype=np.int64)
+    place[ranked] = np.arange(n)
+    stratum = np.searchsorted(bounds, place, side="right") - 1
+    counter = progress.counter if progress is not None else np.zeros(2, dtype=np.int64)
+    counter[0], counter[1] = 0, n
+    labels = tfirst_labels(np.ascontiguousarray(X), stratum, place - bounds[stratum], size,
+                           n // size, counter)
+    if (labels < 0).any():
+        _attach(X, labels, np.flatnonzero(labels < 0), domains, t, l)
     return labels
 
 

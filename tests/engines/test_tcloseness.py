@@ -12,7 +12,13 @@ import pytest
 from scipy.stats import wasserstein_distance
 
 from streamanon.engines import available_engines, get_engine, run_engine
-from streamanon.engines.tcloseness import kfirst_cells, tfirst_cells, tfirst_cluster_size
+from streamanon.engines.tcloseness import (
+    _domains,
+    _kfirst_cells_numpy,
+    kfirst_cells,
+    tfirst_cells,
+    tfirst_cluster_size,
+)
 from streamanon.errors import InputError, ParameterError
 from streamanon.metrics import standardise
 from streamanon.privacy import Domain, cell_distinct, cell_emds, emd, enforce
@@ -331,6 +337,84 @@ def test_kfirst_cells_stay_small_when_t_is_loose(census):
     X, S, _ = census
     sizes = np.bincount(run_engine("tclose_kfirst", X, 5, S=S, t=0.6))
     assert np.median(sizes) == 5
+
+
+@pytest.mark.parametrize("kinds", [("ordered",), ("equal",), ("ordered", "equal")])
+@pytest.mark.parametrize("seed, m", [(0, 3), (1, 3), (2, 10)])
+def test_compiled_kfirst_takes_the_numpy_loops_decisions(kinds, seed, m):
+    # Integer quasi-identifiers and few sensitive values make ties in every decision: the
+    # farthest record, the nearest ones and the growth score; from eight columns on, NumPy
+    # adds a distance's terms pairwise.
+    rng = np.random.default_rng(seed)
+    n = 600
+    X = standardise(rng.integers(0, 6, (n, m)).astype(np.float64))
+    S = np.column_stack([rng.integers(0, 8, n), (X[:, 0] > 0) * 2 + rng.integers(0, 2, n)])
+    S = S[:, :len(kinds)]
+    for k, t in [(2, 0.1), (3, 0.2), (5, 0.05)]:
+        compiled = kfirst_cells(X, k, S, kinds, t)
+        reference = _kfirst_cells_numpy(X, k, _domains(S, n, kinds), t, None, None)
+        assert np.array_equal(compiled, reference)
+        assert np.bincount(compiled).min() >= k and compiled.min() == 0
+
+
+def tfirst_cells_numpy(X, k, S, t):
+    """Algorithm 3's cells before the leftovers, in NumPy (the loop the kernel replaced):
+    labels, -1 for the records left."""
+    from streamanon.engines.tcloseness import _mdav_seeds
+
+    n = len(X)
+    size = tfirst_cluster_size(n, k, t)
+    codes = np.unique(S, return_inverse=True)[1].ravel()
+    ranked = np.argsort(codes, kind="stable")
+    bounds = (np.arange(size + 1) * n) // size
+    strata = np.full((size, int(np.diff(bounds).max())), -1, dtype=np.int64)
+    for i in range(size):
+        strata[i, :bounds[i + 1] - bounds[i]] = ranked[bounds[i]:bounds[i + 1]]
+    labels = np.full(n, -1, dtype=np.int64)
+    free = np.ones(n, dtype=bool)
+    made = 0
+
+    def make_cell(seed):
+        nonlocal made
+        gap = np.where(strata >= 0, ((X[strata] - X[seed]) ** 2).sum(axis=2), np.inf)
+        gap[(strata >= 0) & ~free[strata]] = np.inf
+        members = strata[np.arange(size), np.argmin(gap, axis=1)]
+        labels[members] = made
+        free[members] = False
+        made += 1
+
+    _mdav_seeds(X, free, lambda: made < n // size, make_cell, None)
+    return labels
+
+
+@pytest.mark.parametrize("seed, m", [(0, 3), (1, 10)])
+def test_compiled_tfirst_takes_the_numpy_loops_decisions(seed, m):
+    rng = np.random.default_rng(seed)
+    n = 1003  # leftovers for every k' below
+    X = standardise(rng.integers(0, 6, (n, m)).astype(np.float64))
+    S = rng.integers(0, 40, n)
+    for k, t in [(2, 0.1), (5, 0.2), (3, 0.02)]:
+        compiled = tfirst_cells(X, k, S, ("ordered",), t)
+        reference = tfirst_cells_numpy(X, k, S, t)
+        assert (reference >= 0).sum() == n - n % tfirst_cluster_size(n, k, t)
+        assert np.array_equal(compiled[reference >= 0], reference[reference >= 0])
+        assert compiled.min() == 0
+
+
+def test_compiled_kfirst_matches_the_numpy_loop_on_census(census):
+    X, S, _ = census
+    for t in (0.1, 0.3):
+        reference = _kfirst_cells_numpy(X, 5, _domains(S, len(S), ("ordered",)), t, None, None)
+        assert np.array_equal(kfirst_cells(X, 5, S, ("ordered",), t), reference)
+
+
+def test_compiled_kfirst_advances_the_progress_counter(census):
+    from streamanon.progress import Progress
+
+    X, S, _ = census
+    progress = Progress()
+    kfirst_cells(X, 5, S, ("ordered",), 0.2, progress=progress)
+    assert progress.total == len(X) and len(X) - 2 * 5 < progress.done <= len(X)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
