@@ -7,7 +7,6 @@ run on it must equal the same parts run here, also when a worker dies mid-run or
 from __future__ import annotations
 
 import json
-
 import os
 import socket
 import time

@@ -147,7 +147,7 @@ def test_on_a_busy_machine_the_demo_keeps_a_margin_of_late_records(slower):
     scenario keeps a margin over MIN_LATE and at least MIN_N responses, taking longer than
     its budget rather than showing too small an increment."""
     from scheduler.cost_model import PowerLaw
-    from streamanon.service.demo import K, LATE_MARGIN, M, MIN_LATE, MIN_N, choose_scenario
+    from streamanon.service.demo import LATE_MARGIN, MIN_LATE, MIN_N, K, M, choose_scenario
     from streamanon.service.simulate import candidates
 
     model = PowerLaw(a=1.0e-7 * slower, b=1.78)  # ONA* at m = 15, k = 10, slowed
