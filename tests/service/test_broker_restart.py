@@ -29,12 +29,18 @@ N = 4000
 
 
 def send_slowly(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]],
-                stop: threading.Event) -> None:
-    """A platform sending in small bursts until it is stopped or its broker goes away."""
+                stop: threading.Event, gate: threading.Event) -> None:
+    """A platform sending in small bursts until it is stopped or its broker goes away; the
+    second half waits for ``gate``, so that responses are still to come when the test kills
+    the broker, however long the service's collector took to join its group (a cold, loaded
+    machine once took so long that all 4,000 were stored in its first batches)."""
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_block_ms=2000,
                              request_timeout_ms=2000, retries=0)
     try:
         for start in range(0, len(messages), 100):
+            if start == len(messages) // 2:
+                producer.flush(timeout=2)
+                gate.wait(120)
             if stop.is_set():
                 return
             for key, value in messages[start:start + 100]:
@@ -67,12 +73,13 @@ def test_a_broker_restart_mid_ingest_loses_nothing_and_stores_nothing_twice(subp
         prefix = svc.prefix
         topic = f"{prefix}.wellbeing.responses"
         messages = [(f"R{i:06d}".encode(), response(i)) for i in range(N)]
-        stop = threading.Event()
+        stop, second_half = threading.Event(), threading.Event()
         platform = threading.Thread(target=send_slowly,
-                                    args=(broker.bootstrap, topic, messages, stop))
+                                    args=(broker.bootstrap, topic, messages, stop, second_half))
         platform.start()
         svc.wait_for("wellbeing", lambda s: s["stored"] >= N // 4, timeout=60,
                      what="ingest under way")
+        second_half.set()
         # hold the ingest worker, so that batches are in flight when the broker dies: their
         # commits meet the dead broker, then the restarted one, which knows no member
         assert svc.proc is not None
@@ -87,6 +94,7 @@ def test_a_broker_restart_mid_ingest_loses_nothing_and_stores_nothing_twice(subp
         for pid in helpers:
             os.kill(pid, signal.SIGCONT)
         stop.set()
+        second_half.set()
         platform.join(timeout=30)
         assert at_kill < N, "not mid-ingest: make the platform slower"
 
