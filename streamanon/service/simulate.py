@@ -177,7 +177,7 @@ def calibrated_model(out: Path, engine: str, m: int, k: int,
         progress(f"calibrating the {engine} cost model at m = {m}, k = {k} (the first run on a "
                  "machine also compiles the kernels, about 40 s) ...")
         function = get_engine(engine).function
-        model = store.put(engine, m, k, calibrate(function, m, k, budget_seconds=16.0,
+        model = store.put(engine, m, k, calibrate(function, m, k, budget_seconds=12.0,
                                                   repeats=2))
     return model
 
