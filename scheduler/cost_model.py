@@ -275,18 +275,13 @@ def calibrate(
     max_n: int = 2_000_000,
     seed: int = 0,
     clock: Callable[[], float] = time.perf_counter,
-    repeats: int = 1,
 ) -> Calibration:
     """Time ``engine(X, k)`` on standard Gaussian data with ``m`` columns at doubling sizes.
 
     Starts at ``first_n`` (default ``max(2000, 50 k)``) and doubles while the next run is
     predicted to fit in what is left of ``budget_seconds``; at least three sizes are timed. A
-    tiny warm-up run first keeps compilation out of the timings. With ``repeats`` > 1 each
-    size is timed that many times and the fastest timing counts: on a machine whose load
-    comes and goes, the model then says what the machine does, not what a burst of load did.
+    tiny warm-up run first keeps compilation out of the timings.
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
     rng = np.random.default_rng(seed)
     engine(rng.standard_normal((max(3 * k, 8), m)), k)  # warm-up: compile, load caches
     n = first_n or max(2000, 50 * k)
@@ -294,18 +289,14 @@ def calibrate(
     spent = 0.0
     while True:
         X = rng.standard_normal((n, m))
-        timings = []
-        for _ in range(repeats):
-            started = clock()
-            engine(X, k)
-            timings.append(max(clock() - started, 1e-9))
-        seconds = min(timings)
+        started = clock()
+        engine(X, k)
+        seconds = max(clock() - started, 1e-9)
         samples.append((n, seconds))
-        spent += sum(timings)
+        spent += seconds
         growth = 2.0 ** (PowerLaw.fit(*zip(*samples, strict=True)).b if len(samples) > 1 else 2.0)
         next_n = 2 * n
-        if next_n > max_n or (len(samples) >= 3
-                              and spent + repeats * seconds * growth > budget_seconds):
+        if next_n > max_n or (len(samples) >= 3 and spent + seconds * growth > budget_seconds):
             break
         n = next_n
     ns, ts = zip(*samples, strict=True)

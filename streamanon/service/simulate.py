@@ -167,9 +167,7 @@ def produce(bootstrap: str, topic: str, data: SurveyData, send_at: np.ndarray,
 
 def calibrated_model(out: Path, engine: str, m: int, k: int,
                      progress: Progress = log.info) -> Any:
-    """The engine's cost model for (m, k) in ``out/cost_models.json``, calibrated when missing
-    (each size timed twice, the faster counted: a demo started on a busy machine would
-    otherwise size its survey for the load of its first minute)."""
+    """The engine's cost model for (m, k) in ``out/cost_models.json``, calibrated when missing."""
 
     store = CostModelStore(out / "cost_models.json")
     model = store.get(engine, m, k)
@@ -177,8 +175,7 @@ def calibrated_model(out: Path, engine: str, m: int, k: int,
         progress(f"calibrating the {engine} cost model at m = {m}, k = {k} (the first run on a "
                  "machine also compiles the kernels, about 40 s) ...")
         function = get_engine(engine).function
-        model = store.put(engine, m, k, calibrate(function, m, k, budget_seconds=12.0,
-                                                  repeats=2))
+        model = store.put(engine, m, k, calibrate(function, m, k, budget_seconds=8.0))
     return model
 
 

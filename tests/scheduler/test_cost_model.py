@@ -58,26 +58,6 @@ def test_calibrate_times_doubling_sizes_within_the_budget():
     assert calls[0] < ns[0]  # warm-up call first, not timed
 
 
-def test_calibrate_with_repeats_keeps_the_fastest_timing_of_each_size():
-    """A machine busy at calibration times an engine slower than it is: with ``repeats`` each
-    size is timed that many times and the fastest counts (the machine, not its load), so a
-    burst of load in one of the timings does not make the model slower."""
-    clock = FakeClock()
-    calls = []
-
-    def engine(X, k):
-        calls.append(len(X))
-        burst = 3.0 if len(calls) % 2 == 0 else 1.0  # every other run under a burst of load
-        clock.now += burst * 1e-8 * len(X) ** 2
-
-    result = calibrate(engine, m=5, k=10, budget_seconds=6.0, clock=clock, repeats=2)
-    assert all(t == pytest.approx(1e-8 * n ** 2) for n, t in result.samples)
-    assert result.model.b == pytest.approx(2.0, abs=1e-6)
-    assert result.model(1e5) == pytest.approx(1e-8 * 1e10, rel=1e-6)
-    with pytest.raises(ValueError):
-        calibrate(engine, m=5, k=10, repeats=0)
-
-
 def test_calibrate_a_real_engine():
     from streamanon.engines.mdav import mdav
 
