@@ -31,16 +31,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from simulations.common import RESULTS, ROOT
+from simulations.common import RESULTS, commit, machine
 from streamanon.service.simulate import (
     calibrated_model,
     make_data,
@@ -57,27 +54,6 @@ LONG_ONE_SHOT, SOONER = 30.0, 6.0
 MAX_DELTA = 0.05
 #: The planned close-to-release must be within this of the achieved.
 PLAN_ERROR = 0.30
-
-
-def machine() -> str:
-    """Cores and CPU model, for the table's provenance."""
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {model}"
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def row(summary: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:

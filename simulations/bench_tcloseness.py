@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -45,7 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulations.common import ROOT
+from simulations.common import commit, machine
 from simulations.make_example_survey import make
 from streamanon.engines import run_engine
 
@@ -197,27 +195,6 @@ def run_privlib(python: Path, X: np.ndarray, s: np.ndarray, k: int, t: float, re
     result = json.loads(out.read_text())
     released = pd.read_csv(published)[QI].to_numpy(np.float64)
     return statistics.median(result["seconds"]), released
-
-
-def machine() -> str:
-    """Cores and CPU model, for the table's provenance."""
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {model}"
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def table(results: list[dict[str, Any]]) -> str:

@@ -15,6 +15,8 @@ ships to the users of ``streamanon``.
 from __future__ import annotations
 
 import os
+import platform
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -103,3 +105,25 @@ def machine_busy_seconds() -> float:
     user, nice, system, _idle, _iowait, irq, softirq, steal = map(
         int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def machine() -> str:
+    """Cores and CPU model, for a benchmark table's provenance."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {model}"
+
+
+def commit() -> str:
+    """The short hash of the checked-out commit, for a benchmark table's provenance."""
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
