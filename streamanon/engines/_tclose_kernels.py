@@ -98,6 +98,19 @@ def _pairwise_sum(a, start, n):
 
 
 @nb.njit(cache=True)
+def _free_centroid(Xc, live, n_slots, n_free, centroid):
+    """The centroid of the free (live) records, summed in slot order, into ``centroid``."""
+    m = Xc.shape[0]
+    centroid[:] = 0.0
+    for i in range(n_slots):
+        if live[i]:
+            for j in range(m):
+                centroid[j] += Xc[j, i]
+    for j in range(m):
+        centroid[j] = centroid[j] / n_free
+
+
+@nb.njit(cache=True)
 def _distances(Xc, n_slots, q, d, scratch):
     """``d[i] = sum_j (Xc[j, i] - q[j])**2`` for every slot, added in NumPy's order: in column
     order for fewer than eight columns (vectorised over the slots), pairwise from eight on."""
@@ -312,13 +325,7 @@ def kfirst_labels(X, k, codes, cumulative, share, sizes, equal, limit, progress)
     n_cells = 0
     while n_free >= 2 * k:
         # x_r: the free record farthest from the free records' centroid (ties: lowest row)
-        centroid[:] = 0.0
-        for i in range(n_slots):
-            if live[i]:
-                for j in range(m):
-                    centroid[j] += Xc[j, i]
-        for j in range(m):
-            centroid[j] = centroid[j] / n_free
+        _free_centroid(Xc, live, n_slots, n_free, centroid)
         _distances(Xc, n_slots, centroid, d_c, scratch)
         x_r = _farthest(d_c, live, n_slots)
         size, members = _make_cell(Xc, Cc, rows, live, n_slots, x_r, k, d, counts,
@@ -367,13 +374,7 @@ def tfirst_labels(X, stratum, position, size, n_cells, progress):
     dummy = np.empty((0, n), np.int64)
     made = 0
     while made < n_cells:
-        centroid[:] = 0.0
-        for i in range(n_slots):
-            if live[i]:
-                for j in range(m):
-                    centroid[j] += Xc[j, i]
-        for j in range(m):
-            centroid[j] = centroid[j] / n_free
+        _free_centroid(Xc, live, n_slots, n_free, centroid)
         _distances(Xc, n_slots, centroid, d, scratch)
         seed = _farthest(d, live, n_slots)
         for turn in range(2):
