@@ -235,9 +235,17 @@ def answered_and_up(svc, broker, producers: Producers) -> None:
                                                            *bad_census, *waves[2]])):
         stored, redelivered, rejected = expected_counts(kinds)
         produced = len(kinds)
-        status = svc.wait_for(sid, lambda s, n=produced: s["stored"] + s["redelivered"]
-                              + sum(s["dead_lettered"].values()) >= n, timeout=180,
-                              what=f"{sid}: every message answered")
+        try:
+            status = svc.wait_for(sid, lambda s, n=produced: s["stored"] + s["redelivered"]
+                                  + sum(s["dead_lettered"].values()) >= n, timeout=180,
+                                  what=f"{sid}: every message answered")
+        except TimeoutError as exc:  # where the unanswered messages are: on the broker?
+            topic = f"{svc.prefix}.{sid}.responses"
+            on_topic = read_topic(broker.bootstrap, topic, expected=produced, timeout=30)
+            delivered = collections.Counter(p for (t, p, _) in producers.places if t == topic)
+            read = collections.Counter(r.partition for r in on_topic)
+            raise AssertionError(f"{exc}\n{sid}: delivered by partition {dict(delivered)}, "
+                                 f"readable by a fresh consumer {dict(read)}") from exc
         assert status["stored"] == stored, sid
         assert status["redelivered"] == redelivered, sid
         assert collections.Counter(status["dead_lettered"]) == rejected, sid
