@@ -66,6 +66,7 @@ import pyarrow.parquet as pq
 from simulations.tcp_proxy import CuttableProxy
 from streamanon.service.broker import EmbeddedBroker, ensure_topics, free_port
 from streamanon.service.control import sign
+from streamanon.service.publisher import release_message
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = {
@@ -412,18 +413,18 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 30) -> list[Any]:
 def taken_release(messages: list[Any]) -> list[int]:
     """The tickets of the release a consumer takes: the ``count`` records before the last
     manifest, which must carry its release id and the indices 0 to count - 1."""
-    heads = [{k: v.decode() for k, v in m.headers() or []} for m in messages]
-    last = max((i for i, h in enumerate(heads) if h.get("streamanon-type") == "manifest"),
-               default=None)
+    metas = [release_message(m.key(), m.headers()) for m in messages]
+    kinds = [None if meta is None else meta.kind for meta in metas]
+    last = max((i for i, kind in enumerate(kinds) if kind == "manifest"), default=None)
     if last is None:
         raise ScenarioFailed(f"the release topic holds no manifest ({len(messages)} messages)")
     manifest = json.loads(messages[last].value())
     count = int(manifest["count"])
     run = list(range(last - count, last))
-    if (run[:1] and run[0] < 0) or any(heads[i].get("streamanon-type") != "record" for i in run):
+    if (run[:1] and run[0] < 0) or any(kinds[i] != "record" for i in run):
         raise ScenarioFailed(f"the manifest counts {count} records; fewer precede it")
-    if [heads[i].get("streamanon-release") for i in run] != [manifest["release_id"]] * count \
-            or [int(heads[i]["streamanon-index"]) for i in run] != list(range(count)):
+    if [metas[i].release_id for i in run] != [manifest["release_id"]] * count \
+            or [metas[i].index for i in run] != list(range(count)):
         raise ScenarioFailed("the records before the manifest are not its release, in order")
     return [int(json.loads(messages[i].value())["ticket"]) for i in run]
 

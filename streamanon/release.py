@@ -334,14 +334,19 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
 
 
 def release_loss(prepared: Prepared, labels: np.ndarray,
-                 R: np.ndarray) -> tuple[float, dict[str, Any]]:
+                 R: np.ndarray | None) -> tuple[float, dict[str, Any]]:
     """D and the loss per type of the released codes ``R`` (:func:`release_codes`) of the
     records ``prepared`` describes under ``labels``; D as the literature has it (SSE/SST of the
-    standardised data) for complete numeric data."""
+    standardised data) for complete numeric data, where ``R`` is not needed (may be None)."""
+    if prepared.plain_numeric:  # every attribute a complete, unweighted float: each of the
+        # per-type measures is D itself (SSE / SST of the numeric attributes, none withheld
+        # nor imputed), so it is measured once, on the cells (R is their means)
+        d = distortion(prepared.Z, labels)
+        return d, {"distortion": d, "numeric": d, "ordinal": None, "nominal": None,
+                   "withheld": 0, "imputed": 0}
     loss = loss_by_type(prepared.C, R, prepared.encoding, prepared.scaling, prepared.weights,
                         prepared.Z)
-    d = distortion(prepared.Z, labels) if prepared.plain_numeric else loss["distortion"]
-    return d, loss
+    return loss["distortion"], loss
 
 
 def decoded_original(frame: pd.DataFrame, prepared: Prepared) -> pd.DataFrame:

@@ -142,16 +142,17 @@ def splice(base: BaseRelease, frame: pd.DataFrame, prepared: Prepared, labels: n
     part = prepared.subset(redo)
     fresh = release_prepared(frame.iloc[redo], part, labels[redo], k, seed=None,
                              shuffle=False)  # the gate of the new part
-    R = np.empty_like(prepared.C, dtype=np.float64)
-    R[kept] = base.R[kept]
-    R[redo] = release_codes(part.C, labels[redo], part.encoding, None, part.weights)
+    R = None  # the released codes: the loss of complete floats needs only the cells
+    if not prepared.plain_numeric:
+        R = np.empty_like(prepared.C, dtype=np.float64)
+        R[kept] = base.R[kept]
+        R[redo] = release_codes(part.C, labels[redo], part.encoding, None, part.weights)
     d, loss = release_loss(prepared, labels, R)
     order = splice_order(base.order, n, np.random.default_rng(seed))
-    row_of = np.empty(n, dtype=np.int64)  # record -> row of the joined table
-    row_of[kept] = np.arange(len(kept))
-    row_of[redo] = len(kept) + np.arange(len(redo))
+    row_of = np.arange(n, dtype=np.int64)  # record -> row of the joined table (a kept base
+    row_of[redo] = base.n_base + np.arange(len(redo))  # record's is its row of base.table)
     rows = row_of[order]
-    joined = pd.concat([base.table.iloc[kept], fresh.table], ignore_index=True)
+    joined = pd.concat([base.table, fresh.table], ignore_index=True)
     table = joined.iloc[rows].reset_index(drop=True)
     made = record_messages(fresh.table, prepared.encoding.names, labels[redo])
     sent_as = np.arange(n)  # a base record's message: its place in base.order

@@ -50,6 +50,19 @@ def headers(record: Any) -> dict[str, str]:
     return {k: v.decode() for k, v in (record.headers or [])}
 
 
+def release_meta(record: Any) -> Any:
+    """A release topic record's kind, release id and index (``ReleaseMessage``), or None."""
+    from streamanon.service.publisher import release_message
+
+    return release_message(record.key, record.headers)
+
+
+def release_kind(record: Any) -> str | None:
+    """``record`` or ``manifest`` for a release topic message, else None."""
+    meta = release_meta(record)
+    return None if meta is None else meta.kind
+
+
 def base_run(svc: Any, bootstrap: str, survey: str,
              messages: list[tuple[bytes | None, bytes]]) -> None:
     """The first stage of a two-stage release on the running service ``svc``: ``messages``
@@ -64,14 +77,12 @@ def read_release(bootstrap: str, topic: str) -> tuple[list[Any], list[dict[str, 
                                                       dict[str, Any]]:
     """The release topic ``topic`` read up to its manifest: every message, the records'
     bodies and the manifest's, in topic order."""
-    def kind(record: Any) -> str | None:
-        return headers(record).get("streamanon-type")
-
     records = read_topic(bootstrap, topic,
-                         until=lambda out: any(kind(r) == "manifest" for r in out))
-    manifests = [json.loads(r.value) for r in records if kind(r) == "manifest"]
+                         until=lambda out: any(release_kind(r) == "manifest" for r in out))
+    manifests = [json.loads(r.value) for r in records if release_kind(r) == "manifest"]
     assert manifests, f"no manifest on {topic}"
-    return records, [json.loads(r.value) for r in records if kind(r) == "record"], manifests[0]
+    return (records, [json.loads(r.value) for r in records if release_kind(r) == "record"],
+            manifests[0])
 
 
 def toml_schema(schema: dict[str, dict[str, Any]]) -> str:

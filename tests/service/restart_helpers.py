@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from streamanon.service.publisher import release_message
 from tests.service import conftest
 from tests.service.conftest import REPO, ServiceProcess
 
@@ -300,9 +301,9 @@ def runs(messages: list[Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     records: list[Any] = []
     for msg in messages:
-        heads = {k: v.decode() for k, v in msg.headers or []}
-        if heads["streamanon-type"] == "record":
-            records.append((heads, msg.value))
+        meta = release_message(msg.key, msg.headers)
+        if meta.kind == "record":
+            records.append((meta, msg.value))
         else:
             out.append({"manifest": json.loads(msg.value), "records": records})
             records = []
@@ -317,8 +318,8 @@ def complete_run(run: dict[str, Any]) -> list[bytes]:
     manifest = run["manifest"]
     taken = run["records"][len(run["records"]) - manifest["count"]:]
     assert len(taken) == manifest["count"]
-    assert [h["streamanon-release"] for h, _ in taken] == [manifest["release_id"]] * len(taken)
-    assert [int(h["streamanon-index"]) for h, _ in taken] == list(range(len(taken)))
+    assert [m.release_id for m, _ in taken] == [manifest["release_id"]] * len(taken)
+    assert [m.index for m, _ in taken] == list(range(len(taken)))
     return [value for _, value in taken]
 
 

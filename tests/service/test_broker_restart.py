@@ -22,7 +22,7 @@ from kafka import KafkaProducer
 
 from streamanon.service.broker import EmbeddedBroker, ensure_topics, free_port
 from tests.service.conftest import ServiceProcess, write_config
-from tests.service.kafka_helpers import headers, read_topic, response
+from tests.service.kafka_helpers import read_topic, release_kind, response
 from tests.service.restart_helpers import helper_processes
 
 N = 4000
@@ -121,10 +121,10 @@ def test_a_broker_restart_mid_ingest_loses_nothing_and_stores_nothing_twice(subp
         assert status["redelivered"] >= at_kill  # what it had stored, recognised
 
         records = read_topic(second.bootstrap, f"{prefix}.wellbeing.release",
-                             until=lambda out: any(headers(r).get("streamanon-type")
-                                                   == "manifest" for r in out))
+                             until=lambda out: any(release_kind(r) == "manifest"
+                                                   for r in out))
         tickets = collections.Counter(json.loads(r.value)["ticket"] for r in records
-                                      if headers(r)["streamanon-type"] == "record")
+                                      if release_kind(r) == "record")
         assert tickets == collections.Counter(range(N))  # each response exactly once
         store = tmp_path / "store" / "streamanon.db"
         with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:

@@ -26,6 +26,7 @@ import time
 import pandas as pd
 from kafka import KafkaProducer
 
+from streamanon.service.publisher import release_message
 from tests.service.kafka_helpers import read_topic
 from tests.service.restart_helpers import (
     complete_run,
@@ -240,7 +241,7 @@ def test_kills_at_every_phase_leave_exactly_one_complete_release(restartable, tm
                                if released_early else sum(QUOTA.values())), plan.kills
 
     messages = read_all(svc.bootstrap, release_topic)
-    assert {dict(m.headers)["streamanon-release"].decode() for m in messages} == {release_id}
+    assert {release_message(m.key, m.headers).release_id for m in messages} == {release_id}
     complete = [run for run in runs(messages) if run["manifest"] is not None]
     assert len(complete) == 1, [len(run["records"]) for run in complete]  # one manifest
     [run] = complete

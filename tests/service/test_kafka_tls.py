@@ -19,7 +19,7 @@ import trustme
 from streamanon.service.broker import BrokerError, broker_binary, free_port, wait_for_kafka
 from streamanon.service.config import parse_config
 from tests.service.conftest import ServiceProcess, write_config
-from tests.service.kafka_helpers import headers, produce, read_topic, response
+from tests.service.kafka_helpers import headers, produce, read_topic, release_kind, response
 
 
 class TlsProxy:
@@ -144,7 +144,7 @@ def test_every_client_speaks_tls(tmp_path, tls_broker):
         assert closed.returncode == 0, closed.stderr
         svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", what="release")
         released = read_topic(bootstrap, f"{svc.prefix}.wellbeing.release", expected=61, **tls)
-        assert [headers(r)["streamanon-type"] for r in released] == ["record"] * 60 + ["manifest"]
+        assert [release_kind(r) for r in released] == ["record"] * 60 + ["manifest"]
         dead = read_topic(bootstrap, f"{svc.prefix}.wellbeing.deadletter", expected=1, **tls)
         assert [headers(r)["streamanon-reason"] for r in dead] == ["invalid_json"]
     finally:

@@ -29,6 +29,8 @@ from tests.service.kafka_helpers import (
     produce,
     read_release,
     read_topic,
+    release_kind,
+    release_meta,
     toml_schema,
 )
 
@@ -307,9 +309,9 @@ def test_a_mixed_survey_is_released_two_stage_typed_and_k_anonymous(
     assert all(r["income"] is None or type(r["income"]) is float for r in rows)
     satisfaction = collections.Counter(b.get("satisfaction") for b in sent)
     assert collections.Counter(r["satisfaction"] for r in rows) == satisfaction
-    # each message is its row of the file (the streamanon-index header)
-    by_index = {int(headers(r)["streamanon-index"]): json.loads(r.value) for r in records
-                if headers(r)["streamanon-type"] == "record"}
+    # each message is its row of the file (the index in its key)
+    by_index = {release_meta(r).index: json.loads(r.value) for r in records
+                if release_kind(r) == "record"}
     assert [by_index[i] for i in range(n)] == [
         {c: None if pd.isna(v) else v.item() if isinstance(v, np.generic) else v
          for c, v in row.items()} for row in parquet.to_dict("records")]

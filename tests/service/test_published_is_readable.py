@@ -20,7 +20,7 @@ from streamanon.service.config import load_config
 from streamanon.service.lifecycle import Service
 from streamanon.service.states import RELEASED
 from tests.service.conftest import write_config
-from tests.service.kafka_helpers import headers, read_topic
+from tests.service.kafka_helpers import read_topic, release_kind, release_meta
 from tests.service.lifecycle_helpers import collect, put_model, release
 
 SURVEY = "wellbeing"
@@ -82,7 +82,7 @@ def test_a_lost_publish_is_sent_again_and_a_missing_topic_is_created(broker, tmp
     assert lost == [report["n"]] and state == RELEASED
     got = read_topic(broker.bootstrap, topic, expected=report["n"] + 1)
     assert len(got) == report["n"] + 1  # every record once, then the manifest
-    assert headers(got[-1])["streamanon-type"] == "manifest"
+    assert release_kind(got[-1]) == "manifest"
     assert json.loads(got[-1].value)["count"] == report["n"]
     assert "does not end in" in caplog.text  # the lost publish was noticed and said
 
@@ -117,8 +117,8 @@ def test_a_publish_missing_its_first_records_is_sent_again(broker, tmp_path, cap
     got = read_topic(broker.bootstrap, topic, expected=(n - 10 + 1) + (n + 1))
     assert len(got) == 2 * n - 8  # the cut run and its manifest, then the whole release
     last = got[-(n + 1):]
-    assert headers(last[-1])["streamanon-type"] == "manifest"
-    assert [int(headers(r)["streamanon-index"]) for r in last[:-1]] == list(range(n))
+    assert release_kind(last[-1]) == "manifest"
+    assert [release_meta(r).index for r in last[:-1]] == list(range(n))
     assert "does not end in" in caplog.text or "incomplete" in caplog.text
 
 

@@ -1,6 +1,7 @@
-"""The release topic's producer (librdkafka, issue 17): records in order with their headers,
-then the manifest; a broker that does not take them is a PublishError, which the service
-treats as a broker fault (it sends the release again), never a silent loss."""
+"""The release topic's producer (librdkafka, issue 17): records in order, each keyed by its
+release id and index, then the manifest; a broker that does not take them is a PublishError,
+which the service treats as a broker fault (it sends the release again), never a silent
+loss."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from streamanon.errors import PublishError
 from streamanon.service.broker import ensure_topics, free_port
 from streamanon.service.config import parse_config
 from streamanon.service.offsets import broker_errors
-from streamanon.service.publisher import ReleasePublisher
+from streamanon.service.publisher import ReleaseMessage, ReleasePublisher, release_message
 from tests.service.kafka_helpers import headers, read_topic
 from tests.service.test_publisher import ENV
 
@@ -24,7 +25,7 @@ def config_for(bootstrap: str):
                                         "age": {"role": "quasi_identifier"}}}]}, ENV)
 
 
-def test_records_then_the_manifest_in_order_with_their_headers(broker):
+def test_records_then_the_manifest_in_order_each_keyed_by_release_and_index(broker):
     config = config_for(broker.bootstrap)
     topic = "rp.release"
     ensure_topics(broker.bootstrap, [topic], 1)
@@ -34,10 +35,13 @@ def test_records_then_the_manifest_in_order_with_their_headers(broker):
     publisher.close()
     got = read_topic(broker.bootstrap, topic, expected=2501)
     assert [r.value for r in got[:-1]] == messages
-    assert [headers(r) for r in got[:3]] == [
-        {"streamanon-type": "record", "streamanon-release": "r1", "streamanon-index": str(i)}
-        for i in range(3)]
+    assert [r.key for r in got[:3]] == [b"r1:0", b"r1:1", b"r1:2"]
+    assert [headers(r) for r in got[:-1]] == [{}] * 2500  # records carry no headers
+    assert [release_message(r.key, r.headers) for r in got[:-1]] == [
+        ReleaseMessage("record", "r1", i) for i in range(2500)]
+    assert got[-1].key == b"r1:manifest"
     assert headers(got[-1]) == {"streamanon-type": "manifest", "streamanon-release": "r1"}
+    assert release_message(got[-1].key, got[-1].headers) == ReleaseMessage("manifest", "r1", None)
     assert json.loads(got[-1].value)["count"] == 2500
     assert publisher.closed
 
@@ -71,3 +75,17 @@ def test_a_missing_release_topic_is_a_broker_error_not_an_auto_created_topic(bro
         assert topic not in admin.list_topics()
     finally:
         admin.close()
+
+
+def test_a_release_message_is_read_from_its_key_or_from_the_headers_of_earlier_versions():
+    assert release_message(b"ab12:7", None) == ReleaseMessage("record", "ab12", 7)
+    assert release_message(b"ab12:manifest", [("streamanon-type", b"manifest")]) == \
+        ReleaseMessage("manifest", "ab12", None)
+    old_record = [("streamanon-type", b"record"), ("streamanon-release", b"ab12"),
+                  ("streamanon-index", b"41")]
+    assert release_message(None, old_record) == ReleaseMessage("record", "ab12", 41)
+    old_manifest = [("streamanon-type", b"manifest"), ("streamanon-release", b"ab12")]
+    assert release_message(None, old_manifest) == ReleaseMessage("manifest", "ab12", None)
+    assert release_message(b"respondent-9", None) is None  # neither a release key ...
+    assert release_message(None, [("streamanon-reason", b"invalid_json")]) is None  # ... nor
+    assert release_message(b"ab12:x1", None) is None

@@ -8,7 +8,7 @@ import json
 
 from streamanon.service.states import CLOSING
 from streamanon.service.store import open_store
-from tests.service.kafka_helpers import headers, produce, read_topic, response
+from tests.service.kafka_helpers import produce, read_topic, release_kind, response
 from tests.service.restart_helpers import evict_group
 
 N = 300
@@ -23,7 +23,7 @@ def restart(svc, bootstrap: str) -> None:
 
 def manifests(bootstrap: str, topic: str, count: int) -> list[dict]:
     records = read_topic(bootstrap, topic, expected=count + 1, timeout=30)
-    return [json.loads(r.value) for r in records if headers(r)["streamanon-type"] == "manifest"]
+    return [json.loads(r.value) for r in records if release_kind(r) == "manifest"]
 
 
 def ingested_then_stopped(service_factory, broker):

@@ -31,7 +31,13 @@ from streamanon.service.store import StoreError, open_store
 from streamanon.service.validation import Closure
 from tests.service import conftest
 from tests.service.conftest import REPO, ServiceProcess
-from tests.service.kafka_helpers import produce, read_release, read_topic, response
+from tests.service.kafka_helpers import (
+    produce,
+    read_release,
+    read_topic,
+    release_kind,
+    response,
+)
 from tests.service.restart_helpers import helper_processes
 from tests.service.test_store import rows
 from tests.support.postgres import controlled_postgres_server, why_unavailable
@@ -440,7 +446,7 @@ def test_two_instances_collect_and_the_survivor_releases_once(pg_server, broker,
         assert sorted(r["ticket"] for r in bodies) == list(range(sent))  # every response, once
         everything = read_topic(broker.bootstrap, f"{b.prefix}.s.release", timeout=10)
         assert sum(1 for m in everything
-                   if dict(m.headers or []).get("streamanon-type") == b"manifest") == 1
+                   if release_kind(m) == "manifest") == 1
         assert pg_rows(pg_server.url, "SELECT COUNT(*) FROM transitions WHERE survey = 's' "
                                    "AND to_state = 'RELEASED'") == [(1,)]
         assert pg_rows(pg_server.url, "SELECT status FROM releases WHERE survey = 's'") \

@@ -15,7 +15,13 @@ import pytest
 
 from streamanon.metrics import check_k_anonymity
 from streamanon.splicing import record_messages
-from tests.service.kafka_helpers import base_run, produce, read_release, response
+from tests.service.kafka_helpers import (
+    base_run,
+    produce,
+    read_release,
+    release_kind,
+    response,
+)
 
 QI = ["age", "income", "height"]
 
@@ -45,7 +51,7 @@ def test_a_two_stage_release_is_spliced_from_the_base_release(service_factory, b
     assert report["risk"] is not None  # measured after the release was out
     records, rows, manifest = read_release(broker.bootstrap, f"{svc.prefix}.wellbeing.release")
     parquet = pd.read_parquet(directory / "release.parquet")
-    sent = [r.value for r in records if dict(r.headers)["streamanon-type"] == b"record"]
+    sent = [r.value for r in records if release_kind(r) == "record"]
     assert sent == record_messages(parquet)  # the file, row by row, in order
     assert manifest["count"] == len(rows) == n
     assert check_k_anonymity(parquet[QI].to_numpy(), 5).ok

@@ -47,13 +47,19 @@ def test_bad_options_are_one_line_errors(argv, capsys):
 
 
 class Message:
+    """A release topic message as the publisher sends it (key ``<release>:<index>`` or
+    ``<release>:manifest``, headers on the manifest only)."""
+
     def __init__(self, kind: str, release: str = "r1", index: int | None = None,
                  value: dict | None = None) -> None:
-        self._headers = [("streamanon-type", kind.encode()),
-                         ("streamanon-release", release.encode())]
-        if index is not None:
-            self._headers.append(("streamanon-index", str(index).encode()))
+        self._key = f"{release}:{'manifest' if kind == 'manifest' else index}".encode()
+        self._headers = ([("streamanon-type", b"manifest"),
+                          ("streamanon-release", release.encode())]
+                         if kind == "manifest" else None)
         self._value = json.dumps(value or {}).encode()
+
+    def key(self):
+        return self._key
 
     def headers(self):
         return self._headers
