@@ -94,7 +94,7 @@ class _FakeProducer:
         self.topics: dict[str, list[bytes]] = {}
         self.during_flush: Any = None
 
-    def produce(self, topic: str, value: bytes, partition: int = 0,
+    def produce(self, topic: str, value: bytes, partition: int = 0, key: bytes | None = None,
                 headers: Any = None) -> None:
         self.queue.append((topic, value))
 

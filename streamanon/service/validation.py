@@ -9,6 +9,7 @@ bytes and the survey's configuration: no broker, no store.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -201,10 +202,8 @@ def compiled_schema(survey: SurveyConfig) -> type | None:
     ``f1``... in schema order. Integers are limited to 64 bits (orjson reads larger ones as
     floats, so a response with one goes the per-field way) and no value may be NaN or
     infinite. None for a schema with a field it does not express (float or bool levels, a
-    bound beyond 2**53 on an integer): such a survey is validated field by field.
-
-    What it rejects is not necessarily invalid: the per-field checks decide and name the
-    reason."""
+    bound beyond 2**53 on an integer): such a survey is validated field by field. What it
+    rejects is not necessarily invalid: the per-field checks decide and name the reason."""
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     for j, spec in enumerate(survey.fields.values()):
         kind = spec.type or ("float" if spec.role in ("quasi_identifier", "weight") else None)
@@ -221,9 +220,7 @@ def compiled_schema(survey: SurveyConfig) -> type | None:
         elif kind == "float":
             kind_type = _float_type(lo, hi, QI_MAX_MAGNITUDE if spec.role == "quasi_identifier"
                                     else None, spec.role == "weight")
-            if spec.role != "quasi_identifier":
-                # an int answer stays an int in the stored JSON (a quasi-identifier becomes a
-                # double either way)
+            if spec.role != "quasi_identifier":  # an int answer stays an int when stored
                 as_int = _int_type(lo, hi, spec.role == "weight")
                 kind_type = None if as_int is None else kind_type | as_int
         elif kind in ("str", "timestamp", "text"):
@@ -253,12 +250,10 @@ def compiled_schema(survey: SurveyConfig) -> type | None:
 
 def _getter(attributes: list[str]) -> Callable[[Any], tuple[Any, ...]]:
     """The tuple of ``attributes`` of an object, in one C call."""
-    if len(attributes) > 1:
-        return attrgetter(*attributes)
-    if attributes:
+    if len(attributes) == 1:
         one = attrgetter(attributes[0])
         return lambda obj: (one(obj),)
-    return lambda obj: ()
+    return attrgetter(*attributes) if attributes else (lambda obj: ())
 
 
 class Validator:
@@ -300,16 +295,14 @@ class Validator:
         self._names = names
         self._values: Any = (itemgetter(*names) if len(names) > 1
                              else lambda obj: (obj[names[0]],))
-        # The schema compiled (compiled_schema): one C call parses and checks a response and
-        # gives its values as attributes; None: every response goes the per-field way.
+        # compiled_schema: one C call parses and checks a response (None: field by field)
         response = compiled_schema(survey)
         self._decode = None if response is None else msgspec.json.Decoder(response).decode
         attribute = {n: f"f{j}" for j, n in enumerate(names)}
         self._qi_of = _getter([attribute[n] for n in self.qi])
         self._confidential_of = _getter([attribute[n] for n in self.confidential])
         self._rid_of = attrgetter(attribute[self.identifier])
-        self._label_of = (attrgetter(attribute[self.label]) if self.label is not None
-                          else None)
+        self._label_of = None if self.label is None else attrgetter(attribute[self.label])
 
     def pseudonym(self, respondent_id: str) -> bytes:
         """HMAC-SHA256 (RFC 2104) of the id, truncated to 128 bits (collisions: about 2^-64
@@ -364,11 +357,8 @@ class Validator:
         limit = self.max_message_bytes
         for i, raw in enumerate(raws):
             if raw and len(raw) <= limit:
-                try:
+                with contextlib.suppress(Exception):  # refused: validate names why
                     responses.append(decode(raw))
-                except Exception:  # refused (or not UTF-8): validate names why
-                    pass
-                else:
                     where.append(i)
                     continue
             out[i] = self._alone(raw)
