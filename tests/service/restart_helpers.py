@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from simulations.common import cpu_seconds
 from streamanon.service.publisher import release_message
 from tests.service import conftest
 from tests.service.conftest import REPO, ServiceProcess
@@ -117,14 +118,14 @@ class Restartable(ServiceProcess):
         its publish), so the wall clock is only capped at 20 times ``timeout``."""
         assert self.proc is not None
         pid = self.proc.pid
-        cpu_at_start = _cpu_seconds(pid)
+        cpu_at_start = cpu_seconds(pid)
         wall_deadline = time.monotonic() + 20 * timeout
         os.kill(pid, signal.SIGSTOP)
         while not done():
-            if (_cpu_seconds(pid) - cpu_at_start > timeout
+            if (cpu_seconds(pid) - cpu_at_start > timeout
                     or time.monotonic() > wall_deadline):
                 raise TimeoutError(f"the service did not get there (in "
-                                   f"{_cpu_seconds(pid) - cpu_at_start:.1f} s of its CPU)")
+                                   f"{cpu_seconds(pid) - cpu_at_start:.1f} s of its CPU)")
             os.kill(self.proc.pid, signal.SIGCONT)
             time.sleep(step)
             os.kill(self.proc.pid, signal.SIGSTOP)
@@ -327,9 +328,3 @@ def complete_run(run: dict[str, Any]) -> list[bytes]:
 def restartable(tmp_path: Path, broker: Any):
     """Makes :class:`Restartable` services (the schema above); stops them at the end."""
     yield from conftest.services(tmp_path, broker, Restartable, write_config)
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds of process ``pid`` (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
