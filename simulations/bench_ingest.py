@@ -387,47 +387,75 @@ async def drain_run(setup: Setup, n: int) -> dict[str, Any]:
 
 
 STAGE_BATCH = 20_000
+# The worker as it is (the compiled schema, its garbage collection) and as it was, in one run
+# (batches taken in turn, each variant into a store of its own): validation field by field
+# (the per-field column checks) or compiled (msgspec), Python's default garbage collection or
+# the worker's (ingest.worker_gc).
+STAGE_VARIANTS = {"per-field, default gc": (False, False), "compiled, default gc": (True, False),
+                  "compiled, worker gc": (True, True)}
 
 
 def worker_stages(n: int) -> dict[str, Any]:
     """Microseconds of one core per record in each stage of the ingest worker (see the
-    module's docstring, 3), for the first and the last fifth of ``n`` records."""
-    from streamanon.service.ingest import prepare_records, store_prepared
+    module's docstring, 3), for the first and the last fifth of ``n`` records, for each of
+    :data:`STAGE_VARIANTS` (keyed by its name; "n" is ``n``)."""
+    import gc
+
+    from streamanon.service.ingest import WORKER_GC_THRESHOLD, prepare_records, store_prepared
     from streamanon.service.store import open_store
     from streamanon.service.validation import Validator, check_columns
 
     templates = _templates()
-    rows: list[tuple[int, float, float, float]] = []  # records in batch, three stage times
+    default_gc = gc.get_threshold()
+    out: dict[str, Any] = {"n": n}
     with tempfile.TemporaryDirectory() as tmp:
         config = make_config("127.0.0.1:9", Path(tmp), [SURVEY], n)
         survey = config.surveys[0]
-        validator = Validator(survey, secrets.token_bytes(32))
-        store = open_store(f"sqlite:///{Path(tmp) / 'store.db'}")
-        try:
+        key = secrets.token_bytes(32)
+        runs = []
+        for j, (name, (compiled, tuned)) in enumerate(STAGE_VARIANTS.items()):
+            validator = Validator(survey, key)
+            if not compiled:
+                validator._decode = None  # the per-field column checks
+            store = open_store(f"sqlite:///{Path(tmp) / f'store{j}.db'}")
             store.ensure_survey(survey.id)
+            # records in batch, three stage times
+            runs.append((name, tuned, validator, store, []))
+        try:
             for start in range(0, n, STAGE_BATCH):
                 size = min(STAGE_BATCH, n - start)
                 values = [templates[g % POOL][0] + b"%08d" % g + templates[g % POOL][1]
                           for g in range(start, start + size)]
                 partitions, offsets = [0] * size, list(range(start, start + size))
-                t0 = time.process_time()
-                _, _, records = check_columns(partitions, offsets, values, [None] * size,
-                                              validator, None)
-                t1 = time.process_time()
-                _, prepared, _ = prepare_records(survey, records)
-                t2 = time.process_time()
-                with store.transaction():
-                    store_prepared(survey, store, partitions, offsets, prepared)
-                rows.append((size, t1 - t0, t2 - t1, time.process_time() - t2))
+                for _, tuned, validator, store, rows in runs:
+                    gc.collect()
+                    if tuned:
+                        gc.freeze()
+                        gc.set_threshold(*WORKER_GC_THRESHOLD)
+                    t0 = time.process_time()
+                    _, _, records = check_columns(partitions, offsets, values, [None] * size,
+                                                  validator, None)
+                    t1 = time.process_time()
+                    _, prepared, _ = prepare_records(survey, records)
+                    t2 = time.process_time()
+                    with store.transaction():
+                        store_prepared(survey, store, partitions, offsets, prepared)
+                    rows.append((size, t1 - t0, t2 - t1, time.process_time() - t2))
+                    del records, prepared
+                    gc.unfreeze()
+                    gc.set_threshold(*default_gc)
         finally:
-            store.close()
-    fifth = max(1, len(rows) // 5)
-    out: dict[str, Any] = {"n": n}
-    for name, part in (("first", rows[:fifth]), ("last", rows[-fifth:])):
-        count = sum(r[0] for r in part)
-        out[name] = {stage: 1e6 * sum(r[i + 1] for r in part) / count
-                     for i, stage in enumerate(("validate", "prepare", "store"))}
-        out[name]["total"] = sum(out[name].values())
+            for run in runs:
+                run[3].close()
+    for name, _, _, _, rows in runs:
+        fifth = max(1, len(rows) // 5)
+        out[name] = {}
+        for part_name, part in (("first", rows[:fifth]), ("last", rows[-fifth:])):
+            count = sum(r[0] for r in part)
+            times = out[name][part_name] = {
+                stage: 1e6 * sum(r[i + 1] for r in part) / count
+                for i, stage in enumerate(("validate", "prepare", "store"))}
+            times["total"] = sum(times.values())
     return out
 
 
@@ -509,11 +537,14 @@ def report(args: argparse.Namespace, live: list[dict[str, Any]],
         ]
         lines += _cpu_rows(drain)
     if stages:
-        for name in ("validate", "prepare", "store", "total"):
-            lines.append(f"| worker stage, {name} (first / last fifth of {stages['n']:,}) | "
-                         f"{stages['first'][name]:.1f} / {stages['last'][name]:.1f} us/record |")
-        lines.append(f"| one worker's ceiling (1 / total, last fifth) | "
-                     f"{1e6 / stages['last']['total']:,.0f} records/s |")
+        for variant in STAGE_VARIANTS:
+            got = stages[variant]
+            for name in ("validate", "prepare", "store", "total"):
+                lines.append(f"| worker stage ({variant}), {name} (first / last fifth of "
+                             f"{stages['n']:,}) | {got['first'][name]:.1f} / "
+                             f"{got['last'][name]:.1f} us/record |")
+            lines.append(f"| one worker's ceiling ({variant}; 1 / total, last fifth) | "
+                         f"{1e6 / got['last']['total']:,.0f} records/s |")
     lines.append("")
     if live:
         lines.append(f"target live >= {TARGET_LIVE:,}/s sustained with p99 <= {TARGET_P99:g} s"

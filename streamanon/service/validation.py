@@ -9,22 +9,21 @@ bytes and the survey's configuration: no broker, no store.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
 import orjson
 
+from streamanon.service.compiled_schema import compiled_schema
 from streamanon.service.config import SurveyConfig
 
 log = logging.getLogger(__name__)
@@ -170,90 +169,14 @@ _IDENTIFIER_TYPES: dict[str | None, tuple[type, ...]] = {
     None: (str, int), "str": (str,), "int": (int,), "float": (), "bool": ()}
 
 
-_INT64 = msgspec.Meta(ge=_INT64_MIN, le=_INT64_MAX)
-
-
-def _int_type(lo: float | None, hi: float | None, positive: bool = False) -> Any:
-    """An int within int64, ``lo``/``hi`` and (``positive``) > 0, as a msgspec constraint;
-    None where a bound is not exactly an int comparison on doubles (beyond 2**53)."""
-    bounds = [b for b in (lo, hi) if b is not None]
-    if any(abs(b) >= 2.0**53 for b in bounds):
-        return None
-    low = max(_INT64_MIN, math.ceil(lo) if lo is not None else _INT64_MIN, 1 if positive
-              else _INT64_MIN)
-    high = min(_INT64_MAX, math.floor(hi) if hi is not None else _INT64_MAX)
-    return Annotated[int, msgspec.Meta(ge=low, le=high)]
-
-
-def _float_type(lo: float | None, hi: float | None, magnitude: float | None = None,
-                positive: bool = False) -> Any:
-    """A finite float within ``lo``/``hi`` (and +-``magnitude``, and > 0 if ``positive``)."""
-    low = max(-(magnitude or sys.float_info.max), -math.inf if lo is None else lo)
-    high = min(magnitude or sys.float_info.max, math.inf if hi is None else hi)
-    if positive and low <= 0:
-        return Annotated[float, msgspec.Meta(gt=0.0, le=high)]
-    return Annotated[float, msgspec.Meta(ge=low, le=high)]
-
-
-def compiled_schema(survey: SurveyConfig) -> type | None:
-    """A msgspec Struct type that accepts exactly a subset of what :meth:`Validator._diagnose`
-    accepts, with the same values: every field of the schema by its JSON name, no other, its
-    type, bounds and finiteness checked while the JSON is parsed. Its attributes are ``f0``,
-    ``f1``... in schema order. Integers are limited to 64 bits (orjson reads larger ones as
-    floats, so a response with one goes the per-field way) and no value may be NaN or
-    infinite. None for a schema with a field it does not express (float or bool levels, a
-    bound beyond 2**53 on an integer): such a survey is validated field by field. What it
-    rejects is not necessarily invalid: the per-field checks decide and name the reason."""
-    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
-    for j, spec in enumerate(survey.fields.values()):
-        kind = spec.type or ("float" if spec.role in ("quasi_identifier", "weight") else None)
-        lo, hi = spec.min, spec.max
-        kind_type: Any
-        if spec.role == "identifier":
-            text = Annotated[str, msgspec.Meta(min_length=1)]
-            number = Annotated[int, _INT64]
-            kind_type = {None: text | number, "str": text, "int": number}.get(spec.type)
-            if kind_type is None:
-                return None
-        elif kind == "int":
-            kind_type = _int_type(lo, hi, spec.role == "weight")
-        elif kind == "float":
-            kind_type = _float_type(lo, hi, QI_MAX_MAGNITUDE if spec.role == "quasi_identifier"
-                                    else None, spec.role == "weight")
-            if spec.role != "quasi_identifier":  # an int answer stays an int when stored
-                as_int = _int_type(lo, hi, spec.role == "weight")
-                kind_type = None if as_int is None else kind_type | as_int
-        elif kind in ("str", "timestamp", "text"):
-            kind_type = str
-        elif kind == "bool":
-            kind_type = bool
-        elif kind in ("category", "ordinal"):
-            levels = spec.levels or []
-            if not levels or any(type(v) not in (str, int) for v in levels) or any(
-                    type(v) is int and not _INT64_MIN <= v <= _INT64_MAX for v in levels):
-                return None
-            kind_type = Literal[tuple(levels)]  # type: ignore[valid-type]
-        elif kind is None:
-            kind_type = str | Annotated[int, _INT64] | _float_type(None, None) | bool
-        else:
-            return None
-        if kind_type is None:
-            return None
-        if spec.required:
-            fields.append((f"f{j}", kind_type))
-        else:
-            fields.append((f"f{j}", kind_type | None, None))
-    return msgspec.defstruct(
-        "Response", fields, rename={f"f{j}": name for j, name in enumerate(survey.fields)},
-        forbid_unknown_fields=True, kw_only=True, gc=False)
-
-
 def _getter(attributes: list[str]) -> Callable[[Any], tuple[Any, ...]]:
     """The tuple of ``attributes`` of an object, in one C call."""
-    if len(attributes) == 1:
+    if len(attributes) > 1:
+        return attrgetter(*attributes)
+    if attributes:
         one = attrgetter(attributes[0])
         return lambda obj: (one(obj),)
-    return attrgetter(*attributes) if attributes else (lambda obj: ())
+    return lambda obj: ()
 
 
 class Validator:
@@ -295,14 +218,16 @@ class Validator:
         self._names = names
         self._values: Any = (itemgetter(*names) if len(names) > 1
                              else lambda obj: (obj[names[0]],))
-        # compiled_schema: one C call parses and checks a response (None: field by field)
-        response = compiled_schema(survey)
+        # The schema compiled (compiled_schema): one C call parses and checks a response and
+        # gives its values as attributes; None: every response goes the per-field way.
+        response = compiled_schema(survey, QI_MAX_MAGNITUDE)
         self._decode = None if response is None else msgspec.json.Decoder(response).decode
         attribute = {n: f"f{j}" for j, n in enumerate(names)}
         self._qi_of = _getter([attribute[n] for n in self.qi])
         self._confidential_of = _getter([attribute[n] for n in self.confidential])
         self._rid_of = attrgetter(attribute[self.identifier])
-        self._label_of = None if self.label is None else attrgetter(attribute[self.label])
+        self._label_of = (attrgetter(attribute[self.label]) if self.label is not None
+                          else None)
 
     def pseudonym(self, respondent_id: str) -> bytes:
         """HMAC-SHA256 (RFC 2104) of the id, truncated to 128 bits (collisions: about 2^-64
@@ -357,8 +282,11 @@ class Validator:
         limit = self.max_message_bytes
         for i, raw in enumerate(raws):
             if raw and len(raw) <= limit:
-                with contextlib.suppress(Exception):  # refused: validate names why
+                try:
                     responses.append(decode(raw))
+                except Exception:  # refused (or not UTF-8): validate names why
+                    pass
+                else:
                     where.append(i)
                     continue
             out[i] = self._alone(raw)

@@ -11,8 +11,9 @@ import numpy as np
 import orjson
 import pytest
 
+from streamanon.service.compiled_schema import compiled_schema
 from streamanon.service.config import parse_config
-from streamanon.service.validation import Invalid, Validated, Validator, compiled_schema
+from streamanon.service.validation import QI_MAX_MAGNITUDE, Invalid, Validated, Validator
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 SCHEMA: dict[str, dict[str, Any]] = {
@@ -99,7 +100,7 @@ def messages(seed: int, n: int) -> list[bytes | None]:
 
 
 def test_the_schemas_of_the_service_compile():
-    assert compiled_schema(validator().survey) is not None
+    assert compiled_schema(validator().survey, QI_MAX_MAGNITUDE) is not None
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -139,7 +140,7 @@ def test_a_schema_with_float_levels_is_checked_field_by_field():
     schema = {"rid": {"role": "identifier"},
               "dose": {"role": "quasi_identifier", "type": "ordinal", "levels": [0.5, 1.0]}}
     v = validator(schema)
-    assert compiled_schema(v.survey) is None
+    assert compiled_schema(v.survey, QI_MAX_MAGNITUDE) is None
     raws = [b'{"rid": "a", "dose": 0.5}', b'{"rid": "b", "dose": 2.0}']
     assert [stored(o) for o in v.validate_batch(raws)] == [stored(v._alone(r)) for r in raws]
     assert stored(v.validate_batch(raws)[1]) == ("invalid", "out_of_levels")

@@ -71,16 +71,19 @@ def check_summary(results: dict, printed: str) -> None:
 def check_stages(results: dict, printed: str) -> None:
     stages = results["stages"]
     assert stages["n"] == STAGES
-    for part in ("first", "last"):
-        times = stages[part]
-        assert all(times[s] > 0 for s in ("validate", "prepare", "store"))
-        assert math.isclose(times["total"], times["validate"] + times["prepare"]
-                            + times["store"])
-    # 45,000 records are three batches: the first and the last fifth are different batches
-    assert stages["first"] != stages["last"]
-    ceiling = 1e6 / stages["last"]["total"]
-    assert f"| one worker's ceiling (1 / total, last fifth) | {ceiling:,.0f} records/s |" \
-        in printed
+    assert set(stages) == {"n", *bench_ingest.STAGE_VARIANTS}
+    for variant in bench_ingest.STAGE_VARIANTS:
+        got = stages[variant]
+        for part in ("first", "last"):
+            times = got[part]
+            assert all(times[s] > 0 for s in ("validate", "prepare", "store"))
+            assert math.isclose(times["total"], times["validate"] + times["prepare"]
+                                + times["store"])
+        # 45,000 records are three batches: the first and the last fifth are different batches
+        assert got["first"] != got["last"]
+        ceiling = 1e6 / got["last"]["total"]
+        assert (f"| one worker's ceiling ({variant}; 1 / total, last fifth) | "
+                f"{ceiling:,.0f} records/s |") in printed
 
 
 def test_one_tiny_run_measures_every_part(tmp_path, subprocesses):
