@@ -56,6 +56,17 @@ DEADLINE_QUANTILE = 0.95
 #: waits for nothing, for a few more late records.
 BUSY_FACTOR = 1.5
 
+
+def load_slowdown(load: float, cores: int) -> float:
+    """How many times slower than on an idle machine a base run goes while ``load`` other
+    tasks are runnable (the load average) on ``cores`` cores: the engines' kernels run on
+    every core and share them with those tasks, so ``1 + load / cores``. :func:`plan` keeps
+    the base run's end before the close at this slow-down when it exceeds
+    :data:`BUSY_FACTOR`."""
+    if cores < 1 or not math.isfinite(load) or load < 0:
+        raise ValueError(f"need a load >= 0 and cores >= 1, got {load!r} and {cores!r}")
+    return 1.0 + load / cores
+
 #: The refinement's seconds with ``refine = "auto"`` and no deadline: what
 #: ``streamanon.refine.AUTO_SECONDS`` gives it (a test keeps the two equal).
 AUTO_REFINE_SECONDS = 5.0
@@ -168,7 +179,7 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
          k: int, deadline: float | None = None, seconds_to_close: float | None = None,
          overhead: bool = True, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
          quantile: float | None = DEADLINE_QUANTILE, refine: str | float = "off",
-         quality: QualityBound | None = None) -> Plan:
+         quality: QualityBound | None = None, slowdown: float = 1.0) -> Plan:
     """The plan for the records ``arrivals`` expects: the earliest release within the
     ``quality`` bound, nu* without one, or nu_end under a ``deadline``.
 
@@ -215,6 +226,10 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
         within this bound of the same engine's one-shot release (``Plan.nu_limit``). None:
         the earliest release whatever the loss (the paper's nu*). A deadline plan already
         takes the smallest ratio that meets the deadline.
+    slowdown
+        Without a deadline: how much slower than its cost model the machine is expected to
+        run the base run now (:func:`load_slowdown` of the measured load); the base run's end
+        is kept before the close at this slow-down too, when it exceeds the margin.
 
     Notes
     -----
@@ -241,8 +256,8 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
     if deadline is None:
         chosen = plan_optimal(total, base, incremental_cost, arrivals.head_start,
                               nu_limit=1.0 if quality is None else quality.max_ratio(),
-                              solve_margin=1.0 if quantile is None else max(margin,
-                                                                           BUSY_FACTOR),
+                              solve_margin=1.0 if quantile is None else max(
+                                  margin, BUSY_FACTOR, slowdown),
                               **kwargs)
         seconds = 0.0 if refine == "off" else (
             AUTO_REFINE_SECONDS if refine == "auto" else float(refine))

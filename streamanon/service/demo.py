@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scheduler.live import BUSY_FACTOR
+from scheduler.live import BUSY_FACTOR, load_slowdown
 from scheduler.overhead import DEFAULT_OVERHEAD
 from scheduler.profiles import resolve
 from scheduler.quality import DEFAULT_MAX_DELTA
@@ -140,22 +140,25 @@ def choose_scenario(model: Callable[[float], float], options: list[Any], *, k: i
                     engine: str = ENGINE, incremental: str = INCREMENTAL,
                     budget: float = BUDGET_SECONDS, n: int | None = None,
                     open_seconds: float | None = None,
-                    max_delta: float = DEFAULT_MAX_DELTA) -> Scenario:
+                    max_delta: float = DEFAULT_MAX_DELTA,
+                    slowdown: float = 1.0) -> Scenario:
     """The demo's scenario for a machine whose engine costs ``model(n)`` seconds, planned
     with the candidate engine and stages ``options`` (:func:`scheduler.choice.choose`; module
     doc). The first arrival coefficient that shows the idea wins; if none does within the
-    budget, the one predicted to gain most, with ``shows_the_idea`` False."""
+    budget, the one predicted to gain most, with ``shows_the_idea`` False. ``slowdown`` is
+    the machine's expected slow-down of the base run now (:func:`scheduler.live.load_slowdown`
+    of its load): planned as the service plans, with that much room before the close."""
     from streamanon.service.simulate import predict
 
     def scenario_of(size: int, s: float) -> Scenario:
         window = open_seconds if open_seconds is not None else s * model(size)
         prediction = predict(resolve("uniform", window), size, window, None, model,
                              None, k, options, incremental=incremental, engine=engine,
-                             max_delta=max_delta)
+                             max_delta=max_delta, slowdown=slowdown)
         one_shot = one_shot_release_model(model, size)
         shows = (prediction["nu"] > 0 and prediction["n_increment"] >= LATE_MARGIN * MIN_LATE
                  and one_shot >= SHOW_GAIN * prediction["release_after_close_seconds"]
-                 and _room(prediction))
+                 and _room(prediction, slowdown))
         return Scenario(size, window, prediction, one_shot, _run_seconds(model, size, window),
                         shows)
 
@@ -169,14 +172,16 @@ def choose_scenario(model: Callable[[float], float], options: list[Any], *, k: i
         if scenario.shows_the_idea or (n is not None and open_seconds is not None):
             return scenario
         tried.append(scenario)
-    return max(tried, key=lambda sc: (_room(sc.prediction), sc.sooner))
+    return max(tried, key=lambda sc: (_room(sc.prediction, slowdown), sc.sooner))
 
 
-def _room(prediction: dict[str, Any]) -> bool:
+def _room(prediction: dict[str, Any], slowdown: float = 1.0) -> bool:
     """Whether the base run ends before the close even on a machine busier than at
-    calibration (:data:`scheduler.live.BUSY_FACTOR`): where the quality bound caps nu, the
-    planner cannot make that room itself, the scenario's arrival coefficient must."""
-    return BUSY_FACTOR * prediction["base_seconds"] <= prediction["head_start_seconds"]
+    calibration (:data:`scheduler.live.BUSY_FACTOR`, or the measured ``slowdown`` when
+    larger): where the quality bound caps nu, the planner cannot make that room itself, the
+    scenario's arrival coefficient must."""
+    return (max(BUSY_FACTOR, slowdown) * prediction["base_seconds"]
+            <= prediction["head_start_seconds"] * (1 + 1e-9))
 
 
 def _inverse(model: Callable[[float], float], seconds: float) -> int:
@@ -310,11 +315,14 @@ def run_demo(n: int | None = None, m: int = M, k: int = K, out: str | Path = "de
     if speed != 1.0 and not dry_run:
         raise ValueError("a machine faster than this one can only be planned (dry run)")
     from streamanon.io import write_json
+    from streamanon.service.planning import machine_load
     from streamanon.service.simulate import calibrated_model, candidates, run_simulation
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     say = _say
+    # the other tasks' load, before the calibration adds its own (a faster machine is idle)
+    load, cores = machine_load() if speed == 1.0 else (0.0, 1)
     say(f"[1/4] the {engine} cost model for m = {m}, k = {k} on this machine "
         f"({out / 'cost_models.json'})")
     model = calibrated_model(out, engine, m, k, progress=say)
@@ -325,9 +333,13 @@ def run_demo(n: int | None = None, m: int = M, k: int = K, out: str | Path = "de
 
         model = replace(model, a=model.a / speed)
     options = candidates({engine: model}, incremental, m, k)
+    slowdown = load_slowdown(load, cores)
+    if slowdown > BUSY_FACTOR:
+        say(f"      the machine is busy (load {load:.1f} on {cores} cores): planned for a base "
+            f"run {slowdown:.1f} times slower than the cost model")
     scenario = choose_scenario(model, options, k=k, engine=engine,
                                incremental=incremental, budget=budget, n=n,
-                               open_seconds=open_seconds)
+                               open_seconds=open_seconds, slowdown=slowdown)
     chosen = "chosen" if n is None and open_seconds is None else "given"
     say(f"[2/4] scenario ({chosen}{'' if speed == 1 else f', a machine {speed:g}x faster'}): "
         f"{scenario.describe()}; about {scenario.run_seconds:.0f} s in all")

@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -48,6 +49,12 @@ log = logging.getLogger(__name__)
 #: with timings of at most this share of the time left before the base start.
 EXTEND_REACH = 2.0
 EXTEND_SHARE = 0.25
+
+
+def machine_load() -> tuple[float, int]:
+    """The machine's load now: the one-minute load average and the cores this process may
+    run on (the base run's kernels use them all)."""
+    return os.getloadavg()[0], len(os.sched_getaffinity(0))
 
 
 class SurveyPlanner:
@@ -329,23 +336,24 @@ class SurveyPlanner:
         the planner's choice of engine too."""
         rt = self.surveys[sid]
         sc = rt.config
+        slowdown = live.load_slowdown(*machine_load())
         if rt.auto_engine and sc.engine == "auto":
             choice = choose(arrivals, self._options[sid], k=sc.k, stage=sc.incremental,
                             deadline=sc.deadline, seconds_to_close=seconds_to_close,
-                            refine=sc.refine,
+                            refine=sc.refine, slowdown=slowdown,
                             max_delta=None if sc.objective == "earliest" else sc.max_delta)
             return choice.plan, choice
         if sc.incremental == "auto":  # the stage is the planner's: every candidate's plan
             candidates = [o for o in self._options[sid] if o.engine == sc.engine]
             chosen = choose(arrivals, candidates, k=sc.k, stage=sc.incremental,
                             deadline=sc.deadline, seconds_to_close=seconds_to_close,
-                            refine=sc.refine,
+                            refine=sc.refine, slowdown=slowdown,
                             max_delta=None if sc.objective == "earliest" else sc.max_delta)
             return chosen.plan, None
         base, incremental = self.models[sid]
         plan = live.plan(arrivals, base, incremental, k=sc.k, deadline=sc.deadline,
                          seconds_to_close=seconds_to_close, refine=sc.refine,
-                         quality=sc.quality())
+                         quality=sc.quality(), slowdown=slowdown)
         if rt.auto_engine:  # chosen: the plans go on saying which engine, and its quality
             plan = dataclasses.replace(plan, engine=sc.engine, expected_delta=expected_delta(
                 sc.engine, sc.incremental, plan.nu))

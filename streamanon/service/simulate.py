@@ -373,13 +373,14 @@ def predict(profile: Any, n: int, duration: float, deadline: float | None, model
             incremental_model: Any, k: int, options: list[Option] | None = None,
             incremental: str = "auto", refine: str | float = "off",
             engine: str = "mdav", max_delta: float | None = DEFAULT_MAX_DELTA,
-            ) -> dict[str, Any]:
+            slowdown: float = 1.0) -> dict[str, Any]:
     """The service's plan (:func:`scheduler.live.plan`, ``deadline`` after close) on the
     profile's expected arrival curve (compressed seconds): what the planner would choose if
     the forecast were exact. With ``options`` (``engine = "auto"``), the planner's choice of
     engine among them (:func:`scheduler.choice.choose`), whose models replace ``model``.
     ``max_delta`` is the quality bound of the default objective (None: the earliest
-    release whatever the loss)."""
+    release whatever the loss); ``slowdown`` the machine's expected slow-down of the base
+    run (:func:`scheduler.live.load_slowdown`)."""
 
     grid = np.linspace(0.0, 1.0, 2001)
     forecast = CumulativeForecast.piecewise(grid * duration - duration,  # close at t = 0
@@ -387,12 +388,13 @@ def predict(profile: Any, n: int, duration: float, deadline: float | None, model
     choice = None
     if options:
         choice = choose(forecast, options, k=k, stage=incremental, deadline=deadline,
-                        seconds_to_close=duration, refine=refine, max_delta=max_delta)
+                        seconds_to_close=duration, refine=refine, max_delta=max_delta,
+                        slowdown=slowdown)
         plan = choice.plan
         model = next(o.base_cost for o in options if o.engine == plan.engine)
     else:
         plan = live.plan(forecast, model, incremental_model, k=k, deadline=deadline,
-                         seconds_to_close=duration, refine=refine,
+                         seconds_to_close=duration, refine=refine, slowdown=slowdown,
                          quality=None if max_delta is None else QualityBound(
                              engine, incremental, max_delta))
     same_engine, stage = plan.engine or engine, plan.stage or incremental

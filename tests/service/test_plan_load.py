@@ -1,0 +1,62 @@
+"""The service plans with the machine's measured load: a base run that shares the cores with
+other tasks runs slower than its cost model, and the plan keeps its end before the close at
+that slow-down (:func:`scheduler.live.load_slowdown`)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from scheduler import live
+from scheduler.arrivals import ArrivalEstimator
+from streamanon.service import planning
+from streamanon.service.config import parse_config
+from streamanon.service.ingest import SurveyIngest
+from streamanon.service.planning import SurveyPlanner
+from streamanon.service.runtime import SurveyRuntime
+from streamanon.service.validation import Validator
+from tests.service.lifecycle_helpers import put_model
+
+M, K, N = 3, 5, 100_000
+
+
+def survey_planner(tmp_path, stage: str) -> SurveyPlanner:
+    models = tmp_path / "cost_models.json"
+    # 4 s at 100,000 records, quadratic
+    put_model(models, "mdav", M, K, [(10_000, 0.04), (20_000, 0.16), (40_000, 0.64)])
+    close = (datetime.now(timezone.utc) + timedelta(seconds=120)).isoformat()
+    config = parse_config({
+        "planner": {"cost_models": str(models)},
+        "surveys": [{"id": "s", "k": K, "engine": "mdav", "incremental": stage,
+                     "objective": "earliest", "expected_records": N, "close": close,
+                     "schema": {"rid": {"role": "identifier"},
+                                **{f"q{i}": {"role": "quasi_identifier", "type": "float"}
+                                   for i in range(M)}}}]},
+        {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
+    sc = config.surveys[0]
+    rt = SurveyRuntime(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
+                       ArrivalEstimator(1.0, 10))
+    planner = SurveyPlanner(config, {"s": rt}, threading.Lock(), lambda sid, here: here)
+    planner.load_models(sc, measure=False)  # the stored base model; nothing timed
+    return planner
+
+
+@pytest.mark.parametrize("stage", ["nn_split_end", "auto"])
+def test_the_plan_keeps_the_base_run_before_close_at_the_measured_load(tmp_path, monkeypatch,
+                                                                       stage):
+    now = datetime.now(timezone.utc)
+    plans = {}
+    for load in (0.1, 6.0):
+        monkeypatch.setattr(planning, "machine_load", lambda load=load: (load, 2))
+        plans[load] = survey_planner(tmp_path / str(load), stage).plan("s", now)
+    quiet, loaded = plans[0.1], plans[6.0]
+    assert live.BUSY_FACTOR * quiet.base_seconds <= quiet.head_start * (1 + 1e-6)
+    assert quiet.nu < loaded.nu
+    assert live.load_slowdown(6.0, 2) * loaded.base_seconds <= loaded.head_start * (1 + 1e-6)
+
+
+def test_the_machine_load_is_the_load_average_over_the_usable_cores():
+    load, cores = planning.machine_load()
+    assert load >= 0 and 1 <= cores
