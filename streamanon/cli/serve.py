@@ -148,9 +148,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             config = config.model_copy(update={"kafka": config.kafka.model_copy(
                 update={"bootstrap_servers": bootstrap})})
             print(f"embedded broker at {bootstrap}", flush=True)
-        asyncio.run(serve(config, on_ready=lambda service: print(
-            f"serving {len(config.surveys)} survey(s); HTTP on http://{config.http.bind}",
-            flush=True)))
+        with asyncio.Runner() as runner:
+            _build_loop(runner)
+            runner.run(serve(config, on_ready=lambda service: print(
+                f"serving {len(config.surveys)} survey(s); HTTP on http://{config.http.bind}",
+                flush=True)))
     except KeyboardInterrupt:
         if broker is None:
             raise
@@ -249,6 +251,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _build_loop(runner: asyncio.Runner) -> None:
+    """Build ``runner``'s event loop with the stop signals only recorded: a signal that raised
+    :class:`KeyboardInterrupt` inside the loop's constructor left a half-built loop whose
+    finaliser printed a traceback at exit. A signal that arrived meanwhile stops the run once
+    the loop is whole. (Blocking the signals would not do: the process has other threads, and
+    the kernel hands a process-wide signal to one that does not block it.)"""
+    import signal
+
+    arrived: list[int] = []
+    before = {sig: signal.signal(sig, lambda signum, frame: arrived.append(signum))
+              for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    try:
+        runner.get_loop()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    if arrived:
+        raise KeyboardInterrupt
 
 
 def _stop_on_signals() -> None:

@@ -181,23 +181,23 @@ def test_a_demo_sized_on_a_busy_machine_still_shows_the_gain_when_the_reference_
     assert one_shot_release_model(quiet, scenario.n) >= 3 * busy_close, scenario.describe()
 
 
-@pytest.mark.parametrize("slowdown", [1.0, 2.5])
-def test_on_a_loaded_machine_the_demo_leaves_the_base_run_room_for_the_load(slowdown):
+@pytest.mark.parametrize("slower", [1.0, 2.5, 4.0])
+def test_the_demo_leaves_the_base_run_room_to_run_slower_than_predicted(slower):
     """CI: the demo's base run, beside another test worker, ran about 2.4 times slower than
-    its cost model; planned with room for 1.5 times, the release waited 4.2 s for it. Sized
-    at the measured load's slow-down, the scenario's plan ends the base run before the close
-    at that slow-down."""
+    its cost model; planned with room for 1.5 times, the release waited 4.2 s for it. Whatever
+    the calibration, the scenario's plan ends the base run before the close even DEMO_ROOM
+    times slower than predicted."""
     from scheduler.cost_model import PowerLaw
-    from streamanon.service.demo import K, M, choose_scenario
+    from streamanon.service.demo import DEMO_ROOM, K, M, choose_scenario
     from streamanon.service.simulate import candidates
 
-    model = PowerLaw(a=1.0e-7, b=1.78)
+    assert DEMO_ROOM >= 2.4
+    model = PowerLaw(a=1.0e-7 * slower, b=1.78)
     scenario = choose_scenario(model, candidates({"ona_star": model}, "auto", M, K), k=K,
-                               budget=DEMO_BUDGET, slowdown=slowdown)
+                               budget=DEMO_BUDGET)
     p = scenario.prediction
     assert scenario.shows_the_idea and p["nu"] > 0, scenario.describe()
-    assert max(BUSY_FACTOR, slowdown) * p["base_seconds"] <= p["head_start_seconds"] * (
-        1 + 1e-6)
+    assert DEMO_ROOM * p["base_seconds"] <= p["head_start_seconds"] * (1 + 1e-6)
 
 
 def test_the_verdict_says_sooner_only_when_it_was_sooner():
