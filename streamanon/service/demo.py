@@ -9,8 +9,9 @@ default objective (the earliest release within +5 % expected loss of the engine'
 release) predicts a real increment (at least :data:`MIN_LATE` late records) and a release
 at least :data:`SHOW_GAIN` times sooner after close than the one-shot release of the same
 records, with a base run that ends before the close even :data:`DEMO_ROOM` times slower
-than predicted (:func:`_room`), within a run of about :data:`BUDGET_SECONDS` after set-up. A faster engine or
-machine gets more responses, a slower one fewer; ``--n`` and ``--open-seconds`` override.
+than predicted (:func:`_room`), within a run of about :data:`BUDGET_SECONDS` after set-up. A
+faster engine or machine gets more responses, a slower one fewer; ``--n`` and
+``--open-seconds`` override.
 
 The survey then runs for real, with the service's defaults: responses with 15
 quasi-identifiers arrive uniformly (plus a few malformed ones, which go to the dead-letter
@@ -184,8 +185,9 @@ def choose_scenario(model: Callable[[float], float], options: list[Any], *, k: i
 
 def _room(prediction: dict[str, Any], slowdown: float = 1.0) -> bool:
     """Whether the base run ends before the close even ``slowdown`` times slower than
-    predicted (at least :data:`scheduler.live.BUSY_FACTOR`, the planner's own room): where the quality bound caps nu, the planner cannot make that room itself, the
-    scenario's arrival coefficient must."""
+    predicted (at least :data:`scheduler.live.BUSY_FACTOR`, the planner's own room): where
+    the quality bound caps nu, the planner cannot make that room itself, the scenario's
+    arrival coefficient must."""
     return (max(BUSY_FACTOR, slowdown) * prediction["base_seconds"]
             <= prediction["head_start_seconds"] * (1 + 1e-9))
 
