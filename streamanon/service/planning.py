@@ -53,8 +53,14 @@ EXTEND_SHARE = 0.25
 
 def machine_load() -> tuple[float, int]:
     """The machine's load now: the one-minute load average and the cores this process may
-    run on (the base run's kernels use them all)."""
-    return os.getloadavg()[0], len(os.sched_getaffinity(0))
+    run on (the base run's kernels use them all). A system without a load average plans as
+    on a quiet machine."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = 0.0
+    affinity = getattr(os, "sched_getaffinity", None)
+    return load, len(affinity(0)) if affinity else (os.cpu_count() or 1)
 
 
 class SurveyPlanner:

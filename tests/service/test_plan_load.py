@@ -60,3 +60,13 @@ def test_the_plan_keeps_the_base_run_before_close_at_the_measured_load(tmp_path,
 def test_the_machine_load_is_the_load_average_over_the_usable_cores():
     load, cores = planning.machine_load()
     assert load >= 0 and 1 <= cores
+
+
+def test_without_a_load_average_the_plan_is_made_as_on_a_quiet_machine(monkeypatch):
+    def unavailable():
+        raise OSError("no load average")
+
+    monkeypatch.setattr(planning.os, "getloadavg", unavailable)
+    load, cores = planning.machine_load()
+    assert load == 0.0 and cores >= 1
+    assert live.load_slowdown(load, cores) == 1.0
