@@ -180,7 +180,10 @@ def choose_scenario(model: Callable[[float], float], options: list[Any], *, k: i
         if scenario.shows_the_idea or (n is not None and open_seconds is not None):
             return scenario
         tried.append(scenario)
-    return max(tried, key=lambda sc: (_room(sc.prediction, slowdown), sc.sooner))
+    # none shows the idea: the one with the most room (the demo's, else at least the
+    # planner's own), then the most gain
+    return max(tried, key=lambda sc: (_room(sc.prediction, slowdown), _room(sc.prediction),
+                                      sc.sooner))
 
 
 def _room(prediction: dict[str, Any], slowdown: float = 1.0) -> bool:
