@@ -120,10 +120,11 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {model}"
 
 
-def commit() -> str:
-    """The short hash of the checked-out commit, for a benchmark table's provenance."""
+def commit(root: Path = ROOT) -> str:
+    """The short hash of the commit checked out at ``root`` (this repository by default), for a
+    benchmark table's provenance."""
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        return subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

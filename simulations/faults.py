@@ -361,13 +361,21 @@ def send(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> set
 
 class SlowSender(threading.Thread):
     """The platform sending in bursts (a tenth of the responses every 0.2 s) until all are
-    sent or it is stopped; ``acked`` holds what the broker acknowledged."""
+    sent or it is stopped; ``acked`` holds what the broker acknowledged.
 
-    def __init__(self, bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
+    With ``hold_after``, the responses after the first ``hold_after`` wait for ``go``: a
+    scenario that makes its fault mid-ingest sets it once the fault is on, so however fast the
+    service stores, some responses are still to come (without the hold, a service that took
+    all of them in one batch left nothing mid-ingest)."""
+
+    def __init__(self, bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]],
+                 hold_after: int | None = None) -> None:
         super().__init__(daemon=True)
         self.bootstrap, self.topic, self.messages = bootstrap, topic, messages
+        self.hold_after = hold_after
         self.acked: set[bytes] = set()
         self.halt = threading.Event()
+        self.go = threading.Event()
 
     def run(self) -> None:
         p = producer(self.bootstrap, timeout_ms=5_000)
@@ -377,10 +385,16 @@ class SlowSender(threading.Thread):
                 self.acked.add(msg.key())
 
         burst = max(1, len(self.messages) // 10)
-        for start in range(0, len(self.messages), burst):
+        starts = list(range(0, len(self.messages), burst))
+        if self.hold_after is not None:  # a burst boundary at the hold
+            starts = sorted({*(i for i in starts if i != self.hold_after), self.hold_after})
+        for start, end in zip(starts, [*starts[1:], len(self.messages)], strict=True):
+            if self.hold_after is not None and start == self.hold_after:
+                while not self.go.wait(0.1) and not self.halt.is_set():
+                    p.poll(0)
             if self.halt.is_set():
                 break
-            for key, value in self.messages[start:start + burst]:
+            for key, value in self.messages[start:end]:
                 p.produce(self.topic, value, key=key, on_delivery=delivered)
             p.poll(0)
             self.halt.wait(0.2)
@@ -612,10 +626,11 @@ def store_killed_mid_publish(rig: Rig, sid: str, n: int, out: Outcome) -> set[by
 
 def broker_replaced_mid_ingest(rig: Rig, sid: str, n: int, out: Outcome) -> set[bytes]:
     messages = responses(sid, n)
-    sender = SlowSender(rig.bootstrap, rig.topic(sid, "responses"), messages)
+    sender = SlowSender(rig.bootstrap, rig.topic(sid, "responses"), messages, hold_after=n // 2)
     sender.start()
     wait_until(lambda: rig.stored(sid) >= n // 4, 60, "a quarter of the responses stored", rig)
     at_kill = rig.stored(sid)
+    sender.go.set()  # the second half is being sent when the broker dies
     rig.kill_broker()
     sender.halt.set()
     sender.join(30)
@@ -648,10 +663,12 @@ def broker_replaced_mid_publish(rig: Rig, sid: str, n: int, out: Outcome) -> set
 
 
 def network_cut_mid_ingest(rig: Rig, sid: str, n: int, out: Outcome) -> set[bytes]:
-    sender = SlowSender(rig.bootstrap, rig.topic(sid, "responses"), responses(sid, n))
+    sender = SlowSender(rig.bootstrap, rig.topic(sid, "responses"), responses(sid, n),
+                        hold_after=n // 2)
     sender.start()
     wait_until(lambda: rig.stored(sid) >= n // 4, 60, "a quarter of the responses stored", rig)
     rig.proxy.cut()
+    sender.go.set()  # the second half arrives while the store is out of reach
     time.sleep(OUTAGE_SECONDS)
     held = rig.stored(sid)
     rig.proxy.resume()

@@ -158,6 +158,12 @@ def _num(value: float | None, fmt: str) -> str:
     return "—" if value is None else format(value, fmt)
 
 
+def _figure(value: float) -> str:
+    """A time or a ratio of times: two decimals, or two significant digits below 0.1 (a run of
+    a few milliseconds is not 0.00)."""
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
+
+
 def _time_table(rows: list[dict]) -> list[str]:
     out = ["| k | mdav t (s) | pca_mdav t (s) | τ | pca_mdav_proximal t (s) | τ | "
            "proximal, paper K & C_D t (s) | τ | paper MDAV t (s) | paper τ PCA | "
@@ -167,9 +173,9 @@ def _time_table(rows: list[dict]) -> list[str]:
         t = row["t"]
         base = t[ENGINES[0]]
         paper = PAPER_SECONDS.get(row["k"])
-        cells = [f"{base:.2f}"]
+        cells = [_figure(base)]
         for label in ENGINES[1:]:
-            cells += [f"{t[label]:.2f}", f"{t[label] / base:.2f}"]
+            cells += [_figure(t[label]), _figure(t[label] / base)]
         cells += [_num(paper and paper[0], "d"), _num(paper and paper[1] / paper[0], ".2f"),
                   _num(paper and paper[2] / paper[0], ".2f"),
                   _num(row["spread"] and 100 * row["spread"], ".0f")]

@@ -115,6 +115,47 @@ def test_the_proxy_holds_what_is_sent_during_a_cut_and_forwards_it_after():
         assert client.recv(1024) == b"during"  # held, not lost
 
 
+class FakeProducer:
+    """confluent-kafka's Producer as the sender uses it, acknowledging at once."""
+
+    def __init__(self) -> None:
+        self.produced: list[bytes] = []
+
+    def produce(self, topic, value, key, on_delivery):
+        self.produced.append(key)
+        on_delivery(None, type("Msg", (), {"key": lambda _self: key})())
+
+    def poll(self, timeout):
+        return 0
+
+    def purge(self):
+        pass
+
+    def flush(self, timeout):
+        return 0
+
+
+def test_the_sender_holds_the_rest_until_the_fault_is_on(monkeypatch):
+    """A mid-ingest scenario must not race the service: however fast the service stores, the
+    responses after the first ``hold_after`` wait until the scenario has made its fault (a
+    loaded service that stored all 2,000 in one batch made scenario f fail as "not mid-ingest")."""
+    fake = FakeProducer()
+    monkeypatch.setattr(faults, "producer", lambda *args, **kwargs: fake)
+    messages = [(b"%d" % i, b"{}") for i in range(100)]
+    sender = faults.SlowSender("bootstrap", "topic", messages, hold_after=50)
+    sender.start()
+    deadline = time.monotonic() + 10
+    while len(fake.produced) < 50 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # more than two bursts' pause: nothing past the hold
+    assert len(fake.produced) == 50
+    sender.go.set()
+    sender.join(10)
+    assert not sender.is_alive()
+    assert fake.produced == [key for key, _ in messages]
+    assert sender.acked == {key for key, _ in messages}
+
+
 def test_the_proxy_closes_a_connection_to_a_server_that_is_down():
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
