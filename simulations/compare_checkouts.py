@@ -1,6 +1,6 @@
 """The same engines and incremental stages in two checkouts of streamanon, in one run.
 
-    python -m simulations.compare_checkouts --before /tmp/wt/old              # this tree is "after"
+    python -m simulations.compare_checkouts --before ../old-checkout   # this tree is "after"
     python -m simulations.compare_checkouts --before A --after B --sizes 5000 --repeat 1
 
 For a move or a refactoring that must change neither labels nor speed: each case runs in a
