@@ -317,6 +317,7 @@ class Releaser:
                 break
             except broker_errors() as exc:
                 failures += 1
+                self.telemetry.count_publish_failure(sid)
                 delay = min(2.0 ** failures, 60.0)
                 log.warning("survey %s: publishing release %s failed (%s); sending it again "
                             "in %.0f s", sid, row.release_id, describe_error(exc), delay)

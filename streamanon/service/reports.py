@@ -183,6 +183,7 @@ class SurveyStatus:
     stored_here: int  # what this instance counts (with several, its share since its start)
     redelivered: int
     dead_lettered: dict[str, int]
+    dead_letters_unsent: int  # dead letters the broker never took after every retry
     releases: int  # published: 0 or 1
     pace: float
     now: float

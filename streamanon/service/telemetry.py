@@ -38,6 +38,8 @@ METRICS: dict[str, tuple[str, str]] = {
                                        "as stored already, by identity"),
     "streamanon_records_dead_lettered": ("counter", "Responses sent to the dead-letter topic, "
                                          "by reason"),
+    "streamanon_dead_letters_unsent": ("counter", "Dead letters the broker never took after "
+                                       "every retry (each is in records_dead_lettered too)"),
     "streamanon_releases_published": ("counter", "k-anonymous releases published"),
     "streamanon_survey_state": ("gauge", "1 for the survey's current state, 0 for the others"),
     "streamanon_survey_records": ("gauge", "Records in the store for the survey"),
@@ -62,6 +64,9 @@ METRICS: dict[str, tuple[str, str]] = {
                                        "(streamanon.service.webhook), by outcome: accepted, "
                                        "invalid (dead-lettered), unauthorized, rate_limited, "
                                        "too_large, unavailable"),
+    "streamanon_publish_failures": ("counter", "Publish attempts of a release that failed and "
+                                    "are sent again (a broker fault, or a topic that did not "
+                                    "end in the release after it)"),
     "streamanon_component_up": ("gauge", "1 while the part (collector, compute, store, "
                                 "publisher, broker) is healthy, 0 once it was found down"),
     "streamanon_component_failures": ("counter", "Times the part failed: found down by a "
@@ -109,6 +114,13 @@ class Telemetry:
         self.submissions = Counter("streamanon_webhook_submissions",
                                    METRICS["streamanon_webhook_submissions"][1],
                                    ["survey", "outcome"], registry=self.registry)
+        self.publish_failures = Counter("streamanon_publish_failures",
+                                        METRICS["streamanon_publish_failures"][1], ["survey"],
+                                        registry=self.registry)
+
+    def count_publish_failure(self, survey: str) -> None:
+        """Count a publish attempt that failed and will be sent again."""
+        self.publish_failures.labels(survey).inc()
 
     def count_submission(self, survey: str, outcome: str) -> None:
         """Count a submission to the webhook (``outcome`` from ``webhook.OUTCOMES``)."""
@@ -179,6 +191,7 @@ class _StateCollector:
         stored = counter("streamanon_records_stored", ["survey"])
         redelivered = counter("streamanon_records_redelivered", ["survey"])
         dead = counter("streamanon_records_dead_lettered", ["survey", "reason"])
+        unsent = counter("streamanon_dead_letters_unsent", ["survey"])
         releases = counter("streamanon_releases_published", ["survey"])
         state = gauge("streamanon_survey_state", ["survey", "state"])
         records = gauge("streamanon_survey_records", ["survey"])
@@ -197,6 +210,7 @@ class _StateCollector:
             redelivered.add_metric([sid], s.redelivered)
             for reason, count in sorted(s.dead_lettered.items()):
                 dead.add_metric([sid, reason], count)
+            unsent.add_metric([sid], s.dead_letters_unsent)
             releases.add_metric([sid], s.releases)
             for name in STATES:
                 state.add_metric([sid, name], 1.0 if s.state == name else 0.0)
@@ -217,5 +231,5 @@ class _StateCollector:
         for name in sorted(parts_up):
             up.add_metric([name], 1.0 if parts_up[name] else 0.0)
             failures.add_metric([name], part_failures.get(name, 0))
-        yield from (received, stored, redelivered, dead, releases, state, records, pace,
+        yield from (received, stored, redelivered, dead, unsent, releases, state, records, pace,
                     coefficient, nu, base_at, close_at, deadline, cost_a, cost_b, up, failures)

@@ -59,7 +59,7 @@ class FirstPublish:
 def test_a_lost_publish_is_sent_again_and_a_missing_topic_is_created(broker, tmp_path, caplog):
     config, topic = configured(broker, tmp_path)
 
-    async def run() -> tuple[dict, str, list[int]]:
+    async def run() -> tuple[dict, str, list[int], str]:
         service = Service(config, compute_pool=ThreadPoolExecutor(1))
         await service.start()
         lost: list[int] = []
@@ -74,12 +74,15 @@ def test_a_lost_publish_is_sent_again_and_a_missing_topic_is_created(broker, tmp
             admin.close()
             report = await release(service, SURVEY)
             state = (await service.survey_state(SURVEY)).state
+            metrics = service.telemetry.exposition([]).decode()
         finally:
             await service.stop()
-        return report, state, lost
+        return report, state, lost, metrics
 
-    report, state, lost = asyncio.run(run())
+    report, state, lost, metrics = asyncio.run(run())
     assert lost == [report["n"]] and state == RELEASED
+    # the failed attempt is counted where an operator's alert can see it
+    assert f'streamanon_publish_failures_total{{survey="{SURVEY}"}} 1.0' in metrics
     got = read_topic(broker.bootstrap, topic, expected=report["n"] + 1)
     assert len(got) == report["n"] + 1  # every record once, then the manifest
     assert release_kind(got[-1]) == "manifest"

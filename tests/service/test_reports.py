@@ -34,8 +34,8 @@ PUBLISHED_KEYS = ["released_at", "close_to_release_seconds", "close_steps_second
 STATUS_KEYS = ["surveys", "health", "started_at", "now", "stale", "unreachable"]
 SURVEY_KEYS = [
     "id", "state", "error", "k", "engine", "incremental", "received", "stored", "stored_here",
-    "redelivered",
-    "dead_lettered", "releases", "pace", "now", "close_at", "close_requested_at",
+    "redelivered", "dead_lettered", "dead_letters_unsent",
+    "releases", "pace", "now", "close_at", "close_requested_at",
     "deadline_seconds", "deadline_at", "base_at", "base_started_at", "arrival_coefficient",
     "nu", "cost_model", "cost_model_measured", "arrivals", "forecast", "progress", "plan",
     "release"]
@@ -90,7 +90,8 @@ def survey(**override) -> SurveyStatus:
     values = dict(
         id="s1", state="BASE_RUNNING", error=None, k=5, engine="mdav",
         incremental="nn_split_end", received=10, stored=9, stored_here=9, redelivered=1,
-        dead_lettered={"invalid_json": 1}, releases=0, pace=2.5, now=50.0, close_at=100.0,
+        dead_lettered={"invalid_json": 1}, dead_letters_unsent=0, releases=0, pace=2.5,
+        now=50.0, close_at=100.0,
         close_requested_at=None, deadline_seconds=30.0, deadline_at=130.0, base_at=40.0,
         base_started_at=41.0, arrival_coefficient=1.5, nu=0.2, cost_model=("mdav", 1e-6, 2.0),
         cost_model_measured=True,
@@ -118,6 +119,18 @@ def test_the_status_json_keeps_the_keys_the_dashboard_reads():
     assert first["release"] is None and second["plan"] is None and second["progress"] is None
     assert list(second["release"]) == RELEASE_KEYS
     assert second["release"]["close_to_release_seconds"] == 1.0
+
+
+def test_dead_letters_the_broker_never_took_are_in_the_status_and_the_metrics():
+    """A dead letter given up after its retries (the broker down for good) was counted only
+    inside the collector: neither /api/status nor /metrics showed it."""
+    from streamanon.service.telemetry import Telemetry
+
+    status = ServiceStatus(surveys=[survey(dead_letters_unsent=3)], health={}, started_at=1.0,
+                           now=50.0)
+    assert status.to_json()["surveys"][0]["dead_letters_unsent"] == 3
+    text = Telemetry().exposition(status.surveys).decode()
+    assert 'streamanon_dead_letters_unsent_total{survey="s1"} 3.0' in text
 
 
 def test_writing_the_release_files_leaves_the_report_to_the_publication(tmp_path):
