@@ -65,7 +65,9 @@ SURVEY = "ingest"  # each run's survey id starts so (a store given by URL holds 
 PARTITIONS = 4  # make_config's
 POOL = 20_000  # distinct quasi-identifier rows the producer cycles through
 WARMUP = 5_000  # records stored before the live window opens
-TARGET_LIVE, TARGET_P99, TARGET_DRAIN = 50_000, 2.0, 80_000
+#: The targets: ingest sustained at TARGET_LIVE records/s offered; p99 produce-to-commit at
+#: most TARGET_P99 seconds at TARGET_P99_RATE records/s offered; backlog drain.
+TARGET_LIVE, TARGET_P99, TARGET_P99_RATE, TARGET_DRAIN = 40_000, 1.0, 15_000, 80_000
 _ID = b'"respondent_id": "R'  # as bench_service.responses writes it, 8 digits follow
 
 
@@ -478,10 +480,13 @@ def summarise(live: list[dict[str, Any]], drain: list[dict[str, Any]]) -> dict[s
             "produced_per_second", "sustained_per_second", "overall_per_second",
             "latency_p50", "latency_p99", "latency_max", "done_after_last_produced")}
         s["producer_kept_rate"] = all(r["producer_kept_rate"] for r in live)
-        s["target_met"] = bool(live[0]["rate_target"] >= TARGET_LIVE
-                               and (s["sustained_per_second"] or 0) >= TARGET_LIVE
-                               and s["latency_p99"] is not None
-                               and s["latency_p99"] <= TARGET_P99)
+        rate = s["rate_target"] = live[0]["rate_target"]
+        # None: the run offered another rate than the target's, so it does not measure it
+        s["target_met"] = (None if rate < TARGET_LIVE
+                           else bool((s["sustained_per_second"] or 0) >= TARGET_LIVE))
+        s["latency_target_met"] = (None if rate != TARGET_P99_RATE
+                                   else bool(s["latency_p99"] is not None
+                                             and s["latency_p99"] <= TARGET_P99))
     if drain:
         s = out["drain"] = {k: _median(drain, k) for k in (
             "records_per_second", "with_startup_per_second", "startup_seconds")}
@@ -547,12 +552,22 @@ def report(args: argparse.Namespace, live: list[dict[str, Any]],
                          f"{1e6 / got['last']['total']:,.0f} records/s |")
     lines.append("")
     if live:
-        lines.append(f"target live >= {TARGET_LIVE:,}/s sustained with p99 <= {TARGET_P99:g} s"
-                     f": {'met' if summary['live']['target_met'] else 'MISSED'}")
+        lines += target_lines(summary["live"])
     if drain:
         lines.append(f"target backlog drain >= {TARGET_DRAIN:,}/s: "
                      f"{'met' if summary['drain']['target_met'] else 'MISSED'}")
     return lines
+
+
+def target_lines(live: dict[str, Any]) -> list[str]:
+    """The live targets, each met, MISSED, or not measured by a run at another rate."""
+    def verdict(met: bool | None) -> str:
+        return (f"not measured (offered {live['rate_target']:,.0f}/s)" if met is None
+                else "met" if met else "MISSED")
+
+    return [f"target live >= {TARGET_LIVE:,}/s sustained: {verdict(live['target_met'])}",
+            f"target p99 produce-to-commit <= {TARGET_P99:g} s at {TARGET_P99_RATE:,}/s "
+            f"offered: {verdict(live['latency_target_met'])}"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
