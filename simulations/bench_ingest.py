@@ -1,6 +1,6 @@
 """Ingest benchmark: live ingest while a producer sends at a set rate, and backlog drain.
 
-    python -m simulations.bench_ingest                          # 50,000/s for 60 s, 3 repeats
+    python -m simulations.bench_ingest                          # 40,000/s for 60 s, 3 repeats
     python -m simulations.bench_ingest --rate 20000 --seconds 30 --n-backlog 100000 --repeat 1
 
 Against the embedded broker (Tansu), the service as deployed (``Service``: collector, ingest
@@ -34,9 +34,10 @@ broker and the service.
    Their sum is what one worker process needs per record; its inverse is one worker's
    ceiling.
 
-Medians over ``--repeat`` runs. Targets (issue 17, this 2-core machine with the broker and the
-producer on the same cores): live >= 50,000 records/s sustained for 60 s with p99
-produce-to-commit <= 2 s; backlog drain >= 80,000 records/s.
+Medians over ``--repeat`` runs. Targets (two cores, the broker and the producer on them too):
+live >= 40,000 records/s sustained (judged by a run offering at least that); p99
+produce-to-commit <= 1 s at 15,000 records/s offered (judged by a run at that rate whose
+producer kept it); backlog drain >= 80,000 records/s.
 """
 
 from __future__ import annotations
@@ -484,7 +485,7 @@ def summarise(live: list[dict[str, Any]], drain: list[dict[str, Any]]) -> dict[s
         # None: the run offered another rate than the target's, so it does not measure it
         s["target_met"] = (None if rate < TARGET_LIVE
                            else bool((s["sustained_per_second"] or 0) >= TARGET_LIVE))
-        s["latency_target_met"] = (None if rate != TARGET_P99_RATE
+        s["latency_target_met"] = (None if rate != TARGET_P99_RATE or not s["producer_kept_rate"]
                                    else bool(s["latency_p99"] is not None
                                              and s["latency_p99"] <= TARGET_P99))
     if drain:
@@ -574,9 +575,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="simulations/bench_ingest.py", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rate", type=float, default=50_000,
+    parser.add_argument("--rate", type=float, default=TARGET_LIVE,
                         help="records per second the producer sends in the live run "
-                             "(default 50,000; 0 skips the live run)")
+                             f"(default {TARGET_LIVE:,}; 0 skips the live run)")
     parser.add_argument("--seconds", type=float, default=60.0,
                         help="length of the live run in seconds (default 60)")
     parser.add_argument("--n-backlog", type=int, default=400_000,

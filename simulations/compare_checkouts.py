@@ -3,14 +3,14 @@
     python -m simulations.compare_checkouts --before ../old-checkout   # this tree is "after"
     python -m simulations.compare_checkouts --before A --after B --sizes 5000 --repeat 1
 
-For a move or a refactoring that must change neither labels nor speed: each case runs in a
-fresh process started in the checkout's root (so ``import streamanon`` takes that checkout's
-code), first on 1,000 records to load its compiled kernels, then ``--repeat`` times on the
-seeded data; the two checkouts take turns (before, after, before, after, ...) so that a noisy
-machine slows both alike. Prints, per case, the median seconds of each side, their ratio, and
-whether the labels are the same array (a SHA-256 of the int64 labels). Data: i.i.d. standard
-Gaussian n x 15, standardised, the same seed on both sides; k = 10. Incremental stages run on
-a base of the first 90 % (labelled by MDAV) and an increment of the rest.
+For a move or a refactoring that must change neither labels nor speed: each case runs in a fresh
+process started in the checkout's root (so ``import streamanon`` takes that checkout's code),
+first on 1,000 records to load its compiled kernels, then once on the seeded data; ``--repeat``
+such processes a side, the two checkouts taking turns (before, after, before, after, ...) so
+that a noisy machine slows both alike. Prints, per case, the median seconds of each side, their
+ratio, and whether the labels are the same array (a SHA-256 of the int64 labels). Data: i.i.d.
+standard Gaussian n x 15, standardised, the same seed on both sides; k = 10. Incremental stages
+run on a base of the first 90 % (labelled by MDAV) and an increment of the rest.
 """
 
 from __future__ import annotations

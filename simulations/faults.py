@@ -371,6 +371,9 @@ class SlowSender(threading.Thread):
     def __init__(self, bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]],
                  hold_after: int | None = None) -> None:
         super().__init__(daemon=True)
+        if hold_after is not None and not 0 < hold_after < len(messages):
+            raise ValueError(f"hold_after must leave responses on both sides: {hold_after} of "
+                             f"{len(messages)}")
         self.bootstrap, self.topic, self.messages = bootstrap, topic, messages
         self.hold_after = hold_after
         self.acked: set[bytes] = set()
@@ -628,7 +631,12 @@ def broker_replaced_mid_ingest(rig: Rig, sid: str, n: int, out: Outcome) -> set[
     messages = responses(sid, n)
     sender = SlowSender(rig.bootstrap, rig.topic(sid, "responses"), messages, hold_after=n // 2)
     sender.start()
-    wait_until(lambda: rig.stored(sid) >= n // 4, 60, "a quarter of the responses stored", rig)
+    try:
+        wait_until(lambda: rig.stored(sid) >= n // 4, 60, "a quarter of the responses stored",
+                   rig)
+    except BaseException:
+        sender.halt.set()  # not left waiting at the hold
+        raise
     at_kill = rig.stored(sid)
     sender.go.set()  # the second half is being sent when the broker dies
     rig.kill_broker()
@@ -666,7 +674,12 @@ def network_cut_mid_ingest(rig: Rig, sid: str, n: int, out: Outcome) -> set[byte
     sender = SlowSender(rig.bootstrap, rig.topic(sid, "responses"), responses(sid, n),
                         hold_after=n // 2)
     sender.start()
-    wait_until(lambda: rig.stored(sid) >= n // 4, 60, "a quarter of the responses stored", rig)
+    try:
+        wait_until(lambda: rig.stored(sid) >= n // 4, 60, "a quarter of the responses stored",
+                   rig)
+    except BaseException:
+        sender.halt.set()  # not left waiting at the hold
+        raise
     rig.proxy.cut()
     sender.go.set()  # the second half arrives while the store is out of reach
     time.sleep(OUTAGE_SECONDS)

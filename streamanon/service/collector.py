@@ -392,11 +392,10 @@ class KafkaCollector:
             Message(tp.topic, tp.partition, offset, None, b"", None), "unprocessable",
             f"the record could not be read from the broker ({type(exc).__name__}); "
             "its bytes are unknown"))
+        ingest.watch_dead_letter(sent, asyncio.get_running_loop())
         ingest.rejected["unprocessable"] = ingest.rejected.get("unprocessable", 0) + 1
         ingest.received += 1
-        done, _ = await asyncio.wait({asyncio.wrap_future(sent)}, timeout=DEAD_LETTER_WAIT)
-        if not done or not done.pop().result():
-            ingest.dead_letters_unsent += 1
+        await asyncio.wait({asyncio.wrap_future(sent)}, timeout=DEAD_LETTER_WAIT)
 
     async def _store_refused(self, exc: BaseException) -> None:
         """Backpressure while the store refuses writes: the batch is kept and tried again
@@ -472,7 +471,9 @@ class KafkaCollector:
                     rejection = redact_dead_letter(Rejection(
                         message_of(by_position[(partition, offset)]), reason, detail),
                         ingest.validator)
-                    deliveries.append((ingest, self.dead_letters.send(dead_topic, rejection)))
+                    sent = self.dead_letters.send(dead_topic, rejection)
+                    ingest.watch_dead_letter(sent, asyncio.get_running_loop())
+                    deliveries.append((ingest, sent))
                     ingest.rejected[reason] = ingest.rejected.get(reason, 0) + 1
                 log.info("survey %s: %d message(s) dead-lettered", survey_id, len(rejections))
             ingest.stored += stored
@@ -484,11 +485,8 @@ class KafkaCollector:
             if stored:
                 self.on_stored(survey_id, [arrived] * stored)
         if deliveries:
-            waiting = {asyncio.wrap_future(f): ingest for ingest, f in deliveries}
-            done, pending = await asyncio.wait(waiting, timeout=DEAD_LETTER_WAIT)
-            for f in done:
-                if not f.result():
-                    waiting[f].dead_letters_unsent += 1
+            waiting = {asyncio.wrap_future(f) for _, f in deliveries}
+            _, pending = await asyncio.wait(waiting, timeout=DEAD_LETTER_WAIT)
             if pending:
                 log.warning("%d dead letter(s) not acknowledged within %.0f s; committing, "
                             "the sender goes on retrying", len(pending), DEAD_LETTER_WAIT)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import gc
 import logging
 import queue
@@ -195,6 +196,21 @@ class SurveyIngest:
     redelivered: int = 0  # read again and recognised by identity: not stored twice
     rejected: dict[str, int] = field(default_factory=dict)
     dead_letters_unsent: int = 0  # dead letters the broker never took (counted in rejected too)
+
+    def watch_dead_letter(self, sent: concurrent.futures.Future[bool],
+                          loop: asyncio.AbstractEventLoop) -> None:
+        """Count the dead letter ``sent`` in :attr:`dead_letters_unsent` if the sink gives it
+        up, whenever that is: after its retries, long after the batch stopped waiting for
+        it. The count is kept on ``loop``'s thread."""
+        def settled(done: concurrent.futures.Future[bool]) -> None:
+            if not done.cancelled() and done.exception() is None and done.result() is False:
+                with contextlib.suppress(RuntimeError):  # the loop closed at shutdown
+                    loop.call_soon_threadsafe(self._count_unsent)
+
+        sent.add_done_callback(settled)
+
+    def _count_unsent(self) -> None:
+        self.dead_letters_unsent += 1
 
 
 # -- the ingest worker process ------------------------------------------------------------------

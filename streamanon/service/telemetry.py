@@ -1,13 +1,15 @@
 """Prometheus metrics of the service (``/metrics``): counts, plans and timings, never data.
 
-Counters and gauges are read from the service's state when Prometheus scrapes (a custom
+Most counters and gauges are read from the service's state when Prometheus scrapes (a custom
 collector over :meth:`Service.status`-like snapshots), so no code path can forget to update
 them; the stage timings and the distortion of each release are histograms observed when a
-release is published. The health of the service's parts (``streamanon.service.health``) is recorded
-at each health check (``/healthz``, ``/metrics``, the watchdog's checks): whether each part is
-up, and how many times it was found down. Labels are bounded sets only: the survey id (from the
-configuration), the dead-letter reason (a fixed vocabulary), the survey state, the engine name
-and the part (``streamanon.service.health.PARTS``).
+release is published; webhook submissions and failed publish attempts are counted where they
+happen (a survey's failed attempts a series at 0 from the first scrape, so that ``increase()``
+sees the first one). The health of the service's parts (``streamanon.service.health``) is
+recorded at each health check (``/healthz``, ``/metrics``, the watchdog's checks): whether each
+part is up, and how many times it was found down. Labels are bounded sets only: the survey id
+(from the configuration), the dead-letter reason (a fixed vocabulary), the survey state, the
+engine name and the part (``streamanon.service.health.PARTS``).
 
 :data:`METRICS` is the catalogue: every exported name with its type and help. The Grafana
 dashboard in ``deploy/grafana/`` may only use names from it (a test checks).
@@ -162,6 +164,8 @@ class Telemetry:
         """The text exposition, with counters and gauges from ``surveys`` (the ``surveys``
         of :meth:`Service.status`)."""
         self._state.current = surveys
+        for survey in surveys:  # each survey's series at 0 before its first failure
+            self.publish_failures.labels(survey.id)
         try:
             return generate_latest(self.registry)
         finally:

@@ -152,6 +152,54 @@ def test_the_collector_redacts_what_it_dead_letters():
     assert RID.encode() not in rejection.message.value + rejection.message.key
 
 
+class LateSink:
+    """A dead-letter sink whose sender settles each letter ``after`` seconds later: given up
+    (False) or taken (True) in turn, as the real sink does after its retries."""
+
+    def __init__(self, after: float) -> None:
+        self.after, self.outcomes = after, iter([False, True])
+
+    def send(self, topic, rejection):
+        import concurrent.futures
+        import threading
+
+        done = concurrent.futures.Future()
+        threading.Timer(self.after, done.set_result, (next(self.outcomes),)).start()
+        return done
+
+
+def test_a_dead_letter_given_up_after_the_batch_went_on_is_counted_unsent(monkeypatch):
+    """The batch waits DEAD_LETTER_WAIT (10 s) for its dead letters, the sink gives one up only
+    after its retries (1 + 2 + 4 + 8 s): the count of letters never taken was kept only for
+    those settled within the wait, so it stayed 0 in /api/status and /metrics."""
+    import asyncio
+
+    from streamanon.service import collector as collector_module
+    from streamanon.service.collector import KafkaCollector
+    from streamanon.service.ingest import Outcome, SurveyIngest
+
+    monkeypatch.setattr(collector_module, "DEAD_LETTER_WAIT", 0.05)
+    v = validator()
+    cfg = parse_config({"surveys": [v.survey.model_dump(by_alias=True)]}, ENV)
+    messages = [Message("streamanon.s.responses", 0, offset, RID.encode(),
+                        json.dumps({"rid": RID, "age": 9}).encode(), None) for offset in (7, 8)]
+    ingest = SurveyIngest(v.survey, v)
+
+    async def finish() -> int:
+        collector = KafkaCollector(cfg, {"s": ingest}, LateSink(after=0.3),
+                                   on_stored=lambda *_: None)
+        await collector._finish([Outcome(survey="s", stored=0, redelivered=0, rejections=[
+            (0, 7, "out_of_bounds", "age: below the minimum 16"),
+            (0, 8, "out_of_bounds", "age: below the minimum 16")], arrived=0.0)],
+            {"s": messages})
+        during = ingest.dead_letters_unsent  # the batch went on before the sink settled
+        await asyncio.sleep(1.0)
+        return during
+
+    assert asyncio.run(finish()) == 0
+    assert ingest.dead_letters_unsent == 1  # the one given up; the one taken is not counted
+
+
 def test_the_policy_is_checked_with_its_key():
     with pytest.raises(ConfigError) as exc:
         validator("hash")

@@ -131,6 +131,9 @@ def test_dead_letters_the_broker_never_took_are_in_the_status_and_the_metrics():
     assert status.to_json()["surveys"][0]["dead_letters_unsent"] == 3
     text = Telemetry().exposition(status.surveys).decode()
     assert 'streamanon_dead_letters_unsent_total{survey="s1"} 3.0' in text
+    # a survey's publish failures are a series from the first scrape, so that increase()
+    # counts its first failure
+    assert 'streamanon_publish_failures_total{survey="s1"} 0.0' in text
 
 
 def test_writing_the_release_files_leaves_the_report_to_the_publication(tmp_path):

@@ -156,6 +156,13 @@ def test_the_sender_holds_the_rest_until_the_fault_is_on(monkeypatch):
     assert sender.acked == {key for key, _ in messages}
 
 
+@pytest.mark.parametrize("hold_after", [0, 100, 150, -1])
+def test_a_hold_that_leaves_nothing_on_one_side_is_refused(hold_after):
+    messages = [(b"%d" % i, b"{}") for i in range(100)]
+    with pytest.raises(ValueError, match="both sides"):
+        faults.SlowSender("bootstrap", "topic", messages, hold_after=hold_after)
+
+
 def test_the_proxy_closes_a_connection_to_a_server_that_is_down():
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
