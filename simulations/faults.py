@@ -627,8 +627,10 @@ def store_killed_mid_publish(rig: Rig, sid: str, n: int, out: Outcome) -> set[by
     return sent
 
 
-def broker_replaced_mid_ingest(rig: Rig, sid: str, n: int, out: Outcome) -> set[bytes]:
-    messages = responses(sid, n)
+def first_half_stored(rig: Rig, sid: str, messages: list[tuple[bytes, bytes]]) -> SlowSender:
+    """The sender started with the second half held (until its ``go``), once a quarter of
+    the responses is stored; stopped if that does not come."""
+    n = len(messages)
     sender = SlowSender(rig.bootstrap, rig.topic(sid, "responses"), messages, hold_after=n // 2)
     sender.start()
     try:
@@ -637,6 +639,12 @@ def broker_replaced_mid_ingest(rig: Rig, sid: str, n: int, out: Outcome) -> set[
     except BaseException:
         sender.halt.set()  # not left waiting at the hold
         raise
+    return sender
+
+
+def broker_replaced_mid_ingest(rig: Rig, sid: str, n: int, out: Outcome) -> set[bytes]:
+    messages = responses(sid, n)
+    sender = first_half_stored(rig, sid, messages)
     at_kill = rig.stored(sid)
     sender.go.set()  # the second half is being sent when the broker dies
     rig.kill_broker()
@@ -671,15 +679,7 @@ def broker_replaced_mid_publish(rig: Rig, sid: str, n: int, out: Outcome) -> set
 
 
 def network_cut_mid_ingest(rig: Rig, sid: str, n: int, out: Outcome) -> set[bytes]:
-    sender = SlowSender(rig.bootstrap, rig.topic(sid, "responses"), responses(sid, n),
-                        hold_after=n // 2)
-    sender.start()
-    try:
-        wait_until(lambda: rig.stored(sid) >= n // 4, 60, "a quarter of the responses stored",
-                   rig)
-    except BaseException:
-        sender.halt.set()  # not left waiting at the hold
-        raise
+    sender = first_half_stored(rig, sid, responses(sid, n))
     rig.proxy.cut()
     sender.go.set()  # the second half arrives while the store is out of reach
     time.sleep(OUTAGE_SECONDS)
