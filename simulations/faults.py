@@ -390,7 +390,7 @@ class SlowSender(threading.Thread):
         burst = max(1, len(self.messages) // 10)
         starts = list(range(0, len(self.messages), burst))
         if self.hold_after is not None:  # a burst boundary at the hold
-            starts = sorted({*(i for i in starts if i != self.hold_after), self.hold_after})
+            starts = sorted({*starts, self.hold_after})
         for start, end in zip(starts, [*starts[1:], len(self.messages)], strict=True):
             if self.hold_after is not None and start == self.hold_after:
                 while not self.go.wait(0.1) and not self.halt.is_set():

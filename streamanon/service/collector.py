@@ -461,7 +461,7 @@ class KafkaCollector:
         the batch's offsets are committed (at most :data:`DEAD_LETTER_WAIT` s: a dead-letter
         topic that does not answer slows ingest down but does not stop it; the sink goes on
         retrying and counts what it gives up)."""
-        deliveries: list[tuple[SurveyIngest, concurrent.futures.Future[bool]]] = []
+        deliveries: list[concurrent.futures.Future[bool]] = []
         for survey_id, stored, redelivered, rejections, arrived in results:
             ingest = self.surveys[survey_id]
             if rejections:
@@ -473,7 +473,7 @@ class KafkaCollector:
                         ingest.validator)
                     sent = self.dead_letters.send(dead_topic, rejection)
                     ingest.watch_dead_letter(sent, asyncio.get_running_loop())
-                    deliveries.append((ingest, sent))
+                    deliveries.append(sent)
                     ingest.rejected[reason] = ingest.rejected.get(reason, 0) + 1
                 log.info("survey %s: %d message(s) dead-lettered", survey_id, len(rejections))
             ingest.stored += stored
@@ -485,8 +485,8 @@ class KafkaCollector:
             if stored:
                 self.on_stored(survey_id, [arrived] * stored)
         if deliveries:
-            waiting = {asyncio.wrap_future(f) for _, f in deliveries}
-            _, pending = await asyncio.wait(waiting, timeout=DEAD_LETTER_WAIT)
+            _, pending = await asyncio.wait({asyncio.wrap_future(f) for f in deliveries},
+                                            timeout=DEAD_LETTER_WAIT)
             if pending:
                 log.warning("%d dead letter(s) not acknowledged within %.0f s; committing, "
                             "the sender goes on retrying", len(pending), DEAD_LETTER_WAIT)
