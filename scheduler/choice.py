@@ -96,7 +96,8 @@ def choose(arrivals: Forecast, options: Sequence[Option], *, k: int, stage: str,
            deadline: float | None = None, seconds_to_close: float | None = None,
            overhead: bool = True, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
            quantile: float | None = DEADLINE_QUANTILE, refine: str | float = "off",
-           max_delta: float | None = DEFAULT_MAX_DELTA, slowdown: float = 1.0) -> Choice:
+           max_delta: float | None = DEFAULT_MAX_DELTA, slowdown: float = 1.0,
+           min_nu: float = 0.0) -> Choice:
     """Plan with each of ``options`` (in order of preference) and choose one (module doc).
 
     The keyword arguments are :func:`scheduler.live.plan`'s; ``stage`` is the survey's
@@ -113,7 +114,7 @@ def choose(arrivals: Forecast, options: Sequence[Option], *, k: int, stage: str,
         p = plan(arrivals, option.base_cost, option.incremental_cost, k=k, deadline=deadline,
                  seconds_to_close=seconds_to_close, overhead=overhead,
                  overhead_model=overhead_model, quantile=quantile, refine=refine,
-                 slowdown=slowdown,
+                 slowdown=slowdown, min_nu=min_nu,
                  quality=None if max_delta is None else QualityBound(option.engine, own,
                                                                      max_delta))
         plans.append(replace(p, engine=option.engine, stage=option.stage,

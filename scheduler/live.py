@@ -179,7 +179,8 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
          k: int, deadline: float | None = None, seconds_to_close: float | None = None,
          overhead: bool = True, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
          quantile: float | None = DEADLINE_QUANTILE, refine: str | float = "off",
-         quality: QualityBound | None = None, slowdown: float = 1.0) -> Plan:
+         quality: QualityBound | None = None, slowdown: float = 1.0,
+         min_nu: float = 0.0) -> Plan:
     """The plan for the records ``arrivals`` expects: the earliest release within the
     ``quality`` bound, nu* without one, or nu_end under a ``deadline``.
 
@@ -230,12 +231,21 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
         Without a deadline: how much slower than its cost model the machine is expected to
         run the base run now (:func:`load_slowdown` of the measured load); the base run's end
         is kept before the close at this slow-down too, when it exceeds the margin.
+    min_nu
+        Without a deadline: the smallest ratio the plan may take (the survey's ``min_nu``), a
+        base run started at least that early whatever the cost model says; 0: none. A
+        deadline plan takes no floor (it would trade the deadline for it): ValueError.
 
     Notes
     -----
     An infeasible deadline falls back to nu* and says so in ``Plan.warnings``; no Python
     warning is issued, so callers need no process-wide warnings filter.
     """
+    if not 0.0 <= min_nu < 1.0:
+        raise ValueError(f"min_nu must be in [0, 1), got {min_nu!r}")
+    if min_nu > 0 and deadline is not None:
+        raise ValueError("min_nu applies to the plans without a deadline; a deadline plan "
+                         "takes the smallest ratio that meets the deadline")
     total = max(arrivals.total, 1.0)
 
     def late_overhead(nu: float) -> float:  # nu = 0: the release is made whole at close
@@ -258,7 +268,7 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
                               nu_limit=1.0 if quality is None else quality.max_ratio(),
                               solve_margin=1.0 if quantile is None else max(
                                   margin, BUSY_FACTOR, slowdown),
-                              **kwargs)
+                              nu_floor=min_nu, **kwargs)
         seconds = 0.0 if refine == "off" else (
             AUTO_REFINE_SECONDS if refine == "auto" else float(refine))
         return replace(chosen, refine_seconds=seconds)

@@ -422,6 +422,7 @@ def plan_optimal(
     nu_limit: float = 1.0,
     overhead: Overhead | None = None,
     solve_margin: float = 1.0,
+    nu_floor: float = 0.0,
 ) -> Plan:
     """nu* for any cost models and arrival forecast: the ratio with the earliest release.
 
@@ -460,6 +461,10 @@ def plan_optimal(
         end exactly at the close (nu_-), so a base run a little slower than predicted holds
         the release back by the difference; solved at a margin, the base run ends before the
         close even that much slower, for a few more late records. 1: the paper's nu*.
+    nu_floor
+        The smallest ratio allowed (the survey's ``min_nu``): the earliest release is sought
+        above it (at most ``nu_max``, the quality bound and the time left), and the plan says
+        so when the floor holds the ratio up. 0: no floor.
     """
     factor = _check_margin(margin_factor)
     slower = _check_margin(solve_margin)
@@ -471,10 +476,15 @@ def plan_optimal(
     solved = problem if slower == 1.0 else replace(
         problem, base_cost=lambda n: slower * base_cost(n),
         incremental_cost=lambda n0, n1: slower * incremental_cost(n0, n1))
-    nu = _maximise(solved.gain, solved.grid())
+    floor = min(max(float(nu_floor), 0.0), solved.nu_max)
+    grid = solved.grid()
+    nu = _maximise(solved.gain, np.unique(np.append(grid[grid >= floor], floor)))
     kink = solved.critical()  # the optimum often sits exactly on nu_-: solve it there too
-    if kink is not None and kink <= solved.nu_max and solved.gain(kink) >= solved.gain(nu):
+    if kink is not None and floor <= kink <= solved.nu_max \
+            and solved.gain(kink) >= solved.gain(nu):
         nu = kink
+    if floor > 0 and nu <= floor * (1 + 1e-9):
+        notes.append(f"the survey's min_nu keeps nu at {floor:.4g}")
     return _make_plan(problem, nu, "optimal", notes, s=arrival_coefficient, margin_factor=factor,
                       nu_limit=nu_limit)
 

@@ -27,7 +27,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from scheduler.quality import QualityBound
 from streamanon.durations import parse_duration
@@ -93,6 +100,10 @@ class SurveyConfig(_Strict):
     # that meets the deadline.
     objective: Literal["balanced", "earliest"] = "balanced"
     max_delta: float = Field(default=0.05, ge=0, le=10)
+    # The smallest ratio of late records the planner may choose without a deadline (default
+    # 0: none): the base run starts at least that early whatever the cost model predicts.
+    # ``streamanon demo`` sets it to the ratio it sized its survey for.
+    min_nu: float = Field(default=0.0, ge=0, lt=1)
     duplicates: Literal["reject", "allow"] = "reject"
     expected_records: int | None = Field(default=None, ge=1)
     # What a dead letter keeps of the respondent id: "keep" (the original bytes) or "redact"
@@ -130,6 +141,13 @@ class SurveyConfig(_Strict):
         if isinstance(value, datetime) and value.tzinfo is None:
             raise ValueError("close time needs a time zone, e.g. 2026-12-01T18:00:00Z")
         return value
+
+    @model_validator(mode="after")
+    def _floor_without_deadline(self) -> SurveyConfig:
+        if self.min_nu > 0 and self.deadline is not None:
+            raise ValueError("min_nu applies to the plans without a deadline; a deadline plan "
+                             "takes the smallest ratio that meets the deadline")
+        return self
 
     def quality(self, engine: str | None = None,
                 stage: str | None = None) -> QualityBound | None:

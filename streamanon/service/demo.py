@@ -13,7 +13,9 @@ than predicted (:func:`_room`), within a run of about :data:`BUDGET_SECONDS` aft
 faster engine or machine gets more responses, a slower one fewer; ``--n`` and
 ``--open-seconds`` override.
 
-The survey then runs for real, with the service's defaults: responses with 15
+The survey then runs for real, with the service's defaults but one: the survey's ``min_nu``
+is the ratio the scenario was sized for, so that a machine faster during the survey than at
+calibration (another job ended) does not shrink the increment the demo shows. Responses with 15
 quasi-identifiers arrive uniformly (plus a few malformed ones, which go to the dead-letter
 topic), the live planner starts the ONA* base run (paper 004) when it computes, the survey
 closes on time, the incremental stage the planner chose (NN-split-end or 2MDAV) absorbs the
@@ -98,6 +100,13 @@ class Scenario:
     one_shot_release_seconds: float
     run_seconds: float
     shows_the_idea: bool
+
+    @property
+    def min_nu(self) -> float:
+        """The survey's floor on the live plan's ratio: the ratio the scenario is sized for.
+        A machine faster during the survey than at calibration would otherwise plan a smaller
+        increment than the demo promises (the base run then ends sooner, nothing else)."""
+        return float(self.prediction["nu"])
 
     @property
     def sooner(self) -> float:
@@ -366,7 +375,7 @@ def run_demo(n: int | None = None, m: int = M, k: int = K, out: str | Path = "de
                              survey_duration=scenario.open_seconds, speedup=1.0, engine=engine,
                              incremental=incremental, data="gaussian", out=out, seed=seed,
                              http=http, linger=linger, survey=SURVEY, progress=say,
-                             reference="release")
+                             reference="release", min_nu=scenario.min_nu)
     print(side_by_side(summary))
     print(f"\n  files: {out / SURVEY}/release.parquet, release.csv, report.json; "
           f"{out}/report.md (with arrivals.png); dashboard's final state: "

@@ -346,20 +346,20 @@ class SurveyPlanner:
         if rt.auto_engine and sc.engine == "auto":
             choice = choose(arrivals, self._options[sid], k=sc.k, stage=sc.incremental,
                             deadline=sc.deadline, seconds_to_close=seconds_to_close,
-                            refine=sc.refine, slowdown=slowdown,
+                            refine=sc.refine, slowdown=slowdown, min_nu=sc.min_nu,
                             max_delta=None if sc.objective == "earliest" else sc.max_delta)
             return choice.plan, choice
         if sc.incremental == "auto":  # the stage is the planner's: every candidate's plan
             candidates = [o for o in self._options[sid] if o.engine == sc.engine]
             chosen = choose(arrivals, candidates, k=sc.k, stage=sc.incremental,
                             deadline=sc.deadline, seconds_to_close=seconds_to_close,
-                            refine=sc.refine, slowdown=slowdown,
+                            refine=sc.refine, slowdown=slowdown, min_nu=sc.min_nu,
                             max_delta=None if sc.objective == "earliest" else sc.max_delta)
             return chosen.plan, None
         base, incremental = self.models[sid]
         plan = live.plan(arrivals, base, incremental, k=sc.k, deadline=sc.deadline,
                          seconds_to_close=seconds_to_close, refine=sc.refine,
-                         quality=sc.quality(), slowdown=slowdown)
+                         quality=sc.quality(), slowdown=slowdown, min_nu=sc.min_nu)
         if rt.auto_engine:  # chosen: the plans go on saying which engine, and its quality
             plan = dataclasses.replace(plan, engine=sc.engine, expected_delta=expected_delta(
                 sc.engine, sc.incremental, plan.nu))

@@ -107,7 +107,8 @@ def service_config(bootstrap: str, out: Path, *, n: int, m: int, k: int, close: 
                    deadline: float | None = None, survey: str = SURVEY,
                    arrival_bin_seconds: float = 2.0,
                    refine: str | float = "off", objective: str = "balanced",
-                   max_delta: float = DEFAULT_MAX_DELTA) -> dict[str, Any]:
+                   max_delta: float = DEFAULT_MAX_DELTA,
+                   min_nu: float = 0.0) -> dict[str, Any]:
     """The raw service configuration of a synthetic survey ``q0..q{m-1}`` plus ``answer``."""
     schema: dict[str, Any] = {"respondent_id": {"role": "identifier"}}
     for j in range(m):
@@ -116,7 +117,7 @@ def service_config(bootstrap: str, out: Path, *, n: int, m: int, k: int, close: 
     spec: dict[str, Any] = {"id": survey, "close": close.isoformat(), "k": k, "engine": engine,
                             "incremental": incremental, "expected_records": n,
                             "refine": refine, "objective": objective, "max_delta": max_delta,
-                            "schema": schema}
+                            "min_nu": min_nu, "schema": schema}
     if deadline is not None:
         spec["deadline"] = f"{deadline}s"
     return {
@@ -215,7 +216,7 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
                  dashboard: dict[str, Any] | None = None,
                  progress: Progress = log.info, refine: str | float = "off",
                  objective: str = "balanced",
-                 max_delta: float = DEFAULT_MAX_DELTA) -> dict[str, Any]:
+                 max_delta: float = DEFAULT_MAX_DELTA, min_nu: float = 0.0) -> dict[str, Any]:
     """Broker, service and producer: the survey is open ``open_seconds`` (wall clock), response
     ``i`` is sent at ``send_at[i]``; returns the release report with ``opened_at``.
 
@@ -235,7 +236,8 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
                              http=bind, engine=engine, incremental=incremental,
                              deadline=deadline, survey=survey,
                              arrival_bin_seconds=max(0.5, min(10.0, open_seconds / 60)),
-                             refine=refine, objective=objective, max_delta=max_delta)
+                             refine=refine, objective=objective, max_delta=max_delta,
+                             min_nu=min_nu)
         config = parse_config(raw, env, source="simulation configuration")
         topic = config.topic(survey, "responses")
 
@@ -373,14 +375,14 @@ def predict(profile: Any, n: int, duration: float, deadline: float | None, model
             incremental_model: Any, k: int, options: list[Option] | None = None,
             incremental: str = "auto", refine: str | float = "off",
             engine: str = "mdav", max_delta: float | None = DEFAULT_MAX_DELTA,
-            slowdown: float = 1.0) -> dict[str, Any]:
+            slowdown: float = 1.0, min_nu: float = 0.0) -> dict[str, Any]:
     """The service's plan (:func:`scheduler.live.plan`, ``deadline`` after close) on the
     profile's expected arrival curve (compressed seconds): what the planner would choose if
     the forecast were exact. With ``options`` (``engine = "auto"``), the planner's choice of
     engine among them (:func:`scheduler.choice.choose`), whose models replace ``model``.
     ``max_delta`` is the quality bound of the default objective (None: the earliest
     release whatever the loss); ``slowdown`` the machine's expected slow-down of the base
-    run (:func:`scheduler.live.load_slowdown`)."""
+    run (:func:`scheduler.live.load_slowdown`); ``min_nu`` the survey's floor on the ratio."""
 
     grid = np.linspace(0.0, 1.0, 2001)
     forecast = CumulativeForecast.piecewise(grid * duration - duration,  # close at t = 0
@@ -389,13 +391,13 @@ def predict(profile: Any, n: int, duration: float, deadline: float | None, model
     if options:
         choice = choose(forecast, options, k=k, stage=incremental, deadline=deadline,
                         seconds_to_close=duration, refine=refine, max_delta=max_delta,
-                        slowdown=slowdown)
+                        slowdown=slowdown, min_nu=min_nu)
         plan = choice.plan
         model = next(o.base_cost for o in options if o.engine == plan.engine)
     else:
         plan = live.plan(forecast, model, incremental_model, k=k, deadline=deadline,
                          seconds_to_close=duration, refine=refine, slowdown=slowdown,
-                         quality=None if max_delta is None else QualityBound(
+                         min_nu=min_nu, quality=None if max_delta is None else QualityBound(
                              engine, incremental, max_delta))
     same_engine, stage = plan.engine or engine, plan.stage or incremental
     return {"nu": plan.nu, "engine": plan.engine, "stage": plan.stage,
@@ -421,12 +423,13 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
                    http: str | None = None, linger: float = 0.0,
                    survey: str = SURVEY, progress: Progress = log.info,
                    refine: str | float = "off", objective: str = "balanced",
-                   max_delta: float = DEFAULT_MAX_DELTA,
+                   max_delta: float = DEFAULT_MAX_DELTA, min_nu: float = 0.0,
                    reference: str = "compute") -> dict[str, Any]:
     """Run one simulation (see the module docstring); returns the summary it writes.
 
-    ``objective`` and ``max_delta`` are the survey's (``"balanced"``: the earliest release
-    within the quality bound; ``"earliest"``: the paper's nu*). ``reference`` is how the
+    ``objective``, ``max_delta`` and ``min_nu`` are the survey's (``"balanced"``: the
+    earliest release within the quality bound; ``"earliest"``: the paper's nu*; the floor on
+    the ratio). ``reference`` is how the
     one-shot run it is compared with is measured: ``"compute"`` times the engine on all
     records in this process; ``"release"`` releases the same records through the service
     with the engine at close (:func:`one_shot_release`), so the comparison is release
@@ -458,7 +461,7 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
     bound = None if objective == "earliest" else max_delta
     prediction = predict(arrivals, n, open_seconds, compressed_deadline, model,
                          incremental_model, k, options, incremental, refine, engine=engine,
-                         max_delta=bound)
+                         max_delta=bound, min_nu=min_nu)
     if options:
         model = models[prediction["engine"]]
     summary: dict[str, Any] = {
@@ -468,7 +471,7 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
         "open_seconds": open_seconds, "deadline_seconds": deadline,
         "compressed_deadline_seconds": compressed_deadline,
         "objective": objective, "max_delta": None if objective == "earliest" else max_delta,
-        "cost_model": {"a": model.a, "b": model.b}, "prediction": prediction,
+        "min_nu": min_nu, "cost_model": {"a": model.a, "b": model.b}, "prediction": prediction,
         "dry_run": dry_run, "survey": survey,
     }
     # survey time -> wall seconds; the last response is due 2 % before the close, so that the
@@ -484,7 +487,8 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
                           engine=engine, incremental=incremental,
                           deadline=compressed_deadline, http=http, linger=linger,
                           survey=survey, dashboard=dashboard, progress=progress,
-                          refine=refine, objective=objective, max_delta=max_delta)
+                          refine=refine, objective=objective, max_delta=max_delta,
+                          min_nu=min_nu)
     if engine == "auto":  # the engine the planner chose for the base run
         summary["configured_engine"] = "auto"
         summary["engine"] = engine = report["engine"]

@@ -278,3 +278,31 @@ def test_a_plan_made_on_a_loaded_machine_keeps_the_base_run_before_close_at_its_
         return max(slow * p.base_seconds - p.head_start, 0.0)
 
     assert waited(loaded) == 0.0 < waited(default)
+
+
+def test_a_floor_on_the_ratio_keeps_the_increment_on_a_faster_machine():
+    """``min_nu``: the plan's ratio is never below the floor (the optimum above it is kept),
+    whatever objective, and with the engine choice too; a floor over the quality bound is
+    the survey's own choice and wins."""
+    stage = TwoStageCost(MDAV)
+    fast = PowerLaw.quadratic(35.58 / 4.4, N)
+    free = live.plan(UNIFORM, fast, TwoStageCost(fast), k=K, seconds_to_close=OPEN,
+                     quality=QualityBound("mdav", "two_stage"))
+    floor = 2 * free.nu
+    held = live.plan(UNIFORM, fast, TwoStageCost(fast), k=K, seconds_to_close=OPEN,
+                     quality=QualityBound("mdav", "two_stage"), min_nu=floor)
+    assert held.nu == pytest.approx(floor)
+    assert any("min_nu" in w for w in held.warnings)
+    # a floor below the plan's own ratio changes nothing
+    slow = live.plan(UNIFORM, MDAV, stage, k=K, seconds_to_close=OPEN,
+                     quality=QualityBound("mdav", "two_stage"))
+    assert live.plan(UNIFORM, MDAV, stage, k=K, seconds_to_close=OPEN,
+                     quality=QualityBound("mdav", "two_stage"),
+                     min_nu=slow.nu / 2).nu == pytest.approx(slow.nu)
+    options = [Option("mdav", fast, TwoStageCost(fast), "two_stage")]
+    chosen = choose(UNIFORM, options, k=K, stage="auto", seconds_to_close=OPEN, min_nu=floor)
+    assert chosen.plan.nu == pytest.approx(floor)
+    with pytest.raises(ValueError, match="min_nu"):
+        live.plan(UNIFORM, MDAV, stage, k=K, seconds_to_close=OPEN, min_nu=1.0)
+    with pytest.raises(ValueError, match="deadline"):
+        live.plan(UNIFORM, MDAV, stage, k=K, seconds_to_close=OPEN, deadline=30.0, min_nu=0.1)

@@ -96,6 +96,17 @@ def test_the_stage_choice_and_the_objective_are_checked():
     assert "surveys[0](b).objective" in text and "surveys[1](c).max_delta" in text
 
 
+def test_a_floor_on_the_ratio_is_checked():
+    assert parse_config({"surveys": [survey()]}, ENV).surveys[0].min_nu == 0.0
+    assert parse_config({"surveys": [survey(min_nu=0.1)]}, ENV).surveys[0].min_nu == 0.1
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"surveys": [survey(id="a", min_nu=1.0),
+                                  survey(id="b", min_nu=0.1, deadline="30s")]}, ENV)
+    text = str(exc.value)
+    assert "surveys[0](a).min_nu" in text
+    assert "surveys[1](b)" in text and "min_nu" in text and "deadline" in text
+
+
 def test_secrets_are_refused_in_the_file_and_required_from_the_environment():
     with pytest.raises(ConfigError) as exc:
         parse_config({"http": {"token": "abc"}, "surveys": [survey()]}, {})

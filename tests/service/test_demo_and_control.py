@@ -200,6 +200,50 @@ def test_the_demo_leaves_the_base_run_room_to_run_slower_than_predicted(slower):
     assert DEMO_ROOM * p["base_seconds"] <= p["head_start_seconds"] * (1 + 1e-6)
 
 
+@pytest.mark.parametrize("faster", [1.0, 4.4, 10.0])
+def test_the_demo_keeps_its_increment_when_the_machine_is_faster_during_the_survey(faster):
+    """A loaded suite: the demo calibrated ONA* while the machine was at its busiest (a base
+    run predicted at 14.15 s) and sized its survey for that; when the survey ran the load had
+    dropped (the base run took 3.22 s), and the live plan, with the faster timings, left 972
+    late records where the demo promised 1,000. The demo's survey plans no smaller ratio than
+    the demo sized it for (``min_nu``): a faster machine ends the base run sooner, and the
+    increment stays."""
+    from scheduler.cost_model import PowerLaw
+    from scheduler.profiles import resolve
+    from streamanon.service.demo import MIN_LATE, K, M, choose_scenario
+    from streamanon.service.simulate import candidates, predict
+
+    calibrated = PowerLaw(a=4.4e-7, b=1.78)  # the busy calibration
+    scenario = choose_scenario(calibrated, candidates({"ona_star": calibrated}, "auto", M, K),
+                               k=K, budget=DEMO_BUDGET)
+    assert scenario.shows_the_idea and scenario.min_nu == scenario.prediction["nu"] > 0
+    live_model = PowerLaw(a=calibrated.a / faster, b=calibrated.b)
+    window = scenario.open_seconds
+    live = predict(resolve("uniform", window), scenario.n, window, None, live_model, None, K,
+                   candidates({"ona_star": live_model}, "auto", M, K), engine="ona_star",
+                   min_nu=scenario.min_nu)
+    assert live["nu"] >= scenario.min_nu - 1e-12
+    assert live["n_increment"] >= MIN_LATE, (scenario.describe(), live)
+
+
+def test_the_demo_survey_is_planned_with_the_demos_floor(tmp_path, monkeypatch):
+    """``run_demo`` hands its scenario's ratio to the survey as ``min_nu``."""
+    from scheduler.cost_model import PowerLaw
+    from streamanon.service import demo, simulate
+
+    seen = {}
+    monkeypatch.setattr(simulate, "calibrated_model",
+                        lambda *a, **kw: PowerLaw(a=1.0e-7, b=1.78))
+    monkeypatch.setattr(simulate, "run_simulation", lambda **kw: seen.update(kw) or {})
+    monkeypatch.setattr(demo, "side_by_side", lambda summary: "")
+    scenario = demo.choose_scenario(
+        PowerLaw(a=1.0e-7, b=1.78),
+        simulate.candidates({"ona_star": PowerLaw(a=1.0e-7, b=1.78)}, "auto", demo.M, demo.K),
+        k=demo.K)
+    demo.run_demo(out=tmp_path)
+    assert seen["n"] == scenario.n and seen["min_nu"] == pytest.approx(scenario.min_nu) > 0
+
+
 def test_the_verdict_says_sooner_only_when_it_was_sooner():
     from streamanon.service.demo import verdict
 
