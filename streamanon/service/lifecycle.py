@@ -56,7 +56,7 @@ from scheduler.planner import Plan
 from streamanon.errors import describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
-from streamanon.release import base_partition, prepare_stored
+from streamanon.release import prepare_stored
 from streamanon.service.closing import close_survey
 from streamanon.service.collector import KafkaCollector
 from streamanon.service.config import Config
@@ -72,6 +72,7 @@ from streamanon.service.health import (
     store_health,
 )
 from streamanon.service.ingest import SurveyIngest
+from streamanon.service.kept import kept_base_partition
 from streamanon.service.leadership import (
     Coordination,
     Coordinator,
@@ -544,8 +545,9 @@ class Service:
             prepared = prepare_stored(frame, sc.schema, sc.k)
             compute = self.config.compute
             if compute.cluster == "local":
-                labels, seconds = await self.loop.run_in_executor(
-                    self._pool, base_partition, release_run(sc), prepared)
+                labels, seconds = await self.loop.run_in_executor(  # its values kept there
+                    self._pool, kept_base_partition, sid, snapshot_seq, release_run(sc),
+                    prepared)
             else:  # the compute process cuts the snapshot and is the cluster's client
                 from streamanon.cluster import partitioned_base
 

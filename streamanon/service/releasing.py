@@ -43,6 +43,7 @@ from streamanon.release import (
 )
 from streamanon.service.broker import ensure_topics
 from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.kept import forget, kept_release_partition
 from streamanon.service.offsets import broker_errors
 from streamanon.service.publisher import (
     FileModes,
@@ -152,7 +153,9 @@ class Releaser:
 
         With the base release made before close (:meth:`prepare_base`) only the records after
         the base snapshot are read from the store, and the messages of the base cells the
-        incremental stage left as they were are reused (:func:`streamanon.splicing.splice`)."""
+        incremental stage left as they were are reused (:func:`streamanon.splicing.splice`);
+        the compute process gets only those records when it kept the snapshot's values from
+        the base run (:mod:`streamanon.service.kept`)."""
         sc = rt.config
         sid = sc.id
         m = len(sc.quasi_identifiers)
@@ -202,17 +205,35 @@ class Releaser:
         plain_numeric = (encoding_for(frame, sc.schema).numeric_only and not sc.schema.strata
                   and not np.isnan(X).any())
         loop = asyncio.get_running_loop()
+        run = release_run(sc, refine_until)
+        kept = plain_numeric and base is not None and cp is not None
+        if not kept:  # what the compute process may keep of the base run is not needed
+            await loop.run_in_executor(self.compute_pool, forget, sid)
         if plain_numeric:
-            computing = loop.run_in_executor(self.compute_pool, release_partition,
-                                             release_run(sc, refine_until), X, base, None)
+            if kept:  # the base snapshot's values are kept there: only the rest is sent
+                computing = loop.run_in_executor(
+                    self.compute_pool, kept_release_partition, sid, cp.snapshot_seq,
+                    sc.quasi_identifiers, run, X[base.n_base:], base)
+            else:
+                computing = loop.run_in_executor(self.compute_pool, release_partition, run, X,
+                                                 base, None)
             own = prepared = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
         else:
             own = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
             prepared = own if base is None else await self._in_thread(
                 prepare_stored, frame, sc.schema, sc.k, Standardisation(base.mean, base.scale))
-            computing = loop.run_in_executor(self.compute_pool, release_partition,
-                                             release_run(sc, refine_until), X, base, prepared)
+            computing = loop.run_in_executor(self.compute_pool, release_partition, run, X, base,
+                                             prepared)
         partition = await computing
+        if kept and partition is not None:
+            log.info("survey %s: %d records after the base snapshot sent to the compute "
+                     "process, the snapshot's %d kept there since the base run", sid,
+                     n - base.n_base, base.n_base)
+        if partition is None:  # the compute process did not keep the base values: send all
+            log.info("survey %s: the base snapshot's values were not kept in the compute "
+                     "process; sending all %d records", sid, n)
+            partition = await loop.run_in_executor(self.compute_pool, release_partition, run, X,
+                                                   base, None)
         compute_done = time.time()
         if partition.refinement is not None:
             r = partition.refinement

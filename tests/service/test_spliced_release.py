@@ -42,6 +42,9 @@ def test_a_two_stage_release_is_spliced_from_the_base_release(service_factory, b
     log = svc.log.read_text()
     assert f"base release of {n_base} records prepared" in log
     assert "spliced into the base release made before close" in log
+    # only the late records went to the compute process: it kept the snapshot's
+    assert (f"{n - n_base} records after the base snapshot sent to the compute process, the "
+            f"snapshot's {n_base} kept there") in log
     directory = Path(tmp_path / "releases" / "wellbeing")
     report = json.loads((directory / "report.json").read_text())
     assert report["mode"] == "two-stage" and report["spliced"] is True
