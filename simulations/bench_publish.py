@@ -1,4 +1,4 @@
-"""Release topic formats: what librdkafka's ``produce`` costs per record, headers against key.
+"""Release topic formats and produce calls: what publishing costs per record.
 
     python -m simulations.bench_publish                 # 1,000,000 records, 3 rounds
     python -m simulations.bench_publish --n 20000 --rounds 1
@@ -6,12 +6,15 @@
 Against the embedded broker (Tansu, on the same two cores), the same release messages (JSON of
 15 cell means and an int answer, about 420 bytes) are published on one partition by
 :class:`~streamanon.service.publisher.ReleasePublisher`'s producer settings in the two record
-formats, alternating within each round so that both see the same machine:
+formats and ways of handing them to librdkafka, in turn within each round (the order
+reversed every other round) so that all see the same machine:
 
 - ``headers``: each record with the three headers ``streamanon-type``, ``-release`` and
-  ``-index`` (the format of earlier versions);
-- ``key``: each record keyed ``<release id>:<index>``, no headers (the format published now,
-  :meth:`ReleasePublisher.publish`).
+  ``-index``, one ``produce`` call a record (the format of earlier versions);
+- ``key``: each record keyed ``<release id>:<index>``, no headers, one ``produce`` call a
+  record (the format published now, the way of earlier versions);
+- ``batch``: the same keyed records handed over 10,000 at a time with ``produce_batch``
+  (:meth:`ReleasePublisher.produce_records`, what the service does now).
 
 For each, the seconds of the ``produce`` loop (Python), of the flush (the broker taking what is
 still queued) and their sum; the table gives the fastest round of each.
@@ -32,7 +35,7 @@ from simulations.bench_service import make_config
 from streamanon.service.broker import EmbeddedBroker, ensure_topics
 from streamanon.service.publisher import ReleasePublisher
 
-FORMATS = ("headers", "key")
+FORMATS = ("headers", "key", "batch")
 
 
 def release_messages(n: int, seed: int = 1) -> list[bytes]:
@@ -51,6 +54,11 @@ def produce_all(publisher: ReleasePublisher, topic: str, messages: list[bytes],
     kind, release = ("streamanon-type", b"record"), ("streamanon-release", release_id)
     prefix = release_id + b":"
     started = time.perf_counter()
+    if form == "batch":
+        publisher.produce_records(topic, messages, prefix)
+        produced = time.perf_counter()
+        publisher._flush()
+        return produced - started, time.perf_counter() - produced
     for i, value in enumerate(messages):
         while True:
             try:
@@ -73,7 +81,7 @@ def run(n: int, rounds: int) -> dict[str, list[tuple[float, float]]]:
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
         config = make_config(broker.bootstrap, Path(tmp), ["s"], n)
         for r in range(rounds):
-            for form in FORMATS if r % 2 == 0 else FORMATS[::-1]:
+            for form in FORMATS if r % 2 == 0 else FORMATS[::-1]:  # each first in turn
                 topic = f"bench.{form}.{r}"
                 ensure_topics(broker.bootstrap, {topic: 1})
                 publisher = ReleasePublisher(config)
@@ -90,8 +98,9 @@ def table(n: int, results: dict[str, list[tuple[float, float]]]) -> str:
              "|---|---:|---:|---:|---:|"]
     for form in FORMATS:
         loop, flush = min(results[form], key=sum)
-        label = ("three headers per record (earlier)" if form == "headers"
-                 else "key `<release id>:<index>`, no headers (now)")
+        label = {"headers": "three headers per record, `produce` each (earlier)",
+                 "key": "key `<release id>:<index>`, no headers, `produce` each (earlier)",
+                 "batch": "the same keys, `produce_batch` of 10,000 (now)"}[form]
         lines.append(f"| {label} | {loop:.2f} s | {flush:.2f} s | {loop + flush:.2f} s | "
                      f"{(loop + flush) / n * 1e6:.2f} us |")
     return "\n".join(lines)
