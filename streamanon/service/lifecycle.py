@@ -116,8 +116,7 @@ async def _as_taken(ends: dict[int, int]) -> dict[int, int]:
 
 
 def warm_up_compute() -> bool:
-    """Load the compiled kernels (the refinement's too) in the compute process before they
-    are needed (module level, so it pickles)."""
+    """Load the kernels (the refinement's too) in the compute process before they are needed."""
     Z = np.random.default_rng(0).standard_normal((60, 2))
     TwoStageRun(5, "mdav", "nn_split_end", refine=1.0).run(Z, 40)
     return True
@@ -546,8 +545,7 @@ class Service:
             compute = self.config.compute
             if compute.cluster == "local":
                 labels, seconds = await self.loop.run_in_executor(  # its values kept there
-                    self._pool, kept_base_partition, sid, snapshot_seq, release_run(sc),
-                    prepared)
+                    self._pool, kept_base_partition, sid, snapshot_seq, release_run(sc), prepared)
             else:  # the compute process cuts the snapshot and is the cluster's client
                 from streamanon.cluster import partitioned_base
 
