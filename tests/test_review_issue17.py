@@ -98,14 +98,6 @@ class _FakeProducer:
                 headers: Any = None) -> None:
         self.queue.append((topic, value))
 
-    def produce_batch(self, topic: str, messages: list[dict[str, Any]],
-                      partition: int = 0) -> int:
-        self.queue.extend((topic, m["value"]) for m in messages)
-        return len(messages)
-
-    def __len__(self) -> int:
-        return len(self.queue)
-
     def poll(self, timeout: float = 0) -> int:
         return 0
 

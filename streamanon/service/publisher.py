@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import itertools
 import json
 import logging
 import os
@@ -308,17 +307,10 @@ def librdkafka_options(config: Config) -> dict[str, Any]:
     return options
 
 
-#: Records handed to librdkafka at a time (``produce_batch``: one call, not one a record) ...
-BATCH = 10_000
-#: ... into a local queue of at most this many messages.
-QUEUE_MESSAGES = 1_000_000
-
-
 class ReleasePublisher:
-    """The release topic's producer: librdkafka (confluent-kafka), records handed over
-    :data:`BATCH` at a time (``produce_batch``), about a microsecond of Python per message
-    where aiokafka's batches cost tens, so that a million records leave in seconds (the
-    close-to-release benchmark, docs/benchmarks/service.md).
+    """The release topic's producer: librdkafka (confluent-kafka), whose ``produce`` costs a
+    few microseconds of Python per message where aiokafka's batches cost tens, so that a million
+    records leave in seconds (the close-to-release benchmark, docs/benchmarks/service.md).
 
     One request in flight and no reordering retries keep the topic in the order the
     messages were queued; deliveries report errors only (a callback per record would cost as
@@ -338,8 +330,7 @@ class ReleasePublisher:
             **librdkafka_options(config), "acks": "all", "linger.ms": 5,
             "batch.size": 1_000_000, "compression.type": "none",  # any consumer reads it
             "max.in.flight.requests.per.connection": 1,
-            "queue.buffering.max.messages": QUEUE_MESSAGES,
-            "queue.buffering.max.kbytes": 1_048_576,
+            "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
             "message.timeout.ms": int(timeout * 1000), "delivery.report.only.error": True,
             # never let a produce create the topic (a broker replaced mid-publish has none:
             # auto-created, it would get the broker's default partitions, and the messages
@@ -365,35 +356,21 @@ class ReleasePublisher:
 
     def _publish(self, topic: str, messages: Sequence[bytes], manifest: dict[str, Any]) -> None:
         release_id = str(manifest["release_id"]).encode()
+        produce = self._producer.produce
         prefix = release_id + b":"
         self._errors.clear()
-        self.produce_records(topic, messages, prefix)
+        for i, value in enumerate(messages):
+            while True:
+                try:
+                    produce(topic, value, key=b"%b%d" % (prefix, i), partition=0)
+                    break
+                except BufferError:  # the local queue is full: let librdkafka send
+                    self._producer.poll(0.05)
+                    self._raise_errors()
         self._flush()
-        self._producer.produce(
-            topic, json.dumps(manifest).encode(), key=prefix + b"manifest", partition=0,
-            headers=[("streamanon-type", b"manifest"), ("streamanon-release", release_id)])
+        produce(topic, json.dumps(manifest).encode(), key=prefix + b"manifest", partition=0,
+                headers=[("streamanon-type", b"manifest"), ("streamanon-release", release_id)])
         self._flush()
-
-    def produce_records(self, topic: str, messages: Sequence[bytes], prefix: bytes) -> None:
-        """Queue every record, keyed ``<prefix><index>``, in order on partition 0; raises
-        :class:`PublishError` when the producer refuses one (nothing after it is queued)."""
-        values = iter(messages)
-        for start in range(0, len(messages), BATCH):
-            batch = [{"value": value, "key": b"%b%d" % (prefix, i)}
-                     for i, value in enumerate(itertools.islice(values, BATCH), start)]
-            while len(self._producer) + len(batch) > QUEUE_MESSAGES:  # room for all of them,
-                self._producer.poll(0.05)  # so that none is refused and the order holds
-                self._raise_errors()
-            queued = self._producer.produce_batch(topic, batch, partition=0)
-            if queued != len(batch):
-                error = next((m["_error"] for m in batch if "_error" in m), None)
-                self._producer.purge()
-                self._producer.flush(0)
-                reason = error.str() if hasattr(error, "str") else error
-                raise PublishError(f"the producer took {queued} of {len(batch)} messages: "
-                                   f"{reason}")
-            self._producer.poll(0)  # serve the delivery reports (errors only)
-            self._raise_errors()
 
     def _flush(self) -> None:
         left = self._producer.flush(self.timeout + 5.0)

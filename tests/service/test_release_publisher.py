@@ -46,27 +46,6 @@ def test_records_then_the_manifest_in_order_each_keyed_by_release_and_index(brok
     assert publisher.closed
 
 
-def test_more_records_than_the_local_queue_holds_go_out_in_order(broker, monkeypatch):
-    """Records are handed to librdkafka a batch at a time, each batch only once the local
-    queue has room for all of it: none is refused and the order of the run holds."""
-    from streamanon.service import publisher as module
-
-    monkeypatch.setattr(module, "QUEUE_MESSAGES", 3_000)
-    monkeypatch.setattr(module, "BATCH", 1_000)
-    config = config_for(broker.bootstrap)
-    topic = "rp.small-queue.release"
-    ensure_topics(broker.bootstrap, [topic], 1)
-    publisher = ReleasePublisher(config)
-    messages = [json.dumps({"x": i}).encode() for i in range(12_345)]
-    publisher.publish(topic, messages, {"type": "manifest", "release_id": "r4",
-                                        "count": len(messages)})
-    publisher.close()
-    got = read_topic(broker.bootstrap, topic, expected=len(messages) + 1)
-    assert [r.value for r in got[:-1]] == messages
-    assert [r.key for r in got[:-1]] == [b"r4:%d" % i for i in range(len(messages))]
-    assert got[-1].key == b"r4:manifest"
-
-
 def test_a_broker_that_does_not_answer_is_a_publish_error():
     config = config_for(f"127.0.0.1:{free_port()}")  # nobody listens
     publisher = ReleasePublisher(config, timeout=2.0)
