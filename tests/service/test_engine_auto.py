@@ -80,7 +80,7 @@ def test_mdav_is_chosen_when_onas_base_run_would_not_fit(broker, tmp_path, monke
             raise RuntimeError("the compute process died")
 
         with monkeypatch.context() as patch:
-            patch.setattr(streamanon.service.lifecycle, "base_partition", broken)
+            patch.setattr(streamanon.service.lifecycle, "kept_base_partition", broken)
             yield
 
     async def run() -> tuple[dict, dict, dict]:
