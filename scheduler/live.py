@@ -233,7 +233,8 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
         is kept before the close at this slow-down too, when it exceeds the margin.
     min_nu
         Without a deadline: the smallest ratio the plan may take (the survey's ``min_nu``), a
-        base run started at least that early whatever the cost model says; 0: none. A
+        base run started at least that early whatever the cost model says (within the
+        quality bound and the time left; no one-shot at close then); 0: none. A
         deadline plan takes no floor (it would trade the deadline for it): ValueError.
 
     Notes

@@ -463,8 +463,9 @@ def plan_optimal(
         close even that much slower, for a few more late records. 1: the paper's nu*.
     nu_floor
         The smallest ratio allowed (the survey's ``min_nu``): the earliest release is sought
-        above it (at most ``nu_max``, the quality bound and the time left), and the plan says
-        so when the floor holds the ratio up. 0: no floor.
+        above it, one-shot at close (nu = 0) included only without a floor. The floor is cut
+        to ``nu_limit`` and the time left when above them; the plan's warnings say when the
+        floor holds the ratio up or was cut. 0: no floor.
     """
     factor = _check_margin(margin_factor)
     slower = _check_margin(solve_margin)
@@ -483,7 +484,10 @@ def plan_optimal(
     if kink is not None and floor <= kink <= solved.nu_max \
             and solved.gain(kink) >= solved.gain(nu):
         nu = kink
-    if floor > 0 and nu <= floor * (1 + 1e-9):
+    if nu_floor > floor:
+        notes.append(f"the survey's min_nu {nu_floor:.4g} is cut to {floor:.4g} by the "
+                     "quality bound or the time left")
+    elif floor > 0 and nu <= floor * (1 + 1e-9):
         notes.append(f"the survey's min_nu keeps nu at {floor:.4g}")
     return _make_plan(problem, nu, "optimal", notes, s=arrival_coefficient, margin_factor=factor,
                       nu_limit=nu_limit)

@@ -101,7 +101,8 @@ class SurveyConfig(_Strict):
     objective: Literal["balanced", "earliest"] = "balanced"
     max_delta: float = Field(default=0.05, ge=0, le=10)
     # The smallest ratio of late records the planner may choose without a deadline (default
-    # 0: none): the base run starts at least that early whatever the cost model predicts.
+    # 0: none): the base run starts at least that early whatever the cost model predicts
+    # (within the quality bound and the time left; a floor also rules out one-shot at close).
     # ``streamanon demo`` sets it to the ratio it sized its survey for.
     min_nu: float = Field(default=0.0, ge=0, lt=1)
     duplicates: Literal["reject", "allow"] = "reject"

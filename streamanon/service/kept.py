@@ -9,8 +9,11 @@ send there. The base run already sent them, so the compute process keeps them
 a full send would give.
 
 What is kept is one snapshot per survey, in the process that ran its base run; it is used up by
-the close. A close that finds nothing (another compute process, a restart, a newer snapshot,
-other columns) gets None and sends everything.
+the close, or dropped (:func:`forget`) by a close that does not use it. A close that finds
+nothing (another compute process, a restart, a newer snapshot, other columns) gets None and
+sends everything. With several compute processes the close may reach another than the one
+that keeps the values (then sent whole), and that one holds them (n_base x m floats) until its
+survey's next base run; an instance that hands its leadership over keeps them likewise.
 """
 
 from __future__ import annotations

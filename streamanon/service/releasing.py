@@ -206,9 +206,10 @@ class Releaser:
                   and not np.isnan(X).any())
         loop = asyncio.get_running_loop()
         run = release_run(sc, refine_until)
-        kept = plain_numeric and base is not None and cp is not None
+        kept = (plain_numeric and base is not None and cp is not None
+                and self.config.compute.cluster == "local")  # a cluster's base keeps nothing
         if not kept:  # what the compute process may keep of the base run is not needed
-            await loop.run_in_executor(self.compute_pool, forget, sid)
+            self.compute_pool.submit(forget, sid)  # queued before the compute: not awaited
         if plain_numeric:
             if kept:  # the base snapshot's values are kept there: only the rest is sent
                 computing = loop.run_in_executor(

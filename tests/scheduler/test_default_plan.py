@@ -282,8 +282,8 @@ def test_a_plan_made_on_a_loaded_machine_keeps_the_base_run_before_close_at_its_
 
 def test_a_floor_on_the_ratio_keeps_the_increment_on_a_faster_machine():
     """``min_nu``: the plan's ratio is never below the floor (the optimum above it is kept),
-    whatever objective, and with the engine choice too; a floor over the quality bound is
-    the survey's own choice and wins."""
+    with the engine choice too; a floor over the quality bound is cut to the bound, and the
+    plan says so."""
     stage = TwoStageCost(MDAV)
     fast = PowerLaw.quadratic(35.58 / 4.4, N)
     free = live.plan(UNIFORM, fast, TwoStageCost(fast), k=K, seconds_to_close=OPEN,
@@ -302,6 +302,10 @@ def test_a_floor_on_the_ratio_keeps_the_increment_on_a_faster_machine():
     options = [Option("mdav", fast, TwoStageCost(fast), "two_stage")]
     chosen = choose(UNIFORM, options, k=K, stage="auto", seconds_to_close=OPEN, min_nu=floor)
     assert chosen.plan.nu == pytest.approx(floor)
+    over = live.plan(UNIFORM, fast, TwoStageCost(fast), k=K, seconds_to_close=OPEN,
+                     quality=QualityBound("mdav", "two_stage"), min_nu=0.9)
+    assert over.nu == pytest.approx(over.nu_limit) and over.nu_limit < 0.9
+    assert any("cut to" in w for w in over.warnings)
     with pytest.raises(ValueError, match="min_nu"):
         live.plan(UNIFORM, MDAV, stage, k=K, seconds_to_close=OPEN, min_nu=1.0)
     with pytest.raises(ValueError, match="deadline"):
