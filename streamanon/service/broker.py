@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterable
 from types import TracebackType
@@ -41,21 +42,39 @@ def broker_binary() -> str:
 
 
 def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:
-    """Return once a Kafka client can fetch metadata from ``bootstrap``."""
-    from kafka import KafkaAdminClient
+    """Return once a Kafka client can fetch metadata from ``bootstrap``; raise
+    :class:`BrokerError` after ``timeout`` seconds, also when the client itself hangs (each
+    attempt runs in a daemon thread that is given up at the deadline)."""
+    import kafka
     from kafka.errors import KafkaError
 
     deadline = time.monotonic() + timeout
     last: Exception | None = None
-    while time.monotonic() < deadline:
+
+    def attempt(outcome: list[BaseException | None]) -> None:
         try:
-            admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
+            admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
             admin.list_topics()
             admin.close()
+            outcome.append(None)
+        except BaseException as exc:  # handed to the waiting thread
+            outcome.append(exc)
+
+    while time.monotonic() < deadline:
+        outcome: list[BaseException | None] = []
+        probe = threading.Thread(target=attempt, args=(outcome,), daemon=True,
+                                 name="wait-for-kafka")
+        probe.start()
+        probe.join(max(deadline - time.monotonic(), 0.0))
+        if not outcome:  # still waiting on the client at the deadline
+            last = TimeoutError("the Kafka client did not return")
+            break
+        if outcome[0] is None:
             return
-        except (KafkaError, OSError, ValueError) as exc:
-            last = exc
-            time.sleep(0.1)
+        if not isinstance(outcome[0], (KafkaError, OSError, ValueError)):
+            raise outcome[0]
+        last = outcome[0]
+        time.sleep(0.1)
     raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:.0f} s: {last}")
 
 
