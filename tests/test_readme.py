@@ -16,6 +16,7 @@ import pytest
 
 from streamanon.service.config import parse_config
 from tests.docs_pages import block, commands, page, section
+from tests.support.children import Lines
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -153,9 +154,10 @@ def test_quickstart_3_the_service_starts_as_written(tmp_path, subprocesses):
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        assert proc.stdout.readline().startswith("embedded broker at")
+        lines = Lines(proc)
+        assert lines.next().startswith("embedded broker at")
         while True:  # the cost models are calibrated first (seconds)
-            line = proc.stdout.readline()
+            line = lines.next()
             assert line, "the service stopped"
             if line.startswith("serving 1 survey(s); HTTP on"):
                 break

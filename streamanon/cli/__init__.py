@@ -2,12 +2,15 @@
 
 Every subcommand has ``--help``. Errors print one line, ``streamanon: error: ...``, and exit
 with status 2 (bad input or parameters) or 1 (a check failed, or a write failed); ``--debug``
-shows tracebacks.
+shows tracebacks. ``kill -USR1 PID`` makes a running command print the stack of each of its
+threads to stderr and go on (for a bug report about a command that seems stuck).
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -40,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if hasattr(signal, "SIGUSR1") and sys.stderr is not None:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE

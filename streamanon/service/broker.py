@@ -8,16 +8,24 @@ deployments point ``kafka.bootstrap_servers`` at Apache Kafka instead (``deploy/
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import logging
+import re
 import socket
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterable
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from streamanon.errors import StreamanonError
+
+log = logging.getLogger(__name__)
 
 
 class BrokerError(StreamanonError):
@@ -41,19 +49,23 @@ def broker_binary() -> str:
         raise BrokerError(str(exc)) from None
 
 
-def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:
+def wait_for_kafka(bootstrap: str, timeout: float = 30.0, *, attempt_timeout: float = 10.0,
+                   alive: Callable[[], bool] | None = None) -> None:
     """Return once a Kafka client can fetch metadata from ``bootstrap``; raise
-    :class:`BrokerError` after ``timeout`` seconds, also when the client itself hangs (each
-    attempt runs in a daemon thread that is given up at the deadline)."""
+    :class:`BrokerError` after ``timeout`` seconds, also when the client itself hangs. Each
+    attempt uses a new client in a daemon thread, given up after ``attempt_timeout`` seconds
+    (a warning names where it was stuck); ``alive``, when given, is the broker process's
+    liveness, and the wait stops as soon as it is false."""
     import kafka
     from kafka.errors import KafkaError
 
     deadline = time.monotonic() + timeout
     last: Exception | None = None
 
-    def attempt(outcome: list[BaseException | None]) -> None:
+    def attempt(outcome: list[BaseException | None], seconds: float) -> None:
         try:
-            admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
+            admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000,
+                                           bootstrap_timeout_ms=max(int(seconds * 1000), 1))
             admin.list_topics()
             admin.close()
             outcome.append(None)
@@ -61,14 +73,24 @@ def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:
             outcome.append(exc)
 
     while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            raise BrokerError(f"the broker process for {bootstrap} exited before it answered")
+        seconds = min(attempt_timeout, max(deadline - time.monotonic(), 0.0))
         outcome: list[BaseException | None] = []
-        probe = threading.Thread(target=attempt, args=(outcome,), daemon=True,
+        probe = threading.Thread(target=attempt, args=(outcome, seconds), daemon=True,
                                  name="wait-for-kafka")
+        given_up = time.monotonic() + seconds
         probe.start()
-        probe.join(max(deadline - time.monotonic(), 0.0))
-        if not outcome:  # still waiting on the client at the deadline
+        while probe.is_alive() and time.monotonic() < given_up:
+            probe.join(min(0.2, max(given_up - time.monotonic(), 0.0)))
+            if alive is not None and not alive():
+                raise BrokerError(f"the broker process for {bootstrap} exited before it "
+                                  "answered")
+        if not outcome:  # the client is still waiting: leave it, and try a new one
             last = TimeoutError("the Kafka client did not return")
-            break
+            log.warning("a Kafka client probing %s did not return within %.0f s (stuck in %s); "
+                        "trying a new one", bootstrap, seconds, _where(probe))
+            continue
         if outcome[0] is None:
             return
         if not isinstance(outcome[0], (KafkaError, OSError, ValueError)):
@@ -76,6 +98,15 @@ def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:
         last = outcome[0]
         time.sleep(0.1)
     raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:.0f} s: {last}")
+
+
+def _where(thread: threading.Thread) -> str:
+    """The innermost frames of ``thread``, for a bug report (code locations only, no values)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return "no frame"
+    stack = traceback.extract_stack(frame)[-3:]
+    return " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(stack))
 
 
 def ensure_topics(bootstrap: str, names: Iterable[str] | dict[str, int],
@@ -118,20 +149,52 @@ class EmbeddedBroker:
         return f"{self.host}:{self.port}"
 
     def start(self) -> str:
-        self.port = self.port or free_port(self.host)
+        """Start Tansu and wait until it answers. A port chosen here that another process
+        takes before Tansu binds it (``free_port`` frees it first) is replaced by a new one; a
+        port given by the caller that is in use is an error that names it."""
+        chosen = self.port is None
+        for _ in range(5 if chosen else 1):
+            self.port = self.port if not chosen else free_port(self.host)
+            try:
+                return self._start_once()
+            except _PortInUse:
+                if not chosen:
+                    raise BrokerError(f"port {self.port} on {self.host} is in use: the embedded "
+                                      "broker cannot listen there; choose another port") from None
+                log.warning("port %s was taken before the embedded broker bound it; trying "
+                            "another", self.port)
+                self.port = None
+        raise BrokerError("the embedded broker found no free port in 5 tries")
+
+    def _start_once(self) -> str:
         url = f"tcp://{self.host}:{self.port}"
-        self.process = subprocess.Popen(
+        process = self.process = subprocess.Popen(
             [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
         )
+        tail: collections.deque[str] = collections.deque(maxlen=20)
+        threading.Thread(target=_drain, args=(process.stderr, tail), daemon=True,
+                         name="tansu-stderr").start()
         try:
-            wait_for_kafka(self.bootstrap, self.startup_timeout)
+            wait_for_kafka(self.bootstrap, self.startup_timeout,
+                           alive=lambda: process.poll() is None)
+            if process.poll() is not None:  # another broker answered on that port
+                raise BrokerError("the embedded broker exited")
+        except BrokerError:
+            exited = process.poll() is not None
+            self.stop()
+            if not exited:
+                raise
+            time.sleep(0.05)  # the last lines of its stderr
+            said = "; ".join(tail)
+            if "Address in use" in said or "AddrInUse" in said:
+                raise _PortInUse from None
+            raise BrokerError(f"the embedded broker exited with status {process.returncode}: "
+                              f"{said[-500:] or 'no output'}") from None
         except BaseException:  # also Ctrl-C or SIGTERM while it starts: never leave it running
             self.stop()
             raise
-        if self.process.poll() is not None:
-            raise BrokerError(f"the embedded broker exited with status {self.process.returncode}")
         return self.bootstrap
 
     def stop(self) -> None:
@@ -152,3 +215,20 @@ class EmbeddedBroker:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+class _PortInUse(Exception):
+    """Tansu could not bind its port."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _drain(stream: Any, tail: collections.deque[str]) -> None:
+    """Read Tansu's stderr to its end (so it never blocks on a full pipe), keeping the last
+    lines without colour codes."""
+    for raw in iter(stream.readline, b""):
+        line = _ANSI.sub("", raw.decode(errors="replace")).strip()
+        if line:
+            tail.append(line)
+    stream.close()

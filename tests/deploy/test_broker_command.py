@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from streamanon.service.broker import free_port
+from tests.support.children import Lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,8 +82,9 @@ def test_the_broker_command_stops_its_broker_on(subprocesses, sig, ignored):
                             if ignored else None)
     tansu: list[int] = []
     with reaping(proc, tansu):
-        line = proc.stdout.readline()
-        assert f"127.0.0.1:{port}" in line, line + proc.stdout.read()
+        lines = Lines(proc)
+        line = lines.next()
+        assert f"127.0.0.1:{port}" in line, line + lines.rest()
         tansu += tansu_children(proc.pid)
         assert len(tansu) == 1 and _running(tansu[0])
         proc.send_signal(sig)
@@ -125,3 +127,26 @@ def test_a_signal_right_after_the_ready_line_still_stops_cleanly(monkeypatch, ca
     monkeypatch.setattr(cli_serve, "print", print_then_interrupted, raising=False)
     assert cli_serve.cmd_broker(argparse.Namespace(port=9)) == 0
     assert FakeBroker.stopped
+
+
+def test_a_silent_child_is_asked_for_its_stacks_and_the_test_shows_them(subprocesses):
+    """``kill -USR1`` makes a running ``streamanon`` command print each thread's stack and go
+    on; the tests' line reader uses it, so a child stuck before its next line fails the test
+    with the place it was stuck (once a readline waited 15 minutes and showed nothing)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "streamanon", "broker", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, text=True)
+    tansu: list[int] = []
+    with reaping(proc, tansu):
+        lines = Lines(proc, seconds=30)
+        assert f"127.0.0.1:{port}" in lines.next()
+        tansu += tansu_children(proc.pid)
+        proc.send_signal(signal.SIGUSR1)  # a dump, and the command goes on
+        dump = lines.next() + lines.rest(3.0)
+        assert "Thread 0x" in dump and "cmd_broker" in dump, dump
+        assert proc.poll() is None
+        lines.seconds = 1.0  # the broker command prints nothing more: the reader gives up
+        with pytest.raises(AssertionError, match="printed nothing for 1 s") as stuck:
+            lines.next()
+        assert "cmd_broker" in str(stuck.value)
+        assert proc.wait(timeout=10) != 0  # killed after the dump

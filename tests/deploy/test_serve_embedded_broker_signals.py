@@ -14,6 +14,7 @@ import pytest
 
 from tests.deploy.test_broker_command import _running, assert_gone, reaping, tansu_children
 from tests.service.conftest import write_config
+from tests.support.children import Lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,16 +29,17 @@ def test_serve_with_an_embedded_broker_stops_both_on(subprocesses, sig, when, tm
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, text=True)
     tansu: list[int] = []
     with reaping(proc, tansu):
-        line = proc.stdout.readline()
-        assert line.startswith("embedded broker at"), line + proc.stdout.read()
+        lines = Lines(proc)
+        line = lines.next()
+        assert line.startswith("embedded broker at"), line + lines.rest()
         tansu += tansu_children(proc.pid)
         assert len(tansu) == 1 and _running(tansu[0])
         if when == "serving":
-            line = proc.stdout.readline()
-            assert line.startswith("serving 1 survey(s)"), line + proc.stdout.read()
+            line = lines.next()
+            assert line.startswith("serving 1 survey(s)"), line + lines.rest()
         proc.send_signal(sig)
         status = proc.wait(timeout=45)
-        output = proc.stdout.read()
+        output = lines.rest()
         assert status == 0, output
         assert "Traceback" not in output, output
         assert_gone(tansu[0], "the service")

@@ -1,15 +1,18 @@
 """Waiting for a broker is bounded by its timeout even when the Kafka client itself hangs: a
 final suite run found ``streamanon serve --embedded-broker`` stuck for 15 minutes before it
-printed the broker's address (the test's readline waited on it until pytest-timeout)."""
+printed the broker's address (the test's readline waited on it until pytest-timeout). A broker
+that cannot bind its port exits at once, and the wait must not then probe whatever else
+listens there."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
 import pytest
 
-from streamanon.service.broker import BrokerError, wait_for_kafka
+from streamanon.service.broker import BrokerError, EmbeddedBroker, wait_for_kafka
 
 
 class _HangingAdmin:
@@ -38,3 +41,72 @@ def test_a_client_that_never_answers_fails_the_wait_within_its_timeout(monkeypat
         assert time.monotonic() - started < 5  # bounded by the timeout, not the client
     finally:
         _HangingAdmin.release.set()
+
+
+class _FirstHangs:
+    """The first admin client hangs; every later one answers."""
+
+    made = 0
+    release = threading.Event()
+
+    def __init__(self, **kwargs):
+        type(self).made += 1
+        self.hangs = type(self).made == 1
+
+    def list_topics(self):
+        if self.hangs:
+            self.release.wait()
+        return []
+
+    def close(self):
+        pass
+
+
+def test_a_client_that_hangs_once_is_replaced_by_a_new_one(monkeypatch):
+    import kafka
+
+    monkeypatch.setattr(kafka, "KafkaAdminClient", _FirstHangs)
+    try:
+        wait_for_kafka("127.0.0.1:1", timeout=10.0, attempt_timeout=0.5)
+        assert _FirstHangs.made == 2
+    finally:
+        _FirstHangs.release.set()
+
+
+def test_the_wait_stops_as_soon_as_the_broker_process_is_gone():
+    started = time.monotonic()
+    with pytest.raises(BrokerError, match="exited"):
+        wait_for_kafka("127.0.0.1:1", timeout=20.0, alive=lambda: False)
+    assert time.monotonic() - started < 5
+
+
+@pytest.fixture
+def taken_port():
+    """A loopback port held by a listener that accepts and never answers, as another test's
+    server would hold a port that ``free_port`` had just handed out."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield listener.getsockname()[1]
+
+
+def test_a_port_taken_before_the_broker_binds_it_is_replaced_by_another(subprocesses, monkeypatch,
+                                                                       taken_port):
+    from streamanon.service import broker as module
+
+    ports = iter([taken_port])
+    real = module.free_port
+    monkeypatch.setattr(module, "free_port",
+                        lambda host="127.0.0.1": next(ports, None) or real(host))
+    started = time.monotonic()
+    with EmbeddedBroker(startup_timeout=20.0) as broker:
+        assert broker.port != taken_port
+        assert broker.process is not None and broker.process.poll() is None
+    assert time.monotonic() - started < 10  # not a wait on the foreign listener
+
+
+def test_a_given_port_that_is_in_use_fails_at_once_naming_it(subprocesses, taken_port):
+    started = time.monotonic()
+    with pytest.raises(BrokerError, match=f"port {taken_port}.*in use"):
+        EmbeddedBroker(port=taken_port, startup_timeout=20.0).start()
+    assert time.monotonic() - started < 5
