@@ -1,5 +1,5 @@
 import sys
 
-from streamanon.cli import main
+from streamanon.cli import entry
 
-sys.exit(main())
+sys.exit(entry())

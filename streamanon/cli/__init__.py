@@ -40,11 +40,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def entry() -> int:
+    """The ``streamanon`` process: :func:`main`, with ``kill -USR1`` printing each thread's
+    stack to stderr (left out of :func:`main`, which a host program may call)."""
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    return main()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if hasattr(signal, "SIGUSR1") and sys.stderr is not None:
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
