@@ -56,7 +56,7 @@ from scheduler.planner import Plan
 from streamanon.errors import describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
-from streamanon.release import prepare_stored
+from streamanon.service.base_run import run_base
 from streamanon.service.closing import close_survey
 from streamanon.service.collector import KafkaCollector
 from streamanon.service.config import Config
@@ -72,7 +72,6 @@ from streamanon.service.health import (
     store_health,
 )
 from streamanon.service.ingest import SurveyIngest
-from streamanon.service.kept import kept_base_partition
 from streamanon.service.leadership import (
     Coordination,
     Coordinator,
@@ -82,20 +81,18 @@ from streamanon.service.leadership import (
 )
 from streamanon.service.planning import SurveyPlanner
 from streamanon.service.processes import worker_pool
-from streamanon.service.publisher import ReleasePublisher, records_frame
-from streamanon.service.releasing import Releaser, release_run
+from streamanon.service.publisher import ReleasePublisher
+from streamanon.service.releasing import Releaser
 from streamanon.service.reports import ServiceStatus
 from streamanon.service.runtime import SurveyRuntime
 from streamanon.service.states import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
 from streamanon.service.status import STATUS_WAIT_SECONDS as STATUS_WAIT
 from streamanon.service.status import never_read, read_stored, survey_status, within
 from streamanon.service.store import (
-    Checkpoint,
     PostgresStore,
     ReleaseRow,
     SQLiteStore,
     Store,
-    StoreError,
     StoreUnavailable,
     SurveyState,
     open_store,
@@ -534,51 +531,9 @@ class Service:
         return True
 
     async def _base(self, sid: str, snapshot_seq: int, started: float) -> None:
-        rt = self.surveys[sid]
-        sc = rt.config
-        m = len(sc.quasi_identifiers)
-        try:
-            records = await self._in_store(
-                lambda: self.store.load_records(sid, m, upto_seq=snapshot_seq))
-            frame = records_frame(records, sc)
-            prepared = prepare_stored(frame, sc.schema, sc.k)
-            compute = self.config.compute
-            if compute.cluster == "local":
-                labels, seconds = await self.loop.run_in_executor(  # its values kept there
-                    self._pool, kept_base_partition, sid, snapshot_seq, release_run(sc), prepared)
-            else:  # the compute process cuts the snapshot and is the cluster's client
-                from streamanon.cluster import partitioned_base
-
-                labels, seconds = await self.loop.run_in_executor(
-                    self._pool, partitioned_base, release_run(sc), prepared, compute.cluster,
-                    compute.part_size, rt.auto_engine and not sc.engine_params)
-            scaling = prepared.scaling
-            cp = Checkpoint(snapshot_seq=snapshot_seq, n_base=len(records), labels=labels,
-                            mean=scaling.mean, scale=scaling.scale, engine=sc.engine,
-                            seconds=seconds, started_at=started)
-            await self._in_store(self.store.save_checkpoint, sid, cp)
-            if compute.cluster == "local":  # a cluster's time is its parts' and workers'
-                await self._in_store(self.survey_planner.observe_base, sc, len(records),
-                                     seconds)
-            await self._in_store(self.store.transition, sid, BASE_DONE,
-                                 f"base run took {seconds:.2f} s")
-            rt.timings["base_seconds"] = seconds
-            if self._releaser is not None:
-                await self._releaser.prepare_base(rt, snapshot_seq, frame, labels)
-            log.info("survey %s: base run on %d records done in %.2f s", sid, len(records),
-                     seconds)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.error("survey %s: base run failed (%s); one-shot at close", sid,
-                      describe_error(exc), exc_info=withheld(exc))
-            await self._in_store(self.store.set_error, sid,
-                                 f"base run failed: {describe_error(exc)}")
-            with contextlib.suppress(StoreError):
-                await self._in_store(self.store.transition, sid, OPEN, "base run failed")
-            self.survey_planner.unresolve_engine(sid)
-        finally:
-            rt.base_task = None
+        await run_base(self.surveys[sid], snapshot_seq, started, store=self.store,
+                       in_store=self._in_store, pool=self._pool, compute=self.config.compute,
+                       planner=self.survey_planner, releaser=self._releaser)
 
     # -- close and release (closing.py, releasing.py) ------------------------------------------
     async def close(self, sid: str) -> None:

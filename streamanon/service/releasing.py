@@ -297,7 +297,9 @@ class Releaser:
             risk=None, spliced=spliced,  # the risk is measured once the release is out
             engine_choice=rt.engine_choice, incremental_choice=stage_choice,
             predicted_release_seconds=(plan.finish_after_close + live.release_overhead(n)
-                                       if plan else None))
+                                       if plan else None),
+            base_steps_seconds=({key: round(value, 3) for key, value in rt.base_steps.items()}
+                                if two_stage and rt.base_steps else None))
         row = ReleaseRow(release_id, "written", seed, report.to_json())
         await self._in_store(self.store.save_release, sid, row)
         return row, Fresh(frame, release.table, messages, order)
@@ -408,19 +410,19 @@ class Releaser:
         return report
 
     async def prepare_base(self, rt: SurveyRuntime, snapshot_seq: int, frame: pd.DataFrame,
-                           labels: np.ndarray) -> None:
+                           labels: np.ndarray, prepared: Prepared) -> None:
         """The base records' release messages, made right after the base run while the survey
-        is open (:func:`streamanon.splicing.prepare_base`), kept in ``rt`` for the close. Only
-        where the close can splice them (no sensitive fields, complete data, no strata); a
-        failure is logged: the release is then made whole at close."""
+        is open (:func:`streamanon.splicing.prepare_base`), kept in ``rt`` for the close.
+        ``prepared`` is the base run's own input (``prepare_stored`` of ``frame``). Only where
+        the close can splice them (no sensitive fields, complete data, no strata); a failure is
+        logged: the release is then made whole at close."""
         sc = rt.config
         if sc.schema.sensitive or sc.schema.strata:
             return
         step = time.perf_counter()
+        if prepared.groups is not None or np.isnan(prepared.C).any():
+            return
         try:
-            prepared = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
-            if prepared.groups is not None or np.isnan(prepared.C).any():
-                return
             base = await self._in_thread(prepare_base, frame, prepared, labels, sc.k)
         except Exception as exc:
             log.error("survey %s: the base release was not prepared (%s); the release will "

@@ -75,6 +75,9 @@ class ReleaseReport:
     incremental_choice: dict[str, Any] | None = None
     # the live plan's close-to-release: its compute and the release steps (the overhead model)
     predicted_release_seconds: float | None = None
+    # the base run's steps while the survey was open (streamanon.service.base_run): load,
+    # prepare, engine, checkpoint, prepare_release; None for a one-shot release
+    base_steps_seconds: dict[str, float] | None = None
     publication: Publication | None = None
 
     def published(self, publication: Publication) -> ReleaseReport:

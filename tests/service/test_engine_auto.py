@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-import streamanon.service.lifecycle
+import streamanon.service.base_run
 from streamanon.service.config import ConfigError, load_config
 from streamanon.service.lifecycle import Service
 from streamanon.service.releasing import release_run
@@ -80,7 +80,7 @@ def test_mdav_is_chosen_when_onas_base_run_would_not_fit(broker, tmp_path, monke
             raise RuntimeError("the compute process died")
 
         with monkeypatch.context() as patch:
-            patch.setattr(streamanon.service.lifecycle, "kept_base_partition", broken)
+            patch.setattr(streamanon.service.base_run, "kept_base_partition", broken)
             yield
 
     async def run() -> tuple[dict, dict, dict]:

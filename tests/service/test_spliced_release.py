@@ -51,6 +51,10 @@ def test_a_two_stage_release_is_spliced_from_the_base_release(service_factory, b
     assert report["n_base"] == n_base and report["n"] == n
     assert set(report["close_steps_seconds"]) >= {"drain", "load", "compute",
                                                    "gate_and_table", "files", "publish"}
+    # the base run's own steps, while the survey was open
+    assert set(report["base_steps_seconds"]) == {"load", "prepare", "engine", "checkpoint",
+                                                 "prepare_release"}
+    assert all(seconds >= 0 for seconds in report["base_steps_seconds"].values())
     assert report["risk"] is not None  # measured after the release was out
     records, rows, manifest = read_release(broker.bootstrap, f"{svc.prefix}.wellbeing.release")
     parquet = pd.read_parquet(directory / "release.parquet")

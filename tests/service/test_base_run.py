@@ -1,0 +1,52 @@
+"""The base run reads and prepares its snapshot in threads, never on the event loop (at a
+million records that is seconds in which ingest and HTTP would stop), reuses its prepared
+input for the base release, and times each of its steps for the release report."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import streamanon.service.base_run as base_run_module
+from streamanon.service.config import load_config
+from streamanon.service.lifecycle import Service
+from tests.service.conftest import write_config
+from tests.service.lifecycle_helpers import collect, run_base, until
+
+SURVEY = "wellbeing"
+
+
+def test_the_base_run_prepares_its_snapshot_off_the_event_loop(broker, tmp_path, monkeypatch):
+    path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5)
+    config = load_config(path, env)
+    where: dict[str, list[int]] = {"records_frame": [], "prepare_stored": []}
+
+    def watched(name, fn):
+        def call(*args, **kwargs):
+            where[name].append(threading.get_ident())
+            return fn(*args, **kwargs)
+        return call
+
+    for name in where:
+        monkeypatch.setattr(base_run_module, name, watched(name, getattr(base_run_module, name)))
+
+    async def run() -> tuple[int, dict[str, float]]:
+        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        await service.start()
+        try:
+            plan = await collect(service, broker.bootstrap, config, SURVEY, 60)
+            await run_base(service, SURVEY, plan)
+            rt = service.surveys[SURVEY]
+            await until(lambda: asyncio.sleep(0, rt.base_task is None),
+                        "the base release was not prepared")
+            assert rt.base_release is not None and rt.base_release[1].n_base == 60
+            return threading.get_ident(), dict(rt.base_steps)
+        finally:
+            await service.stop()
+
+    loop_thread, steps = asyncio.run(run())
+    assert where["records_frame"] and where["prepare_stored"]
+    assert loop_thread not in where["records_frame"] + where["prepare_stored"]
+    assert len(where["prepare_stored"]) == 1  # the base release reuses the run's input
+    assert list(steps) == ["load", "prepare", "engine", "checkpoint", "prepare_release"]
