@@ -266,3 +266,29 @@ def test_two_instances_closing_at_once_keep_the_first_marks(store, store_url, mo
         assert store.save_close_marks("s", {0: 11, 1: 21}) == {0: 10, 1: 20}
     finally:
         other.close()
+
+
+def test_records_of_interleaved_surveys_load_in_arrival_order_whichever_way_they_are_read(
+        store):
+    """A survey's records are read by the range of their seq when they fill most of it (a
+    sequential read, no sort: a million records read in a third of the time) and through the
+    survey's index when they are few in it; both give the same records in arrival order."""
+    store.ensure_survey("big")
+    store.ensure_survey("small")
+    for i in range(0, 400, 10):  # "small" takes one record in ten
+        store.insert_records("big", rows(9, start=i))
+        store.insert_records("small", rows(1, start=i + 9))
+    big, small = store.load_records("big", 3), store.load_records("small", 3)
+    assert big.qi[:, 0].tolist() == [float(i) for i in range(400) if i % 10 != 9]
+    assert small.qi[:, 0].tolist() == [float(i) for i in range(9, 400, 10)]
+    assert np.all(np.diff(big.seq) > 0) and np.all(np.diff(small.seq) > 0)
+    cut = int(big.seq[200])
+    after = store.load_records("big", 3, after_seq=cut)
+    upto = store.load_records("big", 3, upto_seq=cut)
+    assert after.seq.tolist() == big.seq[201:].tolist()
+    assert upto.seq.tolist() == big.seq[:201].tolist()
+    assert store.load_records("small", 3, after_seq=cut).seq.tolist() == [
+        s for s in small.seq.tolist() if s > cut]
+    if isinstance(store, SQLiteStore):  # which read each one takes
+        assert store._records_where("big", 0, None)[0].startswith("+survey")
+        assert store._records_where("small", 0, None)[0].startswith("survey")

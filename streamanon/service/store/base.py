@@ -337,19 +337,24 @@ class Store(ABC):
         return int(value) if value is not None else 0
 
     def arrival_times(self, survey: str) -> np.ndarray:
-        rows = self._q("SELECT arrived_at FROM records WHERE survey = ? ORDER BY seq", (survey,))
+        where, params = self._records_where(survey, 0, None)
+        rows = self._q(f"SELECT arrived_at FROM records WHERE {where} ORDER BY seq", params)
         return np.array([r[0] for r in rows], dtype=np.float64)
+
+    def _records_where(self, survey: str, after_seq: int,
+                       upto_seq: int | None) -> tuple[str, list[Any]]:
+        """The condition of :meth:`load_records` and its parameters (a backend may choose how
+        its database reads them)."""
+        if upto_seq is None:
+            return "survey = ? AND seq > ?", [survey, after_seq]
+        return "survey = ? AND seq > ? AND seq <= ?", [survey, after_seq, upto_seq]
 
     def load_records(self, survey: str, m: int, *, after_seq: int = 0,
                      upto_seq: int | None = None) -> Records:
         """Records with ``after_seq < seq <= upto_seq``, in arrival order."""
-        sql = ("SELECT seq, arrived_at, qi, confidential, label FROM records "
-               "WHERE survey = ? AND seq > ?")
-        params: list[Any] = [survey, after_seq]
-        if upto_seq is not None:
-            sql += " AND seq <= ?"
-            params.append(upto_seq)
-        rows = self._q(sql + " ORDER BY seq", params)
+        where, params = self._records_where(survey, after_seq, upto_seq)
+        rows = self._q("SELECT seq, arrived_at, qi, confidential, label FROM records "
+                       f"WHERE {where} ORDER BY seq", params)
         qi = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype=np.float64)
         return Records(
             seq=np.array([r[0] for r in rows], dtype=np.int64),

@@ -51,6 +51,21 @@ class SQLiteStore(Store):
                 autoinc="INTEGER PRIMARY KEY", blob="BLOB"))  # rowid: increasing, no deletes
             self._upgrade(autoinc="INTEGER PRIMARY KEY", blob="BLOB")
 
+    def _records_where(self, survey: str, after_seq: int,
+                       upto_seq: int | None) -> tuple[str, list[Any]]:
+        """A survey that fills at least a quarter of the seq range is read along the primary
+        key (``+survey`` keeps SQLite off the survey's index): one sequential pass, already in
+        seq order. Through the index SQLite looks every row up and sorts them: three times
+        slower for a million records. A survey with few records in the range keeps the index."""
+        high = upto_seq if upto_seq is not None else (
+            self._q("SELECT MAX(seq) FROM records")[0][0] or 0)
+        where, params = super()._records_where(survey, after_seq, high)
+        width = high - after_seq
+        if width > 0 and 4 * int(self._q(f"SELECT COUNT(*) FROM records WHERE {where}",
+                                         params)[0][0]) >= width:
+            return "+" + where, params
+        return where, params
+
     # sqlite3.OperationalError texts of a store that cannot write now, whatever the statement
     _UNAVAILABLE = ("database or disk is full", "disk i/o error", "unable to open",
                     "database is locked")  # locked past busy_timeout: another writer holds it
