@@ -308,12 +308,7 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
     enc, C, groups = prepared.encoding, prepared.C, prepared.groups
     withheld = None if groups is None else _cell_union(groups.withheld[groups.ids], labels)
     R = release_codes(C, labels, enc, withheld, prepared.weights)
-    table = frame.drop(columns=[c for c in prepared.schema.dropped if c in frame.columns])
-    if not keep_index:
-        table = table.reset_index(drop=True)
-    table = table.copy()
-    for name, values in enc.decode(R, like=frame).items():
-        table[name] = values.to_numpy() if values.dtype == object else values.array
+    table = released_table(frame, prepared, R, keep_index=keep_index)
     qi = enc.names
     if prepared.plain_numeric:  # complete numeric data: exactly the literature's D and gate
         require_k_anonymous(table[qi].to_numpy(), k)
@@ -331,6 +326,19 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
     if shuffle:
         table = shuffle_rows(table, seed, keep_index=keep_index)
     return Release(table=table, distortion=d, loss=loss, privacy=achieved, risk=measured)
+
+
+def released_table(frame: pd.DataFrame, prepared: Prepared, R: np.ndarray, *,
+                   keep_index: bool = False) -> pd.DataFrame:
+    """``frame`` with its dropped roles removed and its quasi-identifiers replaced by the
+    released codes ``R`` (:func:`release_codes`), decoded per type; no gate, no shuffle."""
+    table = frame.drop(columns=[c for c in prepared.schema.dropped if c in frame.columns])
+    if not keep_index:
+        table = table.reset_index(drop=True)
+    table = table.copy()
+    for name, values in prepared.encoding.decode(R, like=frame).items():
+        table[name] = values.to_numpy() if values.dtype == object else values.array
+    return table
 
 
 def release_loss(prepared: Prepared, labels: np.ndarray,

@@ -28,7 +28,13 @@ import pandas as pd
 
 from streamanon.errors import InputError, KAnonymityError
 from streamanon.mixed import release_codes
-from streamanon.release import Prepared, Release, release_loss, release_prepared
+from streamanon.release import (
+    Prepared,
+    Release,
+    release_loss,
+    release_prepared,
+    released_table,
+)
 
 
 @dataclass(frozen=True)
@@ -59,15 +65,16 @@ def prepare_base(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray, k:
     if prepared.groups is not None or np.isnan(prepared.C).any():
         raise InputError("a base release is spliced only for complete data without groups")
     labels = np.asarray(labels)
-    release = release_prepared(frame, prepared, labels, k, seed=None, shuffle=False)
     R = release_codes(prepared.C, labels, prepared.encoding, None, prepared.weights)
-    _require_cells(release.table, prepared.encoding.names, labels, k)
+    table = released_table(frame, prepared, R)
+    # the gate, cell by cell (k or more rows, one released tuple each: k-anonymous, and so is
+    # any set of whole cells); the release's loss is measured on the spliced release
+    _require_cells(table, prepared.encoding.names, labels, k)
     order = np.random.default_rng(seed).permutation(len(labels))
     # made in the order they are sent (a splice keeps the base records in ``order``): read
     # in the order they lie in memory, a million messages go out a second and a half faster
-    messages = record_messages(release.table.iloc[order], prepared.encoding.names,
-                               labels[order])
-    return BaseRelease(frame, labels, release.table, R, messages, order)
+    messages = record_messages(table.iloc[order], prepared.encoding.names, labels[order])
+    return BaseRelease(frame, labels, table, R, messages, order)
 
 
 def _require_cells(table: pd.DataFrame, qi: Sequence[str], labels: np.ndarray, k: int) -> None:
