@@ -59,12 +59,13 @@ class SQLiteStore(Store):
         slower for a million records. A survey with few records in the range keeps the index."""
         high = upto_seq if upto_seq is not None else (
             self._q("SELECT MAX(seq) FROM records")[0][0] or 0)
-        where, params = super()._records_where(survey, after_seq, high)
-        width = high - after_seq
-        if width > 0 and 4 * int(self._q(f"SELECT COUNT(*) FROM records WHERE {where}",
+        bounded, params = super()._records_where(survey, after_seq, high)
+        where, chosen = super()._records_where(survey, after_seq, upto_seq)  # no bound: all,
+        width = high - after_seq  # a record stored after the MAX above included
+        if width > 0 and 4 * int(self._q(f"SELECT COUNT(*) FROM records WHERE {bounded}",
                                          params)[0][0]) >= width:
-            return "+" + where, params
-        return where, params
+            return "+" + where, chosen
+        return where, chosen
 
     # sqlite3.OperationalError texts of a store that cannot write now, whatever the statement
     _UNAVAILABLE = ("database or disk is full", "disk i/o error", "unable to open",
