@@ -64,8 +64,11 @@ def wait_for_kafka(bootstrap: str, timeout: float = 30.0, *, attempt_timeout: fl
 
     def attempt(outcome: list[BaseException | None], seconds: float) -> None:
         try:
+            known = getattr(kafka.KafkaAdminClient, "DEFAULT_CONFIG", {})  # kafka-python 3
+            bounded = ({"bootstrap_timeout_ms": max(int(seconds * 1000), 1)}
+                       if "bootstrap_timeout_ms" in known else {})
             admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000,
-                                           bootstrap_timeout_ms=max(int(seconds * 1000), 1))
+                                           **bounded)
             admin.list_topics()
             admin.close()
             outcome.append(None)
@@ -174,8 +177,9 @@ class EmbeddedBroker:
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
         )
         tail: collections.deque[str] = collections.deque(maxlen=20)
-        threading.Thread(target=_drain, args=(process.stderr, tail), daemon=True,
-                         name="tansu-stderr").start()
+        drain = threading.Thread(target=_drain, args=(process.stderr, tail), daemon=True,
+                                 name="tansu-stderr")
+        drain.start()
         try:
             wait_for_kafka(self.bootstrap, self.startup_timeout,
                            alive=lambda: process.poll() is None)
@@ -186,7 +190,7 @@ class EmbeddedBroker:
             self.stop()
             if not exited:
                 raise
-            time.sleep(0.05)  # the last lines of its stderr
+            drain.join(2.0)  # its stderr read to the end: it has exited
             said = "; ".join(tail)
             if "Address in use" in said or "AddrInUse" in said:
                 raise _PortInUse from None
