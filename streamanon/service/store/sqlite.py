@@ -57,15 +57,15 @@ class SQLiteStore(Store):
         key (``+survey`` keeps SQLite off the survey's index): one sequential pass, already in
         seq order. Through the index SQLite looks every row up and sorts them: three times
         slower for a million records. A survey with few records in the range keeps the index."""
+        where, params = super()._records_where(survey, after_seq, upto_seq)
+        # the range's top only chooses the read: a load without upto_seq keeps no upper bound,
+        # so a record stored after it is read too
         high = upto_seq if upto_seq is not None else (
             self._q("SELECT MAX(seq) FROM records")[0][0] or 0)
-        bounded, params = super()._records_where(survey, after_seq, high)
-        where, chosen = super()._records_where(survey, after_seq, upto_seq)  # no bound: all,
-        width = high - after_seq  # a record stored after the MAX above included
-        if width > 0 and 4 * int(self._q(f"SELECT COUNT(*) FROM records WHERE {bounded}",
-                                         params)[0][0]) >= width:
-            return "+" + where, chosen
-        return where, chosen
+        count = self._q("SELECT COUNT(*) FROM records WHERE survey = ? AND seq > ? AND seq <= ?",
+                        (survey, after_seq, high))[0][0]
+        return ("+" + where if high > after_seq and 4 * int(count) >= high - after_seq
+                else where), params
 
     # sqlite3.OperationalError texts of a store that cannot write now, whatever the statement
     _UNAVAILABLE = ("database or disk is full", "disk i/o error", "unable to open",
