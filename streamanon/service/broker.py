@@ -176,11 +176,11 @@ class EmbeddedBroker:
              "--storage-engine", "memory://tansu/"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
         )
-        tail: collections.deque[str] = collections.deque(maxlen=20)
-        drain = threading.Thread(target=_drain, args=(process.stderr, tail), daemon=True,
-                                 name="tansu-stderr")
-        drain.start()
-        try:
+        try:  # from here on, whatever happens (Ctrl-C too), the process is not left running
+            tail: collections.deque[str] = collections.deque(maxlen=20)
+            drain = threading.Thread(target=_drain, args=(process.stderr, tail), daemon=True,
+                                     name="tansu-stderr")
+            drain.start()
             wait_for_kafka(self.bootstrap, self.startup_timeout,
                            alive=lambda: process.poll() is None)
             if process.poll() is not None:  # another broker answered on that port

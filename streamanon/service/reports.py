@@ -76,7 +76,8 @@ class ReleaseReport:
     # the live plan's close-to-release: its compute and the release steps (the overhead model)
     predicted_release_seconds: float | None = None
     # the base run's steps while the survey was open (streamanon.service.base_run): load,
-    # prepare, engine, checkpoint, prepare_release; None for a one-shot release
+    # prepare, engine, checkpoint, prepare_release; None for a one-shot release, and for a
+    # release whose base run was done before a restart of the service (kept in memory only)
     base_steps_seconds: dict[str, float] | None = None
     publication: Publication | None = None
 

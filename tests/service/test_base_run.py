@@ -9,6 +9,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import streamanon.service.base_run as base_run_module
+import streamanon.service.releasing as releasing_module
 from streamanon.service.config import load_config
 from streamanon.service.lifecycle import Service
 from tests.service.conftest import write_config
@@ -30,6 +31,9 @@ def test_the_base_run_prepares_its_snapshot_off_the_event_loop(broker, tmp_path,
 
     for name in where:
         monkeypatch.setattr(base_run_module, name, watched(name, getattr(base_run_module, name)))
+    # the base release must not prepare the snapshot again, in whichever module it would
+    monkeypatch.setattr(releasing_module, "prepare_stored",
+                        watched("prepare_stored", releasing_module.prepare_stored))
 
     async def run() -> tuple[int, dict[str, float]]:
         service = Service(config, compute_pool=ThreadPoolExecutor(1))

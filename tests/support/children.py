@@ -54,7 +54,11 @@ class Lines:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGUSR1)
             dump = self.rest(3.0)
-            self.proc.kill()
+            self.proc.terminate()  # so that it stops what it started (an embedded broker)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
         else:
             dump = self.rest(3.0)
         return (f"the child printed nothing for {self.seconds:.0f} s; its output so far:\n"
