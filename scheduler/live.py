@@ -97,8 +97,8 @@ class Forecast(Protocol):
 
 def release_overhead(n: float, model: ReleaseOverhead = DEFAULT_OVERHEAD) -> float:
     """Seconds after close that are not compute, for a release of ``n`` records: the sum of
-    ``model``'s steps (default :data:`scheduler.overhead.DEFAULT_OVERHEAD`, 1 s + 40 us per
-    record)."""
+    ``model``'s steps (default :data:`scheduler.overhead.DEFAULT_OVERHEAD`, 0.65 s + 3.5 us
+    per record)."""
     return model(n)
 
 

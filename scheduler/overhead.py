@@ -10,15 +10,16 @@ step for a release of ``n`` records, so that a deadline keeps that much free
 (:func:`scheduler.live.compute_budget`).
 
 :data:`DEFAULT_OVERHEAD` is the model until one is fitted from measured close steps
-(:meth:`ReleaseOverhead.fit`, :meth:`ReleaseOverhead.from_reports`). Its per-record parts are
-the fit on the two-stage releases of ``python -m simulations.bench_service`` (200,000 and
-1,000,000 x 15, the base release spliced; 0.5 s + 8.6 us per record in all). Its late-record
-parts price the records a base release did not cover, which loading and the gate handle one by
-one: about 4.5 us each to load and 5 us each to gate and table (the same benchmark at
-``--nu 0.05`` and ``--nu 0.5`` and its one-shot releases, and a million-record release with
-998,335 late records: 4.9 s to load, 5.5 s to gate). Without them a plan that leaves almost
-every record to the incremental stage looked cheap. A default to be refitted on the machine,
-not a constant.
+(:meth:`ReleaseOverhead.fit`, :meth:`ReleaseOverhead.from_reports`). Its per-record parts
+follow the two-stage releases of :data:`MEASURED_RELEASES` (the default-plan benchmark and
+the million-record demo, records keyed without headers: 0.65 s + 3.5 us per record in all,
+1.4 s at 200,000 and 4.2 s at 1,000,000). Its late-record parts price the records a base
+release did not cover, which loading and the gate handle one by one: about 4.5 us each to
+load and 5 us each to gate and table (``simulations/bench_service.py`` at ``--nu 0.05`` and
+``--nu 0.5`` and its one-shot releases, and a million-record release with 998,335 late
+records: 4.9 s to load, 5.5 s to gate). Without them a plan that leaves almost every record
+to the incremental stage looked cheap. A default to be refitted on the machine, not a
+constant.
 
 Pure: numbers and mappings in, numbers out.
 """
@@ -173,12 +174,29 @@ class ReleaseOverhead:
                     data["steps"].items()}, runs=int(data.get("runs", 0)))
 
 
-#: The overhead before any fit: 0.5 s + 8.6 us per record in all, and 9.5 us per late record
+#: Releases whose close steps :data:`DEFAULT_OVERHEAD` follows: (records, late records, the
+#: close steps other than compute, in seconds), each one run on a quiet 2-core machine
+#: (docs/benchmarks/default-plan.md): MDAV at 200,000 with back-loaded arrivals
+#: (2026-11-28, 2cc479f), ONA* at 200,000 and MDAV at 1,000,000 with uniform arrivals
+#: (fe601b2), and the million-record demo twice (b875ebe, 65c1d07).
+MEASURED_RELEASES: tuple[tuple[int, int, dict[str, float]], ...] = (
+    (200_000, 12_286, {"drain": 0.584, "load": 0.055, "gate_and_table": 0.357, "files": 0.099,
+                       "publish": 0.538}),
+    (200_000, 20_229, {"drain": 0.27, "load": 0.16, "gate_and_table": 0.90, "files": 0.15,
+                       "publish": 0.75}),
+    (1_000_000, 87_312, {"load": 0.52, "gate_and_table": 1.02, "files": 0.72, "publish": 2.17}),
+    (1_000_000, 85_908, {"drain": 0.12, "load": 0.58, "gate_and_table": 0.75, "files": 0.70,
+                         "publish": 2.80}),
+    (1_000_000, 87_000, {"drain": 0.16, "load": 0.62, "gate_and_table": 1.57, "files": 0.60,
+                         "publish": 2.18}),
+)
+
+#: The overhead before any fit: 0.65 s + 3.5 us per record in all, and 9.5 us per late record
 #: (see the module docstring).
 DEFAULT_OVERHEAD = ReleaseOverhead({
     "drain": StepCost(0.1, 0.1e-6),
-    "load": StepCost(0.1, 0.3e-6, 4.5e-6),
-    "gate_and_table": StepCost(0.1, 2.2e-6, 5.0e-6),
-    "files": StepCost(0.1, 0.8e-6),
-    "publish": StepCost(0.1, 5.2e-6),
+    "load": StepCost(0.05, 0.15e-6, 4.5e-6),
+    "gate_and_table": StepCost(0.3, 0.4e-6, 5.0e-6),
+    "files": StepCost(0.0, 0.68e-6),
+    "publish": StepCost(0.2, 2.2e-6),
 })
