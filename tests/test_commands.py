@@ -80,14 +80,17 @@ def test_the_service_benchmark_runs(subprocesses, tmp_path):
     both modes side by side, every step of report.json in the table, the base release spliced."""
     out = tmp_path / "bench_service.json"
     result = subprocess.run(
-        [sys.executable, "-m", "simulations.bench_service", "--sizes", "4000", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=900)
+        [sys.executable, "-m", "simulations.bench_service", "--sizes", "4000", "--busy",
+         "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [run] = json.loads(out.read_text())
-    two, one = run["twostage"], run["oneshot"]
-    assert two["n"] == one["n"] == run["n"] == 4000
-    assert two["mode"] == "two-stage" and one["mode"] == "one-shot"
-    assert two["spliced"] is True and one["spliced"] is False
+    two, one, busy = run["twostage"], run["oneshot"], run["busy"]
+    assert two["n"] == one["n"] == busy["n"] == run["n"] == 4000
+    assert two["mode"] == busy["mode"] == "two-stage" and one["mode"] == "one-shot"
+    assert two["spliced"] is busy["spliced"] is True and one["spliced"] is False
+    assert busy["n_increment"] == two["n_increment"]  # the same release, made again
+    assert "| 4,000: two-stage, CPU job beside |" in result.stdout
+    assert "times the quiet release; target <= 2 x the quiet one" in result.stdout
     assert 0 < two["n_increment"] < 4000 and one["n_increment"] == 0
     assert two["n_increment"] == max(round(run["nu"] * 4000), 1)  # the planned nu
     for step in ("drain", "load", "compute", "gate_and_table", "files", "publish"):
