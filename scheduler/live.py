@@ -95,17 +95,33 @@ class Forecast(Protocol):
     def arrival_coefficient(self, t_ref: float) -> float: ...
 
 
-def release_overhead(n: float, model: ReleaseOverhead = DEFAULT_OVERHEAD) -> float:
-    """Seconds after close that are not compute, for a release of ``n`` records: the sum of
-    ``model``'s steps (default :data:`scheduler.overhead.DEFAULT_OVERHEAD`, 0.65 s + 3.5 us
-    per record)."""
-    return model(n)
+def release_overhead(n: float, model: ReleaseOverhead = DEFAULT_OVERHEAD,
+                     late: float = 0.0) -> float:
+    """Seconds after close that are not compute, for a release of ``n`` records, ``late`` of
+    them not in a base release made before close: the sum of ``model``'s steps (default
+    :data:`scheduler.overhead.DEFAULT_OVERHEAD`, 0.65 s + 3.5 us per record). The expected
+    time: what a plan predicts."""
+    return model(n, late)
+
+
+#: A deadline keeps free this many times the modelled overhead: the model is the middle of
+#: the measured releases (:data:`scheduler.overhead.MEASURED_RELEASES`, which took up to 1.45
+#: times it), and a deadline is met only if the steps after the compute fit in what is left.
+DEADLINE_RESERVE = 1.5
+
+
+def deadline_reserve(n: float, model: ReleaseOverhead = DEFAULT_OVERHEAD,
+                     late: float = 0.0) -> float:
+    """Seconds of a deadline kept free for the steps after the compute:
+    :data:`DEADLINE_RESERVE` times :func:`release_overhead`."""
+    return DEADLINE_RESERVE * release_overhead(n, model, late)
 
 
 def compute_budget(deadline: float, n: float,
                    model: ReleaseOverhead = DEFAULT_OVERHEAD) -> float:
-    """The part of a deadline the compute may use: the deadline less the release overhead."""
-    return max(deadline - release_overhead(n, model), 0.0)
+    """The part of a deadline the compute may use: the deadline less
+    :func:`deadline_reserve`."""
+    return max(deadline - deadline_reserve(n, model), 0.0)
 
 
 def margin_factor(base_cost: BaseCost, n: float,

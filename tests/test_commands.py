@@ -77,7 +77,8 @@ def test_make_bench_runs_the_benchmark(subprocesses, tmp_path):
 
 def test_the_service_benchmark_runs(subprocesses, tmp_path):
     """``python -m simulations.bench_service`` (docs/benchmarks/service.md), on a small load:
-    both modes side by side, every step of report.json in the table, the base release spliced."""
+    the three modes side by side (two-stage, the same with a CPU job beside it, one-shot), every
+    step of report.json in the table, the base release spliced."""
     out = tmp_path / "bench_service.json"
     result = subprocess.run(
         [sys.executable, "-m", "simulations.bench_service", "--sizes", "4000", "--busy",

@@ -197,8 +197,9 @@ class Releaser:
         refine_until = None  # the refinement ends where the deadline less the overhead is
         if sc.refine != "off" and sc.deadline is not None:
             closed = (await self._in_store(self.store.survey_state, sid)).close_requested_at
+            late = n - base.n_base if base is not None else n
             refine_until = ((closed or stage_started) + sc.deadline
-                            - live.release_overhead(n))
+                            - live.deadline_reserve(n, late=late))
         X = np.ascontiguousarray(frame[sc.quasi_identifiers].to_numpy(dtype=np.float64))
         # numbers only, none missing, no strata: the plain numeric partition, from X alone;
         # the preparation (for the release and its loss) then runs beside it

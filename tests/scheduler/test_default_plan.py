@@ -65,7 +65,7 @@ def test_the_default_chooses_2mdav_at_a_million_and_nn_split_end_where_it_is_che
                Option("mdav", MDAV, TwoStageCost(MDAV), "two_stage")]
     big = choose(UNIFORM, options, k=K, stage="auto", seconds_to_close=OPEN)
     assert big.plan.stage == "two_stage"
-    # the fixed release steps of a million records (9.1 s, publishing most) bound the gain
+    # the fixed release steps of a million records (4.2 s, publishing most) bound the gain
     assert big.plan.finish_after_close + live.release_overhead(N) < (
         MDAV(N) + DEFAULT_OVERHEAD(N, late=N)) / 4.5
     small_n = 50_000

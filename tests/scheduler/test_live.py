@@ -13,7 +13,7 @@ import pytest
 from scheduler import live
 from scheduler.arrivals import UniformForecast
 from scheduler.cost_model import PowerLaw, TwoStageCost
-from scheduler.overhead import DEFAULT_OVERHEAD
+from scheduler.overhead import DEFAULT_OVERHEAD, MEASURED_RELEASES
 from scheduler.planner import (
     Plan,
     deadline_ratio,
@@ -29,8 +29,17 @@ PAPER = UniformForecast.from_arrival_coefficient(N, 5.0, T_REF)  # 10 h survey, 
 
 def test_release_overhead_is_kept_out_of_the_compute_budget():
     assert live.release_overhead(200_000) == pytest.approx(1.356)
-    assert live.compute_budget(12.0, 200_000) == pytest.approx(10.644)
-    assert live.compute_budget(1.0, 200_000) == 0.0
+    assert live.deadline_reserve(200_000) == pytest.approx(1.5 * 1.356)
+    assert live.compute_budget(12.0, 200_000) == pytest.approx(12.0 - 1.5 * 1.356)
+    assert live.compute_budget(2.0, 200_000) == 0.0
+
+
+@pytest.mark.parametrize("n, late, steps", MEASURED_RELEASES)
+def test_a_deadline_keeps_free_what_each_measured_release_took_after_its_compute(n, late,
+                                                                                steps):
+    """The overhead model is the middle of the measured releases; what a deadline keeps free
+    for the steps after the compute is above every one of them."""
+    assert live.deadline_reserve(n, late=late) >= sum(steps.values())
 
 
 def test_a_fitted_overhead_model_replaces_the_default_in_the_budget():
@@ -39,10 +48,10 @@ def test_a_fitted_overhead_model_replaces_the_default_in_the_budget():
     fast = ReleaseOverhead.fit([(n, {"drain": 0.1, "publish": 1e-6 * n})
                                 for n in (10_000, 200_000)])
     assert live.release_overhead(200_000, fast) == pytest.approx(0.3)
-    assert live.compute_budget(12.0, 200_000, fast) == pytest.approx(11.7)
+    assert live.compute_budget(12.0, 200_000, fast) == pytest.approx(12.0 - 1.5 * 0.3)
     inc = TwoStageCost(QUADRATIC)
     plan = live.plan(PAPER, QUADRATIC, inc, k=K, deadline=3600.0, overhead_model=fast)
-    assert plan.deadline == pytest.approx(3600.0 - fast(N))
+    assert plan.deadline == pytest.approx(3600.0 - live.DEADLINE_RESERVE * fast(N))
 
 
 def test_forecast_takes_the_expected_total_over_pace_extrapolation():

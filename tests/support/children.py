@@ -1,7 +1,8 @@
 """Reading a child command's output line by line with a deadline: a child that stays silent
 past it is asked for the stack of each of its threads (``kill -USR1``: ``streamanon``
-registers :mod:`faulthandler` on it), killed, and the test fails with everything it printed,
-instead of waiting on a ``readline`` until pytest-timeout shows only the test's own stack."""
+registers :mod:`faulthandler` on it), stopped (SIGTERM, then SIGKILL after 10 s), and the
+test fails with everything it printed, instead of waiting on a ``readline`` until
+pytest-timeout shows only the test's own stack."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ class Lines:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
         else:
             dump = self.rest(3.0)
         return (f"the child printed nothing for {self.seconds:.0f} s; its output so far:\n"
