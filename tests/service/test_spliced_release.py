@@ -26,12 +26,16 @@ from tests.service.kafka_helpers import (
 QI = ["age", "income", "height"]
 
 
-@pytest.mark.parametrize("incremental", ["nn_split_end", "two_stage"])
+@pytest.mark.parametrize("incremental, late", [("nn_split_end", 120), ("two_stage", 120),
+                                               ("nn_split_end", 0)])
 def test_a_two_stage_release_is_spliced_from_the_base_release(service_factory, broker,
-                                                               tmp_path, incremental):
+                                                               tmp_path, incremental, late):
+    """``late`` 0: every response arrived before the base snapshot (a survey whose responses
+    stopped before its close): the base release is the release."""
     svc = service_factory(k=5, incremental=incremental)
     svc.start()
-    n_base, n = 400, 520
+    n_base = 400
+    n = n_base + late
     msgs = [(f"R{i:06d}".encode(), response(i)) for i in range(n)]
     base_run(svc, broker.bootstrap, "wellbeing", msgs[:n_base])
     produce(broker.bootstrap, f"{svc.prefix}.wellbeing.responses", msgs[n_base:])
