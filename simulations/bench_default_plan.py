@@ -31,6 +31,7 @@ the achieved.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import tempfile
@@ -83,8 +84,16 @@ def row(summary: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
             "one_shot_compute_seconds": one_shot_compute,
             "one_shot_release_seconds": one_shot_release, "sooner": sooner, "delta": delta,
             "distortion": r["distortion"], "one_shot_distortion": reference["distortion"],
-            "close_steps_seconds": r["close_steps_seconds"],
+            "close_steps_seconds": r["close_steps_seconds"], "spliced": r.get("spliced"),
             "checks": {name: ok for name, ok in checks}}
+
+
+def steps(x: dict[str, Any]) -> str:
+    """The row's steps after close, and whether its release was spliced into the base one."""
+    parts = ", ".join(f"{name} {seconds:.2f}" for name, seconds
+                      in (x["close_steps_seconds"] or {}).items())
+    spliced = {True: "yes", False: "no", None: "-"}[x["spliced"]]
+    return f"  steps after close (s): {parts}; spliced into the base release: {spliced}"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -125,11 +134,16 @@ def main() -> None:
     parser.add_argument("--open-seconds", type=float, default=None,
                         help="how long each survey is open, wall clock (default: from "
                              "--arrival-coefficient)")
+    parser.add_argument("--keep", default=None, metavar="DIR",
+                        help="keep each run's output (store, release, report.json) in DIR, "
+                             "which must not exist yet (default: a temporary folder, removed)")
     parser.add_argument("--skip", default="",
                         help="comma-separated SIZE:ENGINE pairs not to run, e.g. "
                              "1000000:ona_star")
     parser.add_argument("--out", default=str(RESULTS / "bench_default_plan.json"))
     args = parser.parse_args()
+    if args.keep and Path(args.keep).exists():
+        parser.error(f"--keep {args.keep}: it exists already; give a new folder")
     sizes = [int(s) for s in args.sizes.split(",")]
     engines = args.engines.split(",")
     profiles = args.profiles.split(",")
@@ -137,7 +151,8 @@ def main() -> None:
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     revision = commit()  # the code that runs, whatever is committed meanwhile
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with (contextlib.nullcontext(args.keep) if args.keep
+          else tempfile.TemporaryDirectory()) as tmp:
         for n in sizes:
             for engine in engines:
                 if (str(n), engine) in skip:
@@ -168,6 +183,7 @@ def main() -> None:
                 for summary in summaries:
                     rows.append(row(summary, reference))
                     print(table(rows[-1:]).splitlines()[-1], flush=True)
+                    print(steps(rows[-1]), flush=True)
     print(f"\nThe default plan against the one-shot release; {started}, commit {revision}, "
           f"{machine()}; i.i.d. Gaussian x {M}, k = {K}; s: the survey's window over the "
           f"measured one-shot compute; command: python -m simulations.bench_default_plan "

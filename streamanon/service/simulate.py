@@ -11,7 +11,7 @@ stage, publishing) takes the real time it takes. A 10 h survey at speedup 600 la
 The report (``report.md`` with PNG plots, and ``simulation.json``) has the arrival curve with the
 base snapshot, close and release moments; predicted against achieved close-to-release time;
 the one-shot time (measured on the same records after the release; the last response is due
-2 % before the close, so all ``n`` are released); nu and the arrival
+up to a second before the close, so all ``n`` are released: :func:`send_times`); nu and the arrival
 coefficient; and D of the release against the one-shot release (delta = D / D_one_shot - 1).
 ``--dry-run`` runs only the planner on the profile's expected arrival curve and the calibrated
 cost model, without producing anything. Both plans, the predicted one and the live one, are
@@ -57,6 +57,7 @@ from streamanon.service.web import snapshot_html
 
 SURVEY = "sim"
 DATA_KINDS = ("gaussian", "census-like")
+PRODUCER_MARGIN_SECONDS = 1.0  # the last response is due this long before the close, at most
 
 log = logging.getLogger(__name__)
 
@@ -415,6 +416,18 @@ def predict(profile: Any, n: int, duration: float, deadline: float | None, model
             "warnings": list(plan.warnings)}
 
 
+def send_times(arrivals: Any, n: int, survey_duration: float, speedup: float,
+               seed: int) -> np.ndarray:
+    """When each of the ``n`` responses is produced, in wall seconds after the opening: the
+    profile's moments compressed ``speedup`` times, then squeezed so that the last one is due
+    :data:`PRODUCER_MARGIN_SECONDS` (or 2 % of a short window) before the close, so that the
+    producer's own lag cannot push a response past the close (it would be dead-lettered)."""
+    open_seconds = survey_duration / speedup
+    margin = min(PRODUCER_MARGIN_SECONDS, 0.02 * open_seconds)
+    times = np.asarray(arrivals.times(n, survey_duration, seed), dtype=np.float64) / speedup
+    return times * ((open_seconds - margin) / open_seconds)
+
+
 def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k: int = 10,
                    survey_duration: float = 36_000.0, speedup: float = 600.0,
                    deadline: float | None = None, engine: str = "mdav",
@@ -474,9 +487,7 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
         "min_nu": min_nu, "cost_model": {"a": model.a, "b": model.b}, "prediction": prediction,
         "dry_run": dry_run, "survey": survey,
     }
-    # survey time -> wall seconds; the last response is due 2 % before the close, so that the
-    # producer's own lag cannot push responses past the close (they would be dead-lettered)
-    times = arrivals.times(n, survey_duration, seed) / speedup * 0.98
+    times = send_times(arrivals, n, survey_duration, speedup, seed)
     if dry_run:
         summary["one_shot_estimate_seconds"] = model(n)
         write_report(out, summary, times, None)
@@ -518,7 +529,7 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
         "compute_seconds_after_close", "close_steps_seconds", "base_seconds",
         "incremental_seconds",
         "one_shot_estimate_seconds", "distortion", "information_loss", "rejected",
-        "base_started_at", "closed_at", "released_at", "opened_at")}
+        "base_started_at", "closed_at", "released_at", "opened_at", "spliced")}
     summary["release"]["files"] = report.get("files")
     summary["records_not_released"] = n - int(report["n"])
     summary["one_shot_seconds"] = one_shot_seconds

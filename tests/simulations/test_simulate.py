@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -36,7 +37,7 @@ def test_simulate_runs_the_pipeline_and_reports_consistently(subprocesses, tmp_p
     release = summary["release"]
     # the report's numbers are those of the release the service wrote
     files = json.loads((out / "sim" / "report.json").read_text())
-    for key in ("n", "nu", "distortion", "close_to_release_seconds", "mode"):
+    for key in ("n", "nu", "distortion", "close_to_release_seconds", "mode", "spliced"):
         assert release[key] == files[key], key
     frame = pd.read_parquet(out / "sim" / "release.parquet")
     qi = [f"q{j}" for j in range(4)]
@@ -105,3 +106,41 @@ def test_a_dry_run_prints_nothing_and_reports_progress_and_plan_warnings(tmp_pat
     assert store.get("mdav", 3, 5) == PowerLaw(a=1e-6, b=2.0)
     # a 1 s deadline (0.01 s compressed) leaves no compute budget: the plan says so
     assert any("cannot be met" in w for w in summary["prediction"]["warnings"])
+
+
+@pytest.mark.parametrize("open_seconds", [30.0, 100.0, 4279.0])
+def test_the_last_response_is_due_a_producer_lag_before_the_close_not_a_share(open_seconds):
+    """The margin before the close covers the producer's own lag (its 20 ms loop and the
+    broker's append), a second at most: a share of the window left 86 s of silence before
+    the close of a 4279 s survey, so the rush up to the close was not simulated."""
+    from scheduler.profiles import resolve
+    from streamanon.service.simulate import PRODUCER_MARGIN_SECONDS, send_times
+
+    duration = open_seconds * 600.0
+    arrivals = resolve("back_loaded", duration)
+    times = send_times(arrivals, 50_000, duration, 600.0, seed=7)
+    # the profile's own last moment is a little before its end (the last quantile's middle)
+    last = arrivals.times(50_000, duration, 7).max() / 600.0
+    assert PRODUCER_MARGIN_SECONDS <= 1.0
+    assert 0 < open_seconds - times.max() <= PRODUCER_MARGIN_SECONDS + (open_seconds - last)
+    assert times.min() >= 0 and (np.diff(times) >= 0).all()
+
+
+def test_the_default_plan_benchmark_prints_each_rows_steps_and_whether_it_spliced():
+    """``simulations.bench_default_plan`` prints, under each row, its steps after close and
+    whether the release was spliced into the base release (an unspliced million-record
+    release could not be told from its gate time alone)."""
+    from simulations.bench_default_plan import row, steps
+
+    release = {"n": 1000, "n_base": 900, "mode": "two-stage", "nu": 0.1,
+               "close_to_release_seconds": 0.5, "predicted_release_seconds": 0.6,
+               "distortion": 0.21, "close_steps_seconds": {"drain": 0.1, "gate_and_table": 0.25},
+               "spliced": False}
+    summary = {"release": release, "engine": "mdav", "profile": "uniform",
+               "open_seconds": 30.0, "incremental": "nn_split_end"}
+    reference = {"close_steps_seconds": {"compute": 3.0}, "close_to_release_seconds": 4.0,
+                 "distortion": 0.2}
+    line = steps(row(summary, reference))
+    assert "drain 0.10, gate_and_table 0.25" in line and line.endswith("base release: no")
+    release["spliced"] = True
+    assert steps(row(summary, reference)).endswith("base release: yes")
