@@ -303,3 +303,39 @@ def test_a_load_of_everything_after_a_seq_keeps_no_upper_bound(store):
     store.insert_records("s", rows(1, start=40))  # stored after the choice, before the read
     seqs = [row[0] for row in store._q(f"SELECT seq FROM records WHERE {where}", params)]
     assert len(seqs) == 41
+
+
+def test_sqlite_identities_stored_by_another_store_object_are_recognised(tmp_path):
+    """The SQLite store keeps the records' identities in memory (no unique index on random
+    pseudonyms): records stored through another connection (another process) since are read
+    before a lookup or an insert, so a redelivery through either is still skipped and a
+    stored respondent still found."""
+    path = tmp_path / "store.db"
+    a, b = SQLiteStore(path), SQLiteStore(path)
+    try:
+        a.ensure_survey("s")
+        assert a.insert_records("s", rows(10)) == 10
+        assert b.insert_records("s", rows(5, start=8)) == 3  # 8, 9 stored through a
+        assert b.respondents("s", [r.rid_hash for r in rows(2, start=12)]) == {
+            rows(1, start=12)[0].rid_hash: {rows(1, start=12)[0].digest}}
+        assert a.insert_records("s", rows(4, start=11)) == 2  # 11, 12 stored through b
+        assert a.respondents("s", [rows(1, start=14)[0].rid_hash]) == {
+            rows(1, start=14)[0].rid_hash: {rows(1, start=14)[0].digest}}
+        assert a.count("s") == b.count("s") == 15
+        assert a.load_records("s", 3).qi[:, 0].tolist() == [float(i) for i in range(15)]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_new_sqlite_store_has_no_index_on_random_pseudonyms(tmp_path):
+    """Its one index on the records is by survey and arrival (appended in order); the
+    identities are kept by the store object (``Identities``)."""
+    store = SQLiteStore(tmp_path / "store.db")
+    try:
+        indexes = store._q("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND "
+                           "tbl_name = 'records'")
+        assert [name for name, _ in indexes] == ["records_survey"]
+        assert "(survey, seq)" in indexes[0][1]
+    finally:
+        store.close()

@@ -123,8 +123,10 @@ _RECORDS = """
 CREATE TABLE IF NOT EXISTS records (
     seq {autoinc}, survey TEXT NOT NULL, arrived_at DOUBLE PRECISION NOT NULL,
     kafka_partition INTEGER NOT NULL, kafka_offset BIGINT NOT NULL, rid_hash {blob} NOT NULL,
-    digest {blob} NOT NULL, qi {blob} NOT NULL, confidential TEXT NOT NULL, label TEXT,
-    UNIQUE (survey, rid_hash, digest))"""
+    digest {blob} NOT NULL, qi {blob} NOT NULL, confidential TEXT NOT NULL, label TEXT{unique})"""
+#: The records' identity constraint: kept by the database (PostgreSQL), or by the store object
+#: when a unique index on random pseudonyms costs more than the rest of an insert (SQLite).
+UNIQUE_IDENTITY = ",\n    UNIQUE (survey, rid_hash, digest)"
 _RECORD_COLUMNS = ("seq, survey, arrived_at, kafka_partition, kafka_offset, rid_hash, digest, "
                    "qi, confidential, label")
 
@@ -176,7 +178,7 @@ class Store(ABC):
     def _record_columns(self) -> set[str]:
         """The columns of the records table as it is in the database."""
 
-    def _upgrade(self, autoinc: str, blob: str) -> None:
+    def _upgrade(self, autoinc: str, blob: str, unique: str = UNIQUE_IDENTITY) -> None:
         """Bring a records table of an earlier version (unique by Kafka partition and offset,
         no digest) to the current one: the rows are copied with their sequence numbers, their
         digests computed, in one transaction; a crash leaves the old table as it was."""
@@ -186,7 +188,7 @@ class Store(ABC):
         with self._lock, self._transaction():
             self._q("ALTER TABLE records RENAME TO records_v1")
             self._q("DROP INDEX IF EXISTS records_pseudonym")
-            self._q(_RECORDS.format(autoinc=autoinc, blob=blob))
+            self._q(_RECORDS.format(autoinc=autoinc, blob=blob, unique=unique))
             last = 0
             while True:
                 rows = self._q("SELECT seq, survey, arrived_at, kafka_partition, kafka_offset, "

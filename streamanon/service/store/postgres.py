@@ -13,7 +13,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from streamanon.service.store.base import SCHEMA, RecordRow, Store, StoreError, StoreUnavailable
+from streamanon.service.store.base import (
+    SCHEMA,
+    UNIQUE_IDENTITY,
+    RecordRow,
+    Store,
+    StoreError,
+    StoreUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +89,9 @@ class PostgresStore(Store):
             with self._lock, self._reachable():
                 conn.execute("SELECT pg_advisory_lock(727272)")  # schema creation, once
                 try:
-                    for statement in SCHEMA.format(autoinc="BIGSERIAL PRIMARY KEY",
-                                                    blob="BYTEA").split(";"):
+                    schema = SCHEMA.format(autoinc="BIGSERIAL PRIMARY KEY", blob="BYTEA",
+                                           unique=UNIQUE_IDENTITY)
+                    for statement in schema.split(";"):
                         if statement.strip():
                             conn.execute(statement)
                     self._upgrade(autoinc="BIGSERIAL PRIMARY KEY", blob="BYTEA")

@@ -17,6 +17,42 @@ from typing import Any
 from streamanon.service.store.base import SCHEMA, RecordRow, Store, StoreUnavailable
 
 
+class Identities:
+    """The identity (respondent pseudonym, record digest) of every stored record, by survey,
+    as of ``seq``: what the unique index of the records table would hold, kept in memory.
+
+    SQLite's unique index on random 128-bit pseudonyms made an insert cost 9.9 us a record
+    at 400,000 rows and 27 us at 2,000,000 (each batch dirties about a page of the index per
+    record, written to the WAL at commit), against 3.2-3.7 us without it
+    (``docs/benchmarks/service.md``, "The store without a unique index"). In memory about
+    140 bytes a record (140 MB at a million)."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self._by_survey: dict[str, dict[bytes, bytes | set[bytes]]] = {}
+
+    def add(self, survey: str, rid: bytes, digest: bytes) -> bool:
+        """Note a record's identity; False when it is noted already."""
+        known = self._by_survey.setdefault(survey, {})
+        held = known.get(rid)
+        if held is None:
+            known[rid] = digest
+        elif isinstance(held, set):
+            if digest in held:
+                return False
+            held.add(digest)
+        elif held == digest:
+            return False
+        else:
+            known[rid] = {held, digest}
+        return True
+
+    def digests(self, survey: str, rid: bytes) -> set[bytes]:
+        """The digests of the stored records of the respondent ``rid``."""
+        held = self._by_survey.get(survey, {}).get(rid)
+        return set() if held is None else held.copy() if isinstance(held, set) else {held}
+
+
 class SQLiteStore(Store):
     """SQLite in WAL mode; the database file and its WAL companions are private (0600)."""
 
@@ -35,21 +71,22 @@ class SQLiteStore(Store):
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")  # committed means on disk
             self._conn.execute("PRAGMA busy_timeout=10000")
-            # keep the indexes in memory: random 128-bit pseudonyms touch pages everywhere
             self._conn.execute("PRAGMA cache_size=-262144")
             self._conn.execute("PRAGMA mmap_size=1073741824")
-            # Checkpoint every 20,000 WAL pages (80 MB), not every 1,000: a batch of random
-            # pseudonyms dirties pages all over the unique index, and each checkpoint writes
-            # them again; fewer checkpoints write a hot page once for several batches (the
-            # commit costs about a third less per record at a million records, measured).
+            # Checkpoint every 20,000 WAL pages (80 MB), not every 1,000: fewer checkpoints
+            # write a hot page once for several batches (a store made before the identities
+            # were kept in memory has a unique index on random pseudonyms, whose batches dirty
+            # pages all over it).
             self._conn.execute("PRAGMA wal_autocheckpoint=20000")
         finally:
             os.umask(old)
         self._depth = 0
         with self._lock:
-            self._conn.executescript(SCHEMA.format(
-                autoinc="INTEGER PRIMARY KEY", blob="BLOB"))  # rowid: increasing, no deletes
+            self._conn.executescript(SCHEMA.format(  # rowid: increasing, no deletes
+                autoinc="INTEGER PRIMARY KEY", blob="BLOB", unique="")
+                + ";\nCREATE INDEX IF NOT EXISTS records_survey ON records (survey, seq)")
             self._upgrade(autoinc="INTEGER PRIMARY KEY", blob="BLOB")
+        self._ids: Identities | None = None  # loaded by the first insert or lookup
 
     def _records_where(self, survey: str, after_seq: int,
                        upto_seq: int | None) -> tuple[str, list[Any]]:
@@ -102,16 +139,46 @@ class SQLiteStore(Store):
     ROWS_PER_INSERT = 500
 
     def _insert_rows(self, survey: str, rows: Sequence[RecordRow | tuple[Any, ...]]) -> int:
+        """Inside the caller's write transaction (``BEGIN IMMEDIATE``: no other writer until
+        it ends), so the identities brought up to date here stay so until the insert."""
         head = ("INSERT OR IGNORE INTO records (survey, arrived_at, kafka_partition, "
                 "kafka_offset, rid_hash, digest, qi, confidential, label) VALUES ")
         one = f"('{survey}', ?, ?, ?, ?, ?, ?, ?, ?)"
         inserted = 0
         with self._lock, self._faults():
-            for start in range(0, len(rows), self.ROWS_PER_INSERT):
-                chunk = rows[start:start + self.ROWS_PER_INSERT]
-                sql = head + ", ".join([one] * len(chunk))  # the full size: a cached statement
-                inserted += self._conn.execute(sql, list(chain.from_iterable(chunk))).rowcount
+            try:
+                ids = self._identities()
+                rows = [row for row in rows if ids.add(survey, row[3], row[4])]
+                for start in range(0, len(rows), self.ROWS_PER_INSERT):
+                    chunk = rows[start:start + self.ROWS_PER_INSERT]
+                    sql = head + ", ".join([one] * len(chunk))  # full size: a cached statement
+                    inserted += self._conn.execute(
+                        sql, list(chain.from_iterable(chunk))).rowcount
+                ids.seq = self._conn.execute("SELECT MAX(seq) FROM records").fetchone()[0] or 0
+            except BaseException:
+                self._ids = None  # what was added may not be stored: read again when needed
+                raise
         return inserted
+
+    def respondents(self, survey: str, hashes: Sequence[bytes]) -> dict[bytes, set[bytes]]:
+        with self._lock, self._faults():
+            ids = self._identities()
+            return {rid: digests for rid in dict.fromkeys(hashes)
+                    if (digests := ids.digests(survey, rid))}
+
+    def _identities(self) -> Identities:
+        """The identities of every stored record, read from the table the first time and
+        then only those stored since (by another store object or process). Under the lock."""
+        ids = self._ids if self._ids is not None else Identities()
+        cursor = self._conn.execute(
+            "SELECT seq, survey, rid_hash, digest FROM records WHERE seq > ? ORDER BY seq",
+            (ids.seq,))
+        while batch := cursor.fetchmany(100_000):
+            for _, survey, rid, digest in batch:
+                ids.add(survey, bytes(rid), bytes(digest))
+            ids.seq = batch[-1][0]
+        self._ids = ids
+        return ids
 
     class _Tx:
         def __init__(self, store: SQLiteStore) -> None:
@@ -144,6 +211,9 @@ class SQLiteStore(Store):
                         if conn.in_transaction:
                             conn.execute("ROLLBACK")
                         raise
+                    finally:
+                        if exc_type or conn.in_transaction:  # rolled back, or not committed:
+                            self.store._ids = None  # its identities are read again
             finally:
                 self.store._lock.release()
 
