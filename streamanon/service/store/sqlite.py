@@ -21,11 +21,11 @@ class Identities:
     """The identity (respondent pseudonym, record digest) of every stored record, by survey,
     as of ``seq``: what the unique index of the records table would hold, kept in memory.
 
-    SQLite's unique index on random 128-bit pseudonyms made an insert cost 9.9 us a record
-    at 400,000 rows and 27 us at 2,000,000 (each batch dirties about a page of the index per
-    record, written to the WAL at commit), against 3.2-3.7 us without it
-    (``docs/benchmarks/service.md``, "The store without a unique index"). In memory about
-    140 bytes a record (140 MB at a million)."""
+    SQLite's unique index on random 128-bit pseudonyms made an insert cost 6.9 us a row at
+    400,000 rows and 20.9 us at 2,000,000 (each batch dirties about a page of the index per
+    row, written to the WAL at commit), against 2.9-3.1 us without it
+    (``simulations.bench_store_index``). In memory about 140 bytes a record (140 MB at a
+    million)."""
 
     def __init__(self) -> None:
         self.seq = 0
