@@ -243,7 +243,11 @@ def _worker_start(config_json: str, hmac_key: bytes) -> None:
     _WORKER["validators"] = {
         s.id: Validator(s, hmac_key, max_message_bytes=config.kafka.max_message_bytes)
         for s in config.surveys}
-    _WORKER["store"] = open_store(config.store.url)
+    _WORKER["store"] = store = open_store(config.store.url)
+    try:
+        store.load_identities()
+    except StoreUnavailable as exc:  # read by the first insert instead
+        log.warning("the ingest worker could not read the stored identities yet (%s)", exc)
     worker_gc()
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+import sys
 import threading
 
 import numpy as np
@@ -15,6 +17,7 @@ from streamanon.service.store import (
     ReleaseRow,
     SQLiteStore,
     StoreError,
+    StoreUnavailable,
     open_store,
     record_digest,
 )
@@ -337,5 +340,71 @@ def test_a_new_sqlite_store_has_no_index_on_random_pseudonyms(tmp_path):
                            "tbl_name = 'records'")
         assert [name for name, _ in indexes] == ["records_survey"]
         assert "(survey, seq)" in indexes[0][1]
+    finally:
+        store.close()
+
+
+class _CommitFailsOnce:
+    """A SQLite connection whose next COMMIT fails as a full disk does (SQLite rolls the
+    transaction back), the rest passed through."""
+
+    def __init__(self, conn):
+        self._conn, self.failed = conn, False
+
+    def execute(self, sql, *args):
+        if sql == "COMMIT" and not self.failed:
+            self.failed = True
+            self._conn.execute("ROLLBACK")
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+def test_records_of_a_failed_commit_are_stored_when_the_batch_comes_again(tmp_path):
+    """A COMMIT that fails (a full disk) rolls the batch back: the identities kept in memory
+    must not count its records as stored, or the worker's retry of the same batch would
+    skip them all as redelivered and commit their offsets: the responses lost."""
+    store = SQLiteStore(tmp_path / "store.db")
+    try:
+        store.ensure_survey("s")
+        assert store.insert_records("s", rows(5)) == 5
+        real = store._conn
+        store._conn = failing = _CommitFailsOnce(real)
+        with pytest.raises(StoreUnavailable):
+            store.insert_records("s", rows(10, start=5))
+        assert failing.failed
+        store._conn = real
+        assert store.count("s") == 5
+        assert store.respondents("s", [rows(1, start=7)[0].rid_hash]) == {}
+        assert store.insert_records("s", rows(10, start=5)) == 10
+        assert store.load_records("s", 3).qi[:, 0].tolist() == [float(i) for i in range(15)]
+    finally:
+        store.close()
+
+
+def test_the_ingest_worker_reads_the_identities_before_its_first_write_transaction(
+        tmp_path, monkeypatch):
+    """``load_identities`` (called by the ingest worker when it starts) reads every stored
+    identity outside a write transaction, so the first insert does not hold SQLite's write
+    lock while it reads a million rows."""
+    from streamanon.service import ingest
+    from tests.service.test_collector_faults import make_config
+
+    first = SQLiteStore(tmp_path / "store.db")  # make_config's store
+    first.ensure_survey("s")
+    first.insert_records("s", rows(50))
+    first.close()
+    monkeypatch.setattr(ingest, "_WORKER", {})
+    monkeypatch.setattr(ingest, "worker_gc", lambda: None)  # the worker process's, not ours
+    monkeypatch.setattr(sys, "setswitchinterval", lambda _: None)
+    ingest._worker_start(make_config(tmp_path).model_dump_json(), b"k" * 32)
+    store = ingest._WORKER["store"]
+    try:
+        assert not store._conn.in_transaction
+        assert store._ids is not None and store._ids.seq == 50
+        assert store._ids.digests("s", rows(1, start=49)[0].rid_hash) == {
+            rows(1, start=49)[0].digest}
     finally:
         store.close()

@@ -312,6 +312,10 @@ class Store(ABC):
         with self._lock, self._transaction():
             yield
 
+    def load_identities(self) -> None:  # noqa: B027 - a hook: the database keeps them
+        """Prepare for inserts: a backend that keeps the stored records' identities in
+        memory (SQLite) reads them now; the ingest worker calls it when it starts."""
+
     @abstractmethod
     def _insert_rows(self, survey: str, rows: Sequence[RecordRow | tuple[Any, ...]]) -> int:
         """Insert-or-skip ``rows`` of ``survey`` (a checked id) inside the caller's

@@ -92,8 +92,9 @@ class SQLiteStore(Store):
                        upto_seq: int | None) -> tuple[str, list[Any]]:
         """A survey that fills at least a quarter of the seq range is read along the primary
         key (``+survey`` keeps SQLite off the survey's index): one sequential pass, already in
-        seq order. Through the index SQLite looks every row up and sorts them: three times
-        slower for a million records. A survey with few records in the range keeps the index."""
+        seq order. Through the index SQLite looks every row up in the table (three times
+        slower for a million records, measured with the unique index it had then). A survey
+        with few records in the range keeps the index."""
         where, params = super()._records_where(survey, after_seq, upto_seq)
         # the range's top only chooses the read: a load without upto_seq keeps no upper bound,
         # so a record stored after it is read too
@@ -166,6 +167,12 @@ class SQLiteStore(Store):
             return {rid: digests for rid in dict.fromkeys(hashes)
                     if (digests := ids.digests(survey, rid))}
 
+    def load_identities(self) -> None:
+        """Read the stored identities now, outside any write transaction (a first insert
+        would otherwise read them all while it holds the database's write lock)."""
+        with self._lock, self._faults():
+            self._identities()
+
     def _identities(self) -> Identities:
         """The identities of every stored record, read from the table the first time and
         then only those stored since (by another store object or process). Under the lock."""
@@ -201,10 +208,12 @@ class SQLiteStore(Store):
                 self.store._depth -= 1
                 if self.store._depth == 0:
                     # a full disk or an I/O error may have rolled the transaction back already
+                    committed = False
                     try:
                         with SQLiteStore._faults():
                             if not exc_type:
                                 conn.execute("COMMIT")
+                                committed = True
                             elif conn.in_transaction:
                                 conn.execute("ROLLBACK")
                     except StoreUnavailable:
@@ -212,8 +221,8 @@ class SQLiteStore(Store):
                             conn.execute("ROLLBACK")
                         raise
                     finally:
-                        if exc_type or conn.in_transaction:  # rolled back, or not committed:
-                            self.store._ids = None  # its identities are read again
+                        if not committed:  # rolled back (a failed COMMIT too): the
+                            self.store._ids = None  # identities are read again
             finally:
                 self.store._lock.release()
 
