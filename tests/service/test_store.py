@@ -154,6 +154,9 @@ def test_a_records_table_of_the_previous_version_is_upgraded(store, request):
         new = rows(1, start=3)[0]._replace(rid_hash=b"n" * 32)
         assert upgraded.insert_records("s", [*rows(3, start=3), new]) == 1
         assert upgraded.max_seq("s") > 10  # after the old ones (PostgreSQL may skip some)
+        if not postgres:  # the index by survey is on the upgraded table, not the old one
+            assert upgraded._q("SELECT tbl_name FROM sqlite_master WHERE name = "
+                               "'records_survey'") == [("records",)]
     finally:
         upgraded.close()
     again = open_store(url)  # opening an upgraded store changes nothing

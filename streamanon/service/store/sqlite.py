@@ -83,9 +83,10 @@ class SQLiteStore(Store):
         self._depth = 0
         with self._lock:
             self._conn.executescript(SCHEMA.format(  # rowid: increasing, no deletes
-                autoinc="INTEGER PRIMARY KEY", blob="BLOB", unique="")
-                + ";\nCREATE INDEX IF NOT EXISTS records_survey ON records (survey, seq)")
+                autoinc="INTEGER PRIMARY KEY", blob="BLOB", unique=""))
             self._upgrade(autoinc="INTEGER PRIMARY KEY", blob="BLOB")
+            self._conn.execute("CREATE INDEX IF NOT EXISTS records_survey ON records "
+                               "(survey, seq)")  # after the upgrade: on the table it made
         self._ids: Identities | None = None  # loaded by the first insert or lookup
 
     def _records_where(self, survey: str, after_seq: int,
