@@ -41,7 +41,7 @@ from typing import Any
 
 from streamanon.service.config import Config
 from streamanon.service.deadletters import DeadLetterSink, redact_dead_letter
-from streamanon.service.health import cancel_task
+from streamanon.service.health import cancel_task, stop_consumer
 from streamanon.service.ingest import (
     IngestWorker,
     Job,
@@ -204,7 +204,7 @@ class KafkaCollector:
     async def stop(self) -> None:
         await cancel_task(self._task)  # its exception, if any, was logged by _report_death
         if self._consumer is not None:
-            await self._consumer.stop()
+            await stop_consumer(self._consumer)
         self.worker.shutdown()
         await asyncio.get_running_loop().run_in_executor(None, self.dead_letters.close)
         await self.offsets.stop()

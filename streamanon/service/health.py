@@ -16,6 +16,7 @@ takes writes again. Any other part that is down stays down until the service res
 :class:`HealthMonitor` checks every few seconds and speaks systemd's notification protocol
 (``sd_notify(3)``: ``READY=1``, ``WATCHDOG=1`` only while every part is healthy, ``STATUS=``,
 ``STOPPING=1``) with one datagram on ``$NOTIFY_SOCKET``; outside systemd it is silent.
+The parts' shutdown helpers live here too (:func:`cancel_task`, :func:`stop_consumer`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,26 @@ async def cancel_task(task: asyncio.Task | None) -> None:
     while task is not None and not task.done():
         task.cancel()
         await asyncio.wait({task}, timeout=0.1)
+
+
+async def stop_consumer(consumer: Any) -> None:
+    """``consumer.stop()`` of an aiokafka consumer, which raises CancelledError when its
+    fetcher had a fetch request pending (in its retry back-off after a broker restart):
+    ``Fetcher.close`` cancels that task and awaits it (aio-libs/aiokafka#647), and the stop
+    then skips closing the consumer's client, which is closed here instead. A cancellation
+    of the caller itself is passed on."""
+    try:
+        await consumer.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        # Python 3.10 cannot tell the two apart: there the cancellation is passed on
+        if task is not None and getattr(task, "cancelling", lambda: 1)():
+            raise
+        log.info("the Kafka consumer's stop ended with its own cancelled fetch; closing "
+                 "its connections")
+        client = getattr(consumer, "_client", None)
+        if client is not None:
+            await client.close()
 
 
 def pool_health(pool: Executor | None, process: str) -> PartHealth:

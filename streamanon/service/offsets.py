@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from streamanon.service.config import Config
+from streamanon.service.health import stop_consumer
 
 FETCH_TIMEOUT_SECONDS = 30.0
 
@@ -146,5 +147,5 @@ class GroupOffsets:
     async def stop(self) -> None:
         async with self._lock:
             if self._consumer is not None:
-                await self._consumer.stop()
+                await stop_consumer(self._consumer)
                 self._consumer = None
