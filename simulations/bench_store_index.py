@@ -24,10 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from simulations.common import commit, machine
+from streamanon.service.store.base import SCHEMA, UNIQUE_IDENTITY
+from streamanon.service.store.sqlite import PRAGMAS
 
 VARIANTS = {
-    "unique index, with the lookup": (", UNIQUE (survey, rid_hash, digest)", None, True),
-    "unique index": (", UNIQUE (survey, rid_hash, digest)", None, False),
+    "unique index, with the lookup": (UNIQUE_IDENTITY, None, True),
+    "unique index": (UNIQUE_IDENTITY, None, False),
     "now: index by survey and seq": ("", "CREATE INDEX s ON records (survey, seq)", False),
 }
 BATCH = 10_000
@@ -38,13 +40,9 @@ def run(path: Path, unique: str, index: str | None, lookup: bool, rows: int,
         step: int) -> list[float]:
     """Microseconds per row in the database, one figure per ``step`` rows."""
     conn = sqlite3.connect(str(path), isolation_level=None)
-    for pragma in ("journal_mode=WAL", "synchronous=FULL", "cache_size=-262144",
-                   "mmap_size=1073741824", "wal_autocheckpoint=20000"):
-        conn.execute("PRAGMA " + pragma)
-    conn.execute("CREATE TABLE records (seq INTEGER PRIMARY KEY, survey TEXT NOT NULL, "
-                 "arrived_at REAL NOT NULL, kafka_partition INTEGER NOT NULL, kafka_offset "
-                 "INTEGER NOT NULL, rid_hash BLOB NOT NULL, digest BLOB NOT NULL, qi BLOB NOT "
-                 f"NULL, confidential TEXT NOT NULL, label TEXT{unique})")
+    for pragma in PRAGMAS:  # the store's own settings and tables
+        conn.execute(f"PRAGMA {pragma}")
+    conn.executescript(SCHEMA.format(autoinc="INTEGER PRIMARY KEY", blob="BLOB", unique=unique))
     if index:
         conn.execute(index)
     sql = ("INSERT OR IGNORE INTO records (survey, arrived_at, kafka_partition, kafka_offset, "

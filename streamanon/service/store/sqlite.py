@@ -16,6 +16,19 @@ from typing import Any
 
 from streamanon.service.store.base import SCHEMA, RecordRow, Store, StoreUnavailable
 
+#: The connection's settings (also those of ``simulations.bench_store_index``).
+PRAGMAS = (
+    "journal_mode=WAL",
+    "synchronous=FULL",  # committed means on disk
+    "busy_timeout=10000",
+    "cache_size=-262144",
+    "mmap_size=1073741824",
+    # Checkpoint every 20,000 WAL pages (80 MB), not every 1,000: fewer checkpoints write a
+    # hot page once for several batches (a store made before the identities were kept in
+    # memory has a unique index on random pseudonyms, whose batches dirty pages all over it).
+    "wal_autocheckpoint=20000",
+)
+
 
 class Identities:
     """The identity (respondent pseudonym, record digest) of every stored record, by survey,
@@ -68,16 +81,8 @@ class SQLiteStore(Store):
         try:
             self._conn = sqlite3.connect(str(self.path), check_same_thread=False,
                                          isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")  # committed means on disk
-            self._conn.execute("PRAGMA busy_timeout=10000")
-            self._conn.execute("PRAGMA cache_size=-262144")
-            self._conn.execute("PRAGMA mmap_size=1073741824")
-            # Checkpoint every 20,000 WAL pages (80 MB), not every 1,000: fewer checkpoints
-            # write a hot page once for several batches (a store made before the identities
-            # were kept in memory has a unique index on random pseudonyms, whose batches dirty
-            # pages all over it).
-            self._conn.execute("PRAGMA wal_autocheckpoint=20000")
+            for pragma in PRAGMAS:
+                self._conn.execute(f"PRAGMA {pragma}")
         finally:
             os.umask(old)
         self._depth = 0
