@@ -127,14 +127,62 @@ def centroid_distances(x, centT, n_cells, acc):
     """``acc[c]`` = |x - centroid c|^2 for the first ``n_cells`` columns of the column-major
     centroids ``centT``: accumulated column by column (vectorised across cells), each in
     column order."""
-    for c in range(n_cells):
-        acc[c] = 0.0
+    centroid_distances_from(x, centT, 0, n_cells, acc)
+
+
+@nb.njit(cache=True)
+def offer(top_c, top_d, n_top, c, d):
+    """Offer cell ``c`` at ``d`` to the list ``top_*[:n_top]`` kept sorted by (distance, id)
+    and holding at most ``top_c.shape[0]`` entries; returns the new count."""
+    cap = top_c.shape[0]
+    if n_top == cap and (d > top_d[cap - 1] or (d == top_d[cap - 1] and c > top_c[cap - 1])):
+        return n_top
+    w = n_top if n_top < cap else cap - 1
+    while w > 0 and (top_d[w - 1] > d or (top_d[w - 1] == d and top_c[w - 1] > c)):
+        top_c[w] = top_c[w - 1]
+        top_d[w] = top_d[w - 1]
+        w -= 1
+    top_c[w] = c
+    top_d[w] = d
+    return min(n_top + 1, cap)
+
+
+@nb.njit(cache=True, fastmath=True)
+def offer_products(P, xx, cc, c0, top_c, top_d, n_top):
+    """Offer cells ``c0 ..`` to each record's list (``offer``) at the squared distance
+    |x|^2 + |c|^2 - 2 x.c, from the products ``P`` = -2 x.c (records x cells) of a block and
+    the squared norms ``xx`` (of the block's records) and ``cc`` (of all centroids). A block
+    whose nearest cell is no nearer than a full list's last is passed over (most are, once
+    the lists have filled); fastmath lets that minimum vectorise, and each distance is one
+    sum of three terms either way."""
+    width = top_c.shape[1]
+    acc = np.empty(P.shape[1])
+    for r in range(P.shape[0]):
+        lowest = np.inf
+        for j in range(P.shape[1]):
+            acc[j] = (xx[r] + cc[c0 + j]) + P[r, j]
+            lowest = min(lowest, acc[j])
+        worst = top_d[r, width - 1] if n_top[r] == width else np.inf
+        if lowest > worst:
+            continue
+        for j in range(P.shape[1]):
+            if acc[j] <= worst:
+                n_top[r] = offer(top_c[r], top_d[r], n_top[r], c0 + j, acc[j])
+                worst = top_d[r, width - 1] if n_top[r] == width else np.inf
+
+
+@nb.njit(cache=True)
+def centroid_distances_from(x, centT, c0, c1, acc):
+    """``acc[j]`` = |x - centroid c0 + j|^2 for the columns ``c0..c1-1`` of ``centT``, summed
+    in column order as :func:`centroid_distances` does."""
+    for j in range(c1 - c0):
+        acc[j] = 0.0
     for t in range(centT.shape[0]):
         y = x[t]
         col = centT[t]
-        for c in range(n_cells):
-            d = col[c] - y
-            acc[c] += d * d
+        for j in range(c1 - c0):
+            d = col[c0 + j] - y
+            acc[j] += d * d
 
 
 @nb.njit(cache=True)

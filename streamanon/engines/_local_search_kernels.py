@@ -25,6 +25,7 @@ from streamanon.engines._cells import (
     dissolve_pays,
     mdav_split,
     move_record,
+    offer,
     renumbered,
     rows_of,
     sq,
@@ -331,23 +332,6 @@ def _dist_to_cell(X, s, cent, c):
 
 
 @nb.njit(cache=True)
-def _offer(top_c, top_d, n_top, c, d):
-    """Offer cell ``c`` at ``d`` to the list ``top_*[:n_top]`` kept sorted by (distance, id)
-    and holding at most ``top_c.shape[0]`` entries; returns the new count."""
-    cap = top_c.shape[0]
-    if n_top == cap and (d > top_d[cap - 1] or (d == top_d[cap - 1] and c > top_c[cap - 1])):
-        return n_top
-    w = n_top if n_top < cap else cap - 1
-    while w > 0 and (top_d[w - 1] > d or (top_d[w - 1] == d and top_c[w - 1] > c)):
-        top_c[w] = top_c[w - 1]
-        top_d[w] = top_d[w - 1]
-        w -= 1
-    top_c[w] = c
-    top_d[w] = d
-    return min(n_top + 1, cap)
-
-
-@nb.njit(cache=True)
 def _nearest_other(X, s, skip, cent, centT, alive, n_cells, acc, cache_c, cache_lb, cache_own,
                    cache_tau, log, log_len, limit, top_c, top_d, stats):
     """The live cell other than ``skip`` nearest to record ``s`` and its squared distance,
@@ -368,7 +352,7 @@ def _nearest_other(X, s, skip, cent, centT, alive, n_cells, acc, cache_c, cache_
         for j in range(n_keep):
             c = cache_c[s, j]
             if c >= 0 and c != skip and alive[c]:
-                n_top = _offer(top_c, top_d, n_top, c, _dist_to_cell(X, s, cent, c))
+                n_top = offer(top_c, top_d, n_top, c, _dist_to_cell(X, s, cent, c))
         for e in range(tau, log_len):
             c = log[e]
             if c == skip or not alive[c]:
@@ -377,7 +361,7 @@ def _nearest_other(X, s, skip, cent, centT, alive, n_cells, acc, cache_c, cache_
             for j in range(n_top):
                 seen = seen or top_c[j] == c
             if not seen:
-                n_top = _offer(top_c, top_d, n_top, c, _dist_to_cell(X, s, cent, c))
+                n_top = offer(top_c, top_d, n_top, c, _dist_to_cell(X, s, cent, c))
         if n_top > 0 and top_d[0] < lb:
             for j in range(n_keep):
                 cache_c[s, j] = top_c[j] if j < n_top else -1
@@ -392,7 +376,7 @@ def _nearest_other(X, s, skip, cent, centT, alive, n_cells, acc, cache_c, cache_
     cap = top_c.shape[0]
     for c in range(n_cells):
         if alive[c] and c != skip and (n_top < cap or acc[c] <= top_d[cap - 1]):
-            n_top = _offer(top_c, top_d, n_top, c, acc[c])
+            n_top = offer(top_c, top_d, n_top, c, acc[c])
     for j in range(n_keep):
         cache_c[s, j] = top_c[j] if j < n_top else -1
     cache_lb[s] = top_d[n_keep] if n_top > n_keep else np.inf
@@ -547,7 +531,7 @@ def _exact_lists_py(cent, centT, alive, n_cells, nbr):
                 for j in range(c1 - c0):
                     c = c0 + j
                     if alive[c] and c != r:
-                        n_top[b] = _offer(top_c[b], top_d[b], n_top[b], c, acc[j])
+                        n_top[b] = offer(top_c[b], top_d[b], n_top[b], c, acc[j])
         for r in range(lo, hi):
             b = r - lo
             for j in range(width):
@@ -585,7 +569,7 @@ def _refreshed_lists_py(cent, alive, n_cells, nbr, ex_head, ex_next, ex_cell, ou
                     if hop == 0:
                         if mark[q] != r:
                             mark[q] = r
-                            n_top = _offer(top_c, top_d, n_top, q, _dist_to_cell(cent, r, cent, q))
+                            n_top = offer(top_c, top_d, n_top, q, _dist_to_cell(cent, r, cent, q))
                         continue
                     if j > _HOPS:
                         break
@@ -601,7 +585,7 @@ def _refreshed_lists_py(cent, alive, n_cells, nbr, ex_head, ex_next, ex_cell, ou
                         if d < 0 or not alive[d] or mark[d] == r:
                             continue
                         mark[d] = r
-                        n_top = _offer(top_c, top_d, n_top, d, _dist_to_cell(cent, r, cent, d))
+                        n_top = offer(top_c, top_d, n_top, d, _dist_to_cell(cent, r, cent, d))
             for j in range(width):
                 out[r, j] = top_c[j] if j < n_top else -1
 
@@ -636,7 +620,7 @@ def _record_lists_py(X, labels, cent, alive, nbr, seeds, first, rec):
                     if d < 0 or not alive[d] or mark[d] == s:
                         continue
                     mark[d] = s
-                    n_top = _offer(top_c, top_d, n_top, d, _dist_to_cell(X, s, cent, d))
+                    n_top = offer(top_c, top_d, n_top, d, _dist_to_cell(X, s, cent, d))
             for j in range(n_rec):
                 rec[s, j] = top_c[j] if j < n_top else -1
 

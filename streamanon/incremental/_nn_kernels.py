@@ -152,7 +152,7 @@ def apply_split(Xall, c, labels, members, centT, sizes, head, nxt, cell_of, n_ce
 
 @nb.njit(cache=True)
 def adjoin(Xall, start, stop, k, centT, sizes, head, nxt, cell_of, n_cells, cand, cand_d,
-           inertial, split_mid, external_split, extras_limit, stats):
+           inertial, split_mid, external_split, extras_limit, moved_out, stats):
     """Adjoin records ``start..stop-1`` of ``Xall`` (rows of the union) in order.
 
     ``cand`` / ``cand_d`` (one row per record) come from an index built over the ``n_cells``
@@ -161,6 +161,9 @@ def adjoin(Xall, start, stop, k, centT, sizes, head, nxt, cell_of, n_cells, cand
     ``split_mid`` has made more than ``extras_limit`` cells the index does not describe; and
     with ``external_split`` it stops as soon as a cell reaches ``2k``, unsplit, and returns
     it as ``cell`` (otherwise -1) for the caller to split with another engine.
+    With ``moved_out`` an indexed cell that a record joins leaves the index and is checked
+    directly from then on, like a new cell (no drift enters the bound); it stops early on the
+    same limit.
     ``stats[0]`` counts full scans forced by a failed bound, ``stats[1]`` splits.
     """
     n_cand = cand.shape[1]
@@ -199,7 +202,12 @@ def adjoin(Xall, start, stop, k, centT, sizes, head, nxt, cell_of, n_cells, cand
         cell_of[i] = best_c
         _link(head, nxt, best_c, i)
         if in_index[best_c]:
-            max_drift = max(max_drift, _drift(centT, ref, best_c))
+            if moved_out:
+                in_index[best_c] = False
+                extras[n_extra] = best_c
+                n_extra += 1
+            else:
+                max_drift = max(max_drift, _drift(centT, ref, best_c))
         if split_mid and sizes[best_c] >= 2 * k:
             if external_split:
                 return i + 1, n_cells, best_c
@@ -216,8 +224,8 @@ def adjoin(Xall, start, stop, k, centT, sizes, head, nxt, cell_of, n_cells, cand
                 for c in range(before, n_cells):
                     extras[n_extra] = c
                     n_extra += 1
-                if n_extra > extras_limit:
-                    return i + 1, n_cells, -1
+        if n_extra > extras_limit:
+            return i + 1, n_cells, -1
     return stop, n_cells, -1
 
 

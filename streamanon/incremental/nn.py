@@ -7,12 +7,16 @@ MDAV keeps cells small: as soon as they reach 2k (``nn_split_mid``, so the new c
 later records) or once at the end (``nn_split_end``, which the paper finds slightly better).
 ``nn_inertial`` picks ``argmin n_q/(n_q+1) |y - x_q|^2``, the cell whose SSE grows least.
 
-Nearest-centroid search: a k-d tree (:class:`scipy.spatial.cKDTree`) proposes the few indexed
-centroids nearest each record; the kernel checks them at their current positions and proves
-that no other cell can be nearer (see ``_nn_kernels``), scanning every cell when it cannot. In
-high dimension a tree prunes little and a compiled linear scan is faster, so ``index="auto"``
-uses the tree up to ``TREE_MAX_DIMENSION`` quasi-identifiers and the scan above. Either way no
-n_0 x n_+ matrix is formed and the assignment is the one of a plain sequential loop.
+Nearest-centroid search: an index proposes the few centroids nearest each record, as they were
+when it was built; the kernel checks them at their current positions and proves that no other
+cell can be nearer (see ``_nn_kernels``), scanning every cell when it cannot. The index is a
+k-d tree (:class:`scipy.spatial.cKDTree`) up to ``TREE_MAX_DIMENSION`` quasi-identifiers. In
+higher dimension a tree prunes little, and ``index="auto"`` compares every record with every
+centroid: one by one (a compiled scan) for a few thousand cells, else in blocks (``blocks``:
+|x|^2 + |y|^2 - 2 x.y with the products of a few hundred records by a few thousand centroids at
+a time from BLAS, the index rebuilt for each few hundred records, and a cell a record joins
+taken out of it and checked directly). Either way no n_0 x n_+ matrix is formed and the
+assignment is the one of a plain sequential loop.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numba as nb
 import numpy as np
 from scipy.spatial import cKDTree
 
+from streamanon.engines._cells import offer_products
 from streamanon.engines.base import get_engine, run_engine
 from streamanon.errors import ParameterError
 from streamanon.incremental._nn_kernels import (
@@ -38,8 +43,16 @@ TREE_MAX_DIMENSION = 8
 _CANDIDATES = 8
 _CHUNK = 4096
 _EXTRAS_LIMIT = 256
+#: Above this many centroid values (cells x columns; 800 KB) the blocked search beats the scan
+#: (measured, ``python -m simulations.bench_nn_search``: the scan wins at 60,000 values, the
+#: blocks from 150,000; the incremental-stages benchmark page).
+BLOCKS_MIN_VALUES = 100_000
+_BLOCK_RECORDS = 128  # the blocked search's products: 128 records x 2,048 cells (2 MiB)
+_BLOCK_CELLS = 2048
+_BLOCK_CHUNK = 512
 
-_INDEX_DOC = "nearest-centroid search: auto (default), kdtree or scan; result unchanged"
+_INDEX_DOC = ("nearest-centroid search: auto (default), kdtree, blocks or scan; result "
+              "unchanged")
 
 
 @nb.njit(cache=True)
@@ -54,12 +67,53 @@ def _member_lists(labels, n_total, capacity):
     return head, nxt
 
 
-def _use_tree(index: str, m: int) -> bool:
+def search_for(index: str, m: int, n_cells: int) -> str:
+    """The nearest-centroid search of ``index`` for ``n_cells`` base cells in ``m`` columns:
+    ``auto`` takes the tree up to ``TREE_MAX_DIMENSION`` columns; above, the blocked search
+    for more than ``BLOCKS_MIN_VALUES`` centroid values, else the scan."""
     if index == "auto":
-        return m <= TREE_MAX_DIMENSION
-    if index in ("kdtree", "scan"):
-        return index == "kdtree"
-    raise ParameterError(f"index must be auto, kdtree or scan, got {index!r}")
+        if m <= TREE_MAX_DIMENSION:
+            return "kdtree"
+        return "blocks" if n_cells * m > BLOCKS_MIN_VALUES else "scan"
+    if index in ("kdtree", "blocks", "scan"):
+        return index
+    raise ParameterError(f"index must be auto, kdtree, blocks or scan, got {index!r}")
+
+
+def _candidates(search: str, X: np.ndarray, start: int, stop: int, centT: np.ndarray,
+                n_cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """For records ``start..stop-1`` of ``X``: the ids of the ``_CANDIDATES`` centroids
+    nearest to each (fewer when there are fewer cells) and their distances."""
+    c = min(_CANDIDATES, n_cells)
+    if search == "kdtree":
+        dist, ids = cKDTree(centT[:, :n_cells].T).query(X[start:stop], k=c, workers=-1)
+        return (np.ascontiguousarray(np.asarray(ids, dtype=np.int64).reshape(stop - start, c)),
+                np.ascontiguousarray(np.asarray(dist, dtype=np.float64)
+                                     .reshape(stop - start, c)))
+    return _blocked_candidates(X[start:stop], centT[:, :n_cells], c)
+
+
+def _blocked_candidates(Q: np.ndarray, C: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``c`` columns of ``C`` (m x cells) nearest to each row of ``Q`` and their distances,
+    from |x|^2 + |y|^2 - 2 x.y with the products in blocks (BLAS), the last distance lowered
+    by the rounding those may carry so that no cell left out is nearer than it says."""
+    n_q, m = Q.shape
+    xx = np.einsum("ij,ij->i", Q, Q)
+    cc = np.einsum("ij,ij->j", C, C)
+    ids = np.full((n_q, c), -1, dtype=np.int64)
+    sq = np.full((n_q, c), np.inf)
+    count = np.zeros(n_q, dtype=np.int64)
+    Q2 = -2.0 * Q  # exact: the products come out as -2 x.y
+    for r0 in range(0, n_q, _BLOCK_RECORDS):
+        r1 = min(n_q, r0 + _BLOCK_RECORDS)
+        for c0 in range(0, C.shape[1], _BLOCK_CELLS):
+            P = Q2[r0:r1] @ C[:, c0:c0 + _BLOCK_CELLS]
+            offer_products(P, xx[r0:r1], cc, c0, ids[r0:r1], sq[r0:r1], count[r0:r1])
+    # each term of the expansion is off by at most about m units of rounding of |x|^2 + |y|^2
+    rounding = (2 * m + 8) * np.finfo(np.float64).eps * (xx + cc.max())
+    dist = np.sqrt(np.maximum(sq, 0.0))
+    dist[:, -1] = np.sqrt(np.maximum(sq[:, -1] - rounding, 0.0))
+    return ids, dist
 
 
 def adjoin_increment(base: np.ndarray, base_labels: np.ndarray, increment: np.ndarray, k: int,
@@ -72,14 +126,14 @@ def adjoin_increment(base: np.ndarray, base_labels: np.ndarray, increment: np.nd
     external = _check_splitting_engine(engine, engine_params) if split else False
     n0, m = base.shape
     n_plus = increment.shape[0]
-    use_tree = _use_tree(index, m)
+    n_cells = int(base_labels.max()) + 1 if len(base_labels) else 0
+    search = search_for(index, m, n_cells)
     if n_plus == 0:
         return base_labels.copy()
     if not base_is_usable(n0, k):
         return union_one_shot(base, increment, k)
     X = np.ascontiguousarray(np.concatenate([base, increment]))
     n = n0 + n_plus
-    n_cells = int(base_labels.max()) + 1
     capacity = n // k + 1
     centT = np.zeros((m, capacity))  # column-major: the scan vectorises across cells
     sizes = np.zeros(capacity, dtype=np.int64)
@@ -91,19 +145,19 @@ def adjoin_increment(base: np.ndarray, base_labels: np.ndarray, increment: np.nd
     stats = np.zeros(2, dtype=np.int64)
     pos = n0
     no_cand = np.empty((0, 0), dtype=np.int64)
+    # the blocked search takes the cells records join out of its index (module docstring):
+    # it is rebuilt for each few hundred records, before those cells slow the check down
+    chunk, limit = (_BLOCK_CHUNK, _BLOCK_CHUNK) if search == "blocks" else (_CHUNK,
+                                                                                 _EXTRAS_LIMIT)
     while pos < n:
-        stop = min(n, pos + _CHUNK) if use_tree else n
-        if use_tree:
-            c = min(_CANDIDATES, n_cells)
-            dist, ids = cKDTree(centT[:, :n_cells].T).query(X[pos:stop], k=c, workers=-1)
-            cand = np.ascontiguousarray(np.asarray(ids, dtype=np.int64).reshape(stop - pos, c))
-            cand_d = np.ascontiguousarray(np.asarray(dist, dtype=np.float64)
-                                          .reshape(stop - pos, c))
+        stop = min(n, pos + chunk) if search != "scan" else n
+        if search != "scan":
+            cand, cand_d = _candidates(search, X, pos, stop, centT, n_cells)
         else:
             cand, cand_d = no_cand, np.empty((0, 0))
         pos, n_cells, full = adjoin(X, pos, stop, k, centT, sizes, head, nxt, cell_of, n_cells,
                                     cand, cand_d, inertial, split == "mid", external,
-                                    _EXTRAS_LIMIT, stats)
+                                    limit, search == "blocks", stats)
         if full >= 0:
             n_cells = _split_with_engine(X, full, k, engine, engine_params, centT, sizes, head,
                                          nxt, cell_of, n_cells)

@@ -51,7 +51,7 @@ def test_deterministic(stage):
 
 
 @pytest.mark.parametrize("stage", sorted(NN_STAGES))
-@pytest.mark.parametrize("index", ["kdtree", "scan"])
+@pytest.mark.parametrize("index", ["kdtree", "blocks", "scan"])
 @pytest.mark.parametrize("seed,ties", [(0, False), (1, False), (2, True), (3, True)])
 def test_nn_stages_equal_a_plain_sequential_loop(stage, index, seed, ties):
     base, labels0, inc = split_data(n=400, m=3, nu=0.4, seed=seed, ties=ties)
@@ -70,6 +70,44 @@ def test_split_mid_rebuilds_its_index_and_stays_exact(monkeypatch):
     expected = reference_adjoin(base, labels0, inc, 4, split="mid")
     assert np.array_equal(run_stage("nn_split_mid", base, labels0, inc, 4, index="kdtree"),
                           expected)
+
+
+@pytest.mark.parametrize("stage", sorted(NN_STAGES))
+def test_the_blocked_search_in_tiny_blocks_rebuilt_every_few_records_stays_exact(
+        stage, monkeypatch):
+    """Blocks of 3 records by 5 cells, the index rebuilt every 7 records: lists filled across
+    many blocks, cells taken out of the index, splits beside them; the same labels."""
+    import streamanon.incremental.nn as nn_module
+
+    monkeypatch.setattr(nn_module, "_BLOCK_RECORDS", 3)
+    monkeypatch.setattr(nn_module, "_BLOCK_CELLS", 5)
+    monkeypatch.setattr(nn_module, "_BLOCK_CHUNK", 7)
+    base, labels0, inc = split_data(n=500, m=4, nu=0.6, seed=11, ties=True)
+    expected = reference_adjoin(base, labels0, inc, 4, **NN_STAGES[stage])
+    assert np.array_equal(run_stage(stage, base, labels0, inc, 4, index="blocks"), expected)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("offset", [1e4, 3e7])
+def test_the_blocked_search_is_exact_far_from_the_origin(offset, seed):
+    """|x|^2 + |y|^2 - 2 x.y cancels badly when the records lie far from the origin (at 3e7,
+    without the allowance for rounding in its bound, the search trusts a wrong list and
+    these labels differ): the labels are still those of the plain loop."""
+    base, labels0, inc = split_data(n=600, m=12, nu=0.3, seed=seed)
+    base, inc = base + offset, inc + offset
+    expected = reference_adjoin(base, labels0, inc, 5, split="end")
+    assert np.array_equal(run_stage("nn_split_end", base, labels0, inc, 5, index="blocks"),
+                          expected)
+
+
+def test_auto_takes_the_tree_in_few_columns_and_blocks_for_many_cells_in_many():
+    from streamanon.incremental.nn import BLOCKS_MIN_VALUES, TREE_MAX_DIMENSION, search_for
+
+    m = TREE_MAX_DIMENSION + 1
+    assert search_for("auto", TREE_MAX_DIMENSION, 10**6) == "kdtree"
+    assert search_for("auto", m, BLOCKS_MIN_VALUES // m) == "scan"
+    assert search_for("auto", m, BLOCKS_MIN_VALUES // m + 1) == "blocks"
+    assert search_for("scan", 2, 10**6) == "scan"
 
 
 @pytest.mark.parametrize("nu", [0.2, 0.6, 0.9])
@@ -217,7 +255,7 @@ def test_adjoining_stages_keep_every_base_cell_at_survey_size(stage, large_split
 
 
 @pytest.mark.parametrize("stage", sorted(NN_STAGES))
-@pytest.mark.parametrize("index", ["auto", "kdtree"])
+@pytest.mark.parametrize("index", ["auto", "kdtree", "blocks"])
 def test_nn_stages_equal_a_plain_sequential_loop_at_survey_size(stage, index, large_split,
                                                                 large_references):
     base, labels0, inc = large_split
