@@ -85,7 +85,19 @@ def row(summary: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
             "one_shot_release_seconds": one_shot_release, "sooner": sooner, "delta": delta,
             "distortion": r["distortion"], "one_shot_distortion": reference["distortion"],
             "close_steps_seconds": r["close_steps_seconds"], "spliced": r.get("spliced"),
-            "checks": {name: ok for name, ok in checks}}
+            "base": base_run(r), "checks": {name: ok for name, ok in checks}}
+
+
+def base_run(r: dict[str, Any]) -> dict[str, Any] | None:
+    """The base run against the plan it was started on (None without one): planned and
+    actual records, seconds before the close and seconds taken (its own steps included)."""
+    plan, taken = r.get("base_plan"), r.get("base_steps_seconds")
+    if r["mode"] != "two-stage" or not plan or not taken or r.get("base_started_at") is None:
+        return None
+    return {"planned_n": plan["n_base"], "planned_head": plan["head_start_seconds"],
+            "planned_seconds": plan["base_seconds"], "n": r["n_base"],
+            "head": r["closed_at"] - r["base_started_at"], "seconds": sum(taken.values()),
+            "engine_seconds": taken.get("engine")}
 
 
 def steps(x: dict[str, Any]) -> str:
@@ -93,7 +105,14 @@ def steps(x: dict[str, Any]) -> str:
     parts = ", ".join(f"{name} {seconds:.2f}" for name, seconds
                       in (x["close_steps_seconds"] or {}).items())
     spliced = {True: "yes", False: "no", None: "-"}[x["spliced"]]
-    return f"  steps after close (s): {parts}; spliced into the base release: {spliced}"
+    line = f"  steps after close (s): {parts}; spliced into the base release: {spliced}"
+    b = x.get("base")
+    if b is None:
+        return line
+    return (f"  base run: planned on {b['planned_n']:,} records {b['planned_head']:.1f} s "
+            f"before the close, {b['planned_seconds']:.1f} s; started on {b['n']:,} records "
+            f"{b['head']:.1f} s before it, took {b['seconds']:.1f} s (engine "
+            f"{b['engine_seconds']:.1f} s)\n{line}")
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -27,6 +27,7 @@ import pandas as pd
 from scheduler import live
 from scheduler.choice import AUTO_STAGES, choose_stage
 from scheduler.cost_model import PowerLaw
+from scheduler.planner import Plan
 from streamanon.errors import PublishError, describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
@@ -92,6 +93,13 @@ def fresh_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray, k
     table = release.table.iloc[order].reset_index(drop=True)
     messages = record_messages(table, prepared.encoding.names, labels[order])
     return replace(release, table=table), messages, order
+
+
+def base_plan_summary(plan: Plan) -> dict[str, float]:
+    """What the report keeps of the plan a base run was started on (``base_plan``)."""
+    return {"nu": round(plan.nu, 6), "n_base": plan.n_base,
+            "head_start_seconds": round(plan.head_start, 3),
+            "base_seconds": round(plan.base_seconds, 3)}
 
 
 def release_run(survey: SurveyConfig, refine_until: float | None = None) -> TwoStageRun:
@@ -300,7 +308,9 @@ class Releaser:
             predicted_release_seconds=(plan.finish_after_close + live.release_overhead(n)
                                        if plan else None),
             base_steps_seconds=({key: round(value, 3) for key, value in rt.base_steps.items()}
-                                if two_stage and rt.base_steps else None))
+                                if two_stage and rt.base_steps else None),
+            base_plan=(base_plan_summary(rt.base_plan)
+                       if two_stage and rt.base_steps and rt.base_plan else None))
         row = ReleaseRow(release_id, "written", seed, report.to_json())
         await self._in_store(self.store.save_release, sid, row)
         return row, Fresh(frame, release.table, messages, order)

@@ -79,6 +79,10 @@ class ReleaseReport:
     # prepare, engine, checkpoint, prepare_release; None for a one-shot release, and for a
     # release whose base run was done before a restart of the service (kept in memory only)
     base_steps_seconds: dict[str, float] | None = None
+    # the plan the base run was started on: its ratio nu and base records n_base, how long
+    # before the close it meant the snapshot (head_start_seconds) and how long it predicted
+    # the base run, its own steps included (base_seconds); None as base_steps_seconds
+    base_plan: dict[str, float] | None = None
     publication: Publication | None = None
 
     def published(self, publication: Publication) -> ReleaseReport:

@@ -30,6 +30,7 @@ class SurveyRuntime:
     closed_event: asyncio.Event = field(default_factory=asyncio.Event)
     timings: dict[str, float] = field(default_factory=dict)
     base_steps: dict[str, float] = field(default_factory=dict)  # of the latest base run
+    base_plan: Plan | None = None  # the plan the latest base run was started on
     # (snapshot seq, streamanon.splicing.BaseRelease): the base release made before close
     base_release: tuple[int, Any] | None = None
     history: ArrivalHistory = field(default_factory=lambda: ArrivalHistory())

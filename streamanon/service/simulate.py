@@ -529,7 +529,8 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
         "compute_seconds_after_close", "close_steps_seconds", "base_seconds",
         "incremental_seconds",
         "one_shot_estimate_seconds", "distortion", "information_loss", "rejected",
-        "base_started_at", "closed_at", "released_at", "opened_at", "spliced")}
+        "base_started_at", "closed_at", "released_at", "opened_at", "spliced",
+        "base_steps_seconds", "base_plan")}
     summary["release"]["files"] = report.get("files")
     summary["records_not_released"] = n - int(report["n"])
     summary["one_shot_seconds"] = one_shot_seconds

@@ -79,6 +79,9 @@ def test_make_demo_runs_the_scheduled_pipeline(tmp_path, subprocesses):
     assert report["n"] == summary["n"] == n  # every valid response; the malformed ones not
     assert sum(report["rejected"].values()) == 4
     assert report["base_seconds"] > 0 and report["planned_nu"] is not None
+    # the plan the base run was started on, beside what it took
+    assert report["base_plan"]["n_base"] > 0 and report["base_plan"]["base_seconds"] > 0
+    assert report["base_plan"]["head_start_seconds"] > 0 and report["base_steps_seconds"]
     assert f"dashboard at http://127.0.0.1:{port}/" in stdout
     assert "[1/4]" in stdout and "[2/4] scenario (chosen)" in stdout
     release = summary["release"]

@@ -27,7 +27,8 @@ REPORT_KEYS = [
     "closed_at", "base_seconds", "incremental_seconds", "compute_seconds_after_close",
     "distortion", "information_loss", "rejected", "files", "information_loss_by_type",
     "values_withheld", "values_imputed", "strata_merged", "privacy", "risk", "spliced",
-    "engine_choice", "incremental_choice", "predicted_release_seconds", "base_steps_seconds"]
+    "engine_choice", "incremental_choice", "predicted_release_seconds", "base_steps_seconds",
+    "base_plan"]
 PUBLISHED_KEYS = ["released_at", "close_to_release_seconds", "close_steps_seconds"]
 
 # The keys of /api/status that the dashboard (static/app.js), /metrics and the demo read.

@@ -144,3 +144,27 @@ def test_the_default_plan_benchmark_prints_each_rows_steps_and_whether_it_splice
     assert "drain 0.10, gate_and_table 0.25" in line and line.endswith("base release: no")
     release["spliced"] = True
     assert steps(row(summary, reference)).endswith("base release: yes")
+
+
+def test_the_default_plan_benchmark_prints_the_base_run_against_its_plan():
+    """A base run that ends after the close is told apart: too few seconds planned (the cost
+    model) or started later than planned (the forecast)."""
+    from simulations.bench_default_plan import row, steps
+
+    release = {"n": 1000, "n_base": 930, "mode": "two-stage", "nu": 0.07,
+               "close_to_release_seconds": 21.2, "predicted_release_seconds": 5.4,
+               "distortion": 0.21, "close_steps_seconds": {"wait_for_base": 15.07},
+               "spliced": True, "base_started_at": 100.0, "closed_at": 147.8,
+               "base_steps_seconds": {"load": 2.6, "engine": 54.8, "prepare_release": 3.7},
+               "base_plan": {"nu": 0.0618, "n_base": 938, "head_start_seconds": 52.25,
+                             "base_seconds": 38.5}}
+    summary = {"release": release, "engine": "mdav", "profile": "back_loaded",
+               "open_seconds": 4334.0, "incremental": "two_stage"}
+    reference = {"close_steps_seconds": {"compute": 43.3}, "close_to_release_seconds": 54.5,
+                 "distortion": 0.2}
+    first, second = steps(row(summary, reference)).split("\n")
+    assert first == ("  base run: planned on 938 records 52.2 s before the close, 38.5 s; "
+                     "started on 930 records 47.8 s before it, took 61.1 s (engine 54.8 s)")
+    assert second.startswith("  steps after close (s): wait_for_base 15.07")
+    release["mode"] = "one-shot"
+    assert "base run" not in steps(row(summary, reference))
