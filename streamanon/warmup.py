@@ -54,6 +54,7 @@ def _stages() -> None:
     base_labels = run_engine("mdav", base, K)
     for entry in available_stages():
         labels = run_stage(entry.name, base, base_labels, increment, K)
+    run_stage("nn_split_end", base, base_labels, increment, K, index="blocks")
     refine(X, labels, K, budget_seconds=1.0)
 
 

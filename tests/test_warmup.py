@@ -13,7 +13,7 @@ from tests.conftest import REPO
 
 @pytest.mark.heavy  # compiles every kernel where the cache is cold (make check runs no warm-up)
 def test_every_kernel_group_runs_and_the_kernels_are_compiled(capsys):
-    from streamanon.engines import _local_search_kernels, _mdav_kernels
+    from streamanon.engines import _cells, _local_search_kernels, _mdav_kernels
     from streamanon.incremental import _nn_kernels
 
     assert warmup.main(["--processes", "1"]) == 0
@@ -22,8 +22,21 @@ def test_every_kernel_group_runs_and_the_kernels_are_compiled(capsys):
     for group in warmup.GROUPS:
         assert f"{group} " in said
     for kernel in (_mdav_kernels.mdav_labels, _local_search_kernels.ona_star_labels,
-                   _nn_kernels.adjoin):
+                   _nn_kernels.adjoin, _cells.offer_products):
         assert kernel.signatures  # compiled, or loaded, in this process
+
+
+def test_the_compute_process_warm_up_loads_the_blocked_search_too(subprocesses):
+    """The service's compute process loads the NN stages' blocked search at start, not at the
+    first close that needs it (a fresh process: nothing loaded before)."""
+    code = ("from streamanon.engines import _cells\n"
+            "from streamanon.service.lifecycle import warm_up_compute\n"
+            "assert not _cells.offer_products.signatures\n"
+            "warm_up_compute()\n"
+            "assert _cells.offer_products.signatures\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
 
 
 def test_help_says_what_it_does(subprocesses):
