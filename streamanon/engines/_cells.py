@@ -147,28 +147,23 @@ def offer(top_c, top_d, n_top, c, d):
     return min(n_top + 1, cap)
 
 
-@nb.njit(cache=True, fastmath=True)
+@nb.njit(cache=True)
 def offer_products(P, xx, cc, c0, top_c, top_d, n_top):
     """Offer cells ``c0 ..`` to each record's list (``offer``) at the squared distance
     |x|^2 + |c|^2 - 2 x.c, from the products ``P`` = -2 x.c (records x cells) of a block and
     the squared norms ``xx`` (of the block's records) and ``cc`` (of all centroids). A block
     whose nearest cell is no nearer than a full list's last is passed over (most are, once
-    the lists have filled); fastmath lets that minimum vectorise, and each distance is one
-    sum of three terms either way."""
+    the lists have filled)."""
     width = top_c.shape[1]
     acc = np.empty(P.shape[1])
     for r in range(P.shape[0]):
-        lowest = np.inf
         for j in range(P.shape[1]):
             acc[j] = (xx[r] + cc[c0 + j]) + P[r, j]
-            lowest = min(lowest, acc[j])
-        worst = top_d[r, width - 1] if n_top[r] == width else np.inf
-        if lowest > worst:
+        if n_top[r] == width and acc.min() > top_d[r, width - 1]:
             continue
         for j in range(P.shape[1]):
-            if acc[j] <= worst:
+            if n_top[r] < width or acc[j] <= top_d[r, width - 1]:
                 n_top[r] = offer(top_c[r], top_d[r], n_top[r], c0 + j, acc[j])
-                worst = top_d[r, width - 1] if n_top[r] == width else np.inf
 
 
 @nb.njit(cache=True)

@@ -529,7 +529,7 @@ class Service:
         if rt.planner is not None:
             rt.planner.base_started = True
         rt.last_plan = plan or rt.last_plan
-        rt.base_plan = rt.last_plan
+        rt.base_plan = plan  # None for a base run started by command: no plan started it
         rt.base_task = asyncio.create_task(self._base(sid, snapshot_seq, started),
                                            name=f"base-{sid}")
         return True

@@ -81,7 +81,8 @@ class ReleaseReport:
     base_steps_seconds: dict[str, float] | None = None
     # the plan the base run was started on: its ratio nu and base records n_base, how long
     # before the close it meant the snapshot (head_start_seconds) and how long it predicted
-    # the base run, its own steps included (base_seconds); None as base_steps_seconds
+    # the base run, its own steps included (base_seconds); None as base_steps_seconds, and
+    # for a base run started by command (no plan started it)
     base_plan: dict[str, float] | None = None
     publication: Publication | None = None
 

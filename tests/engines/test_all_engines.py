@@ -134,14 +134,16 @@ def test_usable_as_the_splitting_engine_of_the_incremental_stages(name, stage):
     assert np.array_equal(labels, again)
 
 
+@pytest.mark.parametrize("index", ["auto", "blocks"])
 @pytest.mark.parametrize("stage", ["nn_split_mid", "nn_split_end"])
-def test_splitting_through_the_registry_equals_the_compiled_mdav_split(stage):
-    """engine_params forces the registry path; with mdav it must give the built-in result."""
+def test_splitting_through_the_registry_equals_the_compiled_mdav_split(stage, index):
+    """engine_params forces the registry path; with mdav it must give the built-in result
+    (with the blocked search too: a split by another engine comes back to a rebuilt list)."""
     rng = np.random.default_rng(9)
     base = rng.standard_normal((300, 2))
     base_labels = run_engine("mdav", base, 5)
     increment = rng.standard_normal((200, 2)) * 0.5
-    builtin = run_stage(stage, base, base_labels, increment, 5)
+    builtin = run_stage(stage, base, base_labels, increment, 5, index=index)
     registry = run_stage(stage, base, base_labels, increment, 5, engine="mdav",
-                         engine_params={"screen": False})
+                         engine_params={"screen": False}, index=index)
     assert np.array_equal(builtin, registry)

@@ -100,6 +100,27 @@ def test_the_blocked_search_is_exact_far_from_the_origin(offset, seed):
                           expected)
 
 
+def test_the_blocked_search_proves_its_choices_without_scanning_every_cell(large_split,
+                                                                        monkeypatch):
+    """Near the origin the candidates' bound holds for every late record: no record falls back
+    to a scan of every cell (a bound that allowed too much rounding would scan them all, as
+    slow as the scan and still exact, so the equality tests would not see it)."""
+    import streamanon.incremental.nn as nn_module
+
+    scans = []
+    original = nn_module.adjoin
+
+    def counted(*args):
+        out = original(*args)
+        scans.append(int(args[-1][0]))  # stats[0]: full scans so far
+        return out
+
+    monkeypatch.setattr(nn_module, "adjoin", counted)
+    base, labels0, inc = large_split
+    run_stage("nn_split_end", base, labels0, inc, LARGE_K, index="blocks")
+    assert scans and scans[-1] <= len(inc) // 100
+
+
 def test_auto_takes_the_tree_in_few_columns_and_blocks_for_many_cells_in_many():
     from streamanon.incremental.nn import BLOCKS_MIN_VALUES, TREE_MAX_DIMENSION, search_for
 
