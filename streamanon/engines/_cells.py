@@ -127,7 +127,14 @@ def centroid_distances(x, centT, n_cells, acc):
     """``acc[c]`` = |x - centroid c|^2 for the first ``n_cells`` columns of the column-major
     centroids ``centT``: accumulated column by column (vectorised across cells), each in
     column order."""
-    centroid_distances_from(x, centT, 0, n_cells, acc)
+    for c in range(n_cells):
+        acc[c] = 0.0
+    for t in range(centT.shape[0]):
+        y = x[t]
+        col = centT[t]
+        for c in range(n_cells):
+            d = col[c] - y
+            acc[c] += d * d
 
 
 @nb.njit(cache=True)
@@ -164,20 +171,6 @@ def offer_products(P, xx, cc, c0, top_c, top_d, n_top):
         for j in range(P.shape[1]):
             if n_top[r] < width or acc[j] <= top_d[r, width - 1]:
                 n_top[r] = offer(top_c[r], top_d[r], n_top[r], c0 + j, acc[j])
-
-
-@nb.njit(cache=True)
-def centroid_distances_from(x, centT, c0, c1, acc):
-    """``acc[j]`` = |x - centroid c0 + j|^2 for the columns ``c0..c1-1`` of ``centT``, summed
-    in column order as :func:`centroid_distances` does."""
-    for j in range(c1 - c0):
-        acc[j] = 0.0
-    for t in range(centT.shape[0]):
-        y = x[t]
-        col = centT[t]
-        for j in range(c1 - c0):
-            d = col[c0 + j] - y
-            acc[j] += d * d
 
 
 @nb.njit(cache=True)
