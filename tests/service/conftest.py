@@ -17,8 +17,16 @@ from typing import Any
 import pytest
 
 from streamanon.service.broker import EmbeddedBroker, free_port
+from tests.service.lifecycle_helpers import ThreadComputePool
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _join_compute_pools() -> Iterator[None]:
+    """Every :class:`ThreadComputePool` a test made is idle before the next test starts."""
+    yield
+    ThreadComputePool.join_all()
 
 
 @pytest.fixture(scope="session")

@@ -1,20 +1,39 @@
 """Driving an in-process :class:`~streamanon.service.lifecycle.Service` through a survey:
 collect responses, start the base run as the planner's trigger does, close and release; and
-cost models written beforehand, so the planner needs no calibration. Used by
-test_engine_auto.py and test_compute_cluster.py."""
+cost models written beforehand, so the planner needs no calibration; and the compute pool in a
+thread that an in-process service runs its engines in (:class:`ThreadComputePool`)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from scheduler.cost_model import Calibration, CostModelStore, PowerLaw
 from streamanon.service.lifecycle import Service
 from streamanon.service.states import BASE_DONE
 from tests.service.kafka_helpers import produce, response
+
+
+class ThreadComputePool(ThreadPoolExecutor):
+    """An in-process service's compute pool, one thread, waited for at the end of the test
+    that made it (the autouse fixture ``_join_compute_pools``): the service's stop leaves an
+    engine run in progress (a calibration, a base run) to finish, and in a thread of the test
+    process it would run on into the next test (a spy on the MDAV kernel there counted it)."""
+
+    made: ClassVar[list[ThreadComputePool]] = []
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        ThreadComputePool.made.append(self)
+
+    @classmethod
+    def join_all(cls) -> None:
+        while cls.made:
+            cls.made.pop().shutdown(wait=True, cancel_futures=True)
 
 
 def put_model(path: Path, engine: str, m: int, k: int,

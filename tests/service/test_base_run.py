@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import streamanon.service.base_run as base_run_module
 import streamanon.service.releasing as releasing_module
 from streamanon.service.config import load_config
 from streamanon.service.lifecycle import Service
 from tests.service.conftest import write_config
-from tests.service.lifecycle_helpers import collect, run_base, until
+from tests.service.lifecycle_helpers import ThreadComputePool, collect, run_base, until
 
 SURVEY = "wellbeing"
 
@@ -36,7 +35,7 @@ def test_the_base_run_prepares_its_snapshot_off_the_event_loop(broker, tmp_path,
                         watched("prepare_stored", releasing_module.prepare_stored))
 
     async def run() -> tuple[int, dict[str, float]]:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         try:
             plan = await collect(service, broker.bootstrap, config, SURVEY, 60)

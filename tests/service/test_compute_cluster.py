@@ -9,7 +9,6 @@ the cluster is a ``LocalCluster`` of one worker process.
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from streamanon.service.config import load_config
 from streamanon.service.lifecycle import Service
 from tests.service.conftest import write_config
 from tests.service.kafka_helpers import produce, response
-from tests.service.lifecycle_helpers import collect, put_model, release, run_base
+from tests.service.lifecycle_helpers import ThreadComputePool, collect, put_model, release, run_base
 
 SURVEY = "wellbeing"
 M, K, N_BASE, N_LATE, PART = 3, 5, 300, 40, 100
@@ -46,7 +45,7 @@ def test_the_base_run_goes_to_the_cluster_and_the_release_is_gated_here(broker, 
         assert config.compute.cluster == cluster.scheduler_address
 
         async def run() -> tuple[dict, Any]:
-            service = Service(config, compute_pool=ThreadPoolExecutor(1))
+            service = Service(config, compute_pool=ThreadComputePool())
             await service.start()
             try:
                 plan = await collect(service, broker.bootstrap, config, SURVEY, N_BASE)

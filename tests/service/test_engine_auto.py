@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,14 @@ from streamanon.service.lifecycle import Service
 from streamanon.service.releasing import release_run
 from tests.service.conftest import write_config
 from tests.service.kafka_helpers import produce, response
-from tests.service.lifecycle_helpers import collect, put_model, release, run_base, until
+from tests.service.lifecycle_helpers import (
+    ThreadComputePool,
+    collect,
+    put_model,
+    release,
+    run_base,
+    until,
+)
 from tests.service.restart_helpers import evict_group
 
 SURVEY = "wellbeing"
@@ -84,7 +90,7 @@ def test_mdav_is_chosen_when_onas_base_run_would_not_fit(broker, tmp_path, monke
             yield
 
     async def run() -> tuple[dict, dict, dict]:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         try:
             await _collect_and_base(service, broker.bootstrap, config, 60, failing_base)
@@ -116,7 +122,7 @@ def test_a_restart_keeps_the_engine_of_the_stored_base_run(broker, tmp_path):
     config = _config(tmp_path, broker.bootstrap, models)
 
     async def base_then_stop() -> tuple[dict, str, dict | None]:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         try:
             await _collect_and_base(service, broker.bootstrap, config, 60)
@@ -127,7 +133,7 @@ def test_a_restart_keeps_the_engine_of_the_stored_base_run(broker, tmp_path):
             await service.stop()
 
     async def restart() -> tuple[str, dict | None, str]:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()  # (the release path with a chosen engine: the test above)
         try:
             rt = service.surveys[SURVEY]

@@ -10,7 +10,6 @@ The service runs in this process against the embedded broker, its compute pool i
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -18,7 +17,7 @@ from scheduler.cost_model import CostModelStore
 from streamanon.service.config import load_config
 from streamanon.service.lifecycle import Service
 from tests.service.conftest import write_config
-from tests.service.lifecycle_helpers import collect, put_model, run_base
+from tests.service.lifecycle_helpers import ThreadComputePool, collect, put_model, run_base
 
 SURVEY = "wellbeing"
 M, K, N = 3, 5, 200
@@ -58,7 +57,7 @@ def test_the_planner_uses_and_the_run_feeds_the_model_of_the_configured_paramete
     assert config.surveys[0].engine_params == PARAMS
 
     async def run() -> object:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         try:
             base_model = service.survey_planner.models[SURVEY][0]
@@ -92,7 +91,7 @@ def test_a_missing_model_is_calibrated_with_the_configured_parameters(
     config = _config(tmp_path, broker.bootstrap, models)
 
     async def run() -> None:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         await service.measured(SURVEY)  # after start, in the compute pool
         await service.stop()

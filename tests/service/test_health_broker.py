@@ -11,7 +11,6 @@ again on the same port.
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -20,7 +19,7 @@ from streamanon.service.config import load_config
 from streamanon.service.lifecycle import Service
 from streamanon.service.web import make_app
 from tests.service.conftest import write_config
-from tests.service.lifecycle_helpers import put_model
+from tests.service.lifecycle_helpers import ThreadComputePool, put_model
 
 SURVEY = "wellbeing"
 
@@ -36,7 +35,7 @@ def test_healthz_names_a_dead_broker_and_is_ok_once_it_is_back(tmp_path, subproc
     config = load_config(path, env)
 
     async def run() -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         answers = []
         live: list[tuple[int, str]] = []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -20,7 +19,7 @@ from streamanon.service.health import STORE_TIMEOUT_SECONDS, PartHealth, busy_st
 from streamanon.service.lifecycle import Service
 from streamanon.service.web import make_app
 from tests.service.conftest import write_config
-from tests.service.lifecycle_helpers import put_model
+from tests.service.lifecycle_helpers import ThreadComputePool, put_model
 
 SURVEY = "wellbeing"
 LONG = STORE_TIMEOUT_SECONDS + 4.0  # a store operation longer than the health query waits
@@ -34,7 +33,7 @@ def test_a_long_store_operation_is_busy_and_a_hanging_query_is_down(broker, tmp_
     config = load_config(path, env)
 
     async def run() -> tuple:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         try:
             async with TestClient(TestServer(make_app(service))) as client:

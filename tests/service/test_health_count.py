@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from streamanon.service.lifecycle import Service
 from streamanon.service.telemetry import Telemetry
+from tests.service.lifecycle_helpers import ThreadComputePool
 
 
 def test_a_restart_while_the_check_waits_on_the_store_is_one_failure():
@@ -23,7 +24,7 @@ def test_a_restart_while_the_check_waits_on_the_store_is_one_failure():
                                             store_paused=False)
         service.producer = None
         service.release_producer = None
-        service._pool = ThreadPoolExecutor(1)
+        service._pool = ThreadComputePool()
         service.surveys = {"s": None}
         service.store = SimpleNamespace(survey_state=lambda sid: None)
 

@@ -20,7 +20,6 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -35,6 +34,7 @@ from streamanon.service.logs import JsonFormatter
 from streamanon.service.web import snapshot_html, start_http
 from tests.service.conftest import write_config
 from tests.service.kafka_helpers import produce, response
+from tests.service.lifecycle_helpers import ThreadComputePool
 
 SURVEY = "wellbeing"
 SENTINEL = "SENTINEL-c0nf1dential-7f3a"
@@ -78,7 +78,7 @@ def test_a_writer_failure_on_a_value_shows_nowhere(broker, tmp_path, monkeypatch
         root.addHandler(handler)
 
     async def close_and_look() -> dict[str, str]:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         port = free_port()
         runner = await start_http(service, "127.0.0.1", port)

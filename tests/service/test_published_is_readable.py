@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 from kafka import KafkaAdminClient
 
@@ -21,7 +20,7 @@ from streamanon.service.lifecycle import Service
 from streamanon.service.states import RELEASED
 from tests.service.conftest import write_config
 from tests.service.kafka_helpers import read_topic, release_kind, release_meta
-from tests.service.lifecycle_helpers import collect, put_model, release
+from tests.service.lifecycle_helpers import ThreadComputePool, collect, put_model, release
 
 SURVEY = "wellbeing"
 N = 300
@@ -60,7 +59,7 @@ def test_a_lost_publish_is_sent_again_and_a_missing_topic_is_created(broker, tmp
     config, topic = configured(broker, tmp_path)
 
     async def run() -> tuple[dict, str, list[int], str]:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         lost: list[int] = []
         try:
@@ -98,7 +97,7 @@ def test_a_publish_missing_its_first_records_is_sent_again(broker, tmp_path, cap
     config, topic = configured(broker, tmp_path)
 
     async def run() -> tuple[dict, str]:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         try:
             # its first 10 records were kept by a broker since replaced, so the topic has

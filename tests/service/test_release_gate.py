@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -27,6 +26,7 @@ from streamanon.service.lifecycle import Service
 from streamanon.service.reports import SurveyStatus
 from tests.service.conftest import write_config
 from tests.service.kafka_helpers import end_offsets, produce, read_topic, response
+from tests.service.lifecycle_helpers import ThreadComputePool
 
 K = 5
 SURVEY = "wellbeing"
@@ -67,7 +67,7 @@ def test_a_cell_under_k_is_never_released(mode, broker, tmp_path, monkeypatch):
     calls: list[int] = []
 
     async def close_with_a_broken_partition() -> SurveyStatus:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         try:
             await asyncio.to_thread(produce, broker.bootstrap, responses,

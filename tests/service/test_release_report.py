@@ -11,7 +11,6 @@ import asyncio
 import json
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from streamanon.service.config import load_config
 from streamanon.service.lifecycle import Service
 from tests.service.conftest import write_config
 from tests.service.kafka_helpers import produce, response
+from tests.service.lifecycle_helpers import ThreadComputePool
 
 SURVEY = "wellbeing"
 N = 60
@@ -38,7 +38,7 @@ def test_report_json_is_written_once_and_is_the_final_report(broker, tmp_path, m
     monkeypatch.setattr(streamanon.service.publisher, "write_json", counting)
 
     async def close_and_release() -> tuple[Any, dict]:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         try:
             await asyncio.to_thread(produce, broker.bootstrap, config.topic(SURVEY, "responses"),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -20,6 +19,7 @@ from streamanon.service.config import load_config
 from streamanon.service.lifecycle import Service
 from streamanon.service.planning import provisional_model
 from tests.service.conftest import write_config
+from tests.service.lifecycle_helpers import ThreadComputePool
 
 SURVEY = "wellbeing"
 M, K = 3, 5
@@ -44,7 +44,7 @@ def test_start_does_not_wait_for_calibration_and_the_status_says_what_is_measure
     config = load_config(path, env)
 
     async def run() -> tuple[dict, dict]:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         try:
             # the calibration is held: a start that waited for it would not return
             await asyncio.wait_for(service.start(), timeout=60)
@@ -83,7 +83,7 @@ def test_stored_models_are_used_at_once_and_only_the_stages_are_timed_after_star
     config = load_config(path, env)
 
     async def run() -> tuple:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         try:
             await service.start()
             first = service.survey_planner.models[SURVEY][0]
@@ -112,7 +112,7 @@ def test_start_does_not_wait_for_the_group_join(broker, tmp_path):
     config = load_config(path, env)
 
     async def run() -> tuple[int, int]:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         try:
             await service.start()
             consumer = service.collector._consumer
@@ -148,7 +148,7 @@ def test_start_does_not_wait_for_the_kernel_warm_up(broker, tmp_path, monkeypatc
     config = load_config(path, env)
 
     async def run() -> None:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         try:
             await asyncio.wait_for(service.start(), timeout=60)  # the warm-up is held
             assert await asyncio.to_thread(entered.wait, 60)  # and under way

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -21,7 +20,7 @@ from streamanon.service.status import STATUS_WAIT_SECONDS
 from streamanon.service.store import StoreUnavailable
 from streamanon.service.web import make_app
 from tests.service.conftest import write_config
-from tests.service.lifecycle_helpers import put_model
+from tests.service.lifecycle_helpers import ThreadComputePool, put_model
 
 SURVEY = "wellbeing"
 HANG_SECONDS = 20.0
@@ -36,7 +35,7 @@ def test_the_status_answers_at_once_with_the_last_known_state_when_the_store_han
     config = load_config(path, env)
 
     async def run() -> list[tuple[int, float, dict]]:
-        service = Service(config, compute_pool=ThreadPoolExecutor(1))
+        service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         answers = []
         try:
