@@ -243,9 +243,10 @@ def check_engine(engine: str, encoding: Encoding) -> None:
 
 def expand(C: np.ndarray, encoding: Encoding) -> np.ndarray:
     """Codes -> the unscaled embedding: numbers and ranks as they are (NaN stays), a nominal
-    code as its indicator vector (all zeros when missing)."""
+    code as its indicator vector (all zeros when missing). Without nominal columns, ``C``
+    itself when it is a C-contiguous float matrix already (read only, never written)."""
     if not encoding.has_nominal:
-        return np.array(C, dtype=np.float64, order="C")
+        return np.asarray(C, dtype=np.float64, order="C")
     n = C.shape[0]
     E = np.zeros((n, sum(c.width for c in encoding.columns)))
     for j, (col, part) in enumerate(zip(encoding.columns, encoding.slices, strict=True)):

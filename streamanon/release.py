@@ -258,6 +258,18 @@ def prepare_codes(C: np.ndarray, schema: Schema, encoding: Encoding, k: int,
     return Prepared(schema, encoding, C, scaling, Z, groups, weights)
 
 
+def qi_values(frame: pd.DataFrame, names: Sequence[str], start: int = 0) -> np.ndarray:
+    """The columns ``names`` of the records from row ``start`` on, as a C-contiguous float
+    matrix (only those rows are copied)."""
+    return np.ascontiguousarray(frame[list(names)].iloc[start:].to_numpy(dtype=np.float64))
+
+
+def any_missing(frame: pd.DataFrame, names: Sequence[str]) -> bool:
+    """Whether any of the columns ``names`` has a missing value (NaN), column by column
+    (no matrix of them is made)."""
+    return any(bool(np.isnan(frame[name].to_numpy(dtype=np.float64)).any()) for name in names)
+
+
 def prepare_stored(frame: pd.DataFrame, schema: Schema, k: int,
                    scaling: Standardisation | None = None) -> Prepared:
     """:func:`prepare` for a table whose quasi-identifiers are stored codes already (the

@@ -101,13 +101,13 @@ def unchanged_base_records(base_labels: np.ndarray, labels: np.ndarray) -> np.nd
     n_base = len(base_labels)
     final = np.asarray(labels)[:n_base]
     cells = int(base_labels.max()) + 1
-    low = np.full(cells, np.iinfo(np.int64).max, dtype=np.int64)
-    high = np.full(cells, -1, dtype=np.int64)
-    np.minimum.at(low, base_labels, final)
-    np.maximum.at(high, base_labels, final)
+    # one member's final label per base cell (whichever the scatter keeps: any member serves)
+    one = np.zeros(cells, dtype=np.int64)
+    one[base_labels] = final
+    moved = np.bincount(base_labels[final != one[base_labels]], minlength=cells)
     size = np.bincount(base_labels, minlength=cells)
     final_size = np.bincount(labels)
-    same = (low == high) & (final_size[np.maximum(low, 0)] == size)
+    same = (moved == 0) & (final_size[one] == size)
     return same[base_labels]
 
 

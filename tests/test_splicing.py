@@ -85,6 +85,21 @@ def test_a_base_cell_that_gained_or_lost_a_member_is_not_unchanged():
     assert unchanged_base_records(base, merged).tolist() == [False] * 6 + [True] * 3
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_unchanged_base_records_agrees_with_its_definition(seed):
+    """Against the definition, cell by cell: same members before and after, nothing added."""
+    rng = np.random.default_rng(seed)
+    n_base, n_late = int(rng.integers(3, 60)), int(rng.integers(0, 20))
+    base = rng.integers(0, max(n_base // 3, 1), n_base)
+    base = np.unique(base, return_inverse=True)[1]  # cells 0..c-1, none empty
+    final = base.copy()
+    for i in rng.choice(n_base, int(rng.integers(0, n_base)), replace=False):
+        final[i] = rng.integers(0, base.max() + 3)  # moved, split off or merged
+    labels = np.concatenate([final, rng.integers(0, base.max() + 3, n_late)])
+    expected = [set(np.flatnonzero(base == base[i])) == set(np.flatnonzero(labels == labels[i]))
+                for i in range(n_base)]
+    assert unchanged_base_records(base, labels).tolist() == expected
+
 def test_the_spliced_order_is_a_uniform_permutation():
     n, n_base, draws = 4, 2, 24_000
     rng = np.random.default_rng(7)

@@ -38,7 +38,9 @@ from streamanon.release import (
     Prepared,
     Privacy,
     Release,
+    any_missing,
     prepare_stored,
+    qi_values,
     release_partition,
     release_prepared,
 )
@@ -208,11 +210,11 @@ class Releaser:
             late = n - base.n_base if base is not None else n
             refine_until = ((closed or stage_started) + sc.deadline
                             - live.deadline_reserve(n, late=late))
-        X = np.ascontiguousarray(frame[sc.quasi_identifiers].to_numpy(dtype=np.float64))
-        # numbers only, none missing, no strata: the plain numeric partition, from X alone;
-        # the preparation (for the release and its loss) then runs beside it
+        qi = sc.quasi_identifiers
+        # numbers only, none missing, no strata: the plain numeric partition, from the values
+        # alone; the preparation (for the release and its loss) then runs beside it
         plain_numeric = (encoding_for(frame, sc.schema).numeric_only and not sc.schema.strata
-                  and not np.isnan(X).any())
+                         and not any_missing(frame, qi))
         loop = asyncio.get_running_loop()
         run = release_run(sc, refine_until)
         kept = (plain_numeric and base is not None and cp is not None
@@ -222,17 +224,19 @@ class Releaser:
         if plain_numeric:
             if kept:  # the base snapshot's values are kept there: only the rest is sent
                 computing = loop.run_in_executor(
-                    self.compute_pool, kept_release_partition, sid, cp.snapshot_seq,
-                    sc.quasi_identifiers, run, X[base.n_base:], base)
+                    self.compute_pool, kept_release_partition, sid, cp.snapshot_seq, qi, run,
+                    qi_values(frame, qi, start=base.n_base), base)
             else:
-                computing = loop.run_in_executor(self.compute_pool, release_partition, run, X,
+                computing = loop.run_in_executor(self.compute_pool, release_partition, run,
+                                                 await self._in_thread(qi_values, frame, qi),
                                                  base, None)
             own = prepared = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
         else:
             own = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
             prepared = own if base is None else await self._in_thread(
                 prepare_stored, frame, sc.schema, sc.k, Standardisation(base.mean, base.scale))
-            computing = loop.run_in_executor(self.compute_pool, release_partition, run, X, base,
+            computing = loop.run_in_executor(self.compute_pool, release_partition, run,
+                                             await self._in_thread(qi_values, frame, qi), base,
                                              prepared)
         partition = await computing
         if kept and partition is not None:
@@ -242,7 +246,8 @@ class Releaser:
         if partition is None:  # the compute process did not keep the base values: send all
             log.info("survey %s: the base snapshot's values were not kept in the compute "
                      "process; sending all %d records", sid, n)
-            partition = await loop.run_in_executor(self.compute_pool, release_partition, run, X,
+            partition = await loop.run_in_executor(self.compute_pool, release_partition, run,
+                                                   await self._in_thread(qi_values, frame, qi),
                                                    base, None)
         compute_done = time.time()
         if partition.refinement is not None:
