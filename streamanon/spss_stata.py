@@ -154,11 +154,13 @@ def categorical_columns(frame: pd.DataFrame, schema: Schema | None) -> pd.DataFr
 
     if schema is None:
         return frame
-    out = frame.copy()
+    out = frame
     for column in frame.columns:
         spec = schema.fields.get(str(column))
         if spec is None or spec.type not in ("category", "ordinal"):
             continue
+        if out is frame:  # a copy for the first column replaced (the values are not copied)
+            out = frame.copy(deep=False)
         series = frame[column]
         levels = release_levels(series, spec)
         codes = level_codes(series, levels, str(column)).to_numpy(dtype=float, na_value=0.0)
