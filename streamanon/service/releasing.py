@@ -219,24 +219,26 @@ class Releaser:
         run = release_run(sc, refine_until)
         kept = (plain_numeric and base is not None and cp is not None
                 and self.config.compute.cluster == "local")  # a cluster's base keeps nothing
+        # the values sent to the compute process: the late records' only when it keeps the
+        # base snapshot's
+        X = (qi_values(frame, qi, start=base.n_base) if kept
+             else await self._in_thread(qi_values, frame, qi))
         if not kept:  # what the compute process may keep of the base run is not needed
             self.compute_pool.submit(forget, sid)  # queued before the compute: not awaited
         if plain_numeric:
             if kept:  # the base snapshot's values are kept there: only the rest is sent
                 computing = loop.run_in_executor(
                     self.compute_pool, kept_release_partition, sid, cp.snapshot_seq, qi, run,
-                    qi_values(frame, qi, start=base.n_base), base)
+                    X, base)
             else:
-                computing = loop.run_in_executor(self.compute_pool, release_partition, run,
-                                                 await self._in_thread(qi_values, frame, qi),
+                computing = loop.run_in_executor(self.compute_pool, release_partition, run, X,
                                                  base, None)
             own = prepared = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
         else:
             own = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
             prepared = own if base is None else await self._in_thread(
                 prepare_stored, frame, sc.schema, sc.k, Standardisation(base.mean, base.scale))
-            computing = loop.run_in_executor(self.compute_pool, release_partition, run,
-                                             await self._in_thread(qi_values, frame, qi), base,
+            computing = loop.run_in_executor(self.compute_pool, release_partition, run, X, base,
                                              prepared)
         partition = await computing
         if kept and partition is not None:

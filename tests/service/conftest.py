@@ -23,8 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
-def _join_compute_pools() -> Iterator[None]:
-    """Every :class:`ThreadComputePool` a test made is idle before the next test starts."""
+def _join_compute_pools(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every :class:`ThreadComputePool` a test made is idle before the next test starts
+    (joined before the test's monkeypatches are undone, so its work runs patched to the end)."""
     yield
     ThreadComputePool.join_all()
 
