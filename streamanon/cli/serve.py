@@ -148,11 +148,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             config = config.model_copy(update={"kafka": config.kafka.model_copy(
                 update={"bootstrap_servers": bootstrap})})
             print(f"embedded broker at {bootstrap}", flush=True)
-        with asyncio.Runner() as runner:
+        runner = asyncio.Runner()  # not ``with``: its __enter__ builds the loop unguarded
+        try:
             _build_loop(runner)
             runner.run(serve(config, on_ready=lambda service: print(
                 f"serving {len(config.surveys)} survey(s); HTTP on http://{config.http.bind}",
                 flush=True)))
+        finally:
+            runner.close()
     except KeyboardInterrupt:
         if broker is None:
             raise
