@@ -171,7 +171,7 @@ def release_table(records: pd.DataFrame, labels: np.ndarray, quasi_identifiers: 
     if labels.shape != (len(records),):
         raise InputError(f"{labels.shape} labels for {len(records)} records; one per record")
     # row-major, as records are stored: the sums behind D, to the last bit, follow the layout
-    X = np.ascontiguousarray(records[qi].to_numpy(dtype=np.float64))
+    X = qi_values(records, qi)
     table = records.copy()
     table[qi] = aggregate(X, labels)
     require_k_anonymous(table[qi].to_numpy(), k)  # the gate
@@ -276,7 +276,7 @@ def prepare_stored(frame: pd.DataFrame, schema: Schema, k: int,
     service stores a category or ordinal as its level's number, a missing answer as NaN; the
     schema declares the levels), embedded in ``scaling`` (default: fitted to the table)."""
     encoding = encoding_for(frame, schema)
-    C = np.ascontiguousarray(frame[encoding.names].to_numpy(dtype=np.float64))
+    C = qi_values(frame, encoding.names)
     return prepare_codes(C, schema, encoding, k, _strata(frame, schema),
                          _weights(frame, schema.weight), scaling)
 
