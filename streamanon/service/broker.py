@@ -56,6 +56,39 @@ def wait_for_kafka(bootstrap: str, timeout: float = 30.0, *, attempt_timeout: fl
     attempt uses a new client in a daemon thread, given up after ``attempt_timeout`` seconds
     (a warning names where it was stuck); ``alive``, when given, is the broker process's
     liveness, and the wait stops as soon as it is false."""
+    with _client_logs_quiet():
+        _wait_for_kafka(bootstrap, timeout, attempt_timeout, alive)
+
+
+_quiet_lock = threading.Lock()
+_quiet_holders = 0
+_quiet_saved = logging.NOTSET
+
+
+@contextlib.contextmanager
+def _client_logs_quiet() -> Any:
+    """While probes run, the Kafka client's own log lines (``kafka.*``: "Connection failed:
+    ECONNREFUSED" at ERROR while the broker starts) are not emitted: refused connections are
+    what the wait is for, and it reports its own outcome. Nested and concurrent waits share
+    one saved level, restored when the last one ends."""
+    global _quiet_holders, _quiet_saved
+    client = logging.getLogger("kafka")
+    with _quiet_lock:
+        if _quiet_holders == 0:
+            _quiet_saved = client.level
+            client.setLevel(logging.CRITICAL + 1)
+        _quiet_holders += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_holders -= 1
+            if _quiet_holders == 0:
+                client.setLevel(_quiet_saved)
+
+
+def _wait_for_kafka(bootstrap: str, timeout: float, attempt_timeout: float,
+                    alive: Callable[[], bool] | None) -> None:
     import kafka
     from kafka.errors import KafkaError
 

@@ -6,6 +6,7 @@ listens there."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -78,6 +79,27 @@ def test_the_wait_stops_as_soon_as_the_broker_process_is_gone():
     with pytest.raises(BrokerError, match="exited"):
         wait_for_kafka("127.0.0.1:1", timeout=20.0, alive=lambda: False)
     assert time.monotonic() - started < 5
+
+
+def test_the_probe_reports_only_its_own_outcome_not_the_clients_refused_connections(caplog):
+    """A broker that has not started listening refuses the probe: that is what the wait is for,
+    so the Kafka client's own ERROR lines ("Connection failed: ... ECONNREFUSED") must not
+    reach the log; a run of ``serve --embedded-broker`` printed one before the broker's
+    address, which its test reads as the first line."""
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(BrokerError, match="no Kafka broker answered"):
+        wait_for_kafka(f"127.0.0.1:{_refusing_port()}", timeout=1.5)
+    from_the_client = [r for r in caplog.records if r.name.split(".")[0] == "kafka"
+                       and r.levelno >= logging.INFO]
+    assert not from_the_client, [f"{r.levelname} {r.name}" for r in from_the_client]
+    assert logging.getLogger("kafka").getEffectiveLevel() == logging.DEBUG  # restored
+
+
+def _refusing_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture
