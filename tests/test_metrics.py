@@ -7,6 +7,7 @@ import pytest
 from streamanon.errors import InputError, KAnonymityError
 from streamanon.metrics import (
     aggregate,
+    cell_means,
     check_k_anonymity,
     check_partition,
     check_table_k_anonymity,
@@ -72,6 +73,36 @@ def test_aggregate_replaces_each_record_with_its_cell_mean():
     X = np.array([[1.0, 10.0], [3.0, 20.0], [5.0, 0.0]])
     out = aggregate(X, np.array([0, 0, 1]))
     assert out.tolist() == [[2.0, 15.0], [2.0, 15.0], [5.0, 0.0]]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_cell_means_are_the_per_column_bincount_sums_over_the_sizes(seed):
+    """The one-pass kernel against the definition, bit for bit: labels of any integer type
+    with empty cells among them, a matrix that is a strided view."""
+    rng = np.random.default_rng(seed)
+    wide = rng.normal(size=(500, 9)) * 10.0 ** rng.integers(-3, 4, size=9)
+    X = wide[:, ::2]  # not contiguous
+    labels = rng.integers(0, 80, size=500).astype([np.int32, np.int64, np.uint16][seed % 3])
+    means, sizes = cell_means(X, labels)
+    expected_sizes = np.bincount(labels, minlength=int(labels.max()) + 1)
+    assert np.array_equal(sizes, expected_sizes)
+    seen = expected_sizes > 0
+    for j in range(X.shape[1]):
+        sums = np.bincount(labels, weights=X[:, j], minlength=len(expected_sizes))
+        assert np.array_equal(means[seen, j], sums[seen] / expected_sizes[seen])
+    assert np.isnan(means[~seen]).all()
+
+
+def test_cell_means_of_no_records_and_no_columns():
+    means, sizes = cell_means(np.zeros((0, 3)), np.zeros(0, dtype=np.int64))
+    assert means.shape == (0, 3) and sizes.shape == (0,)
+    means, sizes = cell_means(np.zeros((4, 0)), np.array([0, 1, 1, 0]))
+    assert means.shape == (2, 0) and sizes.tolist() == [2, 2]
+
+
+def test_cell_means_refuse_a_negative_label():
+    with pytest.raises(ValueError, match="non-negative"):
+        cell_means(np.zeros((2, 1)), np.array([0, -1]))
 
 
 def test_delta():
