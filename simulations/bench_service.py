@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import secrets
 import subprocess
 import sys
@@ -246,7 +247,14 @@ def main() -> None:
                              "twice the quiet release and twice the size's close-to-release "
                              "target)")
     parser.add_argument("--out", default=str(RESULTS / "bench_service.json"))
+    parser.add_argument("--log", metavar="FILE",
+                        help="write the service's log (INFO, with times to the millisecond) "
+                             "to FILE: where the time of a step went")
     args = parser.parse_args()
+    if args.log:
+        logging.basicConfig(filename=args.log, level=logging.INFO, force=True,
+                            format="%(asctime)s.%(msecs)03d %(name)s: %(message)s",
+                            datefmt="%H:%M:%S")
     sizes = [int(s) for s in args.sizes.split(",")]
     results = []
     with EmbeddedBroker() as broker:

@@ -82,9 +82,13 @@ def test_the_service_benchmark_runs(subprocesses, tmp_path):
     out = tmp_path / "bench_service.json"
     result = subprocess.run(
         [sys.executable, "-m", "simulations.bench_service", "--sizes", "4000", "--busy",
-         "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
+         "--out", str(out), "--log", str(tmp_path / "service.log")], cwd=REPO,
+        capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [run] = json.loads(out.read_text())
+    log = (tmp_path / "service.log").read_text()  # where the compute step's time went
+    assert re.search(r"the partition back after \d+\.\d\d s \(its stage \d+\.\d\d s\), the "
+                     r"records prepared beside it after \d+\.\d\d s", log), log[-3000:]
     two, one, busy = run["twostage"], run["oneshot"], run["busy"]
     assert two["n"] == one["n"] == busy["n"] == run["n"] == 4000
     assert two["mode"] == busy["mode"] == "two-stage" and one["mode"] == "one-shot"

@@ -234,6 +234,7 @@ class Releaser:
                 computing = loop.run_in_executor(self.compute_pool, release_partition, run, X,
                                                  base, None)
             own = prepared = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
+            prepared_after = time.time() - stage_started
         else:
             own = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
             prepared = own if base is None else await self._in_thread(
@@ -243,8 +244,11 @@ class Releaser:
         partition = await computing
         if kept and partition is not None:
             log.info("survey %s: %d records after the base snapshot sent to the compute "
-                     "process, the snapshot's %d kept there since the base run", sid,
-                     n - base.n_base, base.n_base)
+                     "process, the snapshot's %d kept there since the base run; the partition "
+                     "back after %.2f s (its stage %.2f s), the records prepared beside it "
+                     "after %.2f s", sid, n - base.n_base, base.n_base,
+                     time.time() - stage_started, partition.incremental_seconds,
+                     prepared_after)
         if partition is None:  # the compute process did not keep the base values: send all
             log.info("survey %s: the base snapshot's values were not kept in the compute "
                      "process; sending all %d records", sid, n)
