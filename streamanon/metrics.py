@@ -97,14 +97,37 @@ def aggregate(X: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 def sse(Z: np.ndarray, labels: np.ndarray) -> float:
     """Sum of squared distances of every record to its cell mean."""
-    Z = np.asarray(Z, dtype=np.float64)
-    return float(np.sum((Z - aggregate(Z, labels)) ** 2))
+    Z = np.ascontiguousarray(Z, dtype=np.float64)
+    labels = np.asarray(labels)
+    if labels.shape != Z.shape[:1]:
+        raise ValueError(f"{labels.shape[0]} labels for {Z.shape[0]} records")
+    means, _ = cell_means(Z, labels)
+    return float(np.sum(_row_squares(Z, labels.astype(np.int64, copy=False), means)))
 
 
 def sst(Z: np.ndarray) -> float:
     """Sum of squared distances of every record to the global mean."""
-    Z = np.asarray(Z, dtype=np.float64)
-    return float(np.sum((Z - Z.mean(axis=0)) ** 2))
+    Z = np.ascontiguousarray(Z, dtype=np.float64)
+    if Z.shape[0] == 0:
+        return 0.0
+    return float(np.sum(_row_squares(Z, np.zeros(Z.shape[0], dtype=np.int64),
+                                     Z.mean(axis=0)[None, :])))
+
+
+@nb.njit(cache=True)
+def _row_squares(Z: np.ndarray, labels: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """Each record's squared distance to its centre ``centres[labels[i]]``: summed (pairwise)
+    by the caller, the sum ``np.sum((Z - centres[labels]) ** 2)`` is, to rounding, without its
+    three n x m temporaries (a fifth of a second at a million records by 15)."""
+    out = np.empty(Z.shape[0])
+    for i in range(Z.shape[0]):
+        c = labels[i]
+        total = 0.0
+        for j in range(Z.shape[1]):
+            d = Z[i, j] - centres[c, j]
+            total += d * d
+        out[i] = total
+    return out
 
 
 def distortion(Z: np.ndarray, labels: np.ndarray) -> float:

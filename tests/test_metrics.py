@@ -93,6 +93,25 @@ def test_cell_means_are_the_per_column_bincount_sums_over_the_sizes(seed):
     assert np.isnan(means[~seen]).all()
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_sse_and_sst_are_the_sums_of_squares_of_their_definition(seed):
+    """The compiled sums against the numpy expressions of the definition, to rounding, on
+    data of mixed scales and a strided view."""
+    rng = np.random.default_rng(seed)
+    Z = (rng.normal(size=(700, 8)) * 10.0 ** rng.integers(-2, 3, size=8))[:, ::2]
+    labels = rng.integers(0, 60, size=700)
+    means = np.stack([Z[labels == c].mean(axis=0) if (labels == c).any() else np.zeros(4)
+                      for c in range(60)])
+    assert sse(Z, labels) == pytest.approx(np.sum((Z - means[labels]) ** 2), rel=1e-13)
+    assert sst(Z) == pytest.approx(np.sum((Z - Z.mean(axis=0)) ** 2), rel=1e-13)
+    assert sse(Z, np.zeros(700, dtype=np.int32)) == pytest.approx(sst(Z), rel=1e-13)
+
+
+def test_sse_refuses_labels_of_another_length():
+    with pytest.raises(ValueError, match="3 labels for 2 records"):
+        sse(np.zeros((2, 1)), np.array([0, 0, 1]))
+
+
 def test_cell_means_of_no_records_and_no_columns():
     means, sizes = cell_means(np.zeros((0, 3)), np.zeros(0, dtype=np.int64))
     assert means.shape == (0, 3) and sizes.shape == (0,)

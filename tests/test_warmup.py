@@ -13,6 +13,7 @@ from tests.conftest import REPO
 
 @pytest.mark.heavy  # compiles every kernel where the cache is cold (make check runs no warm-up)
 def test_every_kernel_group_runs_and_the_kernels_are_compiled(capsys):
+    from streamanon import metrics
     from streamanon.engines import _cells, _local_search_kernels, _mdav_kernels
     from streamanon.incremental import _nn_kernels
 
@@ -22,7 +23,8 @@ def test_every_kernel_group_runs_and_the_kernels_are_compiled(capsys):
     for group in warmup.GROUPS:
         assert f"{group} " in said
     for kernel in (_mdav_kernels.mdav_labels, _local_search_kernels.ona_star_labels,
-                   _nn_kernels.adjoin, _cells.offer_products):
+                   _nn_kernels.adjoin, _cells.offer_products, metrics._cell_sums,
+                   metrics._row_squares):
         assert kernel.signatures  # compiled, or loaded, in this process
 
 
@@ -34,6 +36,20 @@ def test_the_compute_process_warm_up_loads_the_blocked_search_too(subprocesses):
             "assert not _cells.offer_products.signatures\n"
             "warm_up_compute()\n"
             "assert _cells.offer_products.signatures\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_service_loads_the_release_kernels_at_start_not_at_the_first_close(subprocesses):
+    """The loss of a release takes its cell means and sums of squares from kernels, loaded
+    (0.3 s, from the cache) at their first call: the service's own process calls them at
+    start."""
+    code = ("from streamanon import metrics\n"
+            "from streamanon.service.lifecycle import warm_up_release\n"
+            "assert not metrics._cell_sums.signatures\n"
+            "warm_up_release()\n"
+            "assert metrics._cell_sums.signatures and metrics._row_squares.signatures\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
