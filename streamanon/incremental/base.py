@@ -57,9 +57,28 @@ def base_is_usable(n_base: int | None, k: int, n: int | None = None) -> bool:
     return n_base is not None and 2 * k <= n_base and (n is None or n_base <= n)
 
 
+def joined_rows(base: np.ndarray, increment: np.ndarray) -> np.ndarray:
+    """The records of ``base`` followed by those of ``increment`` (C-contiguous, n x m): a view
+    when the increment's rows follow the base's in one array (as the service's compute process
+    keeps them: joining a million rows would copy them, in fresh memory), else a new array.
+    The stages only read it (a view left writeable: the compiled kernels take one type of
+    array, and a read-only one would be compiled anew at the close)."""
+    base = np.ascontiguousarray(base, dtype=np.float64)
+    increment = np.ascontiguousarray(increment, dtype=np.float64)
+    owner = base.base
+    if (owner is not None and increment.base is owner and base.ndim == increment.ndim == 2
+            and base.shape[1] == increment.shape[1] and base.shape[0] > 0
+            and increment.__array_interface__["data"][0]
+            == base.__array_interface__["data"][0] + base.nbytes):
+        return np.lib.stride_tricks.as_strided(
+            base, shape=(base.shape[0] + increment.shape[0], base.shape[1]),
+            strides=base.strides)
+    return np.ascontiguousarray(np.concatenate([base, increment]))
+
+
 def union_one_shot(base: np.ndarray, increment: np.ndarray, k: int, engine: str = "mdav",
                    engine_params: dict[str, object] | None = None) -> np.ndarray:
     """The fallback when the base is too small to build on: one engine run on the union."""
     from streamanon.engines import run_engine
 
-    return run_engine(engine, np.concatenate([base, increment]), k, **(engine_params or {}))
+    return run_engine(engine, joined_rows(base, increment), k, **(engine_params or {}))

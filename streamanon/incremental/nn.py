@@ -37,7 +37,12 @@ from streamanon.incremental._nn_kernels import (
     cell_members,
     split_large_cells,
 )
-from streamanon.incremental.base import base_is_usable, register_stage, union_one_shot
+from streamanon.incremental.base import (
+    base_is_usable,
+    joined_rows,
+    register_stage,
+    union_one_shot,
+)
 from streamanon.metrics import cell_means
 
 #: Above this many columns the linear scan beats the tree (measured; the incremental-stages
@@ -135,7 +140,7 @@ def adjoin_increment(base: np.ndarray, base_labels: np.ndarray, increment: np.nd
         return base_labels.copy()
     if not base_is_usable(n0, k):
         return union_one_shot(base, increment, k)
-    X = np.ascontiguousarray(np.concatenate([base, increment]))
+    X = joined_rows(base, increment)
     n = n0 + n_plus
     capacity = n // k + 1
     centT = np.zeros((m, capacity))  # column-major: the scan vectorises across cells

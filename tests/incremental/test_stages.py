@@ -293,3 +293,32 @@ def test_two_stage_equals_base_cells_then_reference_mdav_of_the_increment_at_sur
     labels = run_stage("two_stage", base, labels0, inc, LARGE_K)
     expected = np.concatenate([labels0, reference_mdav(inc, LARGE_K) + labels0.max() + 1])
     assert np.array_equal(labels, expected)
+
+
+def test_rows_that_follow_each_other_in_one_array_are_joined_without_a_copy():
+    from streamanon.incremental.base import joined_rows
+
+    buf = np.random.default_rng(0).normal(size=(12, 3))
+    together = joined_rows(buf[:7], buf[7:10])
+    assert np.shares_memory(together, buf) and together.flags.c_contiguous
+    np.testing.assert_array_equal(together, buf[:10])
+    for base, increment in [(buf[:7], buf[8:10]),  # a gap
+                            (buf[7:10], buf[:7]),  # the other way round
+                            (buf[:7], buf[7:10].copy()),  # another array
+                            (buf[:7, :2], buf[7:10, :2])]:  # not contiguous
+        joined = joined_rows(base, increment)
+        assert not np.shares_memory(joined, buf)
+        np.testing.assert_array_equal(joined, np.concatenate([base, increment]))
+
+
+@pytest.mark.parametrize("stage", ["nn", "nn_split_end", "nn_split_mid", "nn_inertial",
+                                   "two_stage"])
+def test_a_stage_on_rows_of_one_array_gives_the_labels_of_separate_arrays(stage):
+    Z = standardise(np.random.default_rng(4).normal(size=(700, 4)))
+    buf = np.empty((1000, 4))
+    buf[:700] = Z
+    base_labels = mdav(Z[:560], 5)
+    separate = run_stage(stage, Z[:560].copy(), base_labels, Z[560:].copy(), 5)
+    together = run_stage(stage, buf[:560], base_labels, buf[560:700], 5)
+    np.testing.assert_array_equal(together, separate)
+    np.testing.assert_array_equal(buf[:700], Z)  # read, never written

@@ -57,6 +57,27 @@ def test_the_release_from_the_kept_values_is_the_release_from_all_values(stage):
     assert kept.kept_surveys() == []  # used up by the close
 
 
+def test_more_late_records_than_the_room_kept_for_them_give_the_same_release(monkeypatch):
+    monkeypatch.setattr(kept, "MIN_SPARE_ROWS", 0)  # room for as many as the snapshot's
+    frame, schema = survey(700)
+    run = TwoStageRun(K, "mdav", "nn_split_end")
+    X = frame[QI].to_numpy(dtype=np.float64)
+    for n_base in (300, 400):  # 400 late, more than its 300 rows of room; 300, within its 400
+        base = snapshot(frame, schema, n_base, run)
+        part = kept.kept_release_partition("s", 7, QI, run, X[n_base:], base)
+        assert part is not None
+        np.testing.assert_array_equal(part.labels, release_partition(run, X, base, None).labels)
+
+
+def test_another_standardisation_is_not_used():
+    frame, schema = survey(300)
+    run = TwoStageRun(K, "mdav", "two_stage")
+    X = frame[QI].to_numpy(dtype=np.float64)
+    base = snapshot(frame, schema, 240, run)
+    other = BaseSnapshot(240, base.labels, base.mean + 1e-9, base.scale, base.seconds)
+    assert kept.kept_release_partition("s", 7, QI, run, X[240:], other) is None
+
+
 def test_nothing_is_used_that_is_not_the_same_snapshot_of_the_same_columns():
     frame, schema = survey(300)
     run = TwoStageRun(K, "mdav", "two_stage")
