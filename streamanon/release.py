@@ -33,6 +33,7 @@ from streamanon.metrics import (
     Standardisation,
     aggregate,
     distortion,
+    fit_and_standardise,
     fit_standardisation,
     require_k_anonymous,
     require_k_anonymous_table,
@@ -248,8 +249,14 @@ def prepare_codes(C: np.ndarray, schema: Schema, encoding: Encoding, k: int,
     if len(C) < k:
         raise InputError(f"{len(C)} records cannot form a cell of k = {k}: no "
                          f"{k}-anonymous release exists")
-    scaling = fit_embedding(C, encoding) if scaling is None else scaling
-    Z = embed(C, encoding, scaling)
+    # numbers and ranks, none missing: the standardisation and the standardised matrix in
+    # one go (the same values; the general way otherwise)
+    fitted = fit_and_standardise(C) if scaling is None and not encoding.has_nominal else None
+    if fitted is not None:
+        scaling, Z = fitted
+    else:
+        scaling = fit_embedding(C, encoding) if scaling is None else scaling
+        Z = embed(C, encoding, scaling)
     grouped = [j for j, c in enumerate(encoding.columns) if c.missing == "group"]
     groups = None
     if strata is not None or np.isnan(C[:, grouped]).any():

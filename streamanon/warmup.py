@@ -47,7 +47,7 @@ def _engines(names: tuple[str, ...]) -> None:
 def _stages() -> None:
     from streamanon.engines import run_engine
     from streamanon.incremental import available_stages, run_stage
-    from streamanon.metrics import distortion
+    from streamanon.metrics import distortion, fit_and_standardise
     from streamanon.refine import refine
 
     X = _data(2)
@@ -58,6 +58,7 @@ def _stages() -> None:
     run_stage("nn_split_end", base, base_labels, increment, K, index="blocks")
     refine(X, labels, K, budget_seconds=1.0)
     distortion(X, labels)  # the loss's cell means and sums of squares
+    fit_and_standardise(X)
 
 
 def _local_search() -> None:

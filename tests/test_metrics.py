@@ -12,6 +12,7 @@ from streamanon.metrics import (
     check_partition,
     check_table_k_anonymity,
     distortion,
+    fit_and_standardise,
     fit_standardisation,
     information_loss,
     relative_distortion_increase,
@@ -122,6 +123,35 @@ def test_cell_means_of_no_records_and_no_columns():
 def test_cell_means_refuse_a_negative_label():
     with pytest.raises(ValueError, match="non-negative"):
         cell_means(np.zeros((2, 1)), np.array([0, -1]))
+
+
+@pytest.mark.parametrize("n, m", [(1, 2), (5, 2), (3001, 3), (20_000, 7), (4097, 15),
+                                  (1000, 20)])
+def test_the_compiled_standardisation_is_numpys_bit_for_bit(n, m):
+    rng = np.random.default_rng(n + m)
+    X = rng.normal(size=(n, m)) * 10.0 ** rng.integers(-4, 5, size=m) + rng.normal(size=m)
+    X[:, 0] = 2.5  # a constant column
+    if m > 3:
+        X[:, 3] = np.round(X[:, 3])  # ties
+    fitted = fit_and_standardise(X)
+    assert fitted is not None
+    scaling, Z = fitted
+    expected = fit_standardisation(X)
+    assert np.array_equal(scaling.mean, expected.mean)
+    assert np.array_equal(scaling.scale, expected.scale)
+    assert np.array_equal(Z, expected.apply(X))
+
+
+def test_the_compiled_standardisation_leaves_the_other_cases_to_the_general_way():
+    X = np.random.default_rng(0).normal(size=(50, 3))
+    assert fit_and_standardise(X[:, :1]) is None  # one column: numpy sums it pairwise
+    assert fit_and_standardise(np.zeros((0, 3))) is None
+    for bad in (np.nan, np.inf):
+        Y = X.copy()
+        Y[7, 2] = bad
+        assert fit_and_standardise(Y) is None
+    fitted = fit_and_standardise(np.asfortranarray(X))  # another layout: the same values
+    assert fitted is not None and np.array_equal(fitted[1], fit_standardisation(X).apply(X))
 
 
 def test_delta():

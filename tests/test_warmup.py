@@ -24,7 +24,7 @@ def test_every_kernel_group_runs_and_the_kernels_are_compiled(capsys):
         assert f"{group} " in said
     for kernel in (_mdav_kernels.mdav_labels, _local_search_kernels.ona_star_labels,
                    _nn_kernels.adjoin, _cells.offer_products, metrics._cell_sums,
-                   metrics._row_squares):
+                   metrics._row_squares, metrics._fit_and_standardise):
         assert kernel.signatures  # compiled, or loaded, in this process
 
 
@@ -42,14 +42,15 @@ def test_the_compute_process_warm_up_loads_the_blocked_search_too(subprocesses):
 
 
 def test_the_service_loads_the_release_kernels_at_start_not_at_the_first_close(subprocesses):
-    """The loss of a release takes its cell means and sums of squares from kernels, loaded
-    (0.3 s, from the cache) at their first call: the service's own process calls them at
-    start."""
+    """The release standardises its records and takes its loss's cell means and sums of
+    squares with kernels, loaded (0.3 s, from the cache) at their first call: the service's
+    own process calls them at start."""
     code = ("from streamanon import metrics\n"
             "from streamanon.service.lifecycle import warm_up_release\n"
             "assert not metrics._cell_sums.signatures\n"
             "warm_up_release()\n"
-            "assert metrics._cell_sums.signatures and metrics._row_squares.signatures\n")
+            "assert metrics._cell_sums.signatures and metrics._row_squares.signatures\n"
+            "assert metrics._fit_and_standardise.signatures\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr

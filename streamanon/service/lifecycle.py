@@ -56,7 +56,7 @@ from scheduler.planner import Plan
 from streamanon.errors import describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
-from streamanon.metrics import distortion
+from streamanon.metrics import distortion, fit_and_standardise
 from streamanon.service.base_run import run_base
 from streamanon.service.closing import close_survey
 from streamanon.service.collector import KafkaCollector
@@ -124,8 +124,10 @@ def warm_up_compute() -> bool:
 
 
 def warm_up_release() -> bool:
-    """Load the kernels the release runs in this process (the loss's cell means and sums of
-    squares: 0.3 s at their first call, even from numba's cache) before a close needs them."""
+    """Load the kernels the release runs in this process (the standardisation, the loss's
+    cell means and sums of squares: 0.3 s at their first call, even from numba's cache) before
+    a close needs them."""
+    fit_and_standardise(np.array([[0.0, 1.0], [1.0, 0.0]]))
     distortion(np.array([[0.0], [1.0]]), np.array([0, 1]))
     return True
 
