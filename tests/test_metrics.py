@@ -120,6 +120,22 @@ def test_cell_means_of_no_records_and_no_columns():
     assert means.shape == (2, 0) and sizes.tolist() == [2, 2]
 
 
+def test_cell_means_refuse_labels_of_another_length_or_kind():
+    """The compiled sums index by label without bounds checks: labels shorter than the
+    records crashed the process (found by review)."""
+    X = np.zeros((200_000, 2))
+    for labels in (np.array([0, 1, 1]), np.zeros(200_001, dtype=np.int64)):
+        with pytest.raises(ValueError, match="labels for 200000 records"):
+            cell_means(X, labels)
+    with pytest.raises(ValueError, match="integer"):
+        cell_means(np.zeros((2, 1)), np.array([0.0, 0.7]))
+
+
+def test_sse_refuses_a_scalar_label():
+    with pytest.raises(ValueError, match="labels for 2 records"):
+        sse(np.zeros((2, 1)), np.array(0))
+
+
 def test_cell_means_refuse_a_negative_label():
     with pytest.raises(ValueError, match="non-negative"):
         cell_means(np.zeros((2, 1)), np.array([0, -1]))

@@ -94,8 +94,8 @@ class _FakeProducer:
         self.topics: dict[str, list[bytes]] = {}
         self.during_flush: Any = None
 
-    def produce(self, topic: str, value: bytes, partition: int = 0, key: bytes | None = None,
-                headers: Any = None) -> None:
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                partition: int = -1, headers: Any = None) -> None:  # librdkafka's order
         self.queue.append((topic, value))
 
     def poll(self, timeout: float = 0) -> int:

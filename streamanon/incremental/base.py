@@ -72,7 +72,8 @@ def joined_rows(base: np.ndarray, increment: np.ndarray) -> np.ndarray:
             == base.__array_interface__["data"][0] + base.nbytes):
         return np.lib.stride_tricks.as_strided(
             base, shape=(base.shape[0] + increment.shape[0], base.shape[1]),
-            strides=base.strides)
+            strides=(base.shape[1] * base.itemsize, base.itemsize))  # a one-row base's
+    # own stride may be anything: numpy calls one row contiguous whatever it is
     return np.ascontiguousarray(np.concatenate([base, increment]))
 
 

@@ -302,6 +302,8 @@ def test_rows_that_follow_each_other_in_one_array_are_joined_without_a_copy():
     together = joined_rows(buf[:7], buf[7:10])
     assert np.shares_memory(together, buf) and together.flags.c_contiguous
     np.testing.assert_array_equal(together, buf[:10])
+    # one row whose own stride is not a row's (numpy calls it contiguous): the rows after it
+    np.testing.assert_array_equal(joined_rows(buf[0:3:3], buf[1:4]), buf[:4])
     for base, increment in [(buf[:7], buf[8:10]),  # a gap
                             (buf[7:10], buf[:7]),  # the other way round
                             (buf[:7], buf[7:10].copy()),  # another array
