@@ -60,6 +60,8 @@ class ClientErrors(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING or not record.name.startswith(CLIENT_LOGGERS):
             return True
+        if _cancelled_by_closing(record):
+            return False
         now = record.created
         new_outage = now - self._last_seen > self.quiet
         self._last_seen = now
@@ -78,6 +80,14 @@ class ClientErrors(logging.Filter):
         self._held = 0
         self._last_logged = now
         return True
+
+
+def _cancelled_by_closing(record: logging.LogRecord) -> bool:
+    """kafka-python's ERROR for a request it cancelled because its client was being closed
+    ("Metadata refresh: failed Cancelled"): the close the service asked for, not a fault."""
+    return (record.name.startswith("kafka.") and isinstance(record.args, tuple)
+            and any(type(arg).__name__ == "Cancelled"
+                    and type(arg).__module__.startswith("kafka.") for arg in record.args))
 
 
 def setup_logging(level: str = "info", fmt: str = "text") -> None:

@@ -56,3 +56,19 @@ def test_setup_logging_installs_it(tmp_path):
     finally:
         root.handlers[:], level = saved
         root.setLevel(level)
+
+
+def test_a_request_cancelled_by_its_client_closing_is_not_an_error():
+    """kafka-python logs "Metadata refresh: failed Cancelled" at ERROR when a client is
+    closed while its metadata request is in flight (seen in the demo's output at the close,
+    where the service reads the end offsets with a short-lived client): not an error of
+    anything, so it is not logged; a refresh that fails otherwise still is."""
+    from kafka.errors import Cancelled, KafkaConnectionError
+
+    limiter = ClientErrors()
+    cancelled = logging.LogRecord("kafka.cluster", logging.ERROR, __file__, 1,
+                                  "Metadata refresh: failed %s", (Cancelled(),), None)
+    assert not limiter.filter(cancelled)
+    failed = logging.LogRecord("kafka.cluster", logging.ERROR, __file__, 1,
+                               "Metadata refresh: failed %s", (KafkaConnectionError(),), None)
+    assert limiter.filter(failed)
