@@ -28,32 +28,33 @@ def test_every_kernel_group_runs_and_the_kernels_are_compiled(capsys):
         assert kernel.signatures  # compiled, or loaded, in this process
 
 
-def test_the_compute_process_warm_up_loads_the_blocked_search_too(subprocesses):
-    """The service's compute process loads the NN stages' blocked search at start, not at the
-    first close that needs it (a fresh process: nothing loaded before)."""
-    code = ("from streamanon.engines import _cells\n"
-            "from streamanon.service.lifecycle import warm_up_compute\n"
-            "assert not _cells.offer_products.signatures\n"
-            "warm_up_compute()\n"
-            "assert _cells.offer_products.signatures\n")
+def _in_a_fresh_process(code: str) -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_compute_process_warm_up_loads_the_blocked_search_too(subprocesses):
+    """The service's compute process loads the NN stages' blocked search at start, not at the
+    first close that needs it (a fresh process: nothing loaded before)."""
+    _in_a_fresh_process("from streamanon.engines import _cells\n"
+                        "from streamanon.service.lifecycle import warm_up_compute\n"
+                        "assert not _cells.offer_products.signatures\n"
+                        "warm_up_compute()\n"
+                        "assert _cells.offer_products.signatures\n")
 
 
 def test_the_service_loads_the_release_kernels_at_start_not_at_the_first_close(subprocesses):
     """The release standardises its records and takes its loss's cell means and sums of
     squares with kernels, loaded (0.3 s, from the cache) at their first call: the service's
     own process calls them at start."""
-    code = ("from streamanon import metrics\n"
-            "from streamanon.service.lifecycle import warm_up_release\n"
-            "assert not metrics._cell_sums.signatures\n"
-            "warm_up_release()\n"
-            "assert metrics._cell_sums.signatures and metrics._row_squares.signatures\n"
-            "assert metrics._fit_and_standardise.signatures\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    _in_a_fresh_process("from streamanon import metrics\n"
+                        "from streamanon.service.lifecycle import warm_up_release\n"
+                        "assert not metrics._cell_sums.signatures\n"
+                        "warm_up_release()\n"
+                        "assert metrics._cell_sums.signatures\n"
+                        "assert metrics._row_squares.signatures\n"
+                        "assert metrics._fit_and_standardise.signatures\n")
 
 
 def test_help_says_what_it_does(subprocesses):
