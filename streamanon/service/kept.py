@@ -66,7 +66,7 @@ def kept_base_partition(survey: str, snapshot_seq: int, run: TwoStageRun,
         spare = max(n_base, MIN_SPARE_ROWS)
         rows = np.empty((n_base + spare, m))
         mean, scale = prepared.scaling.mean, prepared.scaling.scale
-        np.divide(np.subtract(C, mean, out=rows[:n_base]), scale, out=rows[:n_base])
+        _standardise_into(rows[:n_base], C, mean, scale)
         _KEPT[survey] = _Kept(snapshot_seq, tuple(prepared.encoding.names), mean.copy(),
                               scale.copy(), rows, spare)
     return result
@@ -92,11 +92,17 @@ def kept_release_partition(survey: str, snapshot_seq: int, names: Sequence[str],
     # kept ones, in the room left for them when there is enough
     if late.shape[0] <= kept.spare:
         Z = kept.rows[:n]
-        np.divide(np.subtract(late, base.mean, out=Z[base.n_base:]), base.scale,
-                  out=Z[base.n_base:])
     else:
-        Z = np.concatenate([kept.rows[:base.n_base], (late - base.mean) / base.scale])
+        Z = np.concatenate([kept.rows[:base.n_base], np.empty_like(late)])
+    _standardise_into(Z[base.n_base:], late, base.mean, base.scale)
     return run.partition(Z, base.n_base, base_result=(base.labels, base.seconds))
+
+
+def _standardise_into(out: np.ndarray, values: np.ndarray, mean: np.ndarray,
+                      scale: np.ndarray) -> None:
+    """``out[:] = (values - mean) / scale``, the arithmetic of
+    :meth:`~streamanon.metrics.Standardisation.apply`, written in place."""
+    np.divide(np.subtract(values, mean, out=out), scale, out=out)
 
 
 def forget(survey: str) -> None:
