@@ -6,8 +6,10 @@ close the survey once (specification section 6, step 4: docs/design/specificatio
 injected: ``plan(now)`` returns a :class:`~scheduler.planner.Plan` (the service's comes from
 :func:`scheduler.live.plan`), ``on_base_start(plan)`` takes the snapshot and starts the base
 run, ``on_close()`` closes the survey; the base trigger is set at
-:func:`scheduler.live.base_moment`. The clock is injected too, so tests drive it with a fake
-clock and a fake scheduler and no service.
+:func:`scheduler.live.base_moment`. ``on_base_soon(plan)``, optional, is called at every
+re-plan within ``soon_seconds`` of that moment (the service reads the snapshot's records ahead
+then, so that the base run starts on them at once). The clock is injected too, so tests drive
+it with a fake clock and a fake scheduler and no service.
 
 Guarantees: the base trigger fires at most once however often the plan moves it; a trigger
 whose time has already passed fires at once; the close trigger fires at most once, and after
@@ -53,6 +55,10 @@ class PlanningJob:
         ``ready(now) -> bool``: whether the forecast behind the plan may be acted on
         (:func:`scheduler.live.forecast_ready`). Until it is, the plan is made and kept but
         the base run does not start. Default: always.
+    on_base_soon, soon_seconds
+        ``on_base_soon(plan)`` is called at each re-plan that puts the base trigger in the
+        future but within ``soon_seconds`` of now (never after the base run has started or the
+        survey closed). Default: none.
     clock
         ``clock() -> datetime`` (aware). Default: UTC wall clock.
     interval_seconds
@@ -71,6 +77,8 @@ class PlanningJob:
         clock: Callable[[], datetime] = utc_now,
         interval_seconds: float = 5.0,
         ready: Callable[[datetime], bool] | None = None,
+        on_base_soon: Callable[[Plan], None] | None = None,
+        soon_seconds: float = 0.0,
     ) -> None:
         if close_at is not None and close_at.tzinfo is None:
             raise ValueError("close_at must be timezone-aware")
@@ -83,6 +91,8 @@ class PlanningJob:
         self.clock = clock
         self.interval_seconds = interval_seconds
         self._ready = ready
+        self._on_base_soon = on_base_soon
+        self.soon_seconds = soon_seconds
         self._waiting_logged = False
         self.last_plan: Plan | None = None
         self.base_at: datetime | None = None
@@ -131,8 +141,11 @@ class PlanningJob:
             return plan
         if fire_at <= now:
             self._fire_base()
-        else:
-            self._schedule(self._base_id, self._fire_base, fire_at)
+            return plan
+        self._schedule(self._base_id, self._fire_base, fire_at)
+        if (self._on_base_soon is not None
+                and (fire_at - now).total_seconds() <= self.soon_seconds):
+            self._on_base_soon(plan)
         return plan
 
     def reschedule_close(self, close_at: datetime) -> None:

@@ -5,6 +5,14 @@ prepared for the close to splice (:meth:`.releasing.Releaser.prepare_base`).
 Everything but the engine runs in threads, never on the event loop, so ingest and HTTP go on
 while a million-record snapshot is read and prepared. Each step's time goes to the survey's
 ``base_steps`` and from there to the release report (``base_steps_seconds``).
+
+The snapshot's records are read ahead (:func:`read_ahead`): in the seconds before the planned
+snapshot (:data:`READ_AHEAD_SECONDS`) the records up to a clean cut are read from the store,
+in steps of at most :data:`READ_AHEAD_STEP` sequence numbers, and kept; the base run then reads
+only those after the cut (:func:`snapshot_records`). Stored records are never changed or
+removed while the survey is open, so the records up to a cut are the same whenever they are
+read: the snapshot is the one a single read at its moment gives (a test compares them). At a
+million records this takes the read (3-4 s) off the time between the snapshot and the engine.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from streamanon.service.publisher import records_frame
 from streamanon.service.releasing import release_run
 from streamanon.service.runtime import StoreCall, SurveyRuntime
 from streamanon.service.states import BASE_DONE, OPEN
-from streamanon.service.store import Checkpoint, Store, StoreError
+from streamanon.service.store import Checkpoint, Records, Store, StoreError
 
 if TYPE_CHECKING:
     from streamanon.service.config import ComputeConfig
@@ -31,6 +39,46 @@ if TYPE_CHECKING:
     from streamanon.service.releasing import Releaser
 
 log = logging.getLogger(__name__)
+
+#: How long before the planned base snapshot its records start to be read ahead.
+READ_AHEAD_SECONDS = 15.0
+#: At most this many sequence numbers per read ahead, so that the store thread, which ingest
+#: shares, is never held for long (about 0.5 s at m = 15).
+READ_AHEAD_STEP = 150_000
+
+
+async def read_ahead(rt: SurveyRuntime, cut: int, *, store: Store, in_store: StoreCall) -> None:
+    """Read the records after those already kept (``rt.preloaded``) up to ``cut``, a clean cut
+    (every record with a smaller ``seq`` is stored), and keep them for the base run. Stops
+    without keeping anything once the base run has started (it reads its own)."""
+    sid = rt.config.id
+    m = len(rt.config.quasi_identifiers)
+    while rt.base_task is None and rt.close_task is None:
+        held = rt.preloaded
+        after = held[0] if held is not None else 0
+        if after >= cut:
+            return
+        upto = min(cut, after + READ_AHEAD_STEP)
+        more = await in_store(lambda a=after, u=upto: store.load_records(sid, m, after_seq=a,
+                                                                           upto_seq=u))
+        if rt.base_task is not None or rt.close_task is not None or rt.preloaded is not held:
+            return
+        rt.preloaded = (upto, more if held is None else held[1].then(more))
+
+
+async def snapshot_records(rt: SurveyRuntime, snapshot_seq: int, *, store: Store,
+                           in_store: StoreCall) -> tuple[Records, int]:
+    """The records with ``seq <= snapshot_seq``: those read ahead (taken from ``rt``), then
+    the rest from the store; and how many had been read ahead."""
+    sid = rt.config.id
+    m = len(rt.config.quasi_identifiers)
+    held, rt.preloaded = rt.preloaded, None
+    if held is None or held[0] > snapshot_seq:
+        return await in_store(lambda: store.load_records(sid, m, upto_seq=snapshot_seq)), 0
+    cut, ahead = held
+    rest = await in_store(lambda: store.load_records(sid, m, after_seq=cut,
+                                                     upto_seq=snapshot_seq))
+    return ahead.then(rest), len(ahead)
 
 
 async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, store: Store,
@@ -41,12 +89,11 @@ async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, stor
     survey goes back to ``OPEN`` and the release is made one-shot at close."""
     sc = rt.config
     sid = sc.id
-    m = len(sc.quasi_identifiers)
     loop = asyncio.get_running_loop()
     steps = rt.base_steps = {}
     try:
         step = time.perf_counter()
-        records = await in_store(lambda: store.load_records(sid, m, upto_seq=snapshot_seq))
+        records, ahead = await snapshot_records(rt, snapshot_seq, store=store, in_store=in_store)
         steps["load"] = time.perf_counter() - step
         step = time.perf_counter()
         frame = await asyncio.to_thread(records_frame, records, sc)
@@ -78,8 +125,9 @@ async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, stor
             step = time.perf_counter()
             await releaser.prepare_base(rt, snapshot_seq, frame, labels, prepared)
             steps["prepare_release"] = time.perf_counter() - step
-        log.info("survey %s: base run on %d records done in %.2f s (%s)", sid, len(records),
-                 seconds, ", ".join(f"{k} {v:.2f} s" for k, v in steps.items()))
+        log.info("survey %s: base run on %d records (%d read ahead) done in %.2f s (%s)", sid,
+                 len(records), ahead, seconds,
+                 ", ".join(f"{k} {v:.2f} s" for k, v in steps.items()))
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -91,3 +139,4 @@ async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, stor
         planner.unresolve_engine(sid)
     finally:
         rt.base_task = None
+        rt.preloaded = None

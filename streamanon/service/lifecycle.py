@@ -57,7 +57,7 @@ from streamanon.errors import describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
 from streamanon.metrics import distortion, fit_and_standardise
-from streamanon.service.base_run import run_base
+from streamanon.service.base_run import READ_AHEAD_SECONDS, read_ahead, run_base
 from streamanon.service.closing import close_survey
 from streamanon.service.collector import KafkaCollector
 from streamanon.service.config import Config
@@ -252,7 +252,9 @@ class Service:
                 on_base_start=lambda plan, sid=sid: self._threadsafe(self._planned_base(sid, plan)),
                 on_close=lambda sid=sid: self._threadsafe(self.close(sid)),
                 interval_seconds=cfg.planner.interval_seconds,
-                ready=lambda now, sid=sid: self.survey_planner.forecast_ready(sid, now))
+                ready=lambda now, sid=sid: self.survey_planner.forecast_ready(sid, now),
+                on_base_soon=lambda plan, sid=sid: self._threadsafe(self._read_ahead(sid)),
+                soon_seconds=READ_AHEAD_SECONDS)
             rt.planner.base_started = state != OPEN
             rt.planner.start()
 
@@ -519,11 +521,7 @@ class Service:
         st = await self._in_store(self.store.survey_state, sid)
         if st.state != OPEN or st.close_requested_at is not None:
             return False
-        if self.coordinator is not None:  # other instances insert too: a clean cut
-            snapshot_seq = await asyncio.to_thread(self.coordinator.coordination.snapshot_seq,
-                                                   sid)
-        else:
-            snapshot_seq = await self._in_store(self.store.max_seq, sid)
+        snapshot_seq = await self._clean_cut(sid)
         n_base = await self._in_store(self.store.count, sid)
         if not base_is_usable(n_base, rt.config.k):
             log.info("survey %s: base snapshot of %d records is under 2k; one-shot at close",
@@ -546,6 +544,33 @@ class Service:
                                            name=f"base-{sid}")
         return True
 
+    async def _clean_cut(self, sid: str) -> int:
+        """The largest ``seq`` of the survey such that every record with a smaller one is
+        stored."""
+        if self.coordinator is not None:  # other instances insert too: a clean cut
+            return int(await asyncio.to_thread(self.coordinator.coordination.snapshot_seq, sid))
+        return int(await self._in_store(self.store.max_seq, sid))
+
+    async def _read_ahead(self, sid: str) -> None:
+        """The planner's base snapshot is near: read its records ahead
+        (:func:`~streamanon.service.base_run.read_ahead`). A failure costs only the time saved:
+        the base run then reads them all."""
+        rt = self.surveys[sid]
+        if rt.base_task is not None or rt.reading_ahead or not self.leading:
+            return
+        rt.reading_ahead = True
+        try:
+            st = await self._in_store(self.store.survey_state, sid)
+            if st.state == OPEN and st.close_requested_at is None:
+                await read_ahead(rt, await self._clean_cut(sid), store=self.store,
+                                 in_store=self._in_store)
+        except Exception as exc:
+            rt.preloaded = None
+            log.warning("survey %s: the base snapshot's records were not read ahead (%s); "
+                        "the base run reads them", sid, describe_error(exc))
+        finally:
+            rt.reading_ahead = False
+
     async def _base(self, sid: str, snapshot_seq: int, started: float) -> None:
         await run_base(self.surveys[sid], snapshot_seq, started, store=self.store,
                        in_store=self._in_store, pool=self._pool, compute=self.config.compute,
@@ -557,6 +582,7 @@ class Service:
         carries it on) and the close sequence has been started (on a follower: by the leader,
         which finds the stored request within a poll)."""
         rt = self.surveys[sid]
+        rt.preloaded = None  # read ahead for a base run that will not start now
         st = await self._in_store(self.store.survey_state, sid)
         if st.state != RELEASED and st.close_requested_at is None:
             await self._in_store(self.store.request_close, sid, time.time())

@@ -31,6 +31,10 @@ class SurveyRuntime:
     timings: dict[str, float] = field(default_factory=dict)
     base_steps: dict[str, float] = field(default_factory=dict)  # of the latest base run
     base_plan: Plan | None = None  # the plan the latest base run was started on
+    # (cut seq, streamanon.service.store.Records): the records up to a clean cut, read ahead
+    # of the base snapshot (streamanon.service.base_run.read_ahead); the base run takes them
+    preloaded: tuple[int, Any] | None = None
+    reading_ahead: bool = False
     # (snapshot seq, streamanon.splicing.BaseRelease): the base release made before close
     base_release: tuple[int, Any] | None = None
     history: ArrivalHistory = field(default_factory=lambda: ArrivalHistory())

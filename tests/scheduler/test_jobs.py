@@ -184,3 +184,25 @@ def test_reschedule_close_moves_both_triggers(setup):
     assert sched.jobs["s1:base"]["run_date"] == new_close - timedelta(hours=1)
     sched.advance(new_close + timedelta(seconds=1))
     assert rec.close == [new_close] and len(rec.base) == 1
+
+
+def test_the_soon_callback_runs_at_each_replan_within_its_lead_and_never_after_the_start():
+    clock = FakeClock(T0)
+    sched = FakeScheduler(clock)
+    soon: list[datetime] = []
+    started: list[datetime] = []
+    job = PlanningJob(
+        sched, survey_id="s1", close_at=CLOSE, clock=clock, interval_seconds=5,
+        plan=lambda now: make_plan(3600.0),
+        on_base_start=lambda plan: started.append(clock.now),
+        on_close=lambda: None,
+        on_base_soon=lambda plan: soon.append(clock.now), soon_seconds=12)
+    job.start()
+    base_at = CLOSE - timedelta(hours=1)
+    sched.advance(base_at - timedelta(seconds=20))
+    assert soon == []  # 20 s before the moment: outside the lead
+    sched.advance(base_at + timedelta(minutes=5))
+    # the re-plans 10 s and 5 s before the moment, none at or after it
+    assert soon == [base_at - timedelta(seconds=10), base_at - timedelta(seconds=5)]
+    assert started == [base_at]
+

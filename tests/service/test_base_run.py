@@ -53,3 +53,38 @@ def test_the_base_run_prepares_its_snapshot_off_the_event_loop(broker, tmp_path,
     assert loop_thread not in where["records_frame"] + where["prepare_stored"]
     assert len(where["prepare_stored"]) == 1  # the base release reuses the run's input
     assert list(steps) == ["load", "prepare", "engine", "checkpoint", "prepare_release"]
+
+
+def test_the_service_reads_the_snapshot_ahead_and_the_base_run_takes_it(broker, tmp_path):
+    path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5)
+    config = load_config(path, env)
+
+    async def run() -> None:
+        service = Service(config, compute_pool=ThreadComputePool())
+        await service.start()
+        try:
+            plan = await collect(service, broker.bootstrap, config, SURVEY, 60)
+            rt = service.surveys[SURVEY]
+            await service._read_ahead(SURVEY)  # what the planner calls before the snapshot
+            assert rt.preloaded is not None and len(rt.preloaded[1]) == 60
+            cut = rt.preloaded[0]
+            reads: list[tuple[int, int | None]] = []
+            load = service.store.load_records
+
+            def watched(survey, m, *, after_seq=0, upto_seq=None):
+                reads.append((after_seq, upto_seq))
+                return load(survey, m, after_seq=after_seq, upto_seq=upto_seq)
+
+            service.store.load_records = watched
+            await run_base(service, SURVEY, plan)
+            await until(lambda: asyncio.sleep(0, rt.base_task is None),
+                        "the base run did not end")
+            assert rt.preloaded is None  # taken, not kept beside the base run's records
+            assert reads[0] == (cut, cut)  # only what came after the cut (here: nothing)
+            assert rt.base_release is not None and rt.base_release[1].n_base == 60
+            await service._read_ahead(SURVEY)  # after the base run started: nothing read
+            assert rt.preloaded is None
+        finally:
+            await service.stop()
+
+    asyncio.run(run())

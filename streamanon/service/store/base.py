@@ -96,6 +96,16 @@ class Records:
     def __len__(self) -> int:
         return int(self.seq.shape[0])
 
+    def then(self, later: Records) -> Records:
+        """These records followed by ``later`` (which came after them: larger ``seq``)."""
+        if len(self) and len(later) and later.seq[0] <= self.seq[-1]:
+            raise ValueError("the later records must follow these: their seq is not larger")
+        return Records(seq=np.concatenate([self.seq, later.seq]),
+                       arrived_at=np.concatenate([self.arrived_at, later.arrived_at]),
+                       qi=np.concatenate([self.qi, later.qi]),
+                       confidential=self.confidential + later.confidential,
+                       labels=self.labels + later.labels)
+
 
 @dataclass(frozen=True)
 class Checkpoint:
