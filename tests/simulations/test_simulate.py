@@ -114,7 +114,11 @@ def test_the_last_response_is_due_a_producer_lag_before_the_close_not_a_share(op
     broker's append), a second at most: a share of the window left 86 s of silence before
     the close of a 4279 s survey, so the rush up to the close was not simulated."""
     from scheduler.profiles import resolve
-    from streamanon.service.simulate import PRODUCER_MARGIN_SECONDS, send_times
+    from streamanon.service.simulate import (
+        PRODUCER_LINGER_MS,
+        PRODUCER_MARGIN_SECONDS,
+        send_times,
+    )
 
     duration = open_seconds * 600.0
     arrivals = resolve("back_loaded", duration)
@@ -122,6 +126,9 @@ def test_the_last_response_is_due_a_producer_lag_before_the_close_not_a_share(op
     # the profile's own last moment is a little before its end (the last quantile's middle)
     last = arrivals.times(50_000, duration, 7).max() / 600.0
     assert PRODUCER_MARGIN_SECONDS <= 1.0
+    # the producer's batching (its linger and its 20 ms loop) is well inside that margin
+    assert PRODUCER_LINGER_MS / 1000 + 0.02 < min(PRODUCER_MARGIN_SECONDS,
+                                                  0.02 * open_seconds) / 2
     assert 0 < open_seconds - times.max() <= PRODUCER_MARGIN_SECONDS + (open_seconds - last)
     assert times.min() >= 0 and (np.diff(times) >= 0).all()
 
