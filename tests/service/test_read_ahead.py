@@ -29,6 +29,13 @@ def rows(n: int, start: int = 0) -> list[RecordRow]:
     return out
 
 
+def store_with(tmp_path, n: int) -> SQLiteStore:
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    store.ensure_survey("s")
+    store.insert_records("s", rows(n))
+    return store
+
+
 def runtime() -> SimpleNamespace:
     config = SimpleNamespace(id="s", quasi_identifiers=["a", "b", "c"])
     return SimpleNamespace(config=config, preloaded=None, base_task=None, close_task=None)
@@ -49,9 +56,7 @@ def same(a, b) -> None:
 def test_records_read_ahead_then_the_rest_are_the_snapshot_read_at_once(tmp_path, monkeypatch,
                                                                          step):
     monkeypatch.setattr(base_run, "READ_AHEAD_STEP", step)
-    store = SQLiteStore(str(tmp_path / "s.db"))
-    store.ensure_survey("s")
-    store.insert_records("s", rows(40))
+    store = store_with(tmp_path, 40)
     rt = runtime()
 
     async def run():
@@ -73,9 +78,7 @@ def test_records_read_ahead_then_the_rest_are_the_snapshot_read_at_once(tmp_path
 
 
 def test_a_read_ahead_past_the_snapshot_is_not_used(tmp_path):
-    store = SQLiteStore(str(tmp_path / "s.db"))
-    store.ensure_survey("s")
-    store.insert_records("s", rows(30))
+    store = store_with(tmp_path, 30)
     rt = runtime()
 
     async def run():
@@ -89,9 +92,7 @@ def test_a_read_ahead_past_the_snapshot_is_not_used(tmp_path):
 
 @pytest.mark.parametrize("started", ["base_task", "close_task"])
 def test_nothing_is_kept_once_the_base_run_or_the_close_has_started(tmp_path, started):
-    store = SQLiteStore(str(tmp_path / "s.db"))
-    store.ensure_survey("s")
-    store.insert_records("s", rows(30))
+    store = store_with(tmp_path, 30)
     rt = runtime()
 
     async def starts_during_the_read(fn):
