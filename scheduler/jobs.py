@@ -143,9 +143,11 @@ class PlanningJob:
             self._fire_base()
             return plan
         self._schedule(self._base_id, self._fire_base, fire_at)
-        if (self._on_base_soon is not None
-                and (fire_at - now).total_seconds() <= self.soon_seconds):
-            self._on_base_soon(plan)
+        if self._on_base_soon is not None and (fire_at - now).total_seconds() <= self.soon_seconds:
+            with self._lock:
+                soon = not (self.base_started or self.closed)
+            if soon:
+                self._on_base_soon(plan)
         return plan
 
     def reschedule_close(self, close_at: datetime) -> None:

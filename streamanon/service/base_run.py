@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
@@ -40,45 +41,82 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: How long before the planned base snapshot its records start to be read ahead.
+#: How long before the planned base snapshot its records start to be read ahead (at least;
+#: longer when the planner re-plans less often, so that a re-plan falls within it).
 READ_AHEAD_SECONDS = 15.0
-#: At most this many sequence numbers per read ahead, so that the store thread, which ingest
-#: shares, is never held for long (about 0.5 s at m = 15).
+#: At most this many sequence numbers per read ahead, so that the store thread (which status,
+#: commands and the close share) is never held for long (about 0.5 s at m = 15).
 READ_AHEAD_STEP = 150_000
 
 
-async def read_ahead(rt: SurveyRuntime, cut: int, *, store: Store, in_store: StoreCall) -> None:
-    """Read the records after those already kept (``rt.preloaded``) up to ``cut``, a clean cut
-    (every record with a smaller ``seq`` is stored), and keep them for the base run. Stops
-    without keeping anything once the base run has started (it reads its own)."""
+def read_ahead_seconds(replan_seconds: float) -> float:
+    """How long before the planned snapshot the records are read ahead, for a planner that
+    re-plans every ``replan_seconds``: :data:`READ_AHEAD_SECONDS`, or two re-plans and a
+    second when that is longer."""
+    return max(READ_AHEAD_SECONDS, 2 * replan_seconds + 1)
+
+
+async def read_ahead(rt: SurveyRuntime, *, clean_cut: Callable[[], Awaitable[int]],
+                     still_open: Callable[[], Awaitable[bool]], store: Store,
+                     in_store: StoreCall, once: bool = False) -> None:
+    """Read the survey's records after those already read ahead (``rt.read_ahead``) up to a
+    clean cut (``clean_cut()``: every record with a smaller ``seq`` is stored), in steps of
+    :data:`READ_AHEAD_STEP`, and keep them for the base run. Nothing is kept once the base
+    run has started (it takes what was read and reads the rest), the close has, or what was
+    read has been dropped meanwhile (:meth:`~.runtime.ReadAhead.drop`). One read at a time;
+    with ``once``, none once something was read (each clean cut of a shared store locks its
+    table)."""
+    ahead = rt.read_ahead
+    if ahead.task is not None or (once and ahead.parts):
+        return
+    ahead.task = asyncio.current_task()
+    epoch = ahead.epoch
+
+    def current() -> bool:
+        return ahead.epoch == epoch and rt.base_task is None and rt.close_task is None
+
     sid = rt.config.id
     m = len(rt.config.quasi_identifiers)
-    while rt.base_task is None and rt.close_task is None:
-        held = rt.preloaded
-        after = held[0] if held is not None else 0
-        if after >= cut:
+    try:
+        if not (current() and await still_open()):
             return
-        upto = min(cut, after + READ_AHEAD_STEP)
-        more = await in_store(lambda a=after, u=upto: store.load_records(sid, m, after_seq=a,
-                                                                           upto_seq=u))
-        if rt.base_task is not None or rt.close_task is not None or rt.preloaded is not held:
-            return
-        rt.preloaded = (upto, more if held is None else held[1].then(more))
+        cut = await clean_cut()
+        while current() and ahead.cut < cut:
+            after = ahead.cut
+            upto = min(cut, after + READ_AHEAD_STEP)
+            more = await in_store(lambda a=after, u=upto: store.load_records(
+                sid, m, after_seq=a, upto_seq=u))
+            if not current():
+                return
+            ahead.parts.append(more)
+            ahead.cut = upto
+    except Exception as exc:  # costs only the time it would have saved
+        ahead.drop()
+        log.warning("survey %s: the base snapshot's records were not read ahead (%s); the base "
+                    "run reads them", sid, describe_error(exc))
+    finally:
+        ahead.task = None
 
 
 async def snapshot_records(rt: SurveyRuntime, snapshot_seq: int, *, store: Store,
                            in_store: StoreCall) -> tuple[Records, int]:
-    """The records with ``seq <= snapshot_seq``: those read ahead (taken from ``rt``), then
-    the rest from the store; and how many had been read ahead."""
+    """The records with ``seq <= snapshot_seq``: those read ahead (taken from ``rt``: a read
+    in progress keeps nothing more), then the rest from the store; and how many had been read
+    ahead. The parts are joined in a thread."""
     sid = rt.config.id
     m = len(rt.config.quasi_identifiers)
-    held, rt.preloaded = rt.preloaded, None
-    if held is None or held[0] > snapshot_seq:
+    ahead = rt.read_ahead
+    parts, cut = ahead.parts, ahead.cut
+    ahead.drop()
+    if not parts:
         return await in_store(lambda: store.load_records(sid, m, upto_seq=snapshot_seq)), 0
-    cut, ahead = held
-    rest = await in_store(lambda: store.load_records(sid, m, after_seq=cut,
-                                                     upto_seq=snapshot_seq))
-    return ahead.then(rest), len(ahead)
+    if cut > snapshot_seq:  # read past the snapshot: its records are the first ones
+        parts = [part.upto(snapshot_seq) for part in parts]
+    else:
+        parts.append(await in_store(lambda: store.load_records(
+            sid, m, after_seq=cut, upto_seq=snapshot_seq)))
+    records = await asyncio.to_thread(Records.join, parts)
+    return records, len(records) - (len(parts[-1]) if cut <= snapshot_seq else 0)
 
 
 async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, store: Store,
@@ -139,4 +177,4 @@ async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, stor
         planner.unresolve_engine(sid)
     finally:
         rt.base_task = None
-        rt.preloaded = None
+        rt.read_ahead.drop()

@@ -57,7 +57,7 @@ from streamanon.errors import describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
 from streamanon.metrics import distortion, fit_and_standardise
-from streamanon.service.base_run import READ_AHEAD_SECONDS, read_ahead, run_base
+from streamanon.service.base_run import read_ahead, read_ahead_seconds, run_base
 from streamanon.service.closing import close_survey
 from streamanon.service.collector import KafkaCollector
 from streamanon.service.config import Config
@@ -254,7 +254,7 @@ class Service:
                 interval_seconds=cfg.planner.interval_seconds,
                 ready=lambda now, sid=sid: self.survey_planner.forecast_ready(sid, now),
                 on_base_soon=lambda plan, sid=sid: self._threadsafe(self._read_ahead(sid)),
-                soon_seconds=READ_AHEAD_SECONDS)
+                soon_seconds=read_ahead_seconds(cfg.planner.interval_seconds))
             rt.planner.base_started = state != OPEN
             rt.planner.start()
 
@@ -266,6 +266,7 @@ class Service:
         for measuring in self._measuring.values():  # and the calibration's reach
             measuring.cancel()
         for rt in self.surveys.values():
+            rt.read_ahead.cancel()
             for task in (rt.base_task, rt.close_task):
                 if task is not None and not task.done():
                     task.cancel()
@@ -438,6 +439,7 @@ class Service:
         """The lease was lost (its connection cut): stop every lifecycle task at once; the
         new leader carries them on from the store."""
         for rt in self.surveys.values():
+            rt.read_ahead.cancel()
             if rt.planner is not None:
                 rt.planner.stop()
                 rt.planner = None
@@ -553,23 +555,16 @@ class Service:
 
     async def _read_ahead(self, sid: str) -> None:
         """The planner's base snapshot is near: read its records ahead
-        (:func:`~streamanon.service.base_run.read_ahead`). A failure costs only the time saved:
-        the base run then reads them all."""
-        rt = self.surveys[sid]
-        if rt.base_task is not None or rt.reading_ahead or not self.leading:
-            return
-        rt.reading_ahead = True
-        try:
+        (:func:`~streamanon.service.base_run.read_ahead`)."""
+        async def still_open() -> bool:
             st = await self._in_store(self.store.survey_state, sid)
-            if st.state == OPEN and st.close_requested_at is None:
-                await read_ahead(rt, await self._clean_cut(sid), store=self.store,
-                                 in_store=self._in_store)
-        except Exception as exc:
-            rt.preloaded = None
-            log.warning("survey %s: the base snapshot's records were not read ahead (%s); "
-                        "the base run reads them", sid, describe_error(exc))
-        finally:
-            rt.reading_ahead = False
+            return (self.leading and st.state == OPEN and st.close_requested_at is None
+                    and not (rt.planner is not None and rt.planner.base_started))
+
+        rt = self.surveys[sid]
+        await read_ahead(rt, clean_cut=lambda: self._clean_cut(sid), still_open=still_open,
+                         store=self.store, in_store=self._in_store,
+                         once=self.coordinator is not None)
 
     async def _base(self, sid: str, snapshot_seq: int, started: float) -> None:
         await run_base(self.surveys[sid], snapshot_seq, started, store=self.store,
@@ -582,7 +577,7 @@ class Service:
         carries it on) and the close sequence has been started (on a follower: by the leader,
         which finds the stored request within a poll)."""
         rt = self.surveys[sid]
-        rt.preloaded = None  # read ahead for a base run that will not start now
+        rt.read_ahead.drop()  # read for a base run that will not start now
         st = await self._in_store(self.store.survey_state, sid)
         if st.state != RELEASED and st.close_requested_at is None:
             await self._in_store(self.store.request_close, sid, time.time())

@@ -31,10 +31,7 @@ class SurveyRuntime:
     timings: dict[str, float] = field(default_factory=dict)
     base_steps: dict[str, float] = field(default_factory=dict)  # of the latest base run
     base_plan: Plan | None = None  # the plan the latest base run was started on
-    # (cut seq, streamanon.service.store.Records): the records up to a clean cut, read ahead
-    # of the base snapshot (streamanon.service.base_run.read_ahead); the base run takes them
-    preloaded: tuple[int, Any] | None = None
-    reading_ahead: bool = False
+    read_ahead: ReadAhead = field(default_factory=lambda: ReadAhead())
     # (snapshot seq, streamanon.splicing.BaseRelease): the base release made before close
     base_release: tuple[int, Any] | None = None
     history: ArrivalHistory = field(default_factory=lambda: ArrivalHistory())
@@ -43,6 +40,30 @@ class SurveyRuntime:
     auto_engine: bool = False
     choice: Any = None
     engine_choice: dict[str, Any] | None = None  # what was chosen, why (the release report)
+
+
+@dataclass
+class ReadAhead:
+    """The base snapshot's records read ahead of it (``streamanon.service.base_run``): the
+    parts read so far, every record up to the clean cut ``cut``. ``epoch`` changes whenever
+    they are dropped, so that a read in progress then keeps nothing."""
+
+    cut: int = 0
+    parts: list[Any] = field(default_factory=list)
+    epoch: int = 0
+    task: asyncio.Task | None = None  # the read in progress
+
+    def drop(self) -> None:
+        """Forget what was read; a read in progress keeps nothing."""
+        self.epoch += 1
+        self.cut = 0
+        self.parts = []
+
+    def cancel(self) -> None:
+        """:meth:`drop`, and cancel a read in progress (the service stops, or leads no more)."""
+        self.drop()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
 
 
 class ArrivalHistory:

@@ -427,10 +427,12 @@ def send_times(arrivals: Any, n: int, survey_duration: float, speedup: float,
                seed: int) -> np.ndarray:
     """When each of the ``n`` responses is produced, in wall seconds after the opening: the
     profile's moments compressed ``speedup`` times, then squeezed so that the last one is due
-    :data:`PRODUCER_MARGIN_SECONDS` (or 2 % of a short window) before the close, so that the
-    producer's own lag cannot push a response past the close (it would be dead-lettered)."""
+    :data:`PRODUCER_MARGIN_SECONDS` (or 2 % of a short window, but never less than the
+    producer's batching and a tenth of a second) before the close, so that the producer's own
+    lag cannot push a response past the close (it would be dead-lettered)."""
     open_seconds = survey_duration / speedup
-    margin = min(PRODUCER_MARGIN_SECONDS, 0.02 * open_seconds)
+    margin = min(PRODUCER_MARGIN_SECONDS,
+                 max(0.02 * open_seconds, PRODUCER_LINGER_MS / 1000 + 0.1))
     times = np.asarray(arrivals.times(n, survey_duration, seed), dtype=np.float64) / speedup
     return times * ((open_seconds - margin) / open_seconds)
 

@@ -66,8 +66,8 @@ def test_the_service_reads_the_snapshot_ahead_and_the_base_run_takes_it(broker, 
             plan = await collect(service, broker.bootstrap, config, SURVEY, 60)
             rt = service.surveys[SURVEY]
             await service._read_ahead(SURVEY)  # what the planner calls before the snapshot
-            assert rt.preloaded is not None and len(rt.preloaded[1]) == 60
-            cut = rt.preloaded[0]
+            assert sum(len(part) for part in rt.read_ahead.parts) == 60
+            cut = rt.read_ahead.cut
             reads: list[tuple[int, int | None]] = []
             load = service.store.load_records
 
@@ -79,11 +79,32 @@ def test_the_service_reads_the_snapshot_ahead_and_the_base_run_takes_it(broker, 
             await run_base(service, SURVEY, plan)
             await until(lambda: asyncio.sleep(0, rt.base_task is None),
                         "the base run did not end")
-            assert rt.preloaded is None  # taken, not kept beside the base run's records
+            assert rt.read_ahead.parts == []  # taken, not kept beside the base run's records
             assert reads[0] == (cut, cut)  # only what came after the cut (here: nothing)
             assert rt.base_release is not None and rt.base_release[1].n_base == 60
             await service._read_ahead(SURVEY)  # after the base run started: nothing read
-            assert rt.preloaded is None
+            assert rt.read_ahead.parts == []
+        finally:
+            await service.stop()
+
+    asyncio.run(run())
+
+
+def test_a_close_drops_what_was_read_ahead(broker, tmp_path):
+    path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5)
+    config = load_config(path, env)
+
+    async def run() -> None:
+        service = Service(config, compute_pool=ThreadComputePool())
+        await service.start()
+        try:
+            await collect(service, broker.bootstrap, config, SURVEY, 40)
+            rt = service.surveys[SURVEY]
+            await service._read_ahead(SURVEY)
+            assert sum(len(part) for part in rt.read_ahead.parts) == 40
+            await service.close(SURVEY)  # no base run will take them: not kept for nothing
+            assert rt.read_ahead.parts == []
+            await service.closed(SURVEY, timeout=120)
         finally:
             await service.stop()
 

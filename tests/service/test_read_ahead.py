@@ -1,6 +1,6 @@
 """The base snapshot's records read ahead: what the base run gets is what one read of the
 snapshot at its moment gives, however the reads ahead were cut, and nothing is kept once the
-base run or the close has started."""
+base run or the close has started or what was read has been dropped."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import streamanon.service.base_run as base_run
+from streamanon.service.runtime import ReadAhead
 from streamanon.service.store import RecordRow, Records, SQLiteStore, record_digest
 
 M = 3
@@ -38,15 +39,28 @@ def store_with(tmp_path, n: int) -> SQLiteStore:
 
 def runtime() -> SimpleNamespace:
     config = SimpleNamespace(id="s", quasi_identifiers=["a", "b", "c"])
-    return SimpleNamespace(config=config, preloaded=None, base_task=None, close_task=None)
+    return SimpleNamespace(config=config, read_ahead=ReadAhead(), base_task=None,
+                           close_task=None)
 
 
 async def direct(fn):
     return fn()
 
 
+async def yes() -> bool:
+    return True
+
+
+def ahead_of(rt, store, cut=None, in_store=direct, still_open=yes, once=False):
+    async def clean_cut() -> int:
+        return store.max_seq("s") if cut is None else cut
+
+    return base_run.read_ahead(rt, clean_cut=clean_cut, still_open=still_open, store=store,
+                               in_store=in_store, once=once)
+
+
 def same(a, b) -> None:
-    assert np.array_equal(a.seq, b.seq)
+    assert np.array_equal(a.seq, b.seq) and a.seq.dtype == b.seq.dtype
     assert np.array_equal(a.arrived_at, b.arrived_at)
     assert np.array_equal(a.qi, b.qi) and a.qi.shape == b.qi.shape
     assert a.confidential == b.confidential and a.labels == b.labels
@@ -60,11 +74,11 @@ def test_records_read_ahead_then_the_rest_are_the_snapshot_read_at_once(tmp_path
     rt = runtime()
 
     async def run():
-        await base_run.read_ahead(rt, store.max_seq("s"), store=store, in_store=direct)
-        assert rt.preloaded is not None and len(rt.preloaded[1]) == 40
+        await ahead_of(rt, store)
+        assert sum(len(p) for p in rt.read_ahead.parts) == 40
         store.insert_records("s", rows(25, start=40))
-        await base_run.read_ahead(rt, store.max_seq("s") - 5, store=store, in_store=direct)
-        assert len(rt.preloaded[1]) == 60
+        await ahead_of(rt, store, cut=store.max_seq("s") - 5)
+        assert sum(len(p) for p in rt.read_ahead.parts) == 60
         store.insert_records("s", rows(10, start=65))  # after the last read ahead
         snapshot = store.max_seq("s") - 2
         records, ahead = await base_run.snapshot_records(rt, snapshot, store=store,
@@ -74,34 +88,83 @@ def test_records_read_ahead_then_the_rest_are_the_snapshot_read_at_once(tmp_path
     snapshot, records, ahead = asyncio.run(run())
     assert ahead == 60 and len(records) == 73
     same(records, store.load_records("s", M, upto_seq=snapshot))
-    assert rt.preloaded is None  # taken by the base run, not kept
+    assert rt.read_ahead.parts == []  # taken by the base run, not kept
 
 
-def test_a_read_ahead_past_the_snapshot_is_not_used(tmp_path):
+def test_a_read_ahead_past_the_snapshot_gives_its_first_records(tmp_path):
     store = store_with(tmp_path, 30)
     rt = runtime()
 
     async def run():
-        await base_run.read_ahead(rt, store.max_seq("s"), store=store, in_store=direct)
+        await ahead_of(rt, store)
         return await base_run.snapshot_records(rt, 10, store=store, in_store=direct)
 
     records, ahead = asyncio.run(run())
-    assert ahead == 0
+    assert ahead == 10
     same(records, store.load_records("s", M, upto_seq=10))
 
 
-@pytest.mark.parametrize("started", ["base_task", "close_task"])
-def test_nothing_is_kept_once_the_base_run_or_the_close_has_started(tmp_path, started):
+@pytest.mark.parametrize("started", ["base_task", "close_task", "dropped"])
+def test_nothing_is_kept_once_the_base_run_or_the_close_has_started_or_it_was_dropped(
+        tmp_path, started):
     store = store_with(tmp_path, 30)
     rt = runtime()
 
     async def starts_during_the_read(fn):
-        setattr(rt, started, object())  # started while the store was being read
+        if started == "dropped":  # e.g. Service.close() before its close task exists
+            rt.read_ahead.drop()
+        else:
+            setattr(rt, started, object())  # started while the store was being read
         return fn()
 
-    asyncio.run(base_run.read_ahead(rt, store.max_seq("s"), store=store,
-                                    in_store=starts_during_the_read))
-    assert rt.preloaded is None
+    asyncio.run(ahead_of(rt, store, in_store=starts_during_the_read))
+    assert rt.read_ahead.parts == [] and rt.read_ahead.cut == 0
+    assert rt.read_ahead.task is None
+
+
+def test_a_drop_while_the_cut_is_taken_keeps_nothing(tmp_path):
+    """A base run that starts (and takes what was read) while the clean cut waits."""
+    store = store_with(tmp_path, 30)
+    rt = runtime()
+
+    async def run():
+        async def slow_cut() -> int:
+            rt.read_ahead.drop()
+            return store.max_seq("s")
+
+        await base_run.read_ahead(rt, clean_cut=slow_cut, still_open=yes, store=store,
+                                  in_store=direct)
+
+    asyncio.run(run())
+    assert rt.read_ahead.parts == []
+
+
+def test_a_survey_no_longer_open_is_not_read_and_a_shared_store_is_cut_once(tmp_path):
+    store = store_with(tmp_path, 30)
+    rt = runtime()
+
+    async def no() -> bool:
+        return False
+
+    asyncio.run(ahead_of(rt, store, still_open=no))
+    assert rt.read_ahead.parts == []
+    asyncio.run(ahead_of(rt, store, once=True))
+    assert rt.read_ahead.cut == store.max_seq("s")
+    store.insert_records("s", rows(5, start=30))
+    asyncio.run(ahead_of(rt, store, once=True))  # another cut would lock a shared table
+    assert rt.read_ahead.cut == store.max_seq("s") - 5
+
+
+def test_a_failed_read_keeps_nothing_and_says_so(tmp_path, caplog):
+    store = store_with(tmp_path, 30)
+    rt = runtime()
+
+    async def broken(fn):
+        raise OSError("disk")
+
+    asyncio.run(ahead_of(rt, store, in_store=broken))
+    assert rt.read_ahead.parts == [] and rt.read_ahead.task is None
+    assert "not read ahead" in caplog.text
 
 
 def test_later_records_must_follow():  # out of order, they would not be the snapshot
@@ -110,7 +173,10 @@ def test_later_records_must_follow():  # out of order, they would not be the sna
         return Records(seq=np.array(seqs, dtype=np.int64), arrived_at=np.zeros(n),
                        qi=np.zeros((n, M)), confidential=[{}] * n, labels=[None] * n)
 
-    assert len(records([1, 2]).then(records([3]))) == 3
-    assert len(records([]).then(records([3]))) == 1
+    joined = Records.join([records([1, 2]), records([]), records([3])])
+    assert list(joined.seq) == [1, 2, 3] and joined.seq.dtype == np.int64
+    assert joined.qi.shape == (3, M)
+    assert len(Records.join([records([1]), records([])])) == 1
+    assert list(records([1, 4, 9]).upto(4).seq) == [1, 4]
     with pytest.raises(ValueError, match="follow"):
-        records([1, 5]).then(records([5, 6]))
+        Records.join([records([1, 5]), records([5, 6])])

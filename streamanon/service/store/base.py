@@ -96,16 +96,26 @@ class Records:
     def __len__(self) -> int:
         return int(self.seq.shape[0])
 
-    def then(self, later: Records) -> Records:
-        """These records followed by ``later`` (which came after them: larger ``seq``)."""
-        if len(self) and len(later) and later.seq[0] <= self.seq[-1]:
-            raise ValueError("the later records must follow these: their seq is not larger")
-        return Records(seq=np.concatenate([self.seq, later.seq]),
-                       arrived_at=np.concatenate([self.arrived_at, later.arrived_at]),
-                       qi=np.concatenate([self.qi, later.qi]),
-                       confidential=self.confidential + later.confidential,
-                       labels=self.labels + later.labels)
+    def upto(self, seq: int) -> Records:
+        """Those of these records with ``seq`` at most ``seq`` (they are in ``seq`` order)."""
+        n = int(np.searchsorted(self.seq, seq, side="right"))
+        return Records(seq=self.seq[:n], arrived_at=self.arrived_at[:n], qi=self.qi[:n],
+                       confidential=self.confidential[:n], labels=self.labels[:n])
 
+    @staticmethod
+    def join(parts: Sequence[Records]) -> Records:
+        """The records of ``parts`` one after the other; each part's must follow the one's
+        before (larger ``seq``)."""
+        last = None
+        for part in parts:
+            if len(part) and last is not None and part.seq[0] <= last:
+                raise ValueError("the later records must follow these: their seq is not larger")
+            last = part.seq[-1] if len(part) else last
+        return Records(seq=np.concatenate([p.seq for p in parts]),
+                       arrived_at=np.concatenate([p.arrived_at for p in parts]),
+                       qi=np.concatenate([p.qi for p in parts]),
+                       confidential=[row for p in parts for row in p.confidential],
+                       labels=[label for p in parts for label in p.labels])
 
 @dataclass(frozen=True)
 class Checkpoint:
