@@ -55,7 +55,9 @@ def test_the_base_run_prepares_its_snapshot_off_the_event_loop(broker, tmp_path,
     assert list(steps) == ["load", "prepare", "engine", "checkpoint", "prepare_release"]
 
 
-def test_the_service_reads_the_snapshot_ahead_and_the_base_run_takes_it(broker, tmp_path):
+def read_ahead_then(broker, tmp_path, n: int, then) -> None:
+    """A service with ``n`` records stored and read ahead as the planner would before the
+    snapshot; then ``then(service, rt, plan)``."""
     path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5)
     config = load_config(path, env)
 
@@ -63,49 +65,43 @@ def test_the_service_reads_the_snapshot_ahead_and_the_base_run_takes_it(broker, 
         service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         try:
-            plan = await collect(service, broker.bootstrap, config, SURVEY, 60)
+            plan = await collect(service, broker.bootstrap, config, SURVEY, n)
             rt = service.surveys[SURVEY]
-            await service._read_ahead(SURVEY)  # what the planner calls before the snapshot
-            assert sum(len(part) for part in rt.read_ahead.parts) == 60
-            cut = rt.read_ahead.cut
-            reads: list[tuple[int, int | None]] = []
-            load = service.store.load_records
-
-            def watched(survey, m, *, after_seq=0, upto_seq=None):
-                reads.append((after_seq, upto_seq))
-                return load(survey, m, after_seq=after_seq, upto_seq=upto_seq)
-
-            service.store.load_records = watched
-            await run_base(service, SURVEY, plan)
-            await until(lambda: asyncio.sleep(0, rt.base_task is None),
-                        "the base run did not end")
-            assert rt.read_ahead.parts == []  # taken, not kept beside the base run's records
-            assert reads[0] == (cut, cut)  # only what came after the cut (here: nothing)
-            assert rt.base_release is not None and rt.base_release[1].n_base == 60
-            await service._read_ahead(SURVEY)  # after the base run started: nothing read
-            assert rt.read_ahead.parts == []
+            await service._read_ahead(SURVEY)
+            assert sum(len(part) for part in rt.read_ahead.parts) == n
+            await then(service, rt, plan)
         finally:
             await service.stop()
 
     asyncio.run(run())
+
+
+def test_the_service_reads_the_snapshot_ahead_and_the_base_run_takes_it(broker, tmp_path):
+    async def then(service, rt, plan) -> None:
+        cut = rt.read_ahead.cut
+        reads: list[tuple[int, int | None]] = []
+        load = service.store.load_records
+
+        def watched(survey, m, *, after_seq=0, upto_seq=None):
+            reads.append((after_seq, upto_seq))
+            return load(survey, m, after_seq=after_seq, upto_seq=upto_seq)
+
+        service.store.load_records = watched
+        await run_base(service, SURVEY, plan)
+        await until(lambda: asyncio.sleep(0, rt.base_task is None), "the base run did not end")
+        assert rt.read_ahead.parts == []  # taken, not kept beside the base run's records
+        assert reads[0] == (cut, cut)  # only what came after the cut (here: nothing)
+        assert rt.base_release is not None and rt.base_release[1].n_base == 60
+        await service._read_ahead(SURVEY)  # after the base run started: nothing read
+        assert rt.read_ahead.parts == []
+
+    read_ahead_then(broker, tmp_path, 60, then)
 
 
 def test_a_close_drops_what_was_read_ahead(broker, tmp_path):
-    path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5)
-    config = load_config(path, env)
+    async def then(service, rt, plan) -> None:
+        await service.close(SURVEY)  # no base run will take them: not kept for nothing
+        assert rt.read_ahead.parts == []
+        await service.closed(SURVEY, timeout=120)
 
-    async def run() -> None:
-        service = Service(config, compute_pool=ThreadComputePool())
-        await service.start()
-        try:
-            await collect(service, broker.bootstrap, config, SURVEY, 40)
-            rt = service.surveys[SURVEY]
-            await service._read_ahead(SURVEY)
-            assert sum(len(part) for part in rt.read_ahead.parts) == 40
-            await service.close(SURVEY)  # no base run will take them: not kept for nothing
-            assert rt.read_ahead.parts == []
-            await service.closed(SURVEY, timeout=120)
-        finally:
-            await service.stop()
-
-    asyncio.run(run())
+    read_ahead_then(broker, tmp_path, 40, then)
