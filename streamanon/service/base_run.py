@@ -112,11 +112,11 @@ async def snapshot_records(rt: SurveyRuntime, snapshot_seq: int, *, store: Store
         return await in_store(lambda: store.load_records(sid, m, upto_seq=snapshot_seq)), 0
     if cut > snapshot_seq:  # read past the snapshot: its records are the first ones
         parts = [part.upto(snapshot_seq) for part in parts]
-    else:
+    ahead_count = sum(len(part) for part in parts)
+    if cut <= snapshot_seq:
         parts.append(await in_store(lambda: store.load_records(
             sid, m, after_seq=cut, upto_seq=snapshot_seq)))
-    records = await asyncio.to_thread(Records.join, parts)
-    return records, len(records) - (len(parts[-1]) if cut <= snapshot_seq else 0)
+    return await asyncio.to_thread(Records.join, parts), ahead_count
 
 
 async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, store: Store,

@@ -556,12 +556,13 @@ class Service:
     async def _read_ahead(self, sid: str) -> None:
         """The planner's base snapshot is near: read its records ahead
         (:func:`~streamanon.service.base_run.read_ahead`)."""
+        rt = self.surveys[sid]
+
         async def still_open() -> bool:
             st = await self._in_store(self.store.survey_state, sid)
             return (self.leading and st.state == OPEN and st.close_requested_at is None
                     and not (rt.planner is not None and rt.planner.base_started))
 
-        rt = self.surveys[sid]
         await read_ahead(rt, clean_cut=lambda: self._clean_cut(sid), still_open=still_open,
                          store=self.store, in_store=self._in_store,
                          once=self.coordinator is not None)
