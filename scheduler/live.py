@@ -31,6 +31,7 @@ Everything here is pure: numbers in, numbers out; no clock, no store, no service
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
@@ -42,6 +43,7 @@ from scheduler.planner import (
     IncrementalCost,
     Plan,
     plan_deadline,
+    plan_latest_safe,
     plan_optimal,
 )
 from scheduler.quality import QualityBound
@@ -281,11 +283,14 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
                   margin_factor=margin,
                   overhead=late_overhead if overhead else None)
     if deadline is None:
-        chosen = plan_optimal(total, base, incremental_cost, arrivals.head_start,
-                              nu_limit=1.0 if quality is None else quality.max_ratio(),
-                              solve_margin=1.0 if quantile is None else max(
-                                  margin, BUSY_FACTOR, slowdown),
-                              nu_floor=min_nu, **kwargs)
+        safety = 1.0 if quantile is None else max(margin, BUSY_FACTOR, slowdown)
+        if quality is None:  # the earliest release whatever the loss: nu*
+            chosen = plan_optimal(total, base, incremental_cost, arrivals.head_start,
+                                  solve_margin=safety, nu_floor=min_nu, **kwargs)
+        else:  # the default: the latest safe snapshot within the quality bound
+            chosen = plan_latest_safe(total, base, incremental_cost, arrivals.head_start,
+                                      nu_limit=quality.max_ratio(), safety=safety,
+                                      nu_floor=min_nu, **kwargs)
         seconds = 0.0 if refine == "off" else (
             AUTO_REFINE_SECONDS if refine == "auto" else float(refine))
         return replace(chosen, refine_seconds=seconds)
@@ -304,6 +309,40 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
     left = max(budget - chosen.latest_finish, 0.0)
     seconds = left if refine == "auto" else min(float(refine), left)
     return replace(chosen, refine_seconds=seconds, deadline=budget)
+
+
+#: :func:`window_warning`: a plan whose release is predicted more than this many seconds after
+#: close is warned of when the survey opens.
+LATE_RELEASE_SECONDS = 60.0
+
+
+def window_warning(engine: str, base_cost: BaseCost, plan: Plan, open_seconds: float | None,
+                   alternatives: Mapping[str, BaseCost] | None = None) -> str | None:
+    """What to tell the operator when a survey opens with ``plan`` (made for ``engine`` with
+    the cost model ``base_cost``): None when the release will be out in time, else one
+    sentence. It warns when the engine's one-shot run on the expected records takes longer
+    than the survey is open (``open_seconds``; then the base run cannot be done before the
+    close at any snapshot) or when the plan's release is predicted more than
+    :data:`LATE_RELEASE_SECONDS` after close, and names the fastest of ``alternatives``
+    (engine -> cost model) whose one-shot run takes less than a minute, if any."""
+    n = plan.n_total
+    one_shot = float(base_cost(n))
+    after = plan.latest_finish
+    problems = []
+    if open_seconds is not None and one_shot > open_seconds:
+        problems.append(f"{engine}'s one-shot run on {n:,.0f} records takes about "
+                        f"{one_shot:.0f} s by its cost model, longer than the "
+                        f"{open_seconds:.0f} s the survey is open")
+    if after > LATE_RELEASE_SECONDS:
+        problems.append(f"the plan ({engine}, nu = {plan.nu:.3g}) predicts the release "
+                        f"{after:.0f} s after close")
+    if not problems:
+        return None
+    faster = sorted((float(cost(n)), name) for name, cost in (alternatives or {}).items()
+                    if name != engine)
+    advice = next((f"; engine = \"{name}\" would run one-shot in about {t:.1f} s"
+                   for t, name in faster if t < LATE_RELEASE_SECONDS), "")
+    return "; ".join(problems) + advice
 
 
 def base_moment(plan: Plan, now: Moment, close: Moment | None) -> Moment | None:
