@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Any
 
 from scheduler import live
@@ -21,6 +22,7 @@ from scheduler.planner import (
     optimal_ratio,
     release_after_close,
 )
+from scheduler.quality import QualityBound
 from streamanon.cli._args import duration, param, positive_int
 from streamanon.durations import format_duration
 from streamanon.errors import ParameterError
@@ -275,6 +277,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.deadline is not None:
             report["deadline"] = _plan_dict(live.plan(forecast, model, incremental, k=args.k,
                                                       deadline=args.deadline, overhead=False))
+        # said before the survey opens: a window shorter than the engine's one-shot run, or
+        # a release more than a minute after close, with a faster engine stored here
+        window = s * t_ref if t_ref is not None and math.isfinite(s) else None
+        engine = "mdav" if args.engine == "auto" else args.engine
+        default = live.plan(forecast, model, incremental, k=args.k, seconds_to_close=window,
+                            quality=QualityBound(engine, "two_stage"))
+        others = {name: found for name in AUTO_ENGINES if name != engine
+                  and (found := store.get(name, args.m, args.k)) is not None}
+        warning = live.window_warning(engine, model, default, window, others)
+        report["warnings"] = [] if warning is None else [warning]
         if args.engine == "auto":
             # 2MDAV after either base: the increment's engine is MDAV
             options = [Option(e, models[e], TwoStageCost(models["mdav"])) for e in AUTO_ENGINES]
@@ -352,6 +364,8 @@ def _print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
                  f"{format_duration(p['incremental_seconds'])}"),
                 ("  release after close", format_duration(p["finish_after_close_seconds"])),
             ] + [("  note", w) for w in p["warnings"]])
+    for warning in report.get("warnings", []):
+        print(f"\nwarning: {warning}")
     for key, choice in report.get("engine_choice", {}).items():
         print(f"\nBase engine for the {key} schedule (--engine auto; expected IL against "
               "one-shot MDAV, 2-stage incremental run):")

@@ -334,7 +334,29 @@ class SurveyPlanner:
             rt.last_plan = plan
             if choice is not None:
                 rt.choice = choice
+        if rt.window_warning is None and sc.close_at is not None:
+            self._warn_of_window(sid, plan, close - t)
         return plan
+
+    def _warn_of_window(self, sid: str, plan: Plan, seconds_to_close: float) -> None:
+        """Say once, as soon as a plan shows it, that the survey's release will be late: its
+        engine's one-shot run is longer than the time left, or the plan releases more than a
+        minute after close (:func:`scheduler.live.window_warning`), with the engine stored
+        here that would run one-shot in seconds."""
+        rt = self.surveys[sid]
+        sc = rt.config
+        engine = plan.engine or sc.engine
+        if engine == "auto":
+            return
+        base = (self._option_models(sid, engine)[0] if sid in self._options
+                and engine in {o.engine for o in self._options[sid]} else self.models[sid][0])
+        m = len(sc.quasi_identifiers)
+        others = {name: model for name in AUTO_ENGINES if name != engine
+                  and (model := self.cost_models.get(name, m, sc.k)) is not None}
+        warning = live.window_warning(engine, base, plan, seconds_to_close, others)
+        if warning is not None:
+            rt.window_warning = warning
+            log.warning("survey %s: %s", sid, warning, extra={"survey": sid})
 
     def _plan_for(self, sid: str, arrivals: Any,
                   seconds_to_close: float) -> tuple[Plan, Choice | None]:

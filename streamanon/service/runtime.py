@@ -39,6 +39,8 @@ class SurveyRuntime:
     # becomes the chosen engine when the base run starts (or at close without one)
     auto_engine: bool = False
     choice: Any = None
+    # said once when a plan shows the release will be late (scheduler.live.window_warning)
+    window_warning: str | None = None
     engine_choice: dict[str, Any] | None = None  # what was chosen, why (the release report)
 
 

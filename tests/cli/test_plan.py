@@ -186,3 +186,23 @@ def test_calibrate_refuses_what_is_not_an_engine_setting(capsys, tmp_path, param
     assert main(["calibrate", "--engine", engine, "--m", "3", "--k", "5", "--param", param,
                  "--cost-models", str(tmp_path / "m.json")]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_plan_warns_of_a_window_shorter_than_the_engines_one_shot_run(capsys, tmp_path):
+    """Issue 49: ONA* in a window shorter than its one-shot run released after the close
+    with nothing said beforehand. `plan` says so, and names the engine stored here that would
+    run one-shot in seconds."""
+    store = tmp_path / "models.json"
+    _models(store, 500.0)  # ONA*: 500 s for 2,000 records; MDAV 0.05 s
+    args = ["--n", "20000", "--m", "4", "--k", "5", "--engine", "ona_star",
+            "--cost-models", str(store)]
+    report = plan_json(capsys, *args, "--arrival-coefficient", "0.5")
+    (warning,) = report["warnings"]
+    assert "ona_star's one-shot run" in warning and "longer than" in warning
+    assert 'engine = "mdav"' in warning
+    assert main(["plan", *args, "--arrival-coefficient", "0.5"]) == 0
+    assert "warning: ona_star's one-shot run" in capsys.readouterr().out
+    # MDAV in a long window: nothing to warn of
+    quiet = plan_json(capsys, "--n", "20000", "--m", "4", "--k", "5", "--survey-hours", "1",
+                      "--cost-models", str(store))
+    assert quiet["warnings"] == []
