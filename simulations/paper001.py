@@ -71,15 +71,9 @@ import numpy as np
 
 from scheduler import planner
 from scheduler.arrivals import ArrivalEstimator, CumulativeForecast, UniformForecast
+from scheduler.closed_forms import deadline_ratio, head_start, optimal_ratio, relative_gain
 from scheduler.cost_model import PowerLaw, TwoStageCost, calibrate
-from scheduler.planner import (
-    deadline_ratio,
-    head_start,
-    optimal_ratio,
-    plan_deadline,
-    plan_optimal,
-    relative_gain,
-)
+from scheduler.planner import plan_deadline, plan_optimal
 from scheduler.profiles import PROFILES, resolve
 from simulations.common import FIGURES, clock, clock_hms, gaussian, shown
 from streamanon.engines import get_engine, run_engine

@@ -26,7 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from scheduler.planner import (
+from scheduler.closed_forms import (
     ARRIVAL_THRESHOLD,
     critical_ratio,
     critical_ratio_approx,

@@ -10,18 +10,17 @@ from typing import Any
 from scheduler import live
 from scheduler.arrivals import UniformForecast
 from scheduler.choice import AUTO_ENGINES, Choice, Option, choose
-from scheduler.cost_model import CostModelStore, PowerLaw, TwoStageCost, calibrate
-from scheduler.planner import (
+from scheduler.closed_forms import (
     ARRIVAL_THRESHOLD,
-    Plan,
     critical_ratio,
     deadline_feasible,
     deadline_ratio,
     min_relative_deadline,
     optimal_gain,
     optimal_ratio,
-    release_after_close,
 )
+from scheduler.cost_model import CostModelStore, PowerLaw, TwoStageCost, calibrate
+from scheduler.planner import Plan, release_after_close
 from scheduler.quality import QualityBound
 from streamanon.cli._args import duration, param, positive_int
 from streamanon.durations import format_duration

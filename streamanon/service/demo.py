@@ -13,9 +13,17 @@ than predicted (:func:`_room`), within a run of about :data:`BUDGET_SECONDS` aft
 faster engine or machine gets more responses, a slower one fewer; ``--n`` and
 ``--open-seconds`` override.
 
+Before it sizes the scenario, the demo times its engine up to near the size the base run
+will have (:func:`extend_calibration`): an engine's cost grows more steeply once the data leave
+the caches, and a model fitted on small runs promised a million-record scenario it could not
+keep. When the engine's one-shot run is longer than the window, or the release is predicted
+more than a minute after close, it says so before the survey opens
+(:func:`scheduler.live.window_warning`).
+
 The survey then runs for real, with the service's defaults but one: the survey's ``min_nu``
-is the ratio the scenario was sized for, so that a machine faster during the survey than at
-calibration (another job ended) does not shrink the increment the demo shows. Responses with 15
+leaves at least :data:`MIN_LATE` records to the incremental stage (the demo is there to show
+one); above that floor the live plan takes the latest base snapshot that is safe on the
+machine as it is during the survey. Responses with 15
 quasi-identifiers arrive uniformly (plus a few malformed ones, which go to the dead-letter
 topic), the live planner starts the ONA* base run (paper 004) when it computes, the survey
 closes on time, the incremental stage the planner chose (NN-split-end or 2MDAV) absorbs the
@@ -42,6 +50,7 @@ from scheduler.live import BUSY_FACTOR
 from scheduler.overhead import DEFAULT_OVERHEAD
 from scheduler.profiles import resolve
 from scheduler.quality import DEFAULT_MAX_DELTA
+from streamanon.service.planning import EXTEND_REACH
 
 SURVEY = "demo"
 
@@ -84,6 +93,11 @@ MIN_N, MAX_N = 25_000, 1_000_000
 #: Records per second the one-shot reference stores (the budget counts its ingest).
 REFERENCE_INGEST = 15_000.0
 
+#: Seconds the demo may spend timing its engine nearer the base run's size before it sizes
+#: the scenario (:func:`streamanon.service.simulate.extend_calibration`): MDAV up to 640,000
+#: records for a million-record survey takes about 50 s on two cores.
+EXTEND_BUDGET = 75.0
+
 #: Below this ratio of one-shot release to close-to-release the verdict says what held the
 #: release back.
 CLEAR_GAIN = 5.0
@@ -103,10 +117,13 @@ class Scenario:
 
     @property
     def min_nu(self) -> float:
-        """The survey's floor on the live plan's ratio: the ratio the scenario is sized for.
-        A machine faster during the survey than at calibration would otherwise plan a smaller
-        increment than the demo promises (the base run then ends sooner, nothing else)."""
-        return float(self.prediction["nu"])
+        """The survey's floor on the live plan's ratio: enough for :data:`LATE_MARGIN` times
+        :data:`MIN_LATE` late records, never above the scenario's own ratio. Above it the
+        live plan decides (the latest safe snapshot on the machine as it is then), so a
+        machine faster than at calibration ends the base run later, not sooner; a larger
+        floor (the scenario's ratio, once) made the live plan leave more late records than
+        it needed and the release slower than one-shot (issue 49)."""
+        return min(float(self.prediction["nu"]), LATE_MARGIN * MIN_LATE / self.n)
 
     @property
     def sooner(self) -> float:
@@ -229,55 +246,70 @@ def _nu(x: float | None) -> str:
 
 def side_by_side(summary: dict[str, Any]) -> str:
     """The demo's closing table, from the summary of the run (its release's report and the
-    one-shot reference's): plan against outcome, then where the time after close went."""
+    one-shot reference's): the live plan the base run was started on against what happened,
+    the scenario the demo sized up front beside them, then where the time after close went
+    and what held the release back (:func:`verdict`, from the measurements)."""
     p, r = summary["prediction"], summary["release"]
     head_start = (r["closed_at"] - r["base_started_at"]) if r.get("base_started_at") else None
     total = r["close_to_release_seconds"]
     engine, stage = summary["engine"], summary["incremental"]
-    late = r["n"] - (r["n_base"] if r["mode"] == "two-stage" else 0)
+    two_stage = r["mode"] == "two-stage"
+    late = r["n"] - (r["n_base"] if two_stage else 0)
     one_shot = summary.get("one_shot_release_seconds")
+    bp = r.get("base_plan") or {}
+    base_steps = r.get("base_steps_seconds") or {}
+    lp_late = f" ({r['n'] - bp['n_base']:,})" if bp else ""
     rows = [
-        ("", "planned", "achieved"),
-        ("mode", p["mode"], r["mode"] + (f" ({engine} on {r['n_base']:,} + {stage} on "
-                                         f"{late:,})" if r["mode"] == "two-stage" else "")),
-        ("arrival coefficient s", f"{p['arrival_coefficient']:.2f}",
-         "-" if r["arrival_coefficient"] is None else f"{r['arrival_coefficient']:.2f}"),
-        ("nu (late records)", f"{_nu(p['nu'])} ({p['n_increment']:,})",
-         f"{_nu(r['nu'])} ({late:,}; live plan {_nu(r['planned_nu'])})"),
-        ("head start (snapshot before close)", _seconds(p["head_start_seconds"]),
-         _seconds(head_start)),
-        ("close -> release, compute", _seconds(p["compute_after_close_seconds"]),
-         _seconds(r["compute_seconds_after_close"])),
-        ("close -> release, total", _seconds(p["release_after_close_seconds"]), _seconds(total)),
-        (f"one-shot {engine}: compute", _seconds(p["t_ref_seconds"]) + " (model)",
-         _seconds(summary["one_shot_seconds"]) + " (measured)"),
+        ("", "live plan", "achieved", "scenario (up front)"),
+        ("mode", "two-stage" if bp else ("one-shot" if r.get("planned_nu") == 0 else "-"),
+         r["mode"] + (f" ({engine} on {r['n_base']:,} + {stage} on {late:,})"
+                      if two_stage else ""), p["mode"]),
+        ("arrival coefficient s",
+         "-" if r["arrival_coefficient"] is None else f"{r['arrival_coefficient']:.2f}", "",
+         f"{p['arrival_coefficient']:.2f}"),
+        ("nu (late records)", (f"{_nu(bp['nu'])}{lp_late}" if bp else _nu(r["planned_nu"])),
+         f"{_nu(r['nu'])} ({late:,})", f"{_nu(p['nu'])} ({p['n_increment']:,})"),
+        ("head start (snapshot before close)", _seconds(bp.get("head_start_seconds")),
+         _seconds(head_start), _seconds(p["head_start_seconds"])),
+        ("base run, its steps included", _seconds(bp.get("base_seconds")),
+         _seconds(sum(base_steps.values()) if base_steps else None),
+         _seconds(p["base_seconds"])),
+        ("close -> release", _seconds(r.get("predicted_release_seconds")), _seconds(total),
+         _seconds(p["release_after_close_seconds"])),
+        (f"one-shot {engine}: compute", "", _seconds(summary["one_shot_seconds"]),
+         _seconds(p["t_ref_seconds"]) + " (model)"),
     ]
     if one_shot is not None:
-        rows.append((f"one-shot {engine}: close -> release", "",
-                     _seconds(one_shot) + " (measured, same release steps)"))
+        rows.append((f"one-shot {engine}: close -> release", "", _seconds(one_shot), ""))
     rows += [
-        ("distortion D (IL %)", "", f"{r['distortion']:.4f} ({r['information_loss']:.2f} %)"),
-        (f"D of the one-shot {engine} release", "", f"{summary['one_shot_distortion']:.4f}"),
-        ("delta = D / D_one_shot - 1",
+        ("distortion D (IL %)", "", f"{r['distortion']:.4f} ({r['information_loss']:.2f} %)",
+         ""),
+        (f"D of the one-shot {engine} release", "", f"{summary['one_shot_distortion']:.4f}",
+         ""),
+        ("delta = D / D_one_shot - 1", "",
+         "-" if summary["delta"] is None else f"{100 * summary['delta']:+.2f} %",
          "" if p.get("expected_delta_same_engine") is None
-         else f"{100 * p['expected_delta_same_engine']:+.2f} % (model)",
-         "-" if summary["delta"] is None else f"{100 * summary['delta']:+.2f} %"),
+         else f"{100 * p['expected_delta_same_engine']:+.2f} % (model)"),
     ]
-    width = [max(len(row[j]) for row in rows) for j in range(3)]
+    width = [max(len(row[j]) for row in rows) for j in range(4)]
     lines = ["", f"survey '{summary['survey']}': {r['n']:,} records released, k = "
              f"{summary['k']}, m = {summary['m']}; dead-lettered "
              f"{sum((r.get('rejected') or {}).values())}", ""]
-    lines += [f"  {a:<{width[0]}}  {b:>{width[1]}}  {c}" for a, b, c in rows]
+    lines += [f"  {a:<{width[0]}}  {b:>{width[1]}}  {c:>{width[2]}}  {d}"
+              for a, b, c, d in rows]
     steps = r.get("close_steps_seconds") or {}
     if steps:
         lines += ["", *_wrap("after close: " + ", ".join(
             f"{key.replace('_', ' ')} {v:.2f} s" for key, v in steps.items()))]
+    if base_steps:
+        lines += _wrap("base run before close: " + ", ".join(
+            f"{key.replace('_', ' ')} {v:.2f} s" for key, v in base_steps.items()))
     reference = summary.get("one_shot_close_steps_seconds") or {}
     if reference:
         lines += _wrap("one-shot release after close: " + ", ".join(
             f"{key.replace('_', ' ')} {v:.2f} s" for key, v in reference.items()))
     versus = one_shot if one_shot is not None else summary["one_shot_seconds"]
-    lines += ["", *_wrap(verdict(versus, total, steps, one_shot is not None))]
+    lines += ["", *_wrap(verdict(versus, total, steps, one_shot is not None, release=r))]
     return "\n".join(lines)
 
 
@@ -286,13 +318,14 @@ def _wrap(text: str) -> list[str]:
 
 
 def verdict(one_shot: float, close_to_release: float, steps: dict[str, float],
-            release: bool = True) -> str:
+            reference_is_release: bool = True, release: dict[str, Any] | None = None) -> str:
     """One sentence from the measured times: how much sooner than the one-shot release (its
-    compute alone with ``release`` False) the release went out, or how much later; and,
-    below :data:`CLEAR_GAIN`, what held it back (the release path, the base run's overrun
-    or the incremental stage), by the largest of the measured steps."""
-    what = "the one-shot release of the same records" if release else \
-        "a one-shot run would have finished (its compute alone)"
+    compute alone with ``reference_is_release`` False) the release went out, or how much
+    later; and, below :data:`CLEAR_GAIN`, what held it back, by the largest of the measured
+    steps, with its cause from the measurements of ``release`` (the report's part the demo
+    keeps, :func:`held_back`)."""
+    what = ("the one-shot release of the same records" if reference_is_release else
+            "a one-shot run would have finished (its compute alone)")
     if close_to_release > 0 and one_shot > close_to_release:
         ratio = one_shot / close_to_release
         text = (f"the release was out {ratio:.1f}x sooner after close than {what} "
@@ -303,18 +336,61 @@ def verdict(one_shot: float, close_to_release: float, steps: dict[str, float],
         ratio = close_to_release / one_shot if one_shot > 0 else math.inf
         text = (f"the release was NOT sooner: it was out {close_to_release:.2f} s after close, "
                 f"{ratio:.1f}x the {one_shot:.2f} s of {what}")
+    return f"{text}; {held_back(steps, release or {})}."
+
+
+def held_back(steps: dict[str, float], release: dict[str, Any]) -> str:
+    """What held the release back, from the measurements: the release path, the base run
+    (the quality bound that let it overrun the close, a cost model wrong by a measured
+    factor, or a snapshot taken later than planned) or the incremental stage (its time
+    against the plan's), by the largest of the steps after close."""
     io = sum(v for key, v in steps.items() if key in ("drain", "load", "files", "publish"))
-    late = steps.get("wait_for_base", 0.0)
+    waited = steps.get("wait_for_base", 0.0)
     compute = steps.get("compute", 0.0)
-    if io >= max(late, compute):
-        return (text + f"; the release path (drain, loading, files, publishing: {io:.2f} s) "
-                f"rather than the computation ({compute + late:.2f} s) held it back.")
-    if late >= compute:
-        return (text + f"; the base run finished {late:.2f} s after close and the release "
-                "waited for it: it took longer than the cost model predicted (another load on "
-                "the machine slows it; `streamanon calibrate` refits the model).")
-    return (text + f"; the incremental stage ({compute:.2f} s) held it back: the base "
-            "snapshot left too many late records for it.")
+    plan = release.get("base_plan") or {}
+    if release.get("mode") == "one-shot" and not plan:
+        return (f"no base run was started: the live plan released one-shot at close (the "
+                f"compute {compute:.2f} s, the release path {io:.2f} s)")
+    if io >= max(waited, compute):
+        return (f"the release path (drain, loading, files, publishing: {io:.2f} s) rather "
+                f"than the computation ({compute + waited:.2f} s) held it back")
+    if waited >= compute:
+        return f"the base run finished {waited:.2f} s after close: " + _base_cause(release)
+    planned = plan.get("incremental_seconds")
+    late = release.get("n", 0) - release.get("n_base", 0)
+    if planned:
+        return (f"the incremental stage held it back: {compute:.2f} s for {late:,} late "
+                f"records against {planned:.2f} s planned ({compute / planned:.1f}x)")
+    return f"the incremental stage ({compute:.2f} s for {late:,} late records) held it back"
+
+
+def _base_cause(release: dict[str, Any]) -> str:
+    plan = release.get("base_plan") or {}
+    measured = sum((release.get("base_steps_seconds") or {}).values())
+    predicted, head = plan.get("base_seconds"), plan.get("head_start_seconds")
+    safety, limit = plan.get("safety", 1.0), plan.get("nu_limit", 1.0)
+    if not predicted or not measured:
+        return "its times were not measured"
+    ratio = measured / predicted
+    said = f"it took {measured:.1f} s against {predicted:.1f} s predicted ({ratio:.2f}x)"
+    if head is not None and plan.get("nu", 0.0) >= limit * (1 - 1e-6) \
+            and safety * predicted > head:
+        return (f"the quality bound held it back: the plan took the largest ratio the bound "
+                f"allows (nu = {plan['nu']:.4f}) and knew the base run, {safety:.2f} times its "
+                f"{predicted:.1f} s, would outlast the {head:.1f} s head start; {said}")
+    if ratio > safety:
+        load = (f" (the plan had priced a measured load of {safety:.2f}x)"
+                if safety > BUSY_FACTOR + 1e-9 else "")
+        return (f"{said}, more than the {safety:.2f}x the plan kept room for: the cost model "
+                f"under-predicted it by that much{load}")
+    achieved = (release["closed_at"] - release["base_started_at"]
+                if release.get("closed_at") and release.get("base_started_at") else None)
+    if achieved is not None and head is not None and achieved < head - 1.0:
+        return (f"{said}, within the {safety:.2f}x room planned, but the snapshot was taken "
+                f"{head - achieved:.1f} s later than planned ({achieved:.1f} s before the "
+                f"close against {head:.1f} s): the arrivals fell behind the forecast")
+    return (f"{said}, within the {safety:.2f}x room planned and its snapshot on time; the "
+            "wait is the base run's hand-over to the release")
 
 
 def run_demo(n: int | None = None, m: int = M, k: int = K, out: str | Path = "demo-output",
@@ -335,7 +411,13 @@ def run_demo(n: int | None = None, m: int = M, k: int = K, out: str | Path = "de
     if speed != 1.0 and not dry_run:
         raise ValueError("a machine faster than this one can only be planned (dry run)")
     from streamanon.io import write_json
-    from streamanon.service.simulate import calibrated_model, candidates, run_simulation
+    from streamanon.service.simulate import (
+        calibrated_model,
+        candidates,
+        extend_calibration,
+        run_simulation,
+        store_reach,
+    )
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -353,9 +435,23 @@ def run_demo(n: int | None = None, m: int = M, k: int = K, out: str | Path = "de
     scenario = choose_scenario(model, options, k=k, engine=engine,
                                incremental=incremental, budget=budget, n=n,
                                open_seconds=open_seconds)
+    target = scenario.n * (1.0 - scenario.prediction["nu"])
+    if speed == 1.0 and 0 < store_reach(out, engine, m, k) * EXTEND_REACH < target:
+        # the model is used far above its calibrated sizes: time the engine nearer the base
+        # run's size (the cost grows more steeply there), then size the scenario again
+        model = extend_calibration(out, engine, m, k, target, EXTEND_BUDGET, progress=say,
+                                   model=model)
+        say(f"      {engine}: {model(scenario.n):.1f} s for {scenario.n:,} records by the "
+            f"model refitted on the larger timings (n^{model.b:.2f} there)")
+        options = candidates({engine: model}, incremental, m, k)
+        scenario = choose_scenario(model, options, k=k, engine=engine,
+                                   incremental=incremental, budget=budget, n=n,
+                                   open_seconds=open_seconds)
     chosen = "chosen" if n is None and open_seconds is None else "given"
     say(f"[2/4] scenario ({chosen}{'' if speed == 1 else f', a machine {speed:g}x faster'}): "
         f"{scenario.describe()}; about {scenario.run_seconds:.0f} s in all")
+    if scenario.prediction.get("window_warning"):
+        say(f"      warning: {scenario.prediction['window_warning']}")
     if not scenario.shows_the_idea:
         say("      (no scenario within the budget is predicted to show a release "
             f"{SHOW_GAIN:g}x sooner with {MIN_LATE:,} late records or more; this one comes "

@@ -101,7 +101,9 @@ def base_plan_summary(plan: Plan) -> dict[str, float]:
     """What the report keeps of the plan a base run was started on (``base_plan``)."""
     return {"nu": round(plan.nu, 6), "n_base": plan.n_base,
             "head_start_seconds": round(plan.head_start, 3),
-            "base_seconds": round(plan.base_seconds, 3)}
+            "base_seconds": round(plan.base_seconds, 3),
+            "incremental_seconds": round(plan.incremental_seconds, 3),
+            "nu_limit": round(plan.nu_limit, 6), "safety": round(plan.safety, 3)}
 
 
 def release_run(survey: SurveyConfig, refine_until: float | None = None) -> TwoStageRun:

@@ -43,7 +43,12 @@ import numpy as np
 from scheduler import live
 from scheduler.arrivals import CumulativeForecast
 from scheduler.choice import AUTO_ENGINES, AUTO_STAGES, Option, choose
-from scheduler.cost_model import CostModelStore, calibrate, incremental_cost_model
+from scheduler.cost_model import (
+    CostModelStore,
+    calibrate,
+    incremental_cost_model,
+    time_engine,
+)
 from scheduler.profiles import resolve
 from scheduler.quality import DEFAULT_MAX_DELTA, QualityBound, delta_against_one_shot
 from streamanon.engines import get_engine, run_engine
@@ -53,6 +58,7 @@ from streamanon.metrics import distortion, standardise
 from streamanon.service.broker import EmbeddedBroker, free_port
 from streamanon.service.config import parse_config
 from streamanon.service.lifecycle import serve
+from streamanon.service.planning import EXTEND_REACH
 from streamanon.service.web import snapshot_html
 
 SURVEY = "sim"
@@ -185,6 +191,40 @@ def calibrated_model(out: Path, engine: str, m: int, k: int,
                  "machine also compiles the kernels, about 40 s) ...")
         function = get_engine(engine).function
         model = store.put(engine, m, k, calibrate(function, m, k, budget_seconds=8.0))
+    return model
+
+
+def store_reach(out: Path, engine: str, m: int, k: int) -> int:
+    """The largest size ``engine`` was calibrated at in ``out/cost_models.json`` (0: none)."""
+    return CostModelStore(out / "cost_models.json").largest_calibrated(engine, m, k)
+
+
+def extend_calibration(out: Path, engine: str, m: int, k: int, target: float,
+                       budget_seconds: float, progress: Progress = log.info,
+                       model: Any = None) -> Any:
+    """Time ``engine`` at doubling sizes beyond its calibration until the largest timed size
+    is within :data:`~streamanon.service.planning.EXTEND_REACH` of ``target`` records (the
+    base run the scenario plans), while the next timing is predicted to fit in what is left
+    of ``budget_seconds``; each timing is a calibration sample of ``out/cost_models.json``.
+    Returns the refitted model (``model`` when nothing was timed or stored).
+
+    A calibration of a few seconds times the engine on tens of thousands of records, and an
+    engine's cost grows more steeply once the data leave the caches: MDAV calibrated up to
+    80,000 records predicted 46.85 s for a million and took 84.60 s (issue 49)."""
+    store = CostModelStore(out / "cost_models.json")
+    stored = store.get(engine, m, k)
+    spent = 0.0
+    while stored is not None:
+        model = stored
+        largest = store.largest_calibrated(engine, m, k)
+        n = 2 * largest
+        if not largest or largest * EXTEND_REACH >= target or model(n) > budget_seconds - spent:
+            break
+        progress(f"      timing {engine} on {n:,} records, nearer the base run's "
+                 f"{target:,.0f} (about {model(n):.0f} s by the model so far) ...")
+        seconds = time_engine(get_engine(engine).function, m, k, n)
+        spent += seconds
+        stored = store.extend(engine, m, k, n, seconds)
     return model
 
 
@@ -408,6 +448,8 @@ def predict(profile: Any, n: int, duration: float, deadline: float | None, model
                          min_nu=min_nu, quality=None if max_delta is None else QualityBound(
                              engine, incremental, max_delta))
     same_engine, stage = plan.engine or engine, plan.stage or incremental
+    others = {o.engine: o.base_cost for o in options or [] if o.engine != same_engine}
+    warning = live.window_warning(same_engine, model, plan, duration, others)
     return {"nu": plan.nu, "engine": plan.engine, "stage": plan.stage,
             "expected_delta": plan.expected_delta,
             "expected_delta_same_engine": delta_against_one_shot(same_engine, stage, plan.nu),
@@ -420,7 +462,7 @@ def predict(profile: Any, n: int, duration: float, deadline: float | None, model
             "release_after_close_seconds": plan.finish_after_close + live.release_overhead(n),
             "t_ref_seconds": model(n),
             "arrival_coefficient": plan.arrival_coefficient, "mode": plan.mode,
-            "warnings": list(plan.warnings)}
+            "warnings": list(plan.warnings), "window_warning": warning}
 
 
 def send_times(arrivals: Any, n: int, survey_duration: float, speedup: float,

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from scheduler.arrivals import CumulativeForecast, UniformForecast
-from scheduler.cost_model import NearestNeighbourCost, PowerLaw, TwoStageCost
-from scheduler.planner import (
+from scheduler.closed_forms import (
     ARRIVAL_THRESHOLD,
     InfeasibleDeadlineWarning,
     critical_ratio,
@@ -22,11 +21,10 @@ from scheduler.planner import (
     min_relative_deadline,
     optimal_gain,
     optimal_ratio,
-    plan_deadline,
-    plan_optimal,
     relative_gain,
-    release_after_close,
 )
+from scheduler.cost_model import NearestNeighbourCost, PowerLaw, TwoStageCost
+from scheduler.planner import plan_deadline, plan_optimal, release_after_close
 
 # ---------------------------------------------------------------- closed forms, paper's numbers
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.planner import deadline_ratio, optimal_ratio
+from scheduler.closed_forms import deadline_ratio, optimal_ratio
 from scheduler.profiles import PROFILES
 from simulations import paper001
 

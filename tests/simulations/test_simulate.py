@@ -175,3 +175,27 @@ def test_the_default_plan_benchmark_prints_the_base_run_against_its_plan():
     assert second.startswith("  steps after close (s): wait_for_base 15.07")
     release["mode"] = "one-shot"
     assert "base run" not in steps(row(summary, reference))
+
+
+def test_the_demo_times_its_engine_up_to_near_the_base_runs_size(tmp_path):
+    """Issue 49: MDAV calibrated up to 80,000 records predicted 46.85 s for a million and
+    took 84.60 s, and the demo announced a scenario it could not keep. Before sizing the
+    scenario the engine is timed at doubling sizes up to within EXTEND_REACH of the base run
+    (each timing a calibration sample), within the budget; with nothing stored, nothing."""
+    from scheduler.cost_model import CostModelStore
+    from streamanon.service.planning import EXTEND_REACH
+    from streamanon.service.simulate import extend_calibration
+    from tests.service.lifecycle_helpers import put_model
+
+    put_model(tmp_path / "cost_models.json", "mdav", 3, 5, [(1_000, 0.002), (2_000, 0.006)])
+    said = []
+    model = extend_calibration(tmp_path, "mdav", 3, 5, 20_000, 30.0, progress=said.append)
+    store = CostModelStore(tmp_path / "cost_models.json")
+    sizes = sorted(n for n, _, src in store.samples("mdav", 3, 5) if src == "calibration")
+    assert sizes == [1_000, 2_000, 4_000, 8_000, 16_000]
+    assert sizes[-1] * EXTEND_REACH >= 20_000 and len(said) == 3
+    assert model == store.get("mdav", 3, 5)
+    # no time left for the next timing: nothing more is timed
+    assert extend_calibration(tmp_path, "mdav", 3, 5, 1e9, 0.0) == model
+    # nothing stored: the model handed in comes back
+    assert extend_calibration(tmp_path / "none", "mdav", 3, 5, 1e6, 30.0, model=None) is None

@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
+from scheduler.closed_forms import deadline_ratio, optimal_ratio
 from scheduler.cost_model import PowerLaw, TwoStageCost
-from scheduler.planner import deadline_ratio, optimal_ratio
 from scheduler.profiles import resolve
 from simulations import sweep
 
