@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from scheduler.cost_model import CostModelStore, PowerLaw, calibrate
+from scheduler.cost_model import PRIOR_DOF, CostModelStore, PowerLaw, calibrate
 
 
 def test_power_law_fit_recovers_exponent():
@@ -185,8 +185,9 @@ def noisy_fit(rng: np.random.Generator, sigma: float, ns=CALIBRATION_NS) -> Powe
 @pytest.mark.parametrize("n", [30_000, 200_000, 1_000_000])  # inside and beyond the sizes
 def test_the_upper_bound_covers_new_runs_at_the_stated_rate(n):
     """Fit on four noisy calibration timings, draw one new run at n: over many seeded
-    repetitions the 95 % bound is above the new run about 95 % of the time, also when n is far
-    beyond the calibrated sizes (the interval widens there)."""
+    repetitions the 95 % bound is above the new run at least 95 % of the time, also when n is
+    far beyond the calibrated sizes (the interval widens there). The prior on the timing noise
+    (PRIOR_NOISE, here the true noise) makes it a little conservative: at most 98 %."""
     rng = np.random.default_rng(17)
     sigma, trials = 0.1, 2500
     covered = 0
@@ -195,7 +196,7 @@ def test_the_upper_bound_covers_new_runs_at_the_stated_rate(n):
         run = 2e-8 * n**1.5 * math.exp(rng.normal(0.0, sigma))
         covered += run <= model.upper(n, 0.95)
     # binomial standard deviation at 2500 trials: 0.0044
-    assert covered / trials == pytest.approx(0.95, abs=0.013)
+    assert 0.95 - 0.013 <= covered / trials <= 0.98
 
 
 def test_a_point_estimate_alone_is_exceeded_half_the_time():
@@ -212,7 +213,9 @@ def test_the_margin_grows_with_the_residual_spread():
     for scale in (0.0, 0.02, 0.05, 0.1, 0.2):
         model = PowerLaw.fit(CALIBRATION_NS, 2e-8 * CALIBRATION_NS**1.5 * np.exp(scale * noise))
         margins.append(model.upper(200_000) / model(200_000))
-    assert margins[0] == pytest.approx(1.0)
+    # a perfect fit still has the prior's timing noise (PRIOR_NOISE) ...
+    assert 1.0 < margins[0] < 1.5
+    # ... and the fit's own residual widens it
     assert all(a < b for a, b in itertools.pairwise(margins))
 
 
@@ -253,7 +256,7 @@ def test_a_model_round_trips_through_its_dict_and_the_store(tmp_path):
     fitted = store.put("mdav", 15, 10, calibrate_result([1000, 2000, 4000, 8000], b=1.5))
     assert CostModelStore(tmp_path / "m.json").get("mdav", 15, 10) == fitted
     # fitted on the sizes within a factor 4 of the largest (PowerLaw.fit_upper)
-    assert fitted.points == 3 and fitted.degrees_of_freedom == 1
+    assert fitted.points == 3 and fitted.degrees_of_freedom == 1 + PRIOR_DOF
 
 
 def test_the_fit_follows_the_largest_sizes_where_the_exponent_grows():
@@ -341,3 +344,21 @@ def test_an_engine_with_other_parameters_has_its_own_model(tmp_path):
     data = json.loads((tmp_path / "m.json").read_text())
     assert "ona_star|m=15|k=10" in data
     assert data[CostModelStore.key("ona_star", 15, 10, quick)]["params"] == quick
+
+
+def test_three_calibrated_sizes_do_not_make_a_four_times_margin():
+    """Issue 49: a demo's MDAV calibration on this machine (2,000 .. 256,000 records, the
+    model fitted on the three largest) had a residual of 0.108 in log space and one degree of
+    freedom; its 95 % bound at 200,000 records was 4.3 times the prediction (a t quantile of
+    6.3), so the plan kept room for a base run four times slower than predicted and took its
+    snapshot as early as the quality bound allowed. With the prior on timing noise the bound
+    stays near what runs on this machine scatter (the measured MDAV runs of the benchmarks
+    page: within 1.5x of a model calibrated at their size), and still widens far away."""
+    samples = [(2000, 0.0128), (4000, 0.0261), (8000, 0.0499), (16000, 0.0949),
+               (32000, 0.2144), (64000, 0.5926), (128000, 1.1885), (256000, 3.7687)]
+    model = PowerLaw.fit_upper(*zip(*samples, strict=True))
+    assert model.points == 3 and model.residual == pytest.approx(0.108, abs=0.001)
+    near = model.upper(200_000) / model(200_000)
+    far = model.upper(4_000_000) / model(4_000_000)
+    assert 1.1 < near < 1.6
+    assert far > near

@@ -185,7 +185,7 @@ def test_a_deadline_plan_keeps_the_upper_bound_within_the_budget():
 def test_the_margin_grows_with_the_calibration_residual():
     plans = [live.plan(PAPER, m, TwoStageCost(m), k=K, deadline=3600.0)
              for m in map(fitted, (0.0, 0.02, 0.05, 0.1))]
-    assert plans[0].margin_seconds == pytest.approx(0.0, abs=1e-6)
+    assert plans[0].margin_seconds > 0  # a perfect fit keeps the prior's timing noise
     margins = [p.margin_seconds for p in plans]
     assert all(a < b for a, b in itertools.pairwise(margins))
     assert all(p.latest_finish == pytest.approx(live.compute_budget(3600.0, N)) for p in plans)
