@@ -290,7 +290,9 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
         else:  # the default: the latest safe snapshot within the quality bound
             chosen = plan_latest_safe(total, base, incremental_cost, arrivals.head_start,
                                       nu_limit=quality.max_ratio(), safety=safety,
-                                      nu_floor=min_nu, **kwargs)
+                                      nu_floor=min_nu, common_seconds=release_overhead(
+                                          total, overhead_model) if overhead else 0.0,
+                                      **kwargs)
         seconds = 0.0 if refine == "off" else (
             AUTO_REFINE_SECONDS if refine == "auto" else float(refine))
         return replace(chosen, refine_seconds=seconds)

@@ -410,6 +410,7 @@ def plan_latest_safe(
     overhead: Overhead | None = None,
     nu_floor: float = 0.0,
     clearly_sooner: float = CLEARLY_SOONER,
+    common_seconds: float = 0.0,
 ) -> Plan:
     """The default plan: the latest base snapshot whose base run ends before the close at
     ``safety`` times its predicted time, then the quality bound, then the one-shot check.
@@ -427,6 +428,8 @@ def plan_latest_safe(
        compared with the one-shot release at close at the same bound: unless it is
        ``clearly_sooner`` times sooner, the plan is one-shot at close, and says why.
 
+    ``common_seconds`` are the release's steps after close that are the same either way
+    (the fixed part of the release overhead): they count in both sides of the comparison.
     ``nu_floor`` (the survey's ``min_nu``) is the smallest ratio allowed, as in
     :func:`plan_optimal`; the other parameters are :func:`plan_optimal`'s. The plan's times
     are the predictions; ``margin_factor`` sets ``Plan.margin_seconds`` as there.
@@ -467,8 +470,8 @@ def plan_latest_safe(
     head = plan.head_start
     two_stage = float(release_after_close(head, safe * plan.base_seconds,
                                           safe * plan.incremental_seconds)
-                      ) + plan.overhead_seconds
-    one_shot = safe * problem.t_ref + problem.extra(0.0) * problem.t_ref
+                      ) + plan.overhead_seconds + common_seconds
+    one_shot = safe * problem.t_ref + problem.extra(0.0) * problem.t_ref + common_seconds
     if two_stage * clearly_sooner > one_shot:
         reason = (f"the two-stage release (nu = {nu:.4g}) is not clearly sooner than one-shot "
                   f"at close: {two_stage:.3g} s against {one_shot:.3g} s after close with the "
