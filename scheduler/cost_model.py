@@ -31,14 +31,19 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead
+
+#: The entry of :class:`CostModelStore` that keeps the recent releases' close steps.
+RELEASES_KEY = "release_steps"
+
 #: :meth:`PowerLaw.fit_upper`: the sizes within this factor of the largest are fitted.
 UPPER_SPAN = 4.0
 
 #: The prior on an engine's timing noise that :meth:`PowerLaw.log_spread` pools with a fit's
 #: residual: a standard deviation of 10 % in log space, worth :data:`PRIOR_DOF` timings. A fit
 #: on three sizes has one degree of freedom, and alone its 95 % bound took a t quantile of
-#: 6.3: 4.3 times the prediction for MDAV at 200,000 records on a residual of 0.108 (issue 49;
-#: its runs scatter within 1.5x of a model calibrated at their size). Pooled, the bound is
+#: 6.3: 4.3 times the prediction for MDAV at 200,000 records on a residual of 0.108 (its runs
+#: scatter within 1.5x of a model calibrated at their size). Pooled, the bound is
 #: Student's with ``N - 2 + PRIOR_DOF`` degrees of freedom on the pooled variance (a
 #: conjugate scaled inverse chi-squared prior).
 PRIOR_NOISE = 0.1
@@ -345,6 +350,9 @@ class CostModelStore:
 
     Each entry keeps its calibration samples and up to ``max_runs`` timings of real runs;
     :meth:`observe` adds a real run and refits, so the model follows the machine it runs on.
+    The file also keeps the close steps of the ``max_releases`` most recent releases
+    (:meth:`observe_release`), to which the release overhead the planner weighs is scaled
+    (:meth:`release_overhead`).
     The power law is fitted on the calibration samples (sizes chosen for the fit, timed alone)
     and scaled by the contention measured on the ``contention_runs`` most recent real runs
     (:meth:`PowerLaw.observed`); with calibration samples at fewer than two sizes it is fitted
@@ -353,10 +361,11 @@ class CostModelStore:
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, max_runs: int = 64,
-                 contention_runs: int = 8) -> None:
+                 contention_runs: int = 8, max_releases: int = 8) -> None:
         self.path = Path(path) if path is not None else default_store_path()
         self.max_runs = max_runs
         self.contention_runs = contention_runs
+        self.max_releases = max_releases
 
     @staticmethod
     def key(engine: str, m: int, k: int, params: Mapping[str, Any] | None = None) -> str:
@@ -428,6 +437,22 @@ class CostModelStore:
         runs = runs[-self.max_runs:]
         calibration = [s for s in samples if s[2] == "calibration"]
         return self._refit(engine, m, k, params, calibration + runs)
+
+    def observe_release(self, n: int, late: int, steps: Mapping[str, float]) -> None:
+        """Record a release's measured close steps (``n`` records, ``late`` of them not in a
+        base release made before close), keeping the :attr:`max_releases` most recent."""
+        data = self._load()
+        entry = data.get(RELEASES_KEY) or {}
+        runs = [*entry.get("runs", []), [int(n), int(late),
+                                         {key: float(v) for key, v in steps.items()}]]
+        data[RELEASES_KEY] = {"runs": runs[-self.max_releases:], "updated": time.time()}
+        self._save(data)
+
+    def release_overhead(self, prior: ReleaseOverhead = DEFAULT_OVERHEAD) -> ReleaseOverhead:
+        """``prior`` scaled to the releases recorded here (:meth:`ReleaseOverhead.follow`):
+        the steps after close as this machine runs them. None recorded: ``prior``."""
+        runs = (self._load().get(RELEASES_KEY) or {}).get("runs", [])
+        return prior.follow([(float(n), float(late), steps) for n, late, steps in runs])
 
     def _refit(self, engine: str, m: int, k: int, params: Mapping[str, Any] | None,
                samples: list[tuple[int, float, str]]) -> PowerLaw | None:

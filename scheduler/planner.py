@@ -391,7 +391,7 @@ def plan_optimal(
 #: bound of both stages, is at least this many times sooner than the one-shot release at the
 #: same bound (:func:`plan_latest_safe`): a two-stage release costs a base run, an incremental
 #: stage and its loss, and a plan that is only a little sooner on the models' word may be
-#: slower in fact (issue 49: 8.59 s after close against a one-shot of 8.1 s).
+#: slower in fact (a demo's release came 8.59 s after close against a one-shot of 8.1 s).
 CLEARLY_SOONER = 1.5
 
 

@@ -94,7 +94,7 @@ MIN_N, MAX_N = 25_000, 1_000_000
 REFERENCE_INGEST = 15_000.0
 
 #: Seconds the demo may spend timing its engine nearer the base run's size before it sizes
-#: the scenario (:func:`streamanon.service.simulate.extend_calibration`): MDAV up to 640,000
+#: the scenario (:func:`streamanon.service.calibration.extend_calibration`): MDAV up to 640,000
 #: records for a million-record survey takes about 50 s on two cores.
 EXTEND_BUDGET = 75.0
 
@@ -122,7 +122,7 @@ class Scenario:
         live plan decides (the latest safe snapshot on the machine as it is then), so a
         machine faster than at calibration ends the base run later, not sooner; a larger
         floor (the scenario's ratio, once) made the live plan leave more late records than
-        it needed and the release slower than one-shot (issue 49)."""
+        it needed and the release slower than one-shot."""
         return min(float(self.prediction["nu"]), LATE_MARGIN * MIN_LATE / self.n)
 
     @property
@@ -411,13 +411,13 @@ def run_demo(n: int | None = None, m: int = M, k: int = K, out: str | Path = "de
     if speed != 1.0 and not dry_run:
         raise ValueError("a machine faster than this one can only be planned (dry run)")
     from streamanon.io import write_json
-    from streamanon.service.simulate import (
+    from streamanon.service.calibration import (
         calibrated_model,
         candidates,
         extend_calibration,
-        run_simulation,
         store_reach,
     )
+    from streamanon.service.simulate import run_simulation
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

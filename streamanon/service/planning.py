@@ -76,6 +76,9 @@ class SurveyPlanner:
                  counted: Callable[[str, int], int]) -> None:
         self.config = config
         self.cost_models = CostModelStore(config.planner.cost_models)
+        #: The release steps after close as this machine ran them (the recorded releases'
+        #: close steps scale the default model; :meth:`CostModelStore.release_overhead`).
+        self.overhead = self.cost_models.release_overhead()
         self.surveys = surveys
         self._lock = lock
         self._counted = counted
@@ -105,6 +108,7 @@ class SurveyPlanner:
         (:func:`measured_models`, which the service runs in its compute process)."""
         if sc.engine == "auto":
             self.surveys[sc.id].auto_engine = True
+        self.overhead = self.cost_models.release_overhead()
         self.adopt(sc.id, *self.models_for(sc, measure=measure), measured=measure)
 
     def adopt(self, sid: str, models: tuple[PowerLaw, Any], options: list[Option] | None,
@@ -369,6 +373,7 @@ class SurveyPlanner:
             choice = choose(arrivals, self._options[sid], k=sc.k, stage=sc.incremental,
                             deadline=sc.deadline, seconds_to_close=seconds_to_close,
                             refine=sc.refine, slowdown=slowdown, min_nu=sc.min_nu,
+                            overhead_model=self.overhead,
                             max_delta=None if sc.objective == "earliest" else sc.max_delta)
             return choice.plan, choice
         if sc.incremental == "auto":  # the stage is the planner's: every candidate's plan
@@ -376,12 +381,14 @@ class SurveyPlanner:
             chosen = choose(arrivals, candidates, k=sc.k, stage=sc.incremental,
                             deadline=sc.deadline, seconds_to_close=seconds_to_close,
                             refine=sc.refine, slowdown=slowdown, min_nu=sc.min_nu,
+                            overhead_model=self.overhead,
                             max_delta=None if sc.objective == "earliest" else sc.max_delta)
             return chosen.plan, None
         base, incremental = self.models[sid]
         plan = live.plan(arrivals, base, incremental, k=sc.k, deadline=sc.deadline,
                          seconds_to_close=seconds_to_close, refine=sc.refine,
-                         quality=sc.quality(), slowdown=slowdown, min_nu=sc.min_nu)
+                         quality=sc.quality(), slowdown=slowdown, min_nu=sc.min_nu,
+                         overhead_model=self.overhead)
         if rt.auto_engine:  # chosen: the plans go on saying which engine, and its quality
             plan = dataclasses.replace(plan, engine=sc.engine, expected_delta=expected_delta(
                 sc.engine, sc.incremental, plan.nu))

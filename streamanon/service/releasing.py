@@ -26,7 +26,7 @@ import pandas as pd
 
 from scheduler import live
 from scheduler.choice import AUTO_STAGES, choose_stage
-from scheduler.cost_model import PowerLaw
+from scheduler.cost_model import CostModelStore, PowerLaw
 from scheduler.planner import Plan
 from streamanon.errors import PublishError, describe_error, withheld
 from streamanon.incremental import base_is_usable
@@ -134,6 +134,7 @@ class Releaser:
         self.producer = producer
         self.telemetry = telemetry
         self.modes = FileModes(config.output.file_mode, config.output.directory_mode)
+        self.cost_models = CostModelStore(config.planner.cost_models)
 
     async def release(self, rt: SurveyRuntime, base_model: PowerLaw,
                       stages: Mapping[str, Any] | None = None) -> None:
@@ -197,7 +198,8 @@ class Releaser:
             if sc.incremental == "auto":  # the stage for the real counts (scheduler.choice)
                 bound = None if sc.objective == "earliest" else sc.max_delta
                 stage, why = (choose_stage(cp.n_base, n - cp.n_base, stages, engine=sc.engine,
-                                           max_delta=bound)
+                                           max_delta=bound,
+                                           overhead_model=self.cost_models.release_overhead())
                               if stages else (AUTO_STAGES[0], "no cost models to choose by"))
                 stage_choice = {"configured": "auto", "chosen": stage, "reason": why}
                 sc = sc.model_copy(update={"incremental": stage})
@@ -318,8 +320,8 @@ class Releaser:
                                                   "sensitive": release.privacy},
             risk=None, spliced=spliced,  # the risk is measured once the release is out
             engine_choice=rt.engine_choice, incremental_choice=stage_choice,
-            predicted_release_seconds=(plan.finish_after_close + live.release_overhead(n)
-                                       if plan else None),
+            predicted_release_seconds=(plan.finish_after_close + live.release_overhead(
+                n, self.cost_models.release_overhead()) if plan else None),
             base_steps_seconds=({key: round(value, 3) for key, value in rt.base_steps.items()}
                                 if two_stage and rt.base_steps else None),
             base_plan=(base_plan_summary(rt.base_plan)
@@ -394,9 +396,21 @@ class Releaser:
         rt.timings["released_at"] = released_at
         rt.base_release = None
         self.telemetry.observe_release(sid, report, rt.timings["publish"])
+        await self._record_steps(report, published.close_steps_seconds)
         log.info("survey %s: released %d records (%s), %.2f s after close", sid, report.n,
                  report.mode, published.close_to_release_seconds)
         rt.closed_event.set()
+
+    async def _record_steps(self, report: ReleaseReport, steps: dict[str, float]) -> None:
+        """Keep the release's close steps in the cost-model file, so the next plans weigh the
+        steps after close as this machine runs them (``CostModelStore.observe_release``). A
+        file that cannot be written is logged; the release is out already."""
+        late = report.n_increment if report.spliced else report.n
+        try:
+            await self._in_thread(self.cost_models.observe_release, report.n, late, steps)
+        except (OSError, ValueError) as exc:
+            log.warning("survey %s: the release's close steps were not kept in %s (%s)",
+                        report.survey, self.cost_models.path, describe_error(exc))
 
     def _ensure_topic(self, topic: str) -> None:
         """The release topic exists (one partition, the configured settings), created when it

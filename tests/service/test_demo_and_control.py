@@ -152,8 +152,8 @@ def test_on_a_busy_machine_the_demo_keeps_a_margin_of_late_records(slower):
     scenario keeps a margin over MIN_LATE and at least MIN_N responses, taking longer than
     its budget rather than showing too small an increment."""
     from scheduler.cost_model import PowerLaw
+    from streamanon.service.calibration import candidates
     from streamanon.service.demo import LATE_MARGIN, MIN_LATE, MIN_N, K, M, choose_scenario
-    from streamanon.service.simulate import candidates
 
     model = PowerLaw(a=1.0e-7 * slower, b=1.78)  # ONA* at m = 15, k = 10, slowed
     scenario = choose_scenario(model, candidates({"ona_star": model}, "auto", M, K), k=K,
@@ -173,8 +173,8 @@ def test_a_demo_sized_on_a_busy_machine_still_shows_the_gain_when_the_reference_
     slow-down, the survey is large enough that its one-shot release on the quiet machine takes
     at least three times a 2-second close."""
     from scheduler.cost_model import PowerLaw
+    from streamanon.service.calibration import candidates
     from streamanon.service.demo import K, M, choose_scenario, one_shot_release_model
-    from streamanon.service.simulate import candidates
 
     quiet = PowerLaw(a=1.0e-7, b=1.78)  # ONA* at m = 15, k = 10 on this machine, quiet
     model = PowerLaw(a=1.0e-7 * slower, b=1.78)
@@ -191,8 +191,8 @@ def test_the_demo_leaves_the_base_run_room_to_run_slower_than_predicted(slower):
     the calibration, the scenario's plan ends the base run before the close even DEMO_ROOM
     times slower than predicted."""
     from scheduler.cost_model import PowerLaw
+    from streamanon.service.calibration import candidates
     from streamanon.service.demo import DEMO_ROOM, K, M, choose_scenario
-    from streamanon.service.simulate import candidates
 
     assert DEMO_ROOM >= 2.4
     model = PowerLaw(a=1.0e-7 * slower, b=1.78)
@@ -214,8 +214,9 @@ def test_the_demo_keeps_its_increment_when_the_machine_is_faster_during_the_surv
     the floor made the live plan leave 21 % late where 10 % were safe)."""
     from scheduler.cost_model import PowerLaw
     from scheduler.profiles import resolve
+    from streamanon.service.calibration import candidates
     from streamanon.service.demo import LATE_MARGIN, MIN_LATE, K, M, choose_scenario
-    from streamanon.service.simulate import candidates, predict
+    from streamanon.service.simulate import predict
 
     calibrated = PowerLaw(a=4.4e-7, b=1.78)  # the busy calibration
     scenario = choose_scenario(calibrated, candidates({"ona_star": calibrated}, "auto", M, K),
@@ -239,16 +240,17 @@ def test_the_demo_keeps_its_increment_when_the_machine_is_faster_during_the_surv
 def test_the_demo_survey_is_planned_with_the_demos_floor(tmp_path, monkeypatch):
     """``run_demo`` hands its scenario's floor to the survey as ``min_nu``."""
     from scheduler.cost_model import PowerLaw
-    from streamanon.service import demo, simulate
+    from streamanon.service import calibration, demo, simulate
 
     seen = {}
-    monkeypatch.setattr(simulate, "calibrated_model",
+    monkeypatch.setattr(calibration, "calibrated_model",
                         lambda *a, **kw: PowerLaw(a=1.0e-7, b=1.78))
     monkeypatch.setattr(simulate, "run_simulation", lambda **kw: seen.update(kw) or {})
     monkeypatch.setattr(demo, "side_by_side", lambda summary: "")
     scenario = demo.choose_scenario(
         PowerLaw(a=1.0e-7, b=1.78),
-        simulate.candidates({"ona_star": PowerLaw(a=1.0e-7, b=1.78)}, "auto", demo.M, demo.K),
+        calibration.candidates({"ona_star": PowerLaw(a=1.0e-7, b=1.78)}, "auto", demo.M,
+                               demo.K),
         k=demo.K)
     demo.run_demo(out=tmp_path)
     assert 0 < scenario.min_nu <= scenario.prediction["nu"]

@@ -70,3 +70,24 @@ def test_without_a_load_average_the_plan_is_made_as_on_a_quiet_machine(monkeypat
     load, cores = planning.machine_load()
     assert load == 0.0 and cores >= 1
     assert live.load_slowdown(load, cores) == 1.0
+
+
+def test_the_plan_weighs_the_release_steps_as_this_machine_ran_them(tmp_path):
+    """The close steps of the releases recorded in the cost-model file scale the overhead the
+    planner weighs (issue 49: the default predicted 1.46 s of steps where 0.84 s were taken)."""
+    from scheduler.cost_model import CostModelStore
+    from scheduler.overhead import DEFAULT_OVERHEAD
+
+    default = survey_planner(tmp_path / "default", "nn_split_end")
+    assert default.overhead == DEFAULT_OVERHEAD
+    models = tmp_path / "here" / "cost_models.json"
+    models.parent.mkdir()
+    halved = {name: 0.5 * DEFAULT_OVERHEAD.step(name, N, 5_000)
+              for name in DEFAULT_OVERHEAD.steps}
+    CostModelStore(models).observe_release(N, 5_000, halved)
+    here = survey_planner(tmp_path / "here", "nn_split_end")
+    now = datetime.now(timezone.utc)
+    plan = here.plan("s", now)
+    assert here.overhead(N, 5_000) == pytest.approx(0.5 * DEFAULT_OVERHEAD(N, 5_000))
+    assert plan.overhead_seconds == pytest.approx(
+        0.5 * DEFAULT_OVERHEAD.late_part(plan.nu * N), rel=1e-6)
