@@ -17,7 +17,9 @@ on time, the release), on i.i.d. Gaussian records (m = 15, k = 10) arriving over
 the survey's window of wall clock. Once per size and engine, before the surveys, the same
 records are released one-shot at close through the same service
 (:func:`~streamanon.service.simulate.one_shot_release`: every response stored, then closed, no
-base run), so both sides pay the same release steps.
+base run), so both sides pay the same release steps; the surveys start from the cost-model
+file that release left (the engine's calibration and the release's close steps, to which the
+planner scales its release overhead, as a service that has released before on this machine).
 
 Each row: the planner's nu and stage, the late records, close to release as the live plan
 predicted it (its compute and the overhead model) and as achieved, the one-shot release
@@ -180,13 +182,16 @@ def main() -> None:
                 out = Path(tmp) / f"{n}-{engine}"
                 out.mkdir(parents=True)
                 calibrated_model(out, engine, M, K)  # once: every run starts from it
-                for profile in profiles:
-                    (out / profile).mkdir()
-                    shutil.copy(out / "cost_models.json", out / profile / "cost_models.json")
                 print(f"{n:,} x {M}, {engine}: the one-shot release of the records ...",
                       flush=True)
+                (out / "ref").mkdir()
+                shutil.copy(out / "cost_models.json", out / "ref" / "cost_models.json")
                 reference = one_shot_release(make_data("gaussian", n, M, 7), out=out / "ref",
                                              k=K, engine=engine)
+                for profile in profiles:  # the models and the reference's release steps
+                    (out / profile).mkdir()
+                    shutil.copy(out / "ref" / "cost_models.json",
+                                out / profile / "cost_models.json")
                 measured = reference["close_steps_seconds"]["compute"]
                 window = args.open_seconds or min(args.arrival_coefficient * measured,
                                                   args.max_open_seconds)

@@ -42,6 +42,7 @@ import numpy as np
 from scheduler import live
 from scheduler.arrivals import CumulativeForecast
 from scheduler.choice import AUTO_ENGINES, Option, choose
+from scheduler.cost_model import CostModelStore
 from scheduler.profiles import resolve
 from scheduler.quality import DEFAULT_MAX_DELTA, QualityBound, delta_against_one_shot
 from streamanon.engines import run_engine
@@ -292,7 +293,9 @@ def one_shot_release(data: SurveyData, *, out: Path, k: int, engine: str,
     closed; returns its ``report.json`` (close to release, its steps, D).
 
     The records go to a fresh store in ``out/one-shot`` on a broker of their own, after the
-    survey under test has released, so the two never share the cores."""
+    survey under test has released, so the two never share the cores. Its close steps are
+    kept in ``out/cost_models.json`` too, when that file exists (a release of this machine's,
+    which the next plans made with that file weigh: ``CostModelStore.observe_release``)."""
     n, m = data.X.shape
     workdir = out / "one-shot"
     shutil.rmtree(workdir, ignore_errors=True)
@@ -328,7 +331,11 @@ def one_shot_release(data: SurveyData, *, out: Path, k: int, engine: str,
             finally:
                 await service.stop()
 
-        return asyncio.run(main())
+        report = asyncio.run(main())
+    if (out / "cost_models.json").exists():
+        CostModelStore(out / "cost_models.json").observe_release(
+            report["n"], report["n"], report["close_steps_seconds"])
+    return report
 
 
 def one_shot(X: np.ndarray, k: int, engine: str) -> tuple[float, float]:
