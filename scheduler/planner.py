@@ -296,6 +296,16 @@ def _make_plan(p: _Problem, nu: float, mode: str, notes: list[str],
     )
 
 
+def _note_floor(notes: list[str], asked: float, floor: float, nu: float) -> None:
+    """Say when the survey's ``min_nu`` (``asked``) was cut to ``floor`` by the quality bound
+    or the time left, or holds the plan's ratio ``nu`` up."""
+    if asked > floor:
+        notes.append(f"the survey's min_nu {asked:.4g} is cut to {floor:.4g} by the "
+                     "quality bound or the time left")
+    elif floor > 0 and nu <= floor * (1 + 1e-9):
+        notes.append(f"the survey's min_nu keeps nu at {floor:.4g}")
+
+
 def _check_margin(margin_factor: float) -> float:
     f = float(margin_factor)
     if not (f >= 1.0 and math.isfinite(f)):
@@ -378,11 +388,7 @@ def plan_optimal(
     if kink is not None and floor <= kink <= solved.nu_max \
             and solved.gain(kink) >= solved.gain(nu):
         nu = kink
-    if nu_floor > floor:
-        notes.append(f"the survey's min_nu {nu_floor:.4g} is cut to {floor:.4g} by the "
-                     "quality bound or the time left")
-    elif floor > 0 and nu <= floor * (1 + 1e-9):
-        notes.append(f"the survey's min_nu keeps nu at {floor:.4g}")
+    _note_floor(notes, nu_floor, floor, nu)
     return replace(_make_plan(problem, nu, "optimal", notes, s=arrival_coefficient,
                               margin_factor=factor, nu_limit=nu_limit), safety=slower)
 
@@ -458,11 +464,7 @@ def plan_latest_safe(
                 "the close at its upper bound"
                 + ("" if schedule is None else
                    f"; it would end before the close from nu = {schedule:.4g}"))
-    if nu_floor > floor:
-        notes.append(f"the survey's min_nu {nu_floor:.4g} is cut to {floor:.4g} by the "
-                     "quality bound or the time left")
-    elif floor > 0 and nu <= floor * (1 + 1e-9):
-        notes.append(f"the survey's min_nu keeps nu at {floor:.4g}")
+    _note_floor(notes, nu_floor, floor, nu)
     plan = replace(_make_plan(problem, nu, "optimal", notes, s=arrival_coefficient,
                               margin_factor=factor, nu_limit=nu_limit), safety=safe)
     if floor > 0:

@@ -44,6 +44,35 @@ def put_model(path: Path, engine: str, m: int, k: int,
         PowerLaw.fit(*zip(*samples, strict=True)), list(samples)), params=params)
 
 
+def planner_for(tmp_path: Path, survey: dict[str, Any], m: int, close_in: float) -> Any:
+    """A :class:`SurveyPlanner` of one survey ``s`` (``survey``: its settings besides id,
+    close and schema; m float quasi-identifiers), closing ``close_in`` seconds from now,
+    with the models stored in ``tmp_path/cost_models.json`` (nothing timed)."""
+    import threading
+    from datetime import datetime, timedelta, timezone
+
+    from scheduler.arrivals import ArrivalEstimator
+    from streamanon.service.config import parse_config
+    from streamanon.service.ingest import SurveyIngest
+    from streamanon.service.planning import SurveyPlanner
+    from streamanon.service.runtime import SurveyRuntime
+    from streamanon.service.validation import Validator
+
+    close = (datetime.now(timezone.utc) + timedelta(seconds=close_in)).isoformat()
+    config = parse_config({
+        "planner": {"cost_models": str(tmp_path / "cost_models.json")},
+        "surveys": [{"id": "s", **survey, "close": close, "schema": {
+            "rid": {"role": "identifier"},
+            **{f"q{i}": {"role": "quasi_identifier", "type": "float"} for i in range(m)}}}]},
+        {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
+    sc = config.surveys[0]
+    rt = SurveyRuntime(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
+                       ArrivalEstimator(1.0, 10))
+    planner = SurveyPlanner(config, {"s": rt}, threading.Lock(), lambda sid, here: here)
+    planner.load_models(sc, measure=False)  # the stored models; nothing timed
+    return planner
+
+
 async def until(predicate: Any, what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not await predicate():

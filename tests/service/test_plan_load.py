@@ -4,43 +4,23 @@ that slow-down (:func:`scheduler.live.load_slowdown`)."""
 
 from __future__ import annotations
 
-import threading
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
 
 from scheduler import live
-from scheduler.arrivals import ArrivalEstimator
 from streamanon.service import planning
-from streamanon.service.config import parse_config
-from streamanon.service.ingest import SurveyIngest
-from streamanon.service.planning import SurveyPlanner
-from streamanon.service.runtime import SurveyRuntime
-from streamanon.service.validation import Validator
-from tests.service.lifecycle_helpers import put_model
+from tests.service.lifecycle_helpers import planner_for, put_model
 
 M, K, N = 3, 5, 100_000
 
 
-def survey_planner(tmp_path, stage: str) -> SurveyPlanner:
-    models = tmp_path / "cost_models.json"
+def survey_planner(tmp_path, stage: str):
     # 4 s at 100,000 records, quadratic
-    put_model(models, "mdav", M, K, [(10_000, 0.04), (20_000, 0.16), (40_000, 0.64)])
-    close = (datetime.now(timezone.utc) + timedelta(seconds=120)).isoformat()
-    config = parse_config({
-        "planner": {"cost_models": str(models)},
-        "surveys": [{"id": "s", "k": K, "engine": "mdav", "incremental": stage,
-                     "objective": "earliest", "expected_records": N, "close": close,
-                     "schema": {"rid": {"role": "identifier"},
-                                **{f"q{i}": {"role": "quasi_identifier", "type": "float"}
-                                   for i in range(M)}}}]},
-        {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
-    sc = config.surveys[0]
-    rt = SurveyRuntime(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
-                       ArrivalEstimator(1.0, 10))
-    planner = SurveyPlanner(config, {"s": rt}, threading.Lock(), lambda sid, here: here)
-    planner.load_models(sc, measure=False)  # the stored base model; nothing timed
-    return planner
+    put_model(tmp_path / "cost_models.json", "mdav", M, K,
+              [(10_000, 0.04), (20_000, 0.16), (40_000, 0.64)])
+    return planner_for(tmp_path, {"k": K, "engine": "mdav", "incremental": stage,
+                                  "objective": "earliest", "expected_records": N}, M, 120)
 
 
 @pytest.mark.parametrize("stage", ["nn_split_end", "auto"])

@@ -4,41 +4,21 @@ window shorter than its one-shot run released 121 s after close, and nothing sai
 from __future__ import annotations
 
 import logging
-import threading
 from datetime import datetime, timedelta, timezone
 
-from scheduler.arrivals import ArrivalEstimator
-from streamanon.service.config import parse_config
-from streamanon.service.ingest import SurveyIngest
-from streamanon.service.planning import SurveyPlanner
-from streamanon.service.runtime import SurveyRuntime
-from streamanon.service.validation import Validator
-from tests.service.lifecycle_helpers import put_model
+from tests.service.lifecycle_helpers import planner_for, put_model
 
 M, K, N = 3, 5, 100_000
 
 
-def survey_planner(tmp_path, ona_seconds_at_40k: float) -> SurveyPlanner:
+def survey_planner(tmp_path, ona_seconds_at_40k: float):
     models = tmp_path / "cost_models.json"
     # MDAV: 4 s at 100,000 records; ONA*: as given at 40,000, quadratic
     put_model(models, "mdav", M, K, [(10_000, 0.04), (20_000, 0.16), (40_000, 0.64)])
     t = ona_seconds_at_40k
     put_model(models, "ona_star", M, K, [(10_000, t / 16), (20_000, t / 4), (40_000, t)])
-    close = (datetime.now(timezone.utc) + timedelta(seconds=90)).isoformat()
-    config = parse_config({
-        "planner": {"cost_models": str(models)},
-        "surveys": [{"id": "s", "k": K, "engine": "ona_star", "incremental": "nn_split_end",
-                     "expected_records": N, "close": close,
-                     "schema": {"rid": {"role": "identifier"},
-                                **{f"q{i}": {"role": "quasi_identifier", "type": "float"}
-                                   for i in range(M)}}}]},
-        {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
-    sc = config.surveys[0]
-    rt = SurveyRuntime(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
-                       ArrivalEstimator(1.0, 10))
-    planner = SurveyPlanner(config, {"s": rt}, threading.Lock(), lambda sid, here: here)
-    planner.load_models(sc, measure=False)  # the stored models; nothing timed
-    return planner
+    return planner_for(tmp_path, {"k": K, "engine": "ona_star", "incremental": "nn_split_end",
+                                  "expected_records": N}, M, 90)
 
 
 def test_a_window_shorter_than_the_engines_one_shot_run_is_logged_once(tmp_path, caplog):
