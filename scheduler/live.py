@@ -14,8 +14,11 @@ exactly as the service does:
   the cost model's prediction (its prediction interval, :meth:`PowerLaw.upper
   <scheduler.cost_model.PowerLaw.upper>`);
 - :func:`plan`: with a :class:`~scheduler.quality.QualityBound` (the service's default
-  objective, ``objective = "balanced"``), the earliest release among the ratios whose expected
-  loss stays within the bound; without one, nu* (the earliest release); with a deadline,
+  objective, ``objective = "balanced"``), the latest base snapshot whose base run ends before
+  the close at the upper bound of its time, within the ratios whose expected loss stays within
+  the bound, or one-shot at close when that is not clearly sooner
+  (:func:`~scheduler.planner.plan_latest_safe`); without one, nu* (the earliest release); with
+  a deadline,
   nu_end against that upper bound. Every objective weighs the release steps that grow with
   the late records (:meth:`ReleaseOverhead.late_part
   <scheduler.overhead.ReleaseOverhead.late_part>`), so a one-shot run at close competes with
@@ -199,8 +202,9 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
          quantile: float | None = DEADLINE_QUANTILE, refine: str | float = "off",
          quality: QualityBound | None = None, slowdown: float = 1.0,
          min_nu: float = 0.0) -> Plan:
-    """The plan for the records ``arrivals`` expects: the earliest release within the
-    ``quality`` bound, nu* without one, or nu_end under a ``deadline``.
+    """The plan for the records ``arrivals`` expects: the latest safe base snapshot within
+    the ``quality`` bound (:func:`~scheduler.planner.plan_latest_safe`), nu* without one, or
+    nu_end under a ``deadline``.
 
     Parameters
     ----------
@@ -241,9 +245,11 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
         ``"auto"`` is :data:`AUTO_REFINE_SECONDS`. The refinement stops at the deadline less
         the overhead whatever it was planned, so it never makes the plan miss it.
     quality
-        Without a deadline: the earliest release among the ratios whose expected loss is
-        within this bound of the same engine's one-shot release (``Plan.nu_limit``). None:
-        the earliest release whatever the loss (the paper's nu*). A deadline plan already
+        Without a deadline: the latest snapshot whose base run ends before the close at
+        the safety factor (the bound's ratio when that is later, ``Plan.nu_limit``: the
+        largest whose expected loss is within this bound of the same engine's one-shot
+        release), one-shot at close when not 1.5 times sooner. None: the earliest release
+        whatever the loss (the paper's nu*). A deadline plan already
         takes the smallest ratio that meets the deadline.
     slowdown
         Without a deadline: how much slower than its cost model the machine is expected to
@@ -292,6 +298,7 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
                                       nu_limit=quality.max_ratio(), safety=safety,
                                       nu_floor=min_nu, common_seconds=release_overhead(
                                           total, overhead_model) if overhead else 0.0,
+                                      base_steps=BASE_OVERHEAD(total) if overhead else 0.0,
                                       **kwargs)
         seconds = 0.0 if refine == "off" else (
             AUTO_REFINE_SECONDS if refine == "auto" else float(refine))
@@ -326,7 +333,9 @@ def window_warning(engine: str, base_cost: BaseCost, plan: Plan, open_seconds: f
     than the survey is open (``open_seconds``; then the base run cannot be done before the
     close at any snapshot) or when the plan's release is predicted more than
     :data:`LATE_RELEASE_SECONDS` after close, and names the fastest of ``alternatives``
-    (engine -> cost model) whose one-shot run takes less than a minute, if any."""
+    (engine -> cost model) whose one-shot run takes less than a minute and less than
+    ``engine``'s, if any. ``open_seconds`` is the whole window (not the time left: near the
+    close every engine's run is longer than that)."""
     n = plan.n_total
     one_shot = float(base_cost(n))
     after = plan.latest_finish
@@ -341,7 +350,7 @@ def window_warning(engine: str, base_cost: BaseCost, plan: Plan, open_seconds: f
     if not problems:
         return None
     faster = sorted((float(cost(n)), name) for name, cost in (alternatives or {}).items()
-                    if name != engine)
+                    if name != engine and float(cost(n)) < one_shot)
     advice = next((f"; engine = \"{name}\" would run one-shot in about {t:.1f} s"
                    for t, name in faster if t < LATE_RELEASE_SECONDS), "")
     return "; ".join(problems) + advice

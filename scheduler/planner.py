@@ -417,6 +417,7 @@ def plan_latest_safe(
     nu_floor: float = 0.0,
     clearly_sooner: float = CLEARLY_SOONER,
     common_seconds: float = 0.0,
+    base_steps: float = 0.0,
 ) -> Plan:
     """The default plan: the latest base snapshot whose base run ends before the close at
     ``safety`` times its predicted time, then the quality bound, then the one-shot check.
@@ -436,6 +437,10 @@ def plan_latest_safe(
 
     ``common_seconds`` are the release's steps after close that are the same either way
     (the fixed part of the release overhead): they count in both sides of the comparison.
+    ``base_steps`` is the part of ``base_cost(n_total)`` that is the base run's own steps
+    (snapshot, checkpoint, base release), which a one-shot release at close does not run.
+    A plan with nothing late (no more arrivals expected: the base run starts now on every
+    record) is kept: it releases no later than one-shot at close.
     ``nu_floor`` (the survey's ``min_nu``) is the smallest ratio allowed, as in
     :func:`plan_optimal`; the other parameters are :func:`plan_optimal`'s. The plan's times
     are the predictions; ``margin_factor`` sets ``Plan.margin_seconds`` as there.
@@ -467,13 +472,14 @@ def plan_latest_safe(
     _note_floor(notes, nu_floor, floor, nu)
     plan = replace(_make_plan(problem, nu, "optimal", notes, s=arrival_coefficient,
                               margin_factor=factor, nu_limit=nu_limit), safety=safe)
-    if floor > 0:
+    if floor > 0 or plan.n_increment <= 0:
         return plan
     head = plan.head_start
     two_stage = float(release_after_close(head, safe * plan.base_seconds,
                                           safe * plan.incremental_seconds)
                       ) + plan.overhead_seconds + common_seconds
-    one_shot = safe * problem.t_ref + problem.extra(0.0) * problem.t_ref + common_seconds
+    one_shot = (safe * (problem.t_ref - base_steps) + base_steps
+                + problem.extra(0.0) * problem.t_ref + common_seconds)
     if two_stage * clearly_sooner > one_shot:
         reason = (f"the two-stage release (nu = {nu:.4g}) is not clearly sooner than one-shot "
                   f"at close: {two_stage:.3g} s against {one_shot:.3g} s after close with the "

@@ -93,17 +93,18 @@ class SurveyConfig(_Strict):
     # Anytime refinement after the incremental stage (streamanon.refine): "off", "auto" (the
     # time left before the deadline less the release overhead) or seconds.
     refine: str | float = "off"
-    # What the planner seeks without a deadline: "balanced" (the earliest release among the
-    # ratios whose expected information loss is within max_delta of the engine's one-shot
-    # release, scheduler.quality) or "earliest" (the earliest release whatever the loss: the
-    # paper's nu*, with room for a slower base run). A deadline plan takes the smallest ratio
-    # that meets the deadline.
+    # What the planner seeks without a deadline: "balanced" (the latest base snapshot whose
+    # base run ends before the close at the upper bound of its time, within the ratios whose
+    # expected information loss is within max_delta of the engine's one-shot release,
+    # scheduler.quality; one-shot at close when that is not clearly sooner) or "earliest"
+    # (the earliest release whatever the loss: the paper's nu*, with room for a slower base
+    # run). A deadline plan takes the smallest ratio that meets the deadline.
     objective: Literal["balanced", "earliest"] = "balanced"
     max_delta: float = Field(default=0.05, ge=0, le=10)
     # The smallest ratio of late records the planner may choose without a deadline (default
     # 0: none): the base run starts at least that early whatever the cost model predicts
     # (within the quality bound and the time left; a floor also rules out one-shot at close).
-    # ``streamanon demo`` sets it to the ratio it sized its survey for.
+    # ``streamanon demo`` sets it to what leaves 1,200 late records.
     min_nu: float = Field(default=0.0, ge=0, lt=1)
     duplicates: Literal["reject", "allow"] = "reject"
     expected_records: int | None = Field(default=None, ge=1)

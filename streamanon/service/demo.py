@@ -5,7 +5,7 @@ a scenario it sizes for this machine. It first reads (or calibrates) the cost mo
 base engine, then chooses the number of responses and how long the survey stays open so that
 the arrival coefficient s (time for all responses to arrive / one-shot time) is where the
 schedule matters: the smallest s of :data:`ARRIVAL_COEFFICIENTS` for which the planner's
-default objective (the earliest release within +5 % expected loss of the engine's one-shot
+default plan (the latest safe base snapshot, within +5 % expected loss of the engine's one-shot
 release) predicts a real increment (at least :data:`MIN_LATE` late records) and a release
 at least :data:`SHOW_GAIN` times sooner after close than the one-shot release of the same
 records, with a base run that ends before the close even :data:`DEMO_ROOM` times slower
@@ -348,9 +348,11 @@ def held_back(steps: dict[str, float], release: dict[str, Any]) -> str:
     waited = steps.get("wait_for_base", 0.0)
     compute = steps.get("compute", 0.0)
     plan = release.get("base_plan") or {}
-    if release.get("mode") == "one-shot" and not plan:
-        return (f"no base run was started: the live plan released one-shot at close (the "
-                f"compute {compute:.2f} s, the release path {io:.2f} s)")
+    if release.get("mode") == "one-shot":
+        why = ("the live plan released one-shot at close, no base run was started"
+               if not release.get("base_steps_seconds") else
+               "the base run's result was not used: the release was made one-shot at close")
+        return f"{why} (the compute {compute:.2f} s, the release path {io:.2f} s)"
     if io >= max(waited, compute):
         return (f"the release path (drain, loading, files, publishing: {io:.2f} s) rather "
                 f"than the computation ({compute + waited:.2f} s) held it back")

@@ -87,6 +87,7 @@ class SurveyPlanner:
         #: The surveys planned with provisional models until the measured ones are adopted.
         self.provisional: set[str] = set()
         self._measured: dict[str, asyncio.Event] = {}  # set when the models are measured
+        self._first_plan: dict[str, float] = {}  # when each survey was first planned here
 
     def observe_base(self, sc: SurveyConfig, n: int, seconds: float) -> None:
         """A base run of ``n`` records took ``seconds``: a sample of its engine's cost model
@@ -339,16 +340,19 @@ class SurveyPlanner:
             if choice is not None:
                 rt.choice = choice
         if rt.window_warning is None and sc.close_at is not None:
-            self._warn_of_window(sid, plan, close - t)
+            self._warn_of_window(sid, plan, close - self._first_plan.setdefault(sid, t))
         return plan
 
-    def _warn_of_window(self, sid: str, plan: Plan, seconds_to_close: float) -> None:
-        """Say once, as soon as a plan shows it, that the survey's release will be late: its
-        engine's one-shot run is longer than the time left, or the plan releases more than a
-        minute after close (:func:`scheduler.live.window_warning`), with the engine stored
+    def _warn_of_window(self, sid: str, plan: Plan, window: float) -> None:
+        """Say once, as soon as a plan made before the base run shows it, that the survey's
+        release will be late: its engine's one-shot run is longer than the ``window`` (from
+        this service's first plan of the survey to the close), or the plan releases more than
+        a minute after close (:func:`scheduler.live.window_warning`), with the engine stored
         here that would run one-shot in seconds."""
         rt = self.surveys[sid]
         sc = rt.config
+        if rt.base_task is not None or rt.ingest.closed_at is not None:
+            return
         engine = plan.engine or sc.engine
         if engine == "auto":
             return
@@ -357,7 +361,7 @@ class SurveyPlanner:
         m = len(sc.quasi_identifiers)
         others = {name: model for name in AUTO_ENGINES if name != engine
                   and (model := self.cost_models.get(name, m, sc.k)) is not None}
-        warning = live.window_warning(engine, base, plan, seconds_to_close, others)
+        warning = live.window_warning(engine, base, plan, window, others)
         if warning is not None:
             rt.window_warning = warning
             log.warning("survey %s: %s", sid, warning, extra={"survey": sid})

@@ -27,6 +27,7 @@ import pandas as pd
 from scheduler import live
 from scheduler.choice import AUTO_STAGES, choose_stage
 from scheduler.cost_model import CostModelStore, PowerLaw
+from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead
 from scheduler.planner import Plan
 from streamanon.errors import PublishError, describe_error, withheld
 from streamanon.incremental import base_is_usable
@@ -172,6 +173,7 @@ class Releaser:
         sc = rt.config
         sid = sc.id
         m = len(sc.quasi_identifiers)
+        overhead = await self._overhead(sid)
         step = time.perf_counter()
         cp = await self._in_store(self.store.load_checkpoint, sid)
         held = rt.base_release
@@ -199,7 +201,7 @@ class Releaser:
                 bound = None if sc.objective == "earliest" else sc.max_delta
                 stage, why = (choose_stage(cp.n_base, n - cp.n_base, stages, engine=sc.engine,
                                            max_delta=bound,
-                                           overhead_model=self.cost_models.release_overhead())
+                                           overhead_model=overhead)
                               if stages else (AUTO_STAGES[0], "no cost models to choose by"))
                 stage_choice = {"configured": "auto", "chosen": stage, "reason": why}
                 sc = sc.model_copy(update={"incremental": stage})
@@ -321,7 +323,7 @@ class Releaser:
             risk=None, spliced=spliced,  # the risk is measured once the release is out
             engine_choice=rt.engine_choice, incremental_choice=stage_choice,
             predicted_release_seconds=(plan.finish_after_close + live.release_overhead(
-                n, self.cost_models.release_overhead()) if plan else None),
+                n, overhead) if plan else None),
             base_steps_seconds=({key: round(value, 3) for key, value in rt.base_steps.items()}
                                 if two_stage and rt.base_steps else None),
             base_plan=(base_plan_summary(rt.base_plan)
@@ -396,10 +398,22 @@ class Releaser:
         rt.timings["released_at"] = released_at
         rt.base_release = None
         self.telemetry.observe_release(sid, report, rt.timings["publish"])
-        await self._record_steps(report, published.close_steps_seconds)
         log.info("survey %s: released %d records (%s), %.2f s after close", sid, report.n,
                  report.mode, published.close_to_release_seconds)
         rt.closed_event.set()
+        await self._record_steps(report, published.close_steps_seconds)
+
+    async def _overhead(self, sid: str) -> ReleaseOverhead:
+        """The steps after close as this machine ran them (the recorded releases' close steps,
+        ``CostModelStore.release_overhead``), read off the event loop; the default when the
+        file cannot be read (it only prices the plan's prediction and the stage's choice)."""
+        try:
+            return await self._in_thread(self.cost_models.release_overhead)
+        except Exception as exc:
+            log.warning("survey %s: the recorded release steps in %s were not read (%s); the "
+                        "default overhead is used", sid, self.cost_models.path,
+                        describe_error(exc))
+            return DEFAULT_OVERHEAD
 
     async def _record_steps(self, report: ReleaseReport, steps: dict[str, float]) -> None:
         """Keep the release's close steps in the cost-model file, so the next plans weigh the
@@ -408,7 +422,7 @@ class Releaser:
         late = report.n_increment if report.spliced else report.n
         try:
             await self._in_thread(self.cost_models.observe_release, report.n, late, steps)
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # the release is out; the file is advice for later plans
             log.warning("survey %s: the release's close steps were not kept in %s (%s)",
                         report.survey, self.cost_models.path, describe_error(exc))
 

@@ -424,8 +424,8 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
     """Run one simulation (see the module docstring); returns the summary it writes.
 
     ``objective``, ``max_delta`` and ``min_nu`` are the survey's (``"balanced"``: the
-    earliest release within the quality bound; ``"earliest"``: the paper's nu*; the floor on
-    the ratio). ``reference`` is how the
+    latest safe base snapshot within the quality bound; ``"earliest"``: the paper's nu*; the
+    floor on the ratio). ``reference`` is how the
     one-shot run it is compared with is measured: ``"compute"`` times the engine on all
     records in this process; ``"release"`` releases the same records through the service
     with the engine at close (:func:`one_shot_release`), so the comparison is release

@@ -38,7 +38,7 @@ def steep_stage(n_late: float, knee: float = 12_000) -> float:
     the plan gains by taking them (NN-split-end's splitting grows so at large increments):
     the earliest release by the model then takes a later snapshot than the safe one and lets
     the base run overrun the close at its upper bound."""
-    return 0.2 + 6e-4 * max(n_late - knee, 0.0)
+    return 0.2 + 4.5e-4 * max(n_late - knee, 0.0)
 
 
 def latest_safe_ratio(per_record: float, safety: float) -> float:
@@ -122,3 +122,14 @@ def test_a_window_shorter_than_the_one_shot_run_is_warned_of_with_a_faster_engin
     text = live.window_warning("ona_star", Linear(2.5e-3), late, 600.0,
                                alternatives={"mdav": fast})
     assert "after close" in text and "longer than" not in text and "mdav" in text
+
+
+def test_with_nothing_left_to_arrive_the_base_run_starts_now_rather_than_one_shot_at_close():
+    """Every record is in and the close is 10 s away: a base run now on every record leaves
+    nothing late and releases no later than one-shot at close, so the one-shot comparison does
+    not turn it into a wait for the close."""
+    everything = UniformForecast(total=100_000, pace=0.0)
+    plan = live.plan(everything, Linear(2e-5), constant_stage(0.2), k=K,
+                     seconds_to_close=10.0, quality=BOUND)
+    assert plan.mode != "one-shot" and plan.nu == 0.0 and plan.n_increment == 0
+    assert live.base_moment(plan, 0.0, 10.0) is not None

@@ -298,6 +298,10 @@ def test_the_verdict_names_what_held_the_release_back_from_the_measurements():
     one_shot = verdict(40.0, 45.0, {"compute": 40.0, "publish": 2.0},
                        release={"mode": "one-shot", "n": 1_000_000, "n_base": 0})
     assert "no base run was started" in one_shot
+    unused = verdict(40.0, 45.0, {"compute": 40.0, "publish": 2.0},
+                     release={"mode": "one-shot", "n": 1_000_000, "n_base": 0,
+                              "base_steps_seconds": {"engine": 30.0}})
+    assert "base run's result was not used" in unused
 
 
 def test_close_from_the_cli(service_factory, broker):

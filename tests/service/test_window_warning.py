@@ -40,3 +40,28 @@ def test_nothing_is_said_when_the_release_will_be_in_time(tmp_path, caplog):
     assert not [r for r in caplog.records if "longer than" in r.getMessage()
                 or "after close" in r.getMessage()]
     assert planner.surveys["s"].window_warning is None
+
+
+def test_near_the_close_the_time_left_is_not_taken_for_the_window(tmp_path, caplog):
+    """Plans go on until the base run starts: with 3 s left every engine's one-shot run is
+    longer than the time left, which is not what the warning is about (the window is)."""
+    planner = survey_planner(tmp_path, 0.64)  # ONA* 4 s in a 90 s window
+    now = datetime.now(timezone.utc)
+    with caplog.at_level(logging.WARNING, logger="streamanon.service.planning"):
+        planner.plan("s", now)
+        planner.plan("s", now + timedelta(seconds=87))
+    assert not [r for r in caplog.records if "longer than" in r.getMessage()]
+    assert planner.surveys["s"].window_warning is None
+
+
+def test_only_a_faster_engine_is_named():
+    from scheduler import live
+    from scheduler.arrivals import UniformForecast
+
+    def slow(n):
+        return 2e-3 * n  # 200 s for 100,000
+
+    plan = live.plan(UniformForecast(total=N, pace=N / 90.0), slow,
+                     lambda n0, n1: 1.0, k=K, seconds_to_close=90.0)
+    text = live.window_warning("ona_star", slow, plan, 90.0, {"mdav": lambda n: 3e-3 * n})
+    assert "longer than" in text and "mdav" not in text
