@@ -133,8 +133,10 @@ def _calibrate(store: CostModelStore, engine: str, m: int, k: int, budget: float
                params: dict[str, Any]) -> tuple[PowerLaw, list[tuple[int, float]]]:
     """Calibrate ``engine`` with ``params`` and save it; the model and the timed samples."""
     from streamanon.engines import model_parameters
+    from streamanon.service.machine import load_meter
 
-    result = calibrate(_engine_function(engine, params), m, k, budget_seconds=budget)
+    result = calibrate(_engine_function(engine, params), m, k, budget_seconds=budget,
+                       meter=load_meter)
     return store.put(engine, m, k, result, model_parameters(engine, params)), result.samples
 
 
