@@ -283,7 +283,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         window = s * t_ref if t_ref is not None and math.isfinite(s) else None
         engine = "mdav" if args.engine == "auto" else args.engine
         default = live.plan(forecast, model, incremental, k=args.k, seconds_to_close=window,
-                            quality=QualityBound(engine, "two_stage"))
+                            quality=QualityBound(engine, "two_stage"),
+                            overhead_model=store.release_overhead())
         others = {name: found for name in AUTO_ENGINES if name != engine
                   and (found := store.get(name, args.m, args.k)) is not None}
         warning = live.window_warning(engine, model, default, window, others)
