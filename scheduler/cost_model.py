@@ -18,12 +18,13 @@ service or the engines: the engine and the stage are passed in as functions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -422,6 +423,25 @@ class CostModelStore:
         except (json.JSONDecodeError, OSError) as exc:
             raise ValueError(f"{self.path}: unreadable cost-model file ({exc})") from None
 
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the file's lock (``<file>.lock``, ``flock``) for a read, change and write:
+        the service's release path, its planner's timings and its compute process write the
+        same file, and without it one write could drop what another had just added."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            import fcntl
+        except ImportError:  # no flock here: one writer at a time is the caller's to keep
+            yield
+            return
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT,
+                     0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
     def _save(self, data: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".cost_models.", dir=self.path.parent)
@@ -462,11 +482,12 @@ class CostModelStore:
             params: Mapping[str, Any] | None = None) -> PowerLaw:
         """Replace the calibration samples of (engine with ``params``, m, k), keep its real
         runs, refit."""
-        runs = [s for s in self._rows(engine, m, k, params) if s[2] == "run"]
-        slowdowns = calibration.slowdowns or [1.0] * len(calibration.samples)
-        fresh = [(n, t, "calibration", slow)
-                 for (n, t), slow in zip(calibration.samples, slowdowns, strict=True)]
-        return self._refit(engine, m, k, params, fresh + runs)
+        with self._exclusive():
+            runs = [s for s in self._rows(engine, m, k, params) if s[2] == "run"]
+            slowdowns = calibration.slowdowns or [1.0] * len(calibration.samples)
+            fresh = [(n, t, "calibration", slow)
+                     for (n, t), slow in zip(calibration.samples, slowdowns, strict=True)]
+            return self._refit(engine, m, k, params, fresh + runs)
 
     def extend(self, engine: str, m: int, k: int, n: int, seconds: float,
                params: Mapping[str, Any] | None = None,
@@ -474,10 +495,11 @@ class CostModelStore:
         """Add a calibration sample (``engine`` timed alone on ``n`` records, e.g. by
         :func:`time_engine` at a larger size than the calibration reached, in ``seconds``
         under a ``slowdown`` measured meanwhile: kept as ``seconds / slowdown``) and refit."""
-        rows = self._rows(engine, m, k, params)
-        return self._refit(engine, m, k, params, [
-            *rows, (int(n), float(seconds) / max(slowdown, 1.0), "calibration",
-                    max(float(slowdown), 1.0))])
+        with self._exclusive():
+            rows = self._rows(engine, m, k, params)
+            return self._refit(engine, m, k, params, [
+                *rows, (int(n), float(seconds) / max(slowdown, 1.0), "calibration",
+                        max(float(slowdown), 1.0))])
 
     def largest_calibrated(self, engine: str, m: int, k: int,
                            params: Mapping[str, Any] | None = None) -> int:
@@ -488,21 +510,23 @@ class CostModelStore:
     def observe(self, engine: str, m: int, k: int, n: int, seconds: float,
                 params: Mapping[str, Any] | None = None) -> PowerLaw | None:
         """Record a real run of ``seconds`` on ``n`` records and refit (when two sizes exist)."""
-        rows = self._rows(engine, m, k, params)
-        runs = [s for s in rows if s[2] == "run"] + [(int(n), float(seconds), "run", 1.0)]
-        runs = runs[-self.max_runs:]
-        calibration = [s for s in rows if s[2] == "calibration"]
-        return self._refit(engine, m, k, params, calibration + runs)
+        with self._exclusive():
+            rows = self._rows(engine, m, k, params)
+            runs = [s for s in rows if s[2] == "run"] + [(int(n), float(seconds), "run", 1.0)]
+            runs = runs[-self.max_runs:]
+            calibration = [s for s in rows if s[2] == "calibration"]
+            return self._refit(engine, m, k, params, calibration + runs)
 
     def observe_release(self, n: int, late: int, steps: Mapping[str, float]) -> None:
         """Record a release's measured close steps (``n`` records, ``late`` of them not in a
         base release made before close), keeping the :attr:`max_releases` most recent."""
-        data = self._load()
-        entry = data.get(RELEASES_KEY) or {}
-        runs = [*entry.get("runs", []), [int(n), int(late),
-                                         {key: float(v) for key, v in steps.items()}]]
-        data[RELEASES_KEY] = {"runs": runs[-self.max_releases:], "updated": time.time()}
-        self._save(data)
+        with self._exclusive():
+            data = self._load()
+            entry = data.get(RELEASES_KEY) or {}
+            runs = [*entry.get("runs", []), [int(n), int(late),
+                                             {key: float(v) for key, v in steps.items()}]]
+            data[RELEASES_KEY] = {"runs": runs[-self.max_releases:], "updated": time.time()}
+            self._save(data)
 
     def release_overhead(self, prior: ReleaseOverhead = DEFAULT_OVERHEAD) -> ReleaseOverhead:
         """``prior`` scaled to the releases recorded here (:meth:`ReleaseOverhead.follow`):

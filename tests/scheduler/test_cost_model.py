@@ -456,3 +456,25 @@ def test_a_model_file_with_three_numbers_a_sample_loads_them_as_quiet(tmp_path):
     assert store.samples("mdav", 3, 5) == [(1000, 0.001, "calibration"),
                                            (2000, 0.002, "calibration")]
     assert store.sample_slowdowns("mdav", 3, 5) == [1.0, 1.0]
+
+
+def test_writers_of_one_model_file_lose_nothing(tmp_path):
+    """The service's release path, its planner and its compute process write the same file:
+    each read, change and write holds the file's lock, so no write drops another's."""
+    import threading
+
+    path = tmp_path / "m.json"
+    CostModelStore(path).put("mdav", 3, 5, calibrate_result([1000, 2000, 4000], b=1.5))
+
+    def runs(first: int) -> None:
+        store = CostModelStore(path)  # its own instance, as each writer has
+        for i in range(25):
+            store.observe("mdav", 3, 5, first + i, 0.01)
+
+    writers = [threading.Thread(target=runs, args=(start,)) for start in (10_000, 20_000)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    observed = [n for n, _, src in CostModelStore(path).samples("mdav", 3, 5) if src == "run"]
+    assert sorted(observed) == [*range(10_000, 10_025), *range(20_000, 20_025)]
