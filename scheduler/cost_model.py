@@ -18,12 +18,13 @@ service or the engines: the engine and the stage are passed in as functions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -277,12 +278,49 @@ def incremental_cost_model(
                             split)
 
 
+#: A load meter: called when a timing starts, it returns the function that, called when the
+#: timing ends, gives how many times slower than on a quiet machine the timing ran because of
+#: the other work on the machine meanwhile (1: none). The service's is
+#: :func:`streamanon.service.machine.load_meter`; without one every timing counts as quiet.
+LoadMeter = Callable[[], Callable[[], float]]
+
+
+def _quiet() -> Callable[[], float]:
+    return lambda: 1.0
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """A fitted model and the (n, seconds) samples behind it."""
+    """A fitted model and the (n, seconds) samples behind it. ``seconds`` are what the
+    timing would have taken on a quiet machine: the measured seconds over the slow-down that
+    the load meter measured meanwhile, kept in ``slowdowns`` (1 each without a meter)."""
 
     model: PowerLaw
     samples: list[tuple[int, float]] = field(default_factory=list)
+    slowdowns: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One timing of an engine (:func:`time_engine`): the measured ``seconds`` and the
+    ``slowdown`` the load meter measured meanwhile; ``quiet`` is what it would have taken on a
+    quiet machine."""
+
+    seconds: float
+    slowdown: float = 1.0
+
+    @property
+    def quiet(self) -> float:
+        return self.seconds / self.slowdown
+
+
+def _timed(engine: Callable[[np.ndarray, int], Any], X: np.ndarray, k: int,
+           clock: Callable[[], float], meter: LoadMeter) -> Timing:
+    stop = meter()
+    started = clock()
+    engine(X, k)
+    seconds = max(clock() - started, 1e-9)
+    return Timing(seconds, max(float(stop()), 1.0))
 
 
 def calibrate(
@@ -295,24 +333,27 @@ def calibrate(
     max_n: int = 2_000_000,
     seed: int = 0,
     clock: Callable[[], float] = time.perf_counter,
+    meter: LoadMeter = _quiet,
 ) -> Calibration:
     """Time ``engine(X, k)`` on standard Gaussian data with ``m`` columns at doubling sizes.
 
     Starts at ``first_n`` (default ``max(2000, 50 k)``) and doubles while the next run is
     predicted to fit in what is left of ``budget_seconds``; at least three sizes are timed. A
-    tiny warm-up run first keeps compilation out of the timings.
+    tiny warm-up run first keeps compilation out of the timings. Each timing is taken as the
+    quiet machine's (its seconds over the slow-down ``meter`` measured meanwhile), so that a
+    calibration made while other work ran does not price later plans on a quiet machine.
     """
     rng = np.random.default_rng(seed)
     engine(rng.standard_normal((max(3 * k, 8), m)), k)  # warm-up: compile, load caches
     n = first_n or max(2000, 50 * k)
     samples: list[tuple[int, float]] = []
+    slowdowns: list[float] = []
     spent = 0.0
     while True:
-        X = rng.standard_normal((n, m))
-        started = clock()
-        engine(X, k)
-        seconds = max(clock() - started, 1e-9)
-        samples.append((n, seconds))
+        timing = _timed(engine, rng.standard_normal((n, m)), k, clock, meter)
+        seconds = timing.seconds
+        samples.append((n, timing.quiet))
+        slowdowns.append(timing.slowdown)
         spent += seconds
         growth = 2.0 ** (PowerLaw.fit(*zip(*samples, strict=True)).b if len(samples) > 1 else 2.0)
         next_n = 2 * n
@@ -320,19 +361,17 @@ def calibrate(
             break
         n = next_n
     ns, ts = zip(*samples, strict=True)
-    return Calibration(model=PowerLaw.fit_upper(ns, ts), samples=samples)
+    return Calibration(model=PowerLaw.fit_upper(ns, ts), samples=samples, slowdowns=slowdowns)
 
 
 def time_engine(engine: Callable[[np.ndarray, int], Any], m: int, k: int, n: int, *,
-                seed: int = 0, clock: Callable[[], float] = time.perf_counter) -> float:
-    """Seconds of one ``engine(X, k)`` run on ``n`` x ``m`` standard Gaussian data, as
-    :func:`calibrate` times it (after a tiny warm-up run)."""
+                seed: int = 0, clock: Callable[[], float] = time.perf_counter,
+                meter: LoadMeter = _quiet) -> Timing:
+    """One ``engine(X, k)`` run on ``n`` x ``m`` standard Gaussian data, timed as
+    :func:`calibrate` times it (after a tiny warm-up run, with ``meter``'s slow-down)."""
     rng = np.random.default_rng(seed)
     engine(rng.standard_normal((max(3 * k, 8), m)), k)
-    X = rng.standard_normal((n, m))
-    started = clock()
-    engine(X, k)
-    return max(clock() - started, 1e-9)
+    return _timed(engine, rng.standard_normal((n, m)), k, clock, meter)
 
 
 def default_store_path() -> Path:
@@ -384,6 +423,25 @@ class CostModelStore:
         except (json.JSONDecodeError, OSError) as exc:
             raise ValueError(f"{self.path}: unreadable cost-model file ({exc})") from None
 
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the file's lock (``<file>.lock``, ``flock``) for a read, change and write:
+        the service's release path, its planner's timings and its compute process write the
+        same file, and without it one write could drop what another had just added."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            import fcntl
+        except ImportError:  # no flock here: one writer at a time is the caller's to keep
+            yield
+            return
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT,
+                     0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
     def _save(self, data: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".cost_models.", dir=self.path.parent)
@@ -404,24 +462,44 @@ class CostModelStore:
 
     def samples(self, engine: str, m: int, k: int,
                 params: Mapping[str, Any] | None = None) -> list[tuple[int, float, str]]:
+        """``(n, seconds, source)`` of every sample: calibration timings as on a quiet
+        machine (:meth:`sample_slowdowns` has the slow-down each was measured under), and
+        real runs as measured."""
+        return [(n, t, src) for n, t, src, _ in self._rows(engine, m, k, params)]
+
+    def sample_slowdowns(self, engine: str, m: int, k: int,
+                         params: Mapping[str, Any] | None = None) -> list[float]:
+        """The slow-down each sample of :meth:`samples` was measured under (1: quiet)."""
+        return [slow for *_, slow in self._rows(engine, m, k, params)]
+
+    def _rows(self, engine: str, m: int, k: int, params: Mapping[str, Any] | None,
+              ) -> list[tuple[int, float, str, float]]:
         entry = self._load().get(self.key(engine, m, k, params)) or {}
-        return [(int(n), float(t), str(src)) for n, t, src in entry.get("samples", [])]
+        return [(int(row[0]), float(row[1]), str(row[2]),
+                 float(row[3]) if len(row) > 3 else 1.0) for row in entry.get("samples", [])]
 
     def put(self, engine: str, m: int, k: int, calibration: Calibration,
             params: Mapping[str, Any] | None = None) -> PowerLaw:
         """Replace the calibration samples of (engine with ``params``, m, k), keep its real
         runs, refit."""
-        runs = [s for s in self.samples(engine, m, k, params) if s[2] == "run"]
-        fresh = [(n, t, "calibration") for n, t in calibration.samples]
-        return self._refit(engine, m, k, params, fresh + runs)
+        with self._exclusive():
+            runs = [s for s in self._rows(engine, m, k, params) if s[2] == "run"]
+            slowdowns = calibration.slowdowns or [1.0] * len(calibration.samples)
+            fresh = [(n, t, "calibration", slow)
+                     for (n, t), slow in zip(calibration.samples, slowdowns, strict=True)]
+            return self._refit(engine, m, k, params, fresh + runs)
 
     def extend(self, engine: str, m: int, k: int, n: int, seconds: float,
-               params: Mapping[str, Any] | None = None) -> PowerLaw | None:
+               params: Mapping[str, Any] | None = None,
+               slowdown: float = 1.0) -> PowerLaw | None:
         """Add a calibration sample (``engine`` timed alone on ``n`` records, e.g. by
-        :func:`time_engine` at a larger size than the calibration reached) and refit."""
-        samples = self.samples(engine, m, k, params)
-        return self._refit(engine, m, k, params,
-                           [*samples, (int(n), float(seconds), "calibration")])
+        :func:`time_engine` at a larger size than the calibration reached, in ``seconds``
+        under a ``slowdown`` measured meanwhile: kept as ``seconds / slowdown``) and refit."""
+        with self._exclusive():
+            rows = self._rows(engine, m, k, params)
+            return self._refit(engine, m, k, params, [
+                *rows, (int(n), float(seconds) / max(slowdown, 1.0), "calibration",
+                        max(float(slowdown), 1.0))])
 
     def largest_calibrated(self, engine: str, m: int, k: int,
                            params: Mapping[str, Any] | None = None) -> int:
@@ -432,21 +510,23 @@ class CostModelStore:
     def observe(self, engine: str, m: int, k: int, n: int, seconds: float,
                 params: Mapping[str, Any] | None = None) -> PowerLaw | None:
         """Record a real run of ``seconds`` on ``n`` records and refit (when two sizes exist)."""
-        samples = self.samples(engine, m, k, params)
-        runs = [s for s in samples if s[2] == "run"] + [(int(n), float(seconds), "run")]
-        runs = runs[-self.max_runs:]
-        calibration = [s for s in samples if s[2] == "calibration"]
-        return self._refit(engine, m, k, params, calibration + runs)
+        with self._exclusive():
+            rows = self._rows(engine, m, k, params)
+            runs = [s for s in rows if s[2] == "run"] + [(int(n), float(seconds), "run", 1.0)]
+            runs = runs[-self.max_runs:]
+            calibration = [s for s in rows if s[2] == "calibration"]
+            return self._refit(engine, m, k, params, calibration + runs)
 
     def observe_release(self, n: int, late: int, steps: Mapping[str, float]) -> None:
         """Record a release's measured close steps (``n`` records, ``late`` of them not in a
         base release made before close), keeping the :attr:`max_releases` most recent."""
-        data = self._load()
-        entry = data.get(RELEASES_KEY) or {}
-        runs = [*entry.get("runs", []), [int(n), int(late),
-                                         {key: float(v) for key, v in steps.items()}]]
-        data[RELEASES_KEY] = {"runs": runs[-self.max_releases:], "updated": time.time()}
-        self._save(data)
+        with self._exclusive():
+            data = self._load()
+            entry = data.get(RELEASES_KEY) or {}
+            runs = [*entry.get("runs", []), [int(n), int(late),
+                                             {key: float(v) for key, v in steps.items()}]]
+            data[RELEASES_KEY] = {"runs": runs[-self.max_releases:], "updated": time.time()}
+            self._save(data)
 
     def release_overhead(self, prior: ReleaseOverhead = DEFAULT_OVERHEAD) -> ReleaseOverhead:
         """``prior`` scaled to the releases recorded here (:meth:`ReleaseOverhead.follow`):
@@ -455,7 +535,7 @@ class CostModelStore:
         return prior.follow([(float(n), float(late), steps) for n, late, steps in runs])
 
     def _refit(self, engine: str, m: int, k: int, params: Mapping[str, Any] | None,
-               samples: list[tuple[int, float, str]]) -> PowerLaw | None:
+               samples: list[tuple[int, float, str, float]]) -> PowerLaw | None:
         data = self._load()
         key = self.key(engine, m, k, params)
         entry: dict[str, Any] = {"engine": engine, "m": m, "k": k,
@@ -463,13 +543,13 @@ class CostModelStore:
                                  "updated": time.time()}
         if params:
             entry["params"] = json.loads(json.dumps(dict(params), default=str))
-        calibration = [(n, t) for n, t, src in samples if src == "calibration"]
-        runs = [(n, t) for n, t, src in samples if src == "run"]
+        calibration = [(n, t) for n, t, src, _ in samples if src == "calibration"]
+        runs = [(n, t) for n, t, src, _ in samples if src == "run"]
         model = None
         if len({n for n, _ in calibration}) >= 2:
             model = PowerLaw.fit_upper(*zip(*calibration, strict=True)).observed(
                 runs[-self.contention_runs:])
-        elif len({n for n, _, _ in samples}) >= 2:
+        elif len({s[0] for s in samples}) >= 2:
             model = PowerLaw.fit([s[0] for s in samples], [s[1] for s in samples])
         if model is not None:
             entry.update(model.to_dict())

@@ -454,6 +454,8 @@ def plan_latest_safe(
                          nu_limit=nu_limit)
     floor = min(max(float(nu_floor), 0.0), problem.nu_max)
     nu = _earliest_safe(problem, safe, floor, problem.nu_max)
+    # the bound is said below when it holds the plan back, not whenever it exists
+    notes = [note for note in notes if not note.startswith("the quality bound limits nu")]
     if nu is None:  # the base run overruns the close at every ratio allowed
         nu = problem.nu_max
         if problem.nu_max < nu_limit - 1e-12 or nu_limit >= 1.0:

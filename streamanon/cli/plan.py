@@ -133,8 +133,10 @@ def _calibrate(store: CostModelStore, engine: str, m: int, k: int, budget: float
                params: dict[str, Any]) -> tuple[PowerLaw, list[tuple[int, float]]]:
     """Calibrate ``engine`` with ``params`` and save it; the model and the timed samples."""
     from streamanon.engines import model_parameters
+    from streamanon.service.machine import load_meter
 
-    result = calibrate(_engine_function(engine, params), m, k, budget_seconds=budget)
+    result = calibrate(_engine_function(engine, params), m, k, budget_seconds=budget,
+                       meter=load_meter)
     return store.put(engine, m, k, result, model_parameters(engine, params)), result.samples
 
 
@@ -281,7 +283,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         window = s * t_ref if t_ref is not None and math.isfinite(s) else None
         engine = "mdav" if args.engine == "auto" else args.engine
         default = live.plan(forecast, model, incremental, k=args.k, seconds_to_close=window,
-                            quality=QualityBound(engine, "two_stage"))
+                            quality=QualityBound(engine, "two_stage"),
+                            overhead_model=store.release_overhead())
         others = {name: found for name in AUTO_ENGINES if name != engine
                   and (found := store.get(name, args.m, args.k)) is not None}
         warning = live.window_warning(engine, model, default, window, others)

@@ -19,6 +19,7 @@ from scheduler.choice import AUTO_STAGES, Option
 from scheduler.cost_model import CostModelStore, calibrate, incremental_cost_model, time_engine
 from streamanon.engines import get_engine, run_engine
 from streamanon.incremental import run_stage
+from streamanon.service.machine import load_meter
 from streamanon.service.planning import EXTEND_REACH
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,8 @@ def calibrated_model(out: Path, engine: str, m: int, k: int,
         progress(f"calibrating the {engine} cost model at m = {m}, k = {k} (the first run on a "
                  "machine also compiles the kernels, about 40 s) ...")
         function = get_engine(engine).function
-        model = store.put(engine, m, k, calibrate(function, m, k, budget_seconds=8.0))
+        model = store.put(engine, m, k, calibrate(function, m, k, budget_seconds=8.0,
+                                                  meter=load_meter))
     return model
 
 
@@ -68,9 +70,9 @@ def extend_calibration(out: Path, engine: str, m: int, k: int, target: float,
             break
         progress(f"      timing {engine} on {n:,} records, nearer the base run's "
                  f"{target:,.0f} (about {model(n):.0f} s by the model so far) ...")
-        seconds = time_engine(get_engine(engine).function, m, k, n)
-        spent += seconds
-        stored = store.extend(engine, m, k, n, seconds)
+        timing = time_engine(get_engine(engine).function, m, k, n, meter=load_meter)
+        spent += timing.seconds
+        stored = store.extend(engine, m, k, n, timing.seconds, slowdown=timing.slowdown)
     return model
 
 

@@ -32,6 +32,7 @@ from scheduler.choice import AUTO_ENGINES, AUTO_STAGES, Choice, Option, choose
 from scheduler.cost_model import (
     CostModelStore,
     PowerLaw,
+    Timing,
     calibrate,
     incremental_cost_model,
     stage_cost_model,
@@ -40,6 +41,7 @@ from scheduler.cost_model import (
 from scheduler.planner import Plan
 from scheduler.quality import expected_delta
 from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.machine import load_meter
 from streamanon.service.runtime import SurveyRuntime
 
 log = logging.getLogger(__name__)
@@ -170,9 +172,10 @@ class SurveyPlanner:
         loop = asyncio.get_running_loop()
         while (step := self._next_extension(sc)) is not None:
             engine, n, selects = step
-            seconds = await loop.run_in_executor(pool, timed_at, sc, engine, n)
+            timing = await loop.run_in_executor(pool, timed_at, sc, engine, n)
+            seconds = timing.seconds
             self.cost_models.extend(engine, len(sc.quasi_identifiers), sc.k, n, seconds,
-                                    selects)
+                                    selects, slowdown=timing.slowdown)
             models, options = await loop.run_in_executor(pool, measured_models,
                                                          self.config, sc)
             self.adopt(sc.id, models, options)
@@ -263,7 +266,8 @@ class SurveyPlanner:
             log.info("calibrating %s%s at m = %d, k = %d", engine,
                      f" with {selects}" if selects else "", m, sc.k)
             result = calibrate(functools.partial(get_engine(engine).function, **params), m,
-                               sc.k, budget_seconds=self.config.planner.calibration_seconds)
+                               sc.k, budget_seconds=self.config.planner.calibration_seconds,
+                               meter=load_meter)
             base = self.cost_models.put(engine, m, sc.k, result, selects)
         if not measure:
             return base, provisional_incremental(stage, base, sc.k, split)
@@ -453,15 +457,15 @@ def provisional_incremental(stage: str, base: PowerLaw, k: int,
     return stage_cost_model(stage, base, k, PROVISIONAL_NN_C * base.contention, split)
 
 
-def timed_at(sc: SurveyConfig, engine: str, n: int) -> float:
-    """Seconds of ``engine`` (with the survey's parameters when it is the survey's engine)
-    on ``n`` Gaussian records of the survey's width: a calibration sample
-    (:meth:`SurveyPlanner.extend`). Run in the compute process."""
+def timed_at(sc: SurveyConfig, engine: str, n: int) -> Timing:
+    """``engine`` (with the survey's parameters when it is the survey's engine) timed on
+    ``n`` Gaussian records of the survey's width, with the machine's other load meanwhile: a
+    calibration sample (:meth:`SurveyPlanner.extend`). Run in the compute process."""
     from streamanon.engines import get_engine
 
     params = sc.engine_params if engine == sc.engine else {}
     return time_engine(functools.partial(get_engine(engine).function, **params),
-                       len(sc.quasi_identifiers), sc.k, n)
+                       len(sc.quasi_identifiers), sc.k, n, meter=load_meter)
 
 
 def measured_models(config: Config, sc: SurveyConfig,

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from scheduler.cost_model import PRIOR_DOF, CostModelStore, PowerLaw, calibrate
+from scheduler.cost_model import PRIOR_DOF, Calibration, CostModelStore, PowerLaw, calibrate
 
 
 def test_power_law_fit_recovers_exponent():
@@ -399,3 +399,82 @@ def test_the_release_overhead_follows_the_releases_recorded_on_this_machine(tmp_
     calibration = store.put("mdav", 15, 10, calibrate_result([1000, 2000, 4000], b=1.5))
     store.observe_release(50_000, 50_000, {"publish": 0.1})
     assert store.get("mdav", 15, 10) == calibration
+
+
+def test_a_calibration_timed_on_a_busy_machine_is_kept_as_the_quiet_machines():
+    """Issue 49: a sample timed while the machine was busy (a demo's one-shot beside its own
+    broker, a suite running) priced later plans on a quiet machine. Each timing keeps the
+    slow-down its load meter measured, and the model is fitted on the timings over it."""
+    from scheduler.cost_model import Timing, time_engine
+
+    def engine(X, k):  # 1e-6 s a record, on a clock that the test advances
+        clock.now += 1e-6 * len(X)
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self):
+            return self.now
+
+    clock = Clock()
+    quiet = calibrate(engine, 3, 5, budget_seconds=0.05, clock=clock)
+    busy = calibrate(engine, 3, 5, budget_seconds=0.05, clock=clock,
+                     meter=lambda: lambda: 2.0)
+    assert busy.slowdowns == [2.0] * len(busy.samples) and set(quiet.slowdowns) == {1.0}
+    # the busy machine's timings, taken as twice as long, are halved back
+    assert [t for _, t in busy.samples] == pytest.approx(
+        [t / 2 for _, t in quiet.samples[:len(busy.samples)]])
+    # a meter below 1 (nothing else ran) counts as quiet
+    assert time_engine(engine, 3, 5, 1000, clock=clock, meter=lambda: lambda: 0.5) == Timing(
+        pytest.approx(1e-3), 1.0)
+
+
+def test_the_store_keeps_each_samples_slowdown_and_fits_the_quiet_timings(tmp_path):
+    store = CostModelStore(tmp_path / "m.json")
+    ns = [1000, 2000, 4000]
+    busy = Calibration(PowerLaw.fit(ns, [1e-6 * n for n in ns]),
+                       samples=[(n, 1e-6 * n) for n in ns], slowdowns=[1.0, 2.5, 1.0])
+    model = store.put("mdav", 3, 5, busy)
+    assert store.sample_slowdowns("mdav", 3, 5) == [1.0, 2.5, 1.0]
+    assert model.b == pytest.approx(1.0)
+    # a timing at 8,000 records taken at 1.6 times: kept as a quiet one
+    model = store.extend("mdav", 3, 5, 8000, 1.6 * 8000e-6, slowdown=1.6)
+    assert store.samples("mdav", 3, 5)[-1] == (8000, pytest.approx(8000e-6), "calibration")
+    assert model.b == pytest.approx(1.0) and store.sample_slowdowns("mdav", 3, 5)[-1] == 1.6
+    # a real run and a refit keep the slow-downs
+    store.observe("mdav", 3, 5, 16000, 0.02)
+    assert store.sample_slowdowns("mdav", 3, 5) == [1.0, 2.5, 1.0, 1.6, 1.0]
+
+
+def test_a_model_file_with_three_numbers_a_sample_loads_them_as_quiet(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"mdav|m=3|k=5": {
+        "a": 1e-6, "b": 1.0, "engine": "mdav", "m": 3, "k": 5,
+        "samples": [[1000, 0.001, "calibration"], [2000, 0.002, "calibration"]],
+        "updated": 0.0}}))
+    store = CostModelStore(path)
+    assert store.samples("mdav", 3, 5) == [(1000, 0.001, "calibration"),
+                                           (2000, 0.002, "calibration")]
+    assert store.sample_slowdowns("mdav", 3, 5) == [1.0, 1.0]
+
+
+def test_writers_of_one_model_file_lose_nothing(tmp_path):
+    """The service's release path, its planner and its compute process write the same file:
+    each read, change and write holds the file's lock, so no write drops another's."""
+    import threading
+
+    path = tmp_path / "m.json"
+    CostModelStore(path).put("mdav", 3, 5, calibrate_result([1000, 2000, 4000], b=1.5))
+
+    def runs(first: int) -> None:
+        store = CostModelStore(path)  # its own instance, as each writer has
+        for i in range(25):
+            store.observe("mdav", 3, 5, first + i, 0.01)
+
+    writers = [threading.Thread(target=runs, args=(start,)) for start in (10_000, 20_000)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    observed = [n for n, _, src in CostModelStore(path).samples("mdav", 3, 5) if src == "run"]
+    assert sorted(observed) == [*range(10_000, 10_025), *range(20_000, 20_025)]
