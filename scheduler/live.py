@@ -76,11 +76,15 @@ def load_slowdown(load: float, cores: int) -> float:
 #: ``streamanon.refine.AUTO_SECONDS`` gives it (a test keeps the two equal).
 AUTO_REFINE_SECONDS = 5.0
 
-#: What a base run costs besides the engine: the snapshot read from the store, the checkpoint
-#: and the base release made before close (0.5 s + 10 us a record: the close steps of
-#: ``simulations/bench_default_plan.py`` at 200,000 records waited 3.3 s past the engine's
-#: end). The plan keeps that much more head start, so the release does not wait for it.
-BASE_OVERHEAD = StepCost(0.5, 10e-6)
+#: What a base run costs besides the engine: the snapshot read from the store, preparing it,
+#: the checkpoint and the base release made before close (``base_steps_seconds`` of a release
+#: report less its ``engine``). 0.1 s + 6 us a record, a little above every base run measured
+#: on 2 cores with the snapshot read ahead: 0.16-0.29 s at 42,000-45,000 records (ONA*), 0.7-
+#: 1.1 s at 170,000-190,000 and 5.15-5.38 s at 896,000 (MDAV). The plan keeps that much more
+#: head start, so the release does not wait for it; an estimate too large takes the snapshot
+#: earlier than it needs (0.5 s + 10 us, measured before the read ahead, put 200,000-record
+#: surveys at s = 10 past the quality bound and so one-shot at close).
+BASE_OVERHEAD = StepCost(0.1, 6e-6)
 
 #: Complete arrival bins (:class:`scheduler.arrivals.ArrivalEstimator`) a forecast needs
 #: before the base run may start on it (:func:`forecast_ready`).
