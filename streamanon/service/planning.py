@@ -336,6 +336,8 @@ class SurveyPlanner:
         with self._lock:
             pace = rt.estimator.pace(t)
             received = rt.ingest.stored
+            measured = live.forecast_ready(rt.estimator.complete_bins(t), close - t,
+                                           rt.estimator.bin_seconds)
         received = self._counted(sid, received)  # every instance's, not only this one's
         arrivals = live.forecast(received, pace, close - t, sc.expected_records)
         plan, choice = self._plan_for(sid, arrivals, close - t)
@@ -343,8 +345,12 @@ class SurveyPlanner:
             rt.last_plan = plan
             if choice is not None:
                 rt.choice = choice
-        if rt.window_warning is None and sc.close_at is not None:
-            self._warn_of_window(sid, plan, close - self._first_plan.setdefault(sid, t))
+        # said once the pace is measured (a plan on the first seconds' handful of records
+        # may be one-shot and late where the measured pace leaves time for a base run)
+        first = self._first_plan.setdefault(sid, t)
+        if rt.window_warning is None and sc.close_at is not None and (
+                measured or sc.expected_records):
+            self._warn_of_window(sid, plan, close - first)
         return plan
 
     def _warn_of_window(self, sid: str, plan: Plan, window: float) -> None:

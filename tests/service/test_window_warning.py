@@ -65,3 +65,28 @@ def test_only_a_faster_engine_is_named():
                      lambda n0, n1: 1.0, k=K, seconds_to_close=90.0)
     text = live.window_warning("ona_star", slow, plan, 90.0, {"mdav": lambda n: 3e-3 * n})
     assert "longer than" in text and "mdav" not in text
+
+
+def test_without_an_expected_total_the_warning_waits_for_a_measured_pace(tmp_path, caplog):
+    """A plan on the first seconds' handful of records can be one-shot and late where the
+    measured pace leaves room for a base run (a million-record survey's first plan said 66 s
+    after close): without ``expected_records`` the warning waits for three arrival bins."""
+    models = tmp_path / "cost_models.json"
+    t = 16.0  # ONA*: 100 s at 100,000 records, in a 90 s window
+    put_model(models, "mdav", M, K, [(10_000, 0.04), (20_000, 0.16), (40_000, 0.64)])
+    put_model(models, "ona_star", M, K, [(10_000, t / 16), (20_000, t / 4), (40_000, t)])
+    planner = planner_for(tmp_path, {"k": K, "engine": "ona_star",
+                                     "incremental": "nn_split_end"}, M, 90)
+    rt = planner.surveys["s"]
+    now = datetime.now(timezone.utc)
+    start = now.timestamp()
+    rt.ingest.stored = 5_000
+    rt.estimator.observe([start + 0.5] * 5_000)  # one bin's arrivals
+    with caplog.at_level(logging.WARNING, logger="streamanon.service.planning"):
+        planner.plan("s", now + timedelta(seconds=1))
+        assert rt.window_warning is None  # one bin: not measured yet
+        rt.ingest.stored = 20_000
+        rt.estimator.observe([start + 1.5] * 5_000 + [start + 2.5] * 5_000
+                             + [start + 3.5] * 5_000)
+        planner.plan("s", now + timedelta(seconds=4.2))
+    assert rt.window_warning is not None and "longer than the 89 s" in rt.window_warning
