@@ -40,9 +40,20 @@ def _own_seconds() -> float:
     return t.user + t.system
 
 
-def _cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (the engines' kernels use them all)."""
     affinity = getattr(os, "sched_getaffinity", None)
     return len(affinity(0)) if affinity else (os.cpu_count() or 1)
+
+
+def machine_load() -> tuple[float, int]:
+    """The machine's load now: the one-minute load average and :func:`usable_cores`. A
+    system without a load average plans as on a quiet machine."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = 0.0
+    return load, usable_cores()
 
 
 def load_meter() -> Callable[[], float]:
@@ -55,6 +66,6 @@ def load_meter() -> Callable[[], float]:
         if busy is None or now is None or elapsed <= 0:
             return 1.0
         other = max((now - busy) - (_own_seconds() - own), 0.0) / elapsed
-        return load_slowdown(other, _cores())
+        return load_slowdown(other, usable_cores())
 
     return stop

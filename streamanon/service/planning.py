@@ -19,7 +19,6 @@ import asyncio
 import dataclasses
 import functools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -38,10 +37,11 @@ from scheduler.cost_model import (
     stage_cost_model,
     time_engine,
 )
+from scheduler.overhead import DEFAULT_OVERHEAD
 from scheduler.planner import Plan
 from scheduler.quality import expected_delta
 from streamanon.service.config import Config, SurveyConfig
-from streamanon.service.machine import load_meter
+from streamanon.service.machine import load_meter, machine_load
 from streamanon.service.runtime import SurveyRuntime
 
 log = logging.getLogger(__name__)
@@ -51,18 +51,6 @@ log = logging.getLogger(__name__)
 #: with timings of at most this share of the time left before the base start.
 EXTEND_REACH = 2.0
 EXTEND_SHARE = 0.25
-
-
-def machine_load() -> tuple[float, int]:
-    """The machine's load now: the one-minute load average and the cores this process may
-    run on (the base run's kernels use them all). A system without a load average plans as
-    on a quiet machine."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        load = 0.0
-    affinity = getattr(os, "sched_getaffinity", None)
-    return load, len(affinity(0)) if affinity else (os.cpu_count() or 1)
 
 
 class SurveyPlanner:
@@ -80,7 +68,7 @@ class SurveyPlanner:
         self.cost_models = CostModelStore(config.planner.cost_models)
         #: The release steps after close as this machine ran them (the recorded releases'
         #: close steps scale the default model; :meth:`CostModelStore.release_overhead`).
-        self.overhead = self.cost_models.release_overhead()
+        self.overhead = DEFAULT_OVERHEAD  # until load_models reads the recorded releases
         self.surveys = surveys
         self._lock = lock
         self._counted = counted

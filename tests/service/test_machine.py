@@ -13,7 +13,7 @@ def test_the_meter_counts_the_other_processes_cores_not_this_ones(monkeypatch):
     monkeypatch.setattr(machine, "_busy_seconds", lambda: clock["busy"])
     monkeypatch.setattr(machine, "_own_seconds", lambda: clock["own"])
     monkeypatch.setattr(machine.time, "monotonic", lambda: clock["wall"])
-    monkeypatch.setattr(machine, "_cores", lambda: 2)
+    monkeypatch.setattr(machine, "usable_cores", lambda: 2)
     stop = machine.load_meter()
     # 10 s: this process used both cores (20 s of CPU), nothing else ran
     clock.update(busy=1020.0, own=30.0, wall=10.0)

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from scheduler import live
-from streamanon.service import planning
+from streamanon.service import machine, planning
 from tests.service.lifecycle_helpers import planner_for, put_model
 
 M, K, N = 3, 5, 100_000
@@ -46,7 +46,7 @@ def test_without_a_load_average_the_plan_is_made_as_on_a_quiet_machine(monkeypat
     def unavailable():
         raise OSError("no load average")
 
-    monkeypatch.setattr(planning.os, "getloadavg", unavailable)
+    monkeypatch.setattr(machine.os, "getloadavg", unavailable)
     load, cores = planning.machine_load()
     assert load == 0.0 and cores >= 1
     assert live.load_slowdown(load, cores) == 1.0
