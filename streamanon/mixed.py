@@ -197,17 +197,17 @@ def _codes(series: pd.Series, col: Column) -> np.ndarray:
                                  "(the schema says int)")
         return values
     where = {level: float(i) for i, level in enumerate(col.levels)}
-    values = series.astype(object).to_numpy()
-    out = np.full(len(values), np.nan)
-    unknown = 0
-    for i in np.flatnonzero(~missing):
-        code = where.get(values[i])
-        if code is None and isinstance(values[i], str) and col.kind == "bool":
-            code = where.get({"true": True, "false": False}.get(values[i].strip().lower()))
-        if code is None:
-            unknown += 1
-        else:
-            out[i] = code
+    # Each distinct value is looked up once (a survey column has a handful of them).
+    seen, distinct = pd.factorize(series.astype(object), use_na_sentinel=True)
+    code_of = np.full(len(distinct) + 1, np.nan)  # the last: missing
+    for i, value in enumerate(distinct):
+        code = where.get(value)
+        if code is None and isinstance(value, str) and col.kind == "bool":
+            code = where.get({"true": True, "false": False}.get(value.strip().lower()))
+        code_of[i] = np.inf if code is None else code
+    out = code_of[np.where(missing, len(distinct), seen)]
+    unknown = int(np.isinf(out).sum())
+    out[np.isinf(out)] = np.nan
     if unknown:
         raise InputError(f"{unknown} value(s) of {col.name} are not among its "
                          f"{len(col.levels)} levels")

@@ -88,8 +88,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def run_engine(name: str, X: np.ndarray, k: int, **params: object) -> np.ndarray:
+def run_engine(name: str, X: np.ndarray, k: int, *, collapse: bool = True,
+               **params: object) -> np.ndarray:
     """Validate ``X`` and ``k``, run engine ``name`` and check its partition.
+
+    With ``collapse`` (the default) identical rows are collapsed first
+    (:mod:`streamanon.engines.distinct`): a tuple held by k records or more is a cell of its
+    own and the engine runs on the records of the smaller tuples only. Where no tuple is held
+    by k records, or the engine takes per-record inputs (a class label, sensitive answers:
+    such an engine collapses what it hands to its inner engine), the engine runs on every
+    record, as it does with ``collapse=False``.
 
     Raises
     ------
@@ -100,6 +108,20 @@ def run_engine(name: str, X: np.ndarray, k: int, **params: object) -> np.ndarray
     """
     info = check_parameters(name, params)
     X = validate_input(X, k)
-    labels = np.asarray(info.function(X, k, **params))
+    labels = None
+    if collapse and k > 1 and not (info.per_record & set(params)):
+        from streamanon.engines.distinct import distinct_labels
+
+        ran = []
+
+        def engine(rows: np.ndarray) -> np.ndarray:
+            ran.append(len(rows))
+            return info.function(rows, k, **params)
+
+        labels = distinct_labels(X, k, engine)
+        if labels is not None and not ran:  # every tuple held by k or more: the engine
+            info.function(X[:k], k, **params)  # still refuses bad parameters
+    if labels is None:
+        labels = np.asarray(info.function(X, k, **params))
     check_partition(labels, X.shape[0], k)
     return labels
