@@ -73,7 +73,7 @@ class Tuples:
         return order, starts
 
 
-def _row_hashes(X: np.ndarray) -> np.ndarray:
+def row_hashes(X: np.ndarray) -> np.ndarray:
     """A 64-bit hash of each row's bytes (splitmix64 of each value, combined FNV-style)."""
     bits = np.ascontiguousarray(X + 0.0).view(np.uint64)  # + 0.0: -0.0 is 0.0
     h = np.zeros(X.shape[0], dtype=np.uint64)
@@ -95,7 +95,7 @@ def collapse(X: np.ndarray) -> Tuples:
     (2, [1, 2], np.True_)
     """
     X = np.asarray(X, dtype=np.float64)
-    _, first, inverse, counts = np.unique(_row_hashes(X), return_index=True,
+    _, first, inverse, counts = np.unique(row_hashes(X), return_index=True,
                                           return_inverse=True, return_counts=True)
     inverse = inverse.ravel()
     if not np.array_equal(X, X[first[inverse]]):  # a hash collision: sort the rows exactly

@@ -41,9 +41,50 @@ def run_stage(name: str, base: np.ndarray, base_labels: np.ndarray, increment: n
         raise InputError(f"{n} records cannot form a cell of k = {k}")
     if base.shape[0] >= k:  # a smaller base has no valid cells; stages run one-shot then
         check_partition(base_labels, base.shape[0], k)
-    labels = np.asarray(info.function(base, base_labels, increment, k, **params))
+    joins = identical_cells(base, base_labels, increment) if base.shape[0] >= k else None
+    if joins is None:
+        labels = np.asarray(info.function(base, base_labels, increment, k, **params))
+    else:  # the late records of an identical cell join it; the others go through the stage
+        rest = joins < 0
+        labels = np.empty(n, dtype=np.int64)
+        if rest.any():
+            stage = np.asarray(info.function(base, base_labels, increment[rest], k, **params))
+            labels[: base.shape[0]] = stage[: base.shape[0]]
+            labels[base.shape[0]:][rest] = stage[base.shape[0]:]
+        else:
+            labels[: base.shape[0]] = base_labels
+        labels[base.shape[0]:][~rest] = labels[joins[~rest]]
     check_partition(labels, n, k)
     return labels
+
+
+def identical_cells(base: np.ndarray, base_labels: np.ndarray,
+                    increment: np.ndarray) -> np.ndarray | None:
+    """For each late record, a base record of a cell whose records are all identical to it
+    (-1 where there is none): the cell it joins at zero loss, whatever the stage. None when no
+    late record has one (the stage then runs exactly as it would alone)."""
+    from streamanon.engines.distinct import row_hashes
+
+    if len(increment) == 0 or len(base) == 0:
+        return None
+    h = row_hashes(base)
+    first = np.unique(base_labels, return_index=True)[1]  # each cell's first record
+    n_cells = len(first)
+    pure = np.ones(n_cells, dtype=bool)
+    pure[base_labels[h != h[first[base_labels]]]] = False
+    pure[base_labels[~np.all(base == base[first[base_labels]], axis=1)]] = False
+    if not pure.any():
+        return None
+    cells = np.flatnonzero(pure)
+    keys = h[first[cells]]
+    order = np.argsort(keys, kind="stable")
+    late = row_hashes(increment)
+    at = np.minimum(np.searchsorted(keys[order], late), len(keys) - 1)
+    match = first[cells[order[at]]]
+    found = (keys[order[at]] == late) & np.all(base[match] == increment, axis=1)
+    if not found.any():
+        return None
+    return np.where(found, match, -1)
 
 
 def base_is_usable(n_base: int | None, k: int, n: int | None = None) -> bool:

@@ -36,7 +36,7 @@ def test_collapse_finds_the_distinct_rows_and_survives_a_hash_collision(monkeypa
     assert t.n_distinct == len(expected) and t.counts.sum() == len(X)
     assert np.array_equal(X, X[t.first[t.inverse]])
     # Every row hashing alike: the exact sort takes over, never a merge of different tuples.
-    monkeypatch.setattr(distinct, "_row_hashes", lambda X: np.zeros(len(X), np.uint64))
+    monkeypatch.setattr(distinct, "row_hashes", lambda X: np.zeros(len(X), np.uint64))
     t = collapse(X)
     assert t.n_distinct == len(expected) and np.array_equal(X, X[t.first[t.inverse]])
 
