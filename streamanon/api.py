@@ -237,12 +237,14 @@ def microaggregate(
         frame = data
         spec = _schema_of(frame, schema, qi, confidential, drop, strata, weight, missing)
         params = _resolve_per_record(info, params, frame)
+    _enter(progress, "prepare the quasi-identifiers")
     prepared = prepare(frame, spec, k, engine)
     privacy = _privacy_of(frame, spec, sensitive, l, t)
     if privacy is not None and "S" in info.per_record:
         params.update(S=privacy.S, kinds=list(privacy.kinds), t=privacy.t, l=privacy.l)
     two_stage = None
     started = time.perf_counter()
+    _enter(progress, f"engine {engine}")
     if incremental is None:
         if prepared.groups is None:
             labels = run_engine(engine, prepared.Z, k, progress=progress, **params)
@@ -268,8 +270,10 @@ def microaggregate(
                 lambda rows, Zg: run.partition(Zg, int(np.sum(rows < n_base))).labels)
             two_stage = {"nu": nu, "n_0": n_base, "n_plus": len(prepared.Z) - n_base}
     if privacy is not None:
+        _enter(progress, "l-diversity and t-closeness")
         labels = privacy.enforce(prepared.Z, labels)
     seconds = time.perf_counter() - started
+    _enter(progress, "release table, gate and measures")
 
     shuffle = frame_input if shuffle is None else shuffle
     released = release_prepared(frame, prepared, labels, k, seed=seed, shuffle=shuffle,
@@ -299,6 +303,11 @@ def microaggregate(
             "l": privacy.l, "t": privacy.t, "sensitive": released.privacy},
         risk=released.risk,
     )
+
+
+def _enter(progress: Progress | None, phase: str) -> None:
+    if progress is not None:
+        progress.enter(phase)
 
 
 def default_engine(l: int | None, t: float | None) -> str:  # noqa: E741

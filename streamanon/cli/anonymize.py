@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from streamanon.cli._args import columns, param, positive_int, share
 from streamanon.errors import InputError, ParameterError
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from streamanon.progress import Progress
 
 EXIT_CHECK_FAILED = 1
 
@@ -122,7 +121,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "it")
     an.add_argument("--seed", type=int, default=None,
                     help="seed of the row shuffle (default: fresh randomness)")
-    an.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+    an.add_argument("--no-progress", action="store_true",
+                    help="show no progress (default: a bar on a terminal; when standard error "
+                         "is a file or a pipe, a line every 10 s: phase, records done of the "
+                         "total, rate; STREAMANON_PROGRESS_SECONDS sets the interval)")
     an.set_defaults(handler=cmd_anonymize)
 
     en = sub.add_parser("engines", help="list the microaggregation engines",
@@ -131,49 +133,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 
-def _with_progress(label: str, run: Callable[[Any], T], enabled: bool) -> T:
-    """Run ``run(progress)`` in a worker thread and show a bar on stderr while it works."""
-    from streamanon.progress import Progress
-
-    progress = Progress()
-    if not enabled:
-        return run(progress)
-    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
-    from rich.progress import Progress as Bar
-
-    outcome: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            outcome["value"] = run(progress)
-        except BaseException as exc:  # re-raised in the calling thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=work, daemon=True)
-    with Bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-             TimeElapsedColumn(), transient=True) as bar:
-        task = bar.add_task(label, total=None)
-        worker.start()
-        while worker.is_alive():
-            worker.join(0.1)
-            if progress.total:
-                bar.update(task, total=progress.total, completed=progress.done)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
 def cmd_anonymize(args: argparse.Namespace) -> int:
-    from streamanon.api import microaggregate
-    from streamanon.cluster import check_cluster, part_runner
-    from streamanon.io import (
-        read_table,
-        report_path,
-        same_file,
-        table_format,
-        write_json,
-        write_table,
-    )
+    from streamanon.cli._progress import shown
+    from streamanon.io import same_file, table_format
+    from streamanon.progress import Progress
     from streamanon.schema import load_schema
 
     table_format(args.out)
@@ -196,6 +159,17 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
                              "numeric data)")
     else:
         described = quick
+    progress = Progress()
+    with shown(progress, f"anonymize k={args.k}", not args.no_progress):
+        return _anonymize(args, described, progress)
+
+
+def _anonymize(args: argparse.Namespace, described: dict[str, Any], progress: Progress) -> int:
+    from streamanon.api import microaggregate
+    from streamanon.cluster import check_cluster, part_runner
+    from streamanon.io import read_table, report_path, table_format, write_json, write_table
+
+    progress.enter(f"read {args.input}")
     frame = read_table(args.input)
     if table_format(args.out) in (".sav", ".dta"):  # before the run, not after it
         from streamanon.spss_stata import variable_names
@@ -207,6 +181,7 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
     if args.schema is None:
         _check_roles(frame, args)
     else:
+        progress.enter("check every value against the schema")
         frame, outside = _within_schema(frame, described["schema"],
                                         args.out_of_bounds or "refuse", args)
     params = dict(args.param)
@@ -230,20 +205,14 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
         args.engine, params = _partitioned(args, params, engine_named)
         where = "local" if args.cluster is None else check_cluster(args.cluster)
         engine_name = f"{params['engine']} in parts of {params['part_size']:,} ({where})"
-    show = not args.no_progress and sys.stderr.isatty()
     started = time.perf_counter()
     with part_runner(where or "local") as runner:
         if runner is not None:
             params["runner"] = runner
-        result = _with_progress(
-            f"{args.engine} k={args.k}",
-            lambda progress: microaggregate(frame, args.k, args.engine, **described,
-                                            strata=args.strata, seed=args.seed,
-                                            sensitive=args.sensitive, l=args.l, t=args.t,
-                                            progress=progress, engine_params=params,
-                                            **two_stage),
-            show,
-        )
+        result = microaggregate(frame, args.k, args.engine, **described,
+                                strata=args.strata, seed=args.seed,
+                                sensitive=args.sensitive, l=args.l, t=args.t,
+                                progress=progress, engine_params=params, **two_stage)
     report = result.report()
     if where is not None:
         report["cluster"] = where
@@ -256,6 +225,7 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
         report["outside_schema"] = outside
     for warning in _publication_warnings(frame, report["columns"]):
         print(f"streamanon: warning: {warning}", file=sys.stderr)
+    progress.enter(f"write {args.out}")
     write_table(result.data, args.out, schema=described.get("schema"))
     rpath = report_path(args.out)
     write_json(report, rpath)

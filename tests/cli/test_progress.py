@@ -1,0 +1,70 @@
+"""Progress of long work when the output is not a terminal: a line every interval with the
+phase, the records done of the total and the rate (streamanon.cli._progress)."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from streamanon.cli._progress import shown
+from streamanon.progress import Progress
+
+LINE = re.compile(r"^streamanon: \d+ s: (?P<phase>[^:]+)(: (?P<done>[\d,]+) of "
+                  r"(?P<total>[\d,]+) records \((?P<rate>[\d,]+)/s\))?$")
+
+
+def test_lines_follow_the_phases_into_a_file(monkeypatch):
+    monkeypatch.setenv("STREAMANON_PROGRESS_SECONDS", "0.05")
+    out = io.StringIO()  # not a terminal
+    with shown(Progress(), "work", stream=out) as progress:
+        progress.enter("read the input")
+        time.sleep(0.3)
+        progress.enter("engine mdav")
+        progress.start(1_000)
+        progress.counter[0] = 400
+        time.sleep(0.3)
+    lines = out.getvalue().splitlines()
+    assert lines and all(LINE.match(x) for x in lines), lines
+    phases = [LINE.match(x)["phase"] for x in lines]
+    assert "read the input" in phases and "engine mdav" in phases
+    engine = [LINE.match(x) for x in lines if LINE.match(x)["phase"] == "engine mdav"]
+    assert all(m["done"] == "400" and m["total"] == "1,000" for m in engine)
+
+
+def test_nothing_is_printed_within_the_first_interval_or_when_disabled(monkeypatch):
+    monkeypatch.setenv("STREAMANON_PROGRESS_SECONDS", "30")
+    out = io.StringIO()
+    with shown(Progress(), "work", stream=out) as progress:
+        progress.enter("quick")
+    monkeypatch.setenv("STREAMANON_PROGRESS_SECONDS", "0.01")
+    with shown(Progress(), "work", enabled=False, stream=out):
+        time.sleep(0.1)
+    assert out.getvalue() == ""
+
+
+def test_anonymize_into_a_pipe_prints_progress_lines(subprocesses, tmp_path: Path):
+    rng = np.random.default_rng(0)
+    pd.DataFrame(rng.normal(size=(60_000, 5)), columns=list("abcde")).to_csv(
+        tmp_path / "x.csv", index=False)
+    env = {**os.environ, "STREAMANON_PROGRESS_SECONDS": "0.1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "streamanon", "anonymize", str(tmp_path / "x.csv"), "--qi",
+         "a,b,c,d,e", "--k", "5", "--out", str(tmp_path / "r.csv"), "--seed", "1"],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = [x for x in done.stderr.splitlines() if x.startswith("streamanon: ")]
+    assert lines and all(LINE.match(x) for x in lines), lines
+    engine = [LINE.match(x) for x in lines if LINE.match(x)["phase"] == "engine mdav"]
+    assert engine, lines  # MDAV on 60,000 records takes most of a second at least
+    counted = [m for m in engine if m["total"]]
+    assert counted and all(m["total"] == "60,000" for m in counted)
+    assert any(int(m["rate"].replace(",", "")) > 0 for m in counted)
+    assert "\x1b" not in done.stderr  # no terminal control codes in a pipe
