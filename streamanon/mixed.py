@@ -263,28 +263,48 @@ def fit_embedding(C: np.ndarray, encoding: Encoding) -> Standardisation:
     """The affine map of the expanded codes: numeric and ordinal columns standardised over
     their observed values, a nominal block centred on its level frequencies and scaled by
     ``sqrt(1 - sum p^2)``. Complete numeric data: exactly :func:`fit_standardisation`."""
-    E = expand(C, encoding)
-    if not encoding.has_nominal and not np.isnan(E).any():
-        return fit_standardisation(E)
-    mean = np.zeros(E.shape[1])
-    scale = np.ones(E.shape[1])
+    if not encoding.has_nominal and not np.isnan(C).any():
+        return fit_standardisation(expand(C, encoding))
+    width = sum(c.width for c in encoding.columns)
+    mean = np.zeros(width)
+    scale = np.ones(width)
     for j, (col, part) in enumerate(zip(encoding.columns, encoding.slices, strict=True)):
         seen = ~np.isnan(C[:, j])
         if not seen.any():
             continue
-        if col.nominal:
-            p = E[seen, part].mean(axis=0)
+        if col.nominal:  # each level's share: the mean of its indicator column
+            counts = np.bincount(C[seen, j].astype(np.int64), minlength=col.width)
+            p = counts[: col.width] / float(seen.sum())
             mean[part] = p
             spread = float(np.sqrt(max(1.0 - float(np.sum(p * p)), 0.0)))
             scale[part] = spread if spread > 0 else 1.0
         else:
-            fit = fit_standardisation(E[seen, part.start][:, None])
+            fit = fit_standardisation(C[seen, j][:, None])
             mean[part], scale[part] = fit.mean, fit.scale
     return Standardisation(mean=mean, scale=scale)
 
 
+#: Embedding a table of at least this many records whose distinct code tuples are at most
+#: this share of them embeds each distinct tuple once and copies it to its records (the same
+#: numbers: every record's row is computed alone). Real survey keys repeat: 1.4 million
+#: people's six military answers hold 1,646 tuples, and their 24-column embedding took 2 s.
+DISTINCT_EMBED = (10_000, 0.25)
+
+
 def embed(C: np.ndarray, encoding: Encoding, scaling: Standardisation) -> np.ndarray:
     """The embedded records (n x d), missing values at the column mean (zero)."""
+    C = np.asarray(C, dtype=np.float64)
+    if C.shape[0] >= DISTINCT_EMBED[0] and C.shape[1] > 0:
+        from streamanon.tuples import collapse
+
+        missing = np.isnan(C)
+        tuples = collapse(np.hstack([np.where(missing, 0.0, C), missing]))
+        if tuples.n_distinct <= DISTINCT_EMBED[1] * C.shape[0]:
+            return _embed(C[tuples.first], encoding, scaling)[tuples.inverse]
+    return _embed(C, encoding, scaling)
+
+
+def _embed(C: np.ndarray, encoding: Encoding, scaling: Standardisation) -> np.ndarray:
     E = expand(C, encoding)
     Z = scaling.apply(E)
     if encoding.has_nominal or np.isnan(Z).any():

@@ -63,7 +63,7 @@ def identical_cells(base: np.ndarray, base_labels: np.ndarray,
     """For each late record, a base record of a cell whose records are all identical to it
     (-1 where there is none): the cell it joins at zero loss, whatever the stage. None when no
     late record has one (the stage then runs exactly as it would alone)."""
-    from streamanon.engines.distinct import row_hashes
+    from streamanon.tuples import row_hashes
 
     if len(increment) == 0 or len(base) == 0:
         return None

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamanon.engines import available_engines, distinct, run_engine
+from streamanon import tuples
+from streamanon.engines import available_engines, run_engine
 from streamanon.engines.distinct import collapse, distinct_labels
 from streamanon.metrics import check_partition, information_loss, standardise
 
@@ -36,7 +37,7 @@ def test_collapse_finds_the_distinct_rows_and_survives_a_hash_collision(monkeypa
     assert t.n_distinct == len(expected) and t.counts.sum() == len(X)
     assert np.array_equal(X, X[t.first[t.inverse]])
     # Every row hashing alike: the exact sort takes over, never a merge of different tuples.
-    monkeypatch.setattr(distinct, "row_hashes", lambda X: np.zeros(len(X), np.uint64))
+    monkeypatch.setattr(tuples, "row_hashes", lambda X: np.zeros(len(X), np.uint64))
     t = collapse(X)
     assert t.n_distinct == len(expected) and np.array_equal(X, X[t.first[t.inverse]])
 
