@@ -198,7 +198,7 @@ def _codes(series: pd.Series, col: Column) -> np.ndarray:
         return values
     where = {level: float(i) for i, level in enumerate(col.levels)}
     # Each distinct value is looked up once (a survey column has a handful of them).
-    seen, distinct = pd.factorize(series.astype(object), use_na_sentinel=True)
+    seen, distinct = pd.factorize(series, use_na_sentinel=True)
     code_of = np.full(len(distinct) + 1, np.nan)  # the last: missing
     for i, value in enumerate(distinct):
         code = where.get(value)

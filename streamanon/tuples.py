@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
-
-_MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
-_PRIME = np.uint64(0x100000001B3)
 
 
 @dataclass(frozen=True)
@@ -37,17 +35,30 @@ class Tuples:
 
 
 def row_hashes(X: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each row's bytes (splitmix64 of each value, combined FNV-style)."""
-    bits = np.ascontiguousarray(X + 0.0).view(np.uint64)  # + 0.0: -0.0 is 0.0
-    h = np.zeros(X.shape[0], dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for j in range(X.shape[1]):
-            z = bits[:, j] + np.uint64(0x9E3779B97F4A7C15) * np.uint64(j + 1)
-            z = (z ^ (z >> np.uint64(30))) * _MIX[0]
-            z = (z ^ (z >> np.uint64(27))) * _MIX[1]
-            z ^= z >> np.uint64(31)
-            h = (h ^ z) * _PRIME
-    return h
+    """A 64-bit hash of each row's bytes (splitmix64 of each value, combined FNV-style; -0.0
+    hashes as 0.0), in one compiled pass over the rows."""
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    return _row_hashes(X.view(np.uint64).reshape(X.shape))
+
+
+@nb.njit(cache=True, nogil=True)
+def _row_hashes(bits: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    n, m = bits.shape
+    out = np.empty(n, dtype=np.uint64)
+    negative_zero = np.uint64(0x8000000000000000)
+    for i in range(n):
+        h = np.uint64(0)
+        for j in range(m):
+            z = bits[i, j]
+            if z == negative_zero:
+                z = np.uint64(0)
+            z = z + np.uint64(0x9E3779B97F4A7C15) * np.uint64(j + 1)
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            z = z ^ (z >> np.uint64(31))
+            h = (h ^ z) * np.uint64(0x100000001B3)
+        out[i] = h
+    return out
 
 
 def collapse(X: np.ndarray) -> Tuples:

@@ -13,7 +13,7 @@ from tests.conftest import REPO
 
 @pytest.mark.heavy  # compiles every kernel where the cache is cold (make check runs no warm-up)
 def test_every_kernel_group_runs_and_the_kernels_are_compiled(capsys):
-    from streamanon import metrics
+    from streamanon import metrics, tuples
     from streamanon.engines import _cells, _local_search_kernels, _mdav_kernels
     from streamanon.incremental import _nn_kernels
 
@@ -24,7 +24,7 @@ def test_every_kernel_group_runs_and_the_kernels_are_compiled(capsys):
         assert f"{group} " in said
     for kernel in (_mdav_kernels.mdav_labels, _local_search_kernels.ona_star_labels,
                    _nn_kernels.adjoin, _cells.offer_products, metrics._cell_sums,
-                   metrics._row_squares, metrics._fit_and_standardise):
+                   metrics._row_squares, metrics._fit_and_standardise, tuples._row_hashes):
         assert kernel.signatures  # compiled, or loaded, in this process
 
 
