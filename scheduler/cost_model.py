@@ -129,6 +129,25 @@ class PowerLaw:
         return replace(self, a=self.a * contention, contention=self.contention * contention,
                        runs=int(ratios.size), contention_spread=spread)
 
+    def on_work_share(self, share: float) -> PowerLaw:
+        """This model for records of which the engine runs on ``share`` only: ``a (share
+        n)^b`` at ``n`` records, with its prediction interval taken at ``share n``.
+
+        Survey keys repeat: the distinct-tuple microaggregation runs the engine on the
+        respondents of rare tuples only (a million people over 2,000 tuples: a few thousand
+        of them), so a survey whose records have been seen is planned as the problem it is.
+        ``share`` 1 (or more): the model itself.
+
+        >>> m = PowerLaw(a=1e-9, b=2.0)
+        >>> round(m.on_work_share(0.01)(1_000_000), 6), m.on_work_share(1.0) is m
+        (0.1, True)
+        """
+        if not share < 1:
+            return self
+        share = max(float(share), 1e-9)
+        return replace(self, a=self.a * share ** self.b,
+                       log_n_mean=self.log_n_mean - math.log(share))
+
     def log_spread(self, n: float) -> float:
         """The standard error of a new run's ``log seconds`` at ``n`` records.
 

@@ -41,14 +41,18 @@ from scipy.spatial import cKDTree
 
 from streamanon.tuples import Tuples, collapse, row_hashes
 
-__all__ = ["COLLAPSE_SHARE", "NEIGHBOURS", "Tuples", "collapse", "distinct_labels",
-           "row_hashes"]
+__all__ = ["COLLAPSE_SHARE", "LENDABLE", "NEIGHBOURS", "Tuples", "collapse",
+           "distinct_labels", "engine_rows", "row_hashes"]
 
 #: The share of the records that tuples of k or more must hold for the collapse to run: below
 #: it the engine runs on every record as it always has (the work saved is small, and on the
 #: bundled EIA data, where one tuple of 19 repeats holds 0.5 % of the records, taking it out
 #: changed MDAV's path through the other 4,073 records enough to lose 0.1 % more).
 COLLAPSE_SHARE = 0.5
+
+#: Each large tuple lends the engine up to this many times k - 1 of its respondents (the
+#: engine may put them in a cell with rare tuples; those it does not use go back).
+LENDABLE = 3
 
 #: How many of the nearest large tuples a small tuple considers joining or borrowing from.
 NEIGHBOURS = 8
@@ -76,6 +80,24 @@ def distinct_labels(X: np.ndarray, k: int,
     return np.unique(labels, return_inverse=True)[1].ravel().astype(np.int64)
 
 
+def engine_rows(X: np.ndarray, k: int, tuples: Tuples | None = None) -> int:
+    """How many records the engine runs on when ``run_engine`` collapses ``X``: all of them
+    where nothing is collapsed, else the respondents of small tuples and the lendable ones
+    of large tuples (0 where every respondent is in a tuple of k or more). What the engine's
+    cost follows, and what its cost model is observed at."""
+    n = len(X)
+    if k < 2 or n == 0:
+        return n
+    tuples = collapse(X) if tuples is None else tuples
+    large = tuples.counts >= k
+    if tuples.n_distinct == n or tuples.counts[large].sum() < COLLAPSE_SHARE * n:
+        return n
+    small = int(tuples.counts[~large].sum())
+    if small < k:
+        return 0
+    return small + int(np.minimum(tuples.counts[large] - k, LENDABLE * (k - 1)).sum())
+
+
 class _Placer:
     """Steps 3 and 4 of the module docstring: writes the small respondents' cells, and the
     cells of the large tuples' respondents lent to them, into ``labels``."""
@@ -95,7 +117,7 @@ class _Placer:
         """The last ``min(spare, k - 1)`` respondents of each large tuple: those the engine
         may put in a cell with small tuples."""
         ends = self.starts[self.large_ids] + self.tuples.counts[self.large_ids]
-        take = np.minimum(self.spare, 3 * (self.k - 1))
+        take = np.minimum(self.spare, LENDABLE * (self.k - 1))
         return np.sort(np.concatenate([self.order[e - t:e] for e, t in zip(ends, take,
                                                                            strict=True)]))
 

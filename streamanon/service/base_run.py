@@ -125,6 +125,8 @@ async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, stor
     """Run the base engine on the survey's records up to ``snapshot_seq`` and store its
     checkpoint (``BASE_DONE``); a failure is logged and stored as the survey's error, the
     survey goes back to ``OPEN`` and the release is made one-shot at close."""
+    from streamanon.engines.distinct import engine_rows
+
     sc = rt.config
     sid = sc.id
     loop = asyncio.get_running_loop()
@@ -136,6 +138,7 @@ async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, stor
         step = time.perf_counter()
         frame = await asyncio.to_thread(records_frame, records, sc)
         prepared = await asyncio.to_thread(prepare_stored, frame, sc.schema, sc.k)
+        work = await asyncio.to_thread(engine_rows, prepared.Z, sc.k)
         steps["prepare"] = time.perf_counter() - step
         step = time.perf_counter()
         if compute.cluster == "local":  # its values kept there
@@ -155,7 +158,7 @@ async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, stor
                         seconds=seconds, started_at=started)
         await in_store(store.save_checkpoint, sid, cp)
         if compute.cluster == "local":  # a cluster's time is its parts' and workers'
-            await in_store(planner.observe_base, sc, len(records), seconds)
+            await in_store(planner.observe_base, sc, len(records), seconds, work)
         await in_store(store.transition, sid, BASE_DONE, f"base run took {seconds:.2f} s")
         steps["checkpoint"] = time.perf_counter() - step
         rt.timings["base_seconds"] = seconds

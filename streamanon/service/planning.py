@@ -78,13 +78,24 @@ class SurveyPlanner:
         self.provisional: set[str] = set()
         self._measured: dict[str, asyncio.Event] = {}  # set when the models are measured
         self._first_plan: dict[str, float] = {}  # when each survey was first planned here
+        #: The share of each survey's records its base engine ran on in its last base run:
+        #: with repeated keys, the rare tuples' respondents only (distinct-tuple
+        #: microaggregation); the plans price the engine at that share (1 until measured).
+        self.work_share: dict[str, float] = {}
 
-    def observe_base(self, sc: SurveyConfig, n: int, seconds: float) -> None:
-        """A base run of ``n`` records took ``seconds``: a sample of its engine's cost model
-        (with the survey's engine parameters). Blocking: it writes the cost model file."""
+    def observe_base(self, sc: SurveyConfig, n: int, seconds: float,
+                     work: int | None = None) -> None:
+        """A base run of ``n`` records took ``seconds``, its engine running on ``work`` of
+        them (default all; fewer where repeated keys were collapsed): a sample of the
+        engine's cost model at ``work`` records (with the survey's engine parameters), and
+        the survey's work share. Blocking: it writes the cost model file."""
         from streamanon.engines import model_parameters
 
-        self.cost_models.observe(sc.engine, len(sc.quasi_identifiers), sc.k, n, seconds,
+        work = n if work is None else work
+        self.work_share[sc.id] = min(work / n, 1.0) if n else 1.0
+        if work < 2 * sc.k:  # the engine hardly ran: no sample of its cost
+            return
+        self.cost_models.observe(sc.engine, len(sc.quasi_identifiers), sc.k, work, seconds,
                                  model_parameters(sc.engine, sc.engine_params))
 
     def load_models(self, sc: SurveyConfig, *, measure: bool = True) -> None:
@@ -371,15 +382,16 @@ class SurveyPlanner:
         rt = self.surveys[sid]
         sc = rt.config
         slowdown = live.load_slowdown(*machine_load())
+        options = self._at_work_share(sid, self._options.get(sid, []))
         if rt.auto_engine and sc.engine == "auto":
-            choice = choose(arrivals, self._options[sid], k=sc.k, stage=sc.incremental,
+            choice = choose(arrivals, options, k=sc.k, stage=sc.incremental,
                             deadline=sc.deadline, seconds_to_close=seconds_to_close,
                             refine=sc.refine, slowdown=slowdown, min_nu=sc.min_nu,
                             overhead_model=self.overhead,
                             max_delta=None if sc.objective == "earliest" else sc.max_delta)
             return choice.plan, choice
         if sc.incremental == "auto":  # the stage is the planner's: every candidate's plan
-            candidates = [o for o in self._options[sid] if o.engine == sc.engine]
+            candidates = [o for o in options if o.engine == sc.engine]
             chosen = choose(arrivals, candidates, k=sc.k, stage=sc.incremental,
                             deadline=sc.deadline, seconds_to_close=seconds_to_close,
                             refine=sc.refine, slowdown=slowdown, min_nu=sc.min_nu,
@@ -387,6 +399,7 @@ class SurveyPlanner:
                             max_delta=None if sc.objective == "earliest" else sc.max_delta)
             return chosen.plan, None
         base, incremental = self.models[sid]
+        base = base.on_work_share(self.work_share.get(sid, 1.0))
         plan = live.plan(arrivals, base, incremental, k=sc.k, deadline=sc.deadline,
                          seconds_to_close=seconds_to_close, refine=sc.refine,
                          quality=sc.quality(), slowdown=slowdown, min_nu=sc.min_nu,
@@ -395,6 +408,12 @@ class SurveyPlanner:
             plan = dataclasses.replace(plan, engine=sc.engine, expected_delta=expected_delta(
                 sc.engine, sc.incremental, plan.nu))
         return plan, None
+
+    def _at_work_share(self, sid: str, options: list[Option]) -> list[Option]:
+        """The candidates with their base engines priced at the survey's work share."""
+        share = self.work_share.get(sid, 1.0)
+        return [dataclasses.replace(o, base_cost=o.base_cost.on_work_share(share))
+                if share < 1 and isinstance(o.base_cost, PowerLaw) else o for o in options]
 
     def choose_now(self, sid: str, plan: Plan | None = None, *,
                    one_shot_records: int | None = None) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from streamanon import tuples
-from streamanon.engines import available_engines, run_engine
+from streamanon.engines import available_engines, distinct, run_engine
 from streamanon.engines.distinct import collapse, distinct_labels
 from streamanon.metrics import check_partition, information_loss, standardise
 
@@ -111,3 +111,19 @@ def test_real_survey_keys_lose_no_more_than_the_engine_alone():
         ours = information_loss(X, run_engine("mdav", X, k))
         today = information_loss(X, run_engine("mdav", X, k, collapse=False))
         assert ours <= today
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_engine_rows_is_what_the_engine_runs_on(seed):
+    """What the cost model is observed at: the rows ``run_engine`` hands the engine."""
+    X = duplicated(5_000, int(np.random.default_rng(seed).choice([40, 300, 3000])), 3, 6, seed)
+    for k in (3, 5):
+        seen: list[int] = []
+
+        def engine(rows, k=k, seen=seen):
+            seen.append(len(rows))
+            return run_engine("mdav", rows, k)
+
+        labels = distinct_labels(X, k, engine)
+        expected = len(X) if labels is None else (seen[0] if seen else 0)
+        assert distinct.engine_rows(X, k) == expected

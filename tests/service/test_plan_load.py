@@ -71,3 +71,24 @@ def test_the_plan_weighs_the_release_steps_as_this_machine_ran_them(tmp_path):
     assert here.overhead(N, 5_000) == pytest.approx(0.5 * DEFAULT_OVERHEAD(N, 5_000))
     assert plan.overhead_seconds == pytest.approx(
         0.5 * DEFAULT_OVERHEAD.late_part(plan.nu * N), rel=1e-6)
+
+
+def test_a_survey_of_repeated_keys_is_planned_as_the_small_problem_its_base_run_found(
+        tmp_path):
+    """The base run's engine ran on 2 % of the records (the rare tuples' respondents): the
+    engine's cost model is observed at that size, and the next plans price the base run at
+    that share of the records, not at all of them."""
+    from scheduler.cost_model import CostModelStore
+
+    planner = survey_planner(tmp_path, "nn_split_end")
+    now = datetime.now(timezone.utc)
+    before = planner.plan("s", now)
+    sc = planner.surveys["s"].config
+    planner.observe_base(sc, 50_000, 0.004, work=1_000)  # quadratic: 0.4 ms at 1,000
+    assert planner.work_share["s"] == pytest.approx(0.02)
+    samples = CostModelStore(tmp_path / "cost_models.json").samples("mdav", M, K)
+    assert [(n, src) for n, _, src in samples if src == "run"] == [(1_000, "run")]
+    after = planner.plan("s", now)
+    # what is left is the base run's own steps (loading, preparing: per record)
+    overhead = live.BASE_OVERHEAD(after.n_total * (1 - after.nu))
+    assert after.base_seconds - overhead < (before.base_seconds - overhead) / 100
