@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from simulations.common import RESULTS, ROOT, commit, machine
+from streamanon.schema import load_schema
 
 SCHEMAS = ROOT / "simulations" / "real_surveys"
 
@@ -151,7 +152,6 @@ def ols(frame: pd.DataFrame, survey: Survey) -> tuple[pd.Series, pd.Series]:
 def analysts(frame: pd.DataFrame, schema: Path, name: str, k: int) -> dict[str, Any]:
     """The release made in this process, unshuffled, against the original."""
     from streamanon import microaggregate
-    from streamanon.schema import load_schema
 
     spec = load_schema(schema)
     started = time.perf_counter()
@@ -181,6 +181,33 @@ def analysts(frame: pd.DataFrame, schema: Path, name: str, k: int) -> dict[str, 
     return out
 
 
+def anjana(python: str, csv: Path, spec: Any, k: int, timeout: float,
+           tmp: Path) -> dict[str, Any]:
+    """ANJANA's k-anonymity on the same CSV in its side environment (``anjana_side.py``):
+    its seconds (whole process), peak memory, suppressed records and the share of records
+    whose key tuple changed; ``{"timeout": seconds}`` when cut off."""
+    qi = list(spec.quasi_identifiers)
+    numeric = [c for c in qi if spec.fields[c].type in ("int", "float")]
+    out = tmp / "anjana.json"
+    started = time.perf_counter()
+    child = subprocess.Popen([python, str(ROOT / "simulations" / "anjana_side.py"), str(csv),
+                              ",".join(qi), ",".join(numeric), str(k), str(out)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        return {"timeout": timeout}
+    seconds = time.perf_counter() - started
+    if child.returncode != 0:
+        return {"error": child.stderr.read().decode().strip().splitlines()[-1]}
+    import resource
+
+    return {**json.loads(out.read_text()), "whole_seconds": seconds,
+            "peak_mb_children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+
+
 def synthetic(n: int, tuples: int, k: int) -> dict[str, Any]:
     """MDAV with and without the collapse on duplicate-heavy synthetic codes."""
     from streamanon.engines import run_engine
@@ -200,7 +227,7 @@ def synthetic(n: int, tuples: int, k: int) -> dict[str, Any]:
     return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog="Prints markdown tables with their provenance and writes the rows to --out.")
@@ -212,8 +239,13 @@ def main() -> None:
     parser.add_argument("--synthetic", default="200000:500", metavar="N:T",
                         help="duplicate-heavy synthetic rows, with and without the collapse "
                              "(default 200000:500; 'none' to skip)")
+    parser.add_argument("--anjana", default=None, metavar="PYTHON",
+                        help="the Python of a side environment with anjana installed "
+                             "(python3 -m venv DIR && DIR/bin/pip install anjana): ANJANA's "
+                             "k-anonymity beside each row, cut off at --anjana-timeout")
+    parser.add_argument("--anjana-timeout", type=float, default=900.0, metavar="SECONDS")
     parser.add_argument("--out", default=str(RESULTS / "bench_real_surveys.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     ks = [int(k) for k in args.k.split(",")]
     names = args.surveys.split(",")
     unknown = sorted(set(names) - set(SURVEYS))
@@ -229,8 +261,6 @@ def main() -> None:
             csv = Path(tmp) / f"{name}.csv"
             frame.to_csv(csv, index=False)
             schema = SCHEMAS / f"{name}.toml"
-            from streamanon.schema import load_schema
-
             qi = list(load_schema(schema).quasi_identifiers)
             distinct = len(frame[qi].drop_duplicates())
             for k in ks:
@@ -242,6 +272,9 @@ def main() -> None:
                        "cells": whole["report"]["cells"],
                        "il": whole["report"]["information_loss"],
                        **analysts(frame, schema, name, k)}
+                if args.anjana:
+                    row["anjana"] = anjana(args.anjana, csv, load_schema(schema), k,
+                                           args.anjana_timeout, Path(tmp))
                 rows.append(row)
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
     synthetic_rows = []
@@ -255,6 +288,10 @@ def main() -> None:
           f"{args.surveys} --k {args.k} --military-copies {args.military_copies} "
           f"--synthetic {args.synthetic}\n")
     print(table(rows))
+    if any("anjana" in r for r in rows):
+        print("\nBeside ANJANA 1.2 (generalisation: numbers in bands of 5 and 10, then *; "
+              "other keys to *; suppression up to 5 %; whole process)\n")
+        print(anjana_table([r for r in rows if "anjana" in r]))
     if synthetic_rows:
         print("\nDuplicate-heavy synthetic data, MDAV with and without the collapse (same run)\n")
         print(synthetic_table(synthetic_rows))
@@ -263,6 +300,7 @@ def main() -> None:
                                           "machine": machine(), "rows": rows,
                                           "synthetic": synthetic_rows}, indent=2, default=float))
     print(f"\nwrote {args.out}")
+    return 0
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -278,6 +316,23 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def anjana_table(rows: list[dict[str, Any]]) -> str:
+    out = ["| survey | k | streamanon | tuple changed | ANJANA | suppressed | tuple changed |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        a = r["anjana"]
+        if "timeout" in a:
+            theirs = f"did not finish in {a['timeout']:.0f} s | | "
+        elif "error" in a:
+            theirs = f"failed: {a['error']} | | "
+        else:
+            theirs = (f"{a['whole_seconds']:.1f} s | {100 * a['suppressed'] / a['n']:.2f} % | "
+                      f"{100 * a['changed']:.2f} %")
+        out.append(f"| {r['survey']} | {r['k']} | {r['seconds']:.1f} s | "
+                   f"{100 * r['changed']:.2f} % | {theirs} |")
+    return "\n".join(out)
+
+
 def synthetic_table(rows: list[dict[str, Any]]) -> str:
     out = ["| n | tuples | k | collapsed: engine | every record: engine | sooner | "
            "IL collapsed | IL every record |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -290,4 +345,4 @@ def synthetic_table(rows: list[dict[str, Any]]) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
