@@ -522,9 +522,9 @@ def test_release_codes_by_hand_with_weights():
     cell1 = [
         17.5,  # mean of 10, 10, 20, 30
         3.0,   # rint(3.25)
-        1.0,   # lower median of a, b, c, d: b (not c)
-        1.0,   # g and b tie 2 - 2: the first level, g, not the first seen, b
-        0.0,   # False and True tie: the first level, False
+        1.0,   # medians b and c tie: b, short of its share by 2 (c by 1; d over by 1)
+        2.0,   # g and b tie 2 - 2: b, which cell 0 left short of its share (g has its 5)
+        1.0,   # False and True tie: True, short of its share (False has its 5)
     ]
     assert np.array_equal(R, np.array([cell0] * 3 + [cell1] * 4))
 
@@ -657,3 +657,23 @@ def test_quick_form_with_a_missing_value_names_the_column_and_first_row_on_one_l
     assert "\n" not in message
     assert "column(s) b " in message and "first at row 7" in message
     assert "--missing" in message
+
+
+def test_ties_do_not_all_move_a_margin_the_same_way():
+    """Cells of five different states (every level ties): always the first level would give
+    the first states every record; the rule keeps each state's count within one cell of its
+    share, at the same loss (one value in five kept per cell either way)."""
+    levels = tuple(f"s{i:02d}" for i in range(50))
+    enc = Encoding((Column("state", "category", levels),))
+    rng = np.random.default_rng(0)
+    codes = rng.permutation(np.repeat(np.arange(50), 20)).astype(float)[:, None]  # 1,000
+    labels = np.arange(1000) // 5
+    R = release_codes(codes, labels, enc)
+    before = np.bincount(codes[:, 0].astype(int), minlength=50)
+    after = np.bincount(R[:, 0].astype(int), minlength=50)
+    assert np.abs(after - before).max() <= 5 + 5  # at most a cell either side of its share
+    kept = np.mean(R[:, 0] == codes[:, 0])
+    first = np.array([codes[labels == c, 0].min() for c in range(200)])[labels]  # the old rule
+    assert kept >= np.mean(first == codes[:, 0])
+    assert 0.5 * np.abs(after - before).sum() / 1000 < 0.5 * np.abs(
+        np.bincount(first.astype(int), minlength=50) - before).sum() / 1000
