@@ -68,11 +68,15 @@ def identical_cells(base: np.ndarray, base_labels: np.ndarray,
     if len(increment) == 0 or len(base) == 0:
         return None
     h = row_hashes(base)
-    first = np.unique(base_labels, return_index=True)[1]  # each cell's first record
-    n_cells = len(first)
+    n_cells = int(base_labels.max()) + 1
+    first = np.empty(n_cells, dtype=np.int64)
+    first[base_labels] = np.arange(len(base))  # a record of each cell (any one will do)
     pure = np.ones(n_cells, dtype=bool)
     pure[base_labels[h != h[first[base_labels]]]] = False
-    pure[base_labels[~np.all(base == base[first[base_labels]], axis=1)]] = False
+    if not pure.any():  # continuous data: no cell of identical hashes
+        return None
+    rows = np.flatnonzero(pure[base_labels])  # exactly equal, not only alike in hash
+    pure[base_labels[rows[~np.all(base[rows] == base[first[base_labels[rows]]], axis=1)]]] = False
     if not pure.any():
         return None
     cells = np.flatnonzero(pure)

@@ -38,8 +38,8 @@ def test_a_late_record_joins_the_cell_of_its_own_tuple(stage):
         own = [c for c in pure if np.array_equal(base[base_labels == c][0], late[i])]
         if own:  # its tuple is a base cell of identical records: it is in that cell
             joined += 1
-            members = np.flatnonzero(base_labels == own[0])
-            assert labels[len(base) + i] == labels[members[0]], (stage, i)
+            members = np.flatnonzero(base_labels == own[0])  # a split stage may cut it in
+            assert labels[len(base) + i] in set(labels[members]), (stage, i)  # two: either
     assert joined >= 20
     assert np.array_equal(labels, run_stage(stage, base, base_labels, late, k))
 
