@@ -28,7 +28,6 @@ import json
 import logging
 import secrets
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,12 +51,12 @@ from streamanon.service.broker import EmbeddedBroker, free_port
 from streamanon.service.calibration import calibrated_model, candidates, stage_model
 from streamanon.service.config import parse_config
 from streamanon.service.lifecycle import serve
+from streamanon.service.respondents import PRODUCER_LINGER_MS, start_respondents
 from streamanon.service.web import snapshot_html
 
 SURVEY = "sim"
 DATA_KINDS = ("gaussian", "census-like")
 PRODUCER_MARGIN_SECONDS = 1.0  # the last response is due this long before the close, at most
-PRODUCER_LINGER_MS = 100  # the simulated platform's batching (produce's docstring)
 
 log = logging.getLogger(__name__)
 
@@ -133,46 +132,6 @@ def service_config(bootstrap: str, out: Path, *, n: int, m: int, k: int, close: 
     }
 
 
-def produce(bootstrap: str, topic: str, data: SurveyData, send_at: np.ndarray,
-            stop: threading.Event, malformed: bool = True) -> None:
-    """Send response ``i`` at ``send_at[i]`` seconds after the call (sorted); with
-    ``malformed``, four broken messages too (they go to the dead-letter topic). By librdkafka,
-    which keeps up with a rush of tens of thousands of responses a second.
-
-    Sends are batched for 100 ms (``linger.ms``, Kafka Streams' default), well inside the
-    :data:`PRODUCER_MARGIN_SECONDS` kept before the close. The embedded broker's work per
-    request grows with the batches it holds: with 10 ms batches it took up to 0.7 of two cores
-    by the end of a 300 s window at 3,333 responses a second (a million), and the base run
-    with it 1.2-1.5 times longer; with 100 ms its share stays a few hundredths of a core."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": PRODUCER_LINGER_MS,
-                         "queue.buffering.max.messages": 2_000_000,
-                         "queue.buffering.max.kbytes": 2_000_000})
-    n, m = data.X.shape
-    started = time.monotonic()
-    bad = {n // 5: b"{broken", n // 3: b'["not", "an", "object"]',
-           n // 2: json.dumps({"respondent_id": "x", "q0": "high"}).encode(),
-           2 * n // 3: json.dumps({"respondent_id": "R0000001", **{f"q{j}": 0.0
-                                   for j in range(m)}, "answer": 1}).encode()} \
-        if malformed else {}
-    sent = 0
-    while sent < n and not stop.is_set():
-        due = int(np.searchsorted(send_at, time.monotonic() - started, side="right"))
-        for i in range(sent, due):
-            body = {"respondent_id": f"R{i:07d}",
-                    **{f"q{j}": float(data.X[i, j]) for j in range(m)},
-                    "answer": int(data.answers[i])}
-            producer.produce(topic, key=f"R{i:07d}".encode(), value=json.dumps(body).encode())
-            if i in bad:
-                producer.produce(topic, value=bad[i])
-        producer.poll(0)
-        sent = max(sent, due)
-        time.sleep(0.02)
-    if producer.flush(120):
-        raise RuntimeError(f"responses did not reach {topic}")
-
-
 def fresh_output(out: Path, survey: str, progress: Progress = log.info) -> None:
     """Remove the store and release of a previous run in ``out`` (not the cost models)."""
     if (out / "streamanon.db").exists() or (out / survey).exists():
@@ -236,10 +195,8 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
             progress(f"dashboard at http://{bind}/ (also /api/status and /metrics)")
             progress(f"survey open for {open_seconds:.0f} s: producing {n:,} responses "
                      f"(m = {m}, k = {k}); close at {close:%H:%M:%S} UTC")
-            halt = threading.Event()
-            producer = threading.Thread(target=produce, args=(
-                broker.bootstrap, topic, data, send_at, halt), daemon=True)
-            producer.start()
+            halt, producer = start_respondents(broker.bootstrap, topic, data.X,
+                                               data.answers, send_at, time.monotonic())
             try:
                 while not service.surveys[survey].closed_event.is_set():
                     await asyncio.sleep(log_every)
@@ -262,6 +219,7 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
                 halt.set()
                 stop.set()
                 await server
+                await asyncio.to_thread(producer.join, 130)
 
         asyncio.run(main())
     return report
