@@ -42,7 +42,8 @@ from scipy.spatial import cKDTree
 from streamanon.tuples import Tuples, collapse, row_hashes
 
 __all__ = ["COLLAPSE_SHARE", "FULL_RUN_RECORDS", "LENDABLE", "NEIGHBOURS", "Tuples",
-           "collapse", "distinct_labels", "engine_rows", "row_hashes", "sum_of_squares"]
+           "collapse", "distinct_labels", "engine_rows", "row_hashes", "sum_of_squares",
+           "work_share"]
 
 #: The share of the records that tuples of k or more must hold for the collapse to run: below
 #: it the engine runs on every record as it always has (the work saved is small, and on the
@@ -116,6 +117,18 @@ def engine_rows(X: np.ndarray, k: int, tuples: Tuples | None = None) -> int:
     if small < k:
         return 0
     return small + int(np.minimum(tuples.counts[large] - k, LENDABLE * (k - 1)).sum())
+
+
+def work_share(codes: np.ndarray, k: int) -> float:
+    """The share of these records (a survey's stored key codes, a missing answer NaN) that
+    the engine would run on (:func:`engine_rows`; identical codes are identical embedded
+    rows): what a planner prices a base run at before it runs."""
+    codes = np.asarray(codes, dtype=np.float64)
+    if len(codes) == 0:
+        return 1.0
+    missing = np.isnan(codes)
+    tuples = collapse(np.hstack([np.where(missing, 0.0, codes), missing]))
+    return engine_rows(codes, k, tuples) / len(codes)
 
 
 class _Placer:

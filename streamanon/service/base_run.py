@@ -25,6 +25,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from streamanon.errors import describe_error, withheld
 from streamanon.release import prepare_stored
 from streamanon.service.kept import kept_base_partition
@@ -58,14 +60,18 @@ def read_ahead_seconds(replan_seconds: float) -> float:
 
 async def read_ahead(rt: SurveyRuntime, *, clean_cut: Callable[[], Awaitable[int]],
                      still_open: Callable[[], Awaitable[bool]], store: Store,
-                     in_store: StoreCall, once: bool = False) -> None:
+                     in_store: StoreCall, once: bool = False,
+                     measured: Callable[[float], None] | None = None) -> None:
     """Read the survey's records after those already read ahead (``rt.read_ahead``) up to a
     clean cut (``clean_cut()``: every record with a smaller ``seq`` is stored), in steps of
     :data:`READ_AHEAD_STEP`, and keep them for the base run. Nothing is kept once the base
     run has started (it takes what was read and reads the rest), the close has, or what was
     read has been dropped meanwhile (:meth:`~.runtime.ReadAhead.drop`). One read at a time;
     with ``once``, none once something was read (each clean cut of a shared store locks its
-    table)."""
+    table). ``measured`` then gets the share of the records read that the base engine would
+    run on (:func:`streamanon.engines.distinct.work_share`: with repeated keys, the rare
+    tuples' respondents), so that the plan prices the base run as the problem it is before
+    the run starts."""
     ahead = rt.read_ahead
     if ahead.task is not None or (once and ahead.parts):
         return
@@ -90,6 +96,12 @@ async def read_ahead(rt: SurveyRuntime, *, clean_cut: Callable[[], Awaitable[int
                 return
             ahead.parts.append(more)
             ahead.cut = upto
+        if measured is not None and current() and ahead.parts:
+            from streamanon.engines.distinct import work_share
+
+            parts = list(ahead.parts)
+            measured(await asyncio.to_thread(
+                lambda: work_share(np.concatenate([p.qi for p in parts]), rt.config.k)))
     except Exception as exc:  # costs only the time it would have saved
         ahead.drop()
         log.warning("survey %s: the base snapshot's records were not read ahead (%s); the base "

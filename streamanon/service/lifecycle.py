@@ -565,7 +565,9 @@ class Service:
 
         await read_ahead(rt, clean_cut=lambda: self._clean_cut(sid), still_open=still_open,
                          store=self.store, in_store=self._in_store,
-                         once=self.coordinator is not None)
+                         once=self.coordinator is not None,
+                         measured=lambda share: self.survey_planner.observe_work_share(
+                             sid, share))
 
     async def _base(self, sid: str, snapshot_seq: int, started: float) -> None:
         await run_base(self.surveys[sid], snapshot_seq, started, store=self.store,

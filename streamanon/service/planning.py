@@ -98,6 +98,14 @@ class SurveyPlanner:
         self.cost_models.observe(sc.engine, len(sc.quasi_identifiers), sc.k, work, seconds,
                                  model_parameters(sc.engine, sc.engine_params))
 
+    def observe_work_share(self, sid: str, share: float) -> None:
+        """The records read so far show that the base engine would run on ``share`` of them
+        (repeated keys: the rare tuples' respondents): the next plans price it so."""
+        if abs(self.work_share.get(sid, 1.0) - share) > 0.01:
+            log.info("survey %s: the base engine would run on %.1f %% of the records (repeated "
+                     "keys); planned so", sid, 100 * share, extra={"survey": sid})
+        self.work_share[sid] = min(max(float(share), 0.0), 1.0)
+
     def load_models(self, sc: SurveyConfig, *, measure: bool = True) -> None:
         """The base cost model (stored, or calibrated now) and the incremental one; with
         ``engine = "auto"``, those of every candidate (:data:`scheduler.choice.AUTO_ENGINES`),

@@ -94,3 +94,17 @@ def test_a_survey_of_repeated_keys_is_planned_as_the_small_problem_its_base_run_
     # what is left is the base run's own steps (loading, preparing: per record)
     overhead = live.BASE_OVERHEAD(after.n_total * (1 - after.nu))
     assert after.base_seconds - overhead < (before.base_seconds - overhead) / 100
+
+
+def test_the_share_read_ahead_prices_the_base_run_before_it_starts(tmp_path, monkeypatch):
+    """The read ahead found that the engine would run on 2 % of the records: the plan
+    before any base run prices it at that share, and postpones the snapshot accordingly."""
+    monkeypatch.setattr(planning, "machine_load", lambda: (0.1, 2))
+    planner = survey_planner(tmp_path, "nn_split_end")
+    now = datetime.now(timezone.utc)
+    before = planner.plan("s", now)
+    planner.observe_work_share("s", 0.02)
+    after = planner.plan("s", now)
+    overhead = live.BASE_OVERHEAD(after.n_total * (1 - after.nu))
+    assert after.base_seconds - overhead < (before.base_seconds - overhead) / 100
+    assert after.nu < before.nu  # a later snapshot: fewer late records

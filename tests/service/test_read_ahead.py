@@ -180,3 +180,32 @@ def test_later_records_must_follow():  # out of order, they would not be the sna
     assert list(records([1, 4, 9]).upto(4).seq) == [1, 4]
     with pytest.raises(ValueError, match="follow"):
         Records.join([records([1, 5]), records([5, 6])])
+
+
+def test_a_read_ahead_measures_the_share_the_base_engine_would_run_on(tmp_path):
+    """Repeated keys: 30,000 records over 20 tuples and 40 records of their own; the engine
+    would run on the 40 and what the 20 tuples may lend, and the planner is told so before
+    the base run starts (streamanon.engines.distinct.work_share)."""
+    from streamanon.engines.distinct import engine_rows
+
+    rng = np.random.default_rng(0)
+    tuples = rng.integers(0, 5, size=(20, M)).astype(float)
+    codes = np.vstack([tuples[rng.integers(0, 20, size=30_000)],
+                       rng.normal(10, 1, size=(40, M))])
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    store.ensure_survey("s")
+    store.insert_records("s", [
+        RecordRow(arrived_at=1000.0 + i, partition=0, offset=i, rid_hash=i.to_bytes(32, "big"),
+                  digest=record_digest(q.tobytes(), "{}", None), qi=q.tobytes(),
+                  confidential="{}", label=None) for i, q in enumerate(codes)])
+    rt = runtime()
+    rt.config.k = 5
+    said = []
+
+    async def clean_cut() -> int:
+        return store.max_seq("s")
+
+    asyncio.run(base_run.read_ahead(rt, clean_cut=clean_cut, still_open=yes, store=store,
+                                    in_store=direct, measured=said.append))
+    assert said == [engine_rows(codes, 5) / len(codes)]
+    assert 40 / len(codes) <= said[0] < 0.02
