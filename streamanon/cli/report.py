@@ -68,15 +68,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "ORIGINAL and attack a release made the same way from the rest)")
     rp.add_argument("--no-attacks", action="store_true",
                     help="leave out anonymeter's attacks (seconds on 10,000 records)")
+    rp.add_argument("--no-progress", action="store_true",
+                    help="show no progress (default: a bar on a terminal; when standard error "
+                         "is a file or a pipe, a line every 10 s with the phase)")
     rp.add_argument("--out", metavar="FILE", default=None,
                     help="the page (default: RELEASE_STEM.report.html next to the release)")
     rp.set_defaults(handler=cmd_report)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from streamanon.io import atomic_write, read_table, same_file
-    from streamanon.risk import measure
-    from streamanon.risk_page import render, verdict
+    from streamanon.cli._progress import shown
+    from streamanon.io import same_file
+    from streamanon.progress import Progress
     from streamanon.schema import load_schema
 
     release_path = Path(args.release)
@@ -90,6 +93,18 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise InputError(f"--out {out} is {what} file; the report would overwrite it: "
                              "choose another output")
     schema = load_schema(args.schema)
+    progress = Progress()
+    with shown(progress, "report", not args.no_progress):
+        return _report(args, schema, out, release_path, progress)
+
+
+def _report(args: argparse.Namespace, schema: Any, out: Path, release_path: Path,
+            progress: Any) -> int:
+    from streamanon.io import atomic_write, read_table
+    from streamanon.risk import measure
+    from streamanon.risk_page import render, verdict
+
+    progress.enter(f"read {args.original} and {args.release}")
     original = read_table(args.original)
     release = read_table(args.release)
     sensitive = [name for name, spec in schema.fields.items()
@@ -99,6 +114,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if absent:
         raise InputError(f"sensitive column(s) {', '.join(absent)} are not in {args.release}; "
                          f"it has: {', '.join(map(str, release.columns))}")
+    progress.enter("measure risk and utility")
     measures = measure(original, release, schema, args.k, aligned=False,
                        sensitive=sensitive).to_json()
     made, made_path, why = _release_report(release_path, len(release))
@@ -117,8 +133,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         settings["record linkage and interval disclosure"] = source
         linkage_line = (f"record linkage {_pct(aligned['record_linkage'])}, interval "
                         f"disclosure {_pct(aligned['interval_disclosure'])}: {source}")
+    progress.enter("anonymeter's attacks")
     measures["attacks"] = _attacks(args, original, release, schema, sensitive, settings,
                                    made).to_json()
+    progress.enter(f"draw {out}")
     page = render(measures, original, release, schema, settings)
     atomic_write(out, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
     warnings = [s.text for s in verdict(measures, settings) if s.warning]

@@ -68,3 +68,27 @@ def test_anonymize_into_a_pipe_prints_progress_lines(subprocesses, tmp_path: Pat
     assert counted and all(m["total"] == "60,000" for m in counted)
     assert any(int(m["rate"].replace(",", "")) > 0 for m in counted)
     assert "\x1b" not in done.stderr  # no terminal control codes in a pipe
+
+
+def test_report_into_a_pipe_prints_its_phases(subprocesses, tmp_path: Path):
+    rng = np.random.default_rng(1)
+    pd.DataFrame(rng.normal(size=(3_000, 3)), columns=list("abc")).to_csv(
+        tmp_path / "x.csv", index=False)
+    (tmp_path / "s.toml").write_text("[schema]\na = { role = \"quasi_identifier\" }\n"
+                                     "b = { role = \"quasi_identifier\" }\n"
+                                     "c = { role = \"confidential\" }\n")
+    env = {**os.environ, "STREAMANON_PROGRESS_SECONDS": "0.05"}
+    run = [sys.executable, "-m", "streamanon"]
+    assert subprocess.run([*run, "anonymize", str(tmp_path / "x.csv"), "--schema",
+                           str(tmp_path / "s.toml"), "--k", "5", "--out",
+                           str(tmp_path / "r.csv"), "--no-progress"],
+                          capture_output=True, timeout=300).returncode == 0
+    done = subprocess.run([*run, "report", str(tmp_path / "x.csv"), str(tmp_path / "r.csv"),
+                           "--schema", str(tmp_path / "s.toml"), "--k", "5"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = [x for x in done.stderr.splitlines() if x.startswith("streamanon: ")
+             and not x.startswith("streamanon: warning")]
+    assert lines and all(LINE.match(x) for x in lines), lines
+    phases = {LINE.match(x)["phase"] for x in lines}
+    assert phases & {"measure risk and utility", "anonymeter's attacks"}, phases
