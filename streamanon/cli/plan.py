@@ -141,9 +141,16 @@ def _calibrate(store: CostModelStore, engine: str, m: int, k: int, budget: float
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from streamanon.cli._progress import shown
+    from streamanon.progress import Progress
+
     store = CostModelStore(args.cost_models)
     params = dict(args.param)
-    model, samples = _calibrate(store, args.engine, args.m, args.k, args.budget, params)
+    progress = Progress()
+    progress.enter(f"timing {_named(args.engine, params)} on growing sizes, at most "
+                   f"{args.budget:g} s")
+    with shown(progress, "calibrate"):
+        model, samples = _calibrate(store, args.engine, args.m, args.k, args.budget, params)
     print(f"{_named(args.engine, params)}, m = {args.m}, k = {args.k}: "
           f"t = {model.a:.4g} * n^{model.b:.3f} s")
     print(f"residual (RMS of log error): {model.residual:.3f}")
