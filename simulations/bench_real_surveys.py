@@ -20,10 +20,11 @@ ordinal key's margin, and, where the survey has an outcome, a linear model fitte
 original and on the release, each coefficient's change in units of its original standard
 error (the largest is shown).
 
-``--synthetic N:T`` adds duplicate-heavy synthetic data (N records over T tuples of small
-integer codes, Zipf-skewed) released by MDAV with and without the distinct-tuple collapse
-(``run_engine(..., collapse=False)``: the engine on every record), same run: the engine's
-seconds and the information loss of each.
+``--synthetic N:T`` adds duplicate-heavy synthetic data (N records over T tuples of five small
+integer codes, Zipf-skewed; ``--synthetic-seeds`` draws of it) released by each of
+``--synthetic-engines`` with and without the distinct-tuple collapse (``run_engine(...,
+collapse=False)``: the engine on every record), same run: the engine's seconds and the
+information loss of each. ``--surveys none`` runs the synthetic rows alone.
 """
 
 from __future__ import annotations
@@ -208,20 +209,22 @@ def anjana(python: str, csv: Path, spec: Any, k: int, timeout: float,
             "peak_mb_children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
-def synthetic(n: int, tuples: int, k: int) -> dict[str, Any]:
-    """MDAV with and without the collapse on duplicate-heavy synthetic codes."""
+def synthetic(n: int, tuples: int, k: int, engine: str = "mdav",
+              seed: int = 7) -> dict[str, Any]:
+    """``engine`` with and without the collapse on duplicate-heavy synthetic codes."""
     from streamanon.engines import run_engine
     from streamanon.engines.distinct import collapse
     from streamanon.metrics import information_loss, standardise
 
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     values = rng.integers(0, 6, size=(tuples, 5)).astype(float)
     p = rng.zipf(1.5, size=tuples).astype(float)
     X = standardise(values[rng.choice(tuples, size=n, p=p / p.sum())])
-    row: dict[str, Any] = {"n": n, "tuples": collapse(X).n_distinct}
+    row: dict[str, Any] = {"n": n, "tuples": collapse(X).n_distinct, "engine": engine,
+                           "seed": seed}
     for label, flag in (("collapsed", True), ("every_record", False)):
         started = time.perf_counter()
-        labels = run_engine("mdav", X, k, collapse=flag)
+        labels = run_engine(engine, X, k, collapse=flag)
         row[f"{label}_seconds"] = time.perf_counter() - started
         row[f"{label}_il"] = information_loss(X, labels)
     return row
@@ -239,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synthetic", default="200000:500", metavar="N:T",
                         help="duplicate-heavy synthetic rows, with and without the collapse "
                              "(default 200000:500; 'none' to skip)")
+    parser.add_argument("--synthetic-engines", default="mdav", metavar="ENGINES",
+                        help="comma-separated engines for the synthetic rows (default mdav)")
+    parser.add_argument("--synthetic-seeds", type=int, default=1, metavar="N",
+                        help="draws of the synthetic data, seeds 7, 8, ... (default 1)")
     parser.add_argument("--anjana", default=None, metavar="PYTHON",
                         help="the Python of a side environment with anjana installed "
                              "(python3 -m venv DIR && DIR/bin/pip install anjana): ANJANA's "
@@ -247,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(RESULTS / "bench_real_surveys.json"))
     args = parser.parse_args(argv)
     ks = [int(k) for k in args.k.split(",")]
-    names = args.surveys.split(",")
+    names = [] if args.surveys == "none" else args.surveys.split(",")
     unknown = sorted(set(names) - set(SURVEYS))
     if unknown:
         parser.error(f"unknown survey(s) {', '.join(unknown)}; known: {', '.join(SURVEYS)}")
@@ -280,20 +287,26 @@ def main(argv: list[str] | None = None) -> int:
     synthetic_rows = []
     if args.synthetic != "none":
         n, t = (int(x) for x in args.synthetic.split(":"))
-        for k in ks:
-            print(f"synthetic {n:,} over {t} tuples, k = {k} ...", flush=True)
-            synthetic_rows.append({"k": k, **synthetic(n, t, k)})
+        for seed in range(7, 7 + args.synthetic_seeds):
+            for engine in args.synthetic_engines.split(","):
+                for k in ks:
+                    print(f"synthetic {n:,} over {t} tuples (seed {seed}), {engine}, k = {k} "
+                          "...", flush=True)
+                    synthetic_rows.append({"k": k, **synthetic(n, t, k, engine, seed)})
     print(f"\nReal surveys through `streamanon anonymize` (MDAV); {started}, commit {revision}, "
           f"{machine()}; command: python -m simulations.bench_real_surveys --surveys "
           f"{args.surveys} --k {args.k} --military-copies {args.military_copies} "
-          f"--synthetic {args.synthetic}\n")
-    print(table(rows))
+          f"--synthetic {args.synthetic} --synthetic-engines {args.synthetic_engines} "
+          f"--synthetic-seeds {args.synthetic_seeds}\n")
+    if rows:
+        print(table(rows))
     if any("anjana" in r for r in rows):
         print("\nBeside ANJANA 1.2 (generalisation: numbers in bands of 5 and 10, then *; "
               "other keys to *; suppression up to 5 %; whole process)\n")
         print(anjana_table([r for r in rows if "anjana" in r]))
     if synthetic_rows:
-        print("\nDuplicate-heavy synthetic data, MDAV with and without the collapse (same run)\n")
+        print("\nDuplicate-heavy synthetic data, each engine with and without the collapse "
+              "(same run)\n")
         print(synthetic_table(synthetic_rows))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"date": started, "commit": revision,
@@ -334,10 +347,12 @@ def anjana_table(rows: list[dict[str, Any]]) -> str:
 
 
 def synthetic_table(rows: list[dict[str, Any]]) -> str:
-    out = ["| n | tuples | k | collapsed: engine | every record: engine | sooner | "
-           "IL collapsed | IL every record |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = ["| n | tuples | seed | engine | k | collapsed: engine | every record: engine | "
+           "sooner | IL collapsed | IL every record |",
+           "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['n']:,} | {r['tuples']:,} | {r['k']} | {r['collapsed_seconds']:.2f} s "
+        out.append(f"| {r['n']:,} | {r['tuples']:,} | {r['seed']} | {r['engine']} | {r['k']} "
+                   f"| {r['collapsed_seconds']:.2f} s "
                    f"| {r['every_record_seconds']:.2f} s | "
                    f"{r['every_record_seconds'] / r['collapsed_seconds']:.0f}x | "
                    f"{r['collapsed_il']:.4f} % | {r['every_record_il']:.4f} % |")
