@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from streamanon.errors import InputError, KAnonymityError
+from streamanon.tuples import collapse
 
 
 @dataclass(frozen=True)
@@ -279,28 +280,14 @@ def check_k_anonymity(released_qi: np.ndarray, k: int) -> KAnonymityReport:
     return _report_from_sizes(counts, Q.shape[0], k)
 
 
-_ROW_HASH = np.random.default_rng(20261126).integers(1, 2**63, size=64, dtype=np.uint64) | 1
-
-
 def _hashed_tuple_counts(Q: np.ndarray) -> np.ndarray | None:
     """How often each distinct row of the float matrix ``Q`` occurs, as ``np.unique(Q,
-    axis=0, return_counts=True)`` counts them, by sorting a 64-bit hash of the rows instead of
-    the rows (5-10 times faster on a million rows). Exact: rows with equal hashes are compared
-    value by value, and a collision between different rows returns None (the caller falls back
-    to ``np.unique``), as does anything but NaN-free floats."""
-    n, m = Q.shape
-    if Q.dtype.kind != "f" or n == 0 or m > len(_ROW_HASH) or np.isnan(Q).any():
+    axis=0, return_counts=True)`` counts them, by a 64-bit hash of the rows
+    (:func:`streamanon.tuples.collapse`: exact, every row compared with its tuple's first);
+    None for anything but NaN-free floats (the caller uses ``np.unique``)."""
+    if Q.dtype.kind != "f" or Q.shape[0] == 0 or np.isnan(Q).any():
         return None
-    A = np.ascontiguousarray(Q, dtype=np.float64) + 0.0  # -0.0 == 0.0, as np.unique has it
-    h = (A.view(np.uint64) * _ROW_HASH[:m]).sum(axis=1, dtype=np.uint64)
-    h ^= h >> np.uint64(31)
-    order = np.argsort(h, kind="stable")
-    hs, As = h[order], A[order]
-    same_hash = hs[1:] == hs[:-1]
-    if (same_hash & ~(As[1:] == As[:-1]).all(axis=1)).any():
-        return None  # two different rows share a hash: compare the rows instead
-    starts = np.flatnonzero(np.concatenate(([True], ~same_hash)))
-    return np.diff(np.append(starts, n))
+    return collapse(Q).counts
 
 
 def require_k_anonymous(released_qi: np.ndarray, k: int) -> KAnonymityReport:

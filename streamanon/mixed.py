@@ -296,10 +296,9 @@ def embed(C: np.ndarray, encoding: Encoding, scaling: Standardisation) -> np.nda
     """The embedded records (n x d), missing values at the column mean (zero)."""
     C = np.asarray(C, dtype=np.float64)
     if C.shape[0] >= DISTINCT_EMBED[0] and C.shape[1] > 0:
-        from streamanon.tuples import collapse
+        from streamanon.tuples import collapse_codes
 
-        missing = np.isnan(C)
-        tuples = collapse(np.hstack([np.where(missing, 0.0, C), missing]))
+        tuples = collapse_codes(C)
         if tuples.n_distinct <= DISTINCT_EMBED[1] * C.shape[0]:
             return _embed(C[tuples.first], encoding, scaling)[tuples.inverse]
     return _embed(C, encoding, scaling)

@@ -1,7 +1,8 @@
 """The distinct rows of a matrix, found by hashing: what the distinct-tuple microaggregation
 (:mod:`streamanon.engines.distinct`), the embedding of repeated survey keys
-(:func:`streamanon.mixed.embed`) and the incremental stages' identical cells
-(:func:`streamanon.incremental.base.identical_cells`) share.
+(:func:`streamanon.mixed.embed`), the incremental stages' identical cells
+(:func:`streamanon.incremental.base.identical_cells`) and the k-anonymity gate
+(:func:`streamanon.metrics.check_k_anonymity`) share.
 
 Pure: arrays in, arrays out.
 """
@@ -79,3 +80,11 @@ def collapse(X: np.ndarray) -> Tuples:
     return Tuples(inverse.astype(np.int64), counts.astype(np.int64), first.astype(np.int64))
 
 
+
+
+def collapse_codes(C: np.ndarray) -> Tuples:
+    """:func:`collapse` of codes where a missing answer is NaN, a value of its own (NaN is
+    never equal to itself, so each value's missingness is hashed beside it)."""
+    C = np.asarray(C, dtype=np.float64)
+    missing = np.isnan(C)
+    return collapse(np.hstack([np.where(missing, 0.0, C), missing]))

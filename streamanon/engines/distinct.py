@@ -39,11 +39,11 @@ from collections.abc import Callable
 import numpy as np
 from scipy.spatial import cKDTree
 
-from streamanon.tuples import Tuples, collapse, row_hashes
+from streamanon.metrics import sse
+from streamanon.tuples import Tuples, collapse, collapse_codes, row_hashes
 
 __all__ = ["COLLAPSE_SHARE", "FULL_RUN_RECORDS", "LENDABLE", "NEIGHBOURS", "Tuples",
-           "collapse", "distinct_labels", "engine_rows", "row_hashes", "sum_of_squares",
-           "work_share"]
+           "collapse", "distinct_labels", "engine_rows", "row_hashes", "work_share"]
 
 #: The share of the records that tuples of k or more must hold for the collapse to run: below
 #: it the engine runs on every record as it always has (the work saved is small, and on the
@@ -74,8 +74,8 @@ def distinct_labels(X: np.ndarray, k: int,
     them, where the caller runs the engine on every record as before."""
     X = np.asarray(X, dtype=np.float64)
     tuples = collapse(X) if tuples is None else tuples
-    large = tuples.counts >= k
-    if tuples.n_distinct == len(X) or tuples.counts[large].sum() < COLLAPSE_SHARE * len(X):
+    large = _set_aside(tuples, k, len(X))
+    if large is None:
         return None
     cell_of_tuple = np.full(tuples.n_distinct, -1, dtype=np.int64)
     cell_of_tuple[large] = np.arange(int(large.sum()))
@@ -86,17 +86,19 @@ def distinct_labels(X: np.ndarray, k: int,
     labels = np.unique(labels, return_inverse=True)[1].ravel().astype(np.int64)
     if len(X) <= FULL_RUN_RECORDS and len(small_rows):
         full = np.asarray(engine(X))
-        if sum_of_squares(X, full) <= sum_of_squares(X, labels):
+        if sse(X, full) <= sse(X, labels):
             return full
     return labels
 
 
-def sum_of_squares(X: np.ndarray, labels: np.ndarray) -> float:
-    """The within-cell sum of squares of a partition (what the information loss divides)."""
-    labels = np.unique(np.asarray(labels), return_inverse=True)[1].ravel()
-    size = np.bincount(labels).astype(np.float64)
-    sums = np.stack([np.bincount(labels, weights=X[:, j]) for j in range(X.shape[1])], axis=1)
-    return float(np.einsum("ij,ij->", X, X) - np.sum(np.einsum("ij,ij->i", sums, sums) / size))
+def _set_aside(tuples: Tuples, k: int, n: int) -> np.ndarray | None:
+    """Which tuples are cells of their own (held by k or more), or None where nothing is
+    collapsed: no repeats, or those tuples hold less than :data:`COLLAPSE_SHARE` of the
+    ``n`` records."""
+    large = tuples.counts >= k
+    if tuples.n_distinct == n or tuples.counts[large].sum() < COLLAPSE_SHARE * n:
+        return None
+    return large
 
 
 def engine_rows(X: np.ndarray, k: int, tuples: Tuples | None = None) -> int:
@@ -108,8 +110,8 @@ def engine_rows(X: np.ndarray, k: int, tuples: Tuples | None = None) -> int:
     if k < 2 or n == 0:
         return n
     tuples = collapse(X) if tuples is None else tuples
-    large = tuples.counts >= k
-    if tuples.n_distinct == n or tuples.counts[large].sum() < COLLAPSE_SHARE * n:
+    large = _set_aside(tuples, k, n)
+    if large is None:
         return n
     small = int(tuples.counts[~large].sum())
     if small and n <= FULL_RUN_RECORDS:  # the engine also runs on every record
@@ -126,9 +128,7 @@ def work_share(codes: np.ndarray, k: int) -> float:
     codes = np.asarray(codes, dtype=np.float64)
     if len(codes) == 0:
         return 1.0
-    missing = np.isnan(codes)
-    tuples = collapse(np.hstack([np.where(missing, 0.0, codes), missing]))
-    return engine_rows(codes, k, tuples) / len(codes)
+    return engine_rows(codes, k, collapse_codes(codes)) / len(codes)
 
 
 class _Placer:

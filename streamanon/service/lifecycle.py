@@ -100,6 +100,7 @@ from streamanon.service.store import (
 )
 from streamanon.service.telemetry import Telemetry
 from streamanon.service.validation import Closure, Validator
+from streamanon.tuples import row_hashes
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +126,11 @@ def warm_up_compute() -> bool:
 
 def warm_up_release() -> bool:
     """Load the kernels the release runs in this process (the standardisation, the loss's
-    cell means and sums of squares: 0.3 s at their first call, even from numba's cache) before
-    a close needs them."""
+    cell means and sums of squares, the row hashes of repeated keys and of the gate: 0.3 s at
+    their first call, even from numba's cache) before a close needs them."""
     fit_and_standardise(np.array([[0.0, 1.0], [1.0, 0.0]]))
     distortion(np.array([[0.0], [1.0]]), np.array([0, 1]))
+    row_hashes(np.zeros((1, 1)))
     return True
 
 
