@@ -7,8 +7,9 @@ injected: ``plan(now)`` returns a :class:`~scheduler.planner.Plan` (the service'
 :func:`scheduler.live.plan`), ``on_base_start(plan)`` takes the snapshot and starts the base
 run, ``on_close()`` closes the survey; the base trigger is set at
 :func:`scheduler.live.base_moment`. ``on_base_soon(plan)``, optional, is called at every
-re-plan within ``soon_seconds`` of that moment (the service reads the snapshot's records ahead
-then, so that the base run starts on them at once). The clock is injected too, so tests drive
+re-plan within ``soon_seconds`` of that moment, or of the close when the plan has no base run
+(the service reads the snapshot's records ahead then, so that the base run, or the release made
+whole at close, starts on them at once). The clock is injected too, so tests drive
 it with a fake clock and a fake scheduler and no service.
 
 Guarantees: the base trigger fires at most once however often the plan moves it; a trigger
@@ -57,8 +58,9 @@ class PlanningJob:
         the base run does not start. Default: always.
     on_base_soon, soon_seconds
         ``on_base_soon(plan)`` is called at each re-plan that puts the base trigger in the
-        future but within ``soon_seconds`` of now (never after the base run has started or the
-        survey closed). Default: none.
+        future but within ``soon_seconds`` of now, or, when the plan has no base run (one-shot
+        at close), the scheduled close (never after the base run has started or the survey
+        closed). Default: none.
     clock
         ``clock() -> datetime`` (aware). Default: UTC wall clock.
     interval_seconds
@@ -138,17 +140,25 @@ class PlanningJob:
             self.base_at = fire_at
         if fire_at is None:
             self._remove(self._base_id)
+            if self.close_at is not None and now < self.close_at:
+                self._soon(plan, now, self.close_at)  # every record is read at the close
             return plan
         if fire_at <= now:
             self._fire_base()
             return plan
         self._schedule(self._base_id, self._fire_base, fire_at)
-        if self._on_base_soon is not None and (fire_at - now).total_seconds() <= self.soon_seconds:
-            with self._lock:
-                soon = not (self.base_started or self.closed)
-            if soon:
-                self._on_base_soon(plan)
+        self._soon(plan, now, fire_at)
         return plan
+
+    def _soon(self, plan: Plan, now: datetime, moment: datetime) -> None:
+        """``on_base_soon(plan)`` when ``moment`` (the snapshot's, or the close's) is within
+        ``soon_seconds`` and neither the base run nor the close has started."""
+        if self._on_base_soon is None or (moment - now).total_seconds() > self.soon_seconds:
+            return
+        with self._lock:
+            soon = not (self.base_started or self.closed)
+        if soon:
+            self._on_base_soon(plan)
 
     def reschedule_close(self, close_at: datetime) -> None:
         """Move the scheduled close; the next re-plan moves the base trigger accordingly."""

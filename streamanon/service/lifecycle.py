@@ -582,12 +582,11 @@ class Service:
         carries it on) and the close sequence has been started (on a follower: by the leader,
         which finds the stored request within a poll)."""
         rt = self.surveys[sid]
-        rt.read_ahead.drop()  # read for a base run that will not start now
         st = await self._in_store(self.store.survey_state, sid)
         if st.state != RELEASED and st.close_requested_at is None:
             await self._in_store(self.store.request_close, sid, time.time())
         if not self.leading:  # stored: the leader carries it out (leadership.Coordinator)
-            return
+            return rt.read_ahead.drop()  # what the leader's release reads ahead is its own
         if rt.close_task is None:
             rt.close_task = asyncio.create_task(self._close(sid), name=f"close-{sid}")
 

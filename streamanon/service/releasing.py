@@ -68,7 +68,7 @@ from streamanon.service.publisher import (
 from streamanon.service.reports import Publication, ReleaseReport
 from streamanon.service.runtime import StoreCall, SurveyRuntime
 from streamanon.service.states import RELEASED
-from streamanon.service.store import ReleaseRow, Store, StoreError
+from streamanon.service.store import Records, ReleaseRow, Store, StoreError
 from streamanon.service.telemetry import Telemetry
 from streamanon.splicing import prepare_base, splice
 
@@ -96,6 +96,21 @@ def fresh_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray, k
     table = release.table.iloc[order].reset_index(drop=True)
     messages = record_messages(table, prepared.encoding.names, labels[order])
     return replace(release, table=table), messages, order
+
+
+async def stored_records(rt: SurveyRuntime, *, store: Store, in_store: StoreCall
+                         ) -> tuple[Records, int]:
+    """Every stored record of ``rt``'s survey, for a release made whole at close: those read
+    ahead of the close (taken from ``rt``; see :mod:`.base_run`), then the rest from the
+    store; and how many had been read ahead. Stored records never change while the survey is
+    open, so this is what one read at the close gives."""
+    sid = rt.config.id
+    m = len(rt.config.quasi_identifiers)
+    parts, cut = rt.read_ahead.take()
+    rest = await in_store(lambda: store.load_records(sid, m, after_seq=cut))
+    if not parts:
+        return rest, 0
+    return await asyncio.to_thread(Records.join, [*parts, rest]), sum(map(len, parts))
 
 
 def base_plan_summary(plan: Plan) -> dict[str, float]:
@@ -185,8 +200,12 @@ class Releaser:
             frame = await self._in_thread(lambda: pd.concat(
                 [held[1].frame, records_frame(late, sc)], ignore_index=True))
         else:
-            frame = records_frame(await self._in_store(
-                lambda: self.store.load_records(sid, m)), sc)
+            records, ahead = await stored_records(rt, store=self.store, in_store=self._in_store)
+            if ahead:
+                log.info("survey %s: %d of the %d records read ahead of the close", sid, ahead,
+                         len(records))
+            frame = await self._in_thread(records_frame, records, sc)
+        rt.read_ahead.drop()  # read ahead of a base run the release does not use
         rt.timings["load"] = time.perf_counter() - step
         n = len(frame)
         if n < sc.k:

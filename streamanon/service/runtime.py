@@ -46,8 +46,9 @@ class SurveyRuntime:
 
 @dataclass
 class ReadAhead:
-    """The base snapshot's records read ahead of it (``streamanon.service.base_run``): the
-    parts read so far, every record up to the clean cut ``cut``. ``epoch`` changes whenever
+    """The records read ahead of the base snapshot (``streamanon.service.base_run``), or of
+    the close when the plan has no base run: the parts read so far, every record up to the
+    clean cut ``cut``. ``epoch`` changes whenever
     they are dropped, so that a read in progress then keeps nothing."""
 
     cut: int = 0
@@ -60,6 +61,13 @@ class ReadAhead:
         self.epoch += 1
         self.cut = 0
         self.parts = []
+
+    def take(self) -> tuple[list[Any], int]:
+        """What was read and its cut, handed over and forgotten here (:meth:`drop`): a read
+        in progress keeps nothing, so the taker reads every record after the cut itself."""
+        parts, cut = self.parts, self.cut
+        self.drop()
+        return parts, cut
 
     def cancel(self) -> None:
         """:meth:`drop`, and cancel a read in progress (the service stops, or leads no more)."""

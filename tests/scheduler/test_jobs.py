@@ -206,3 +206,24 @@ def test_the_soon_callback_runs_at_each_replan_within_its_lead_and_never_after_t
     assert soon == [base_at - timedelta(seconds=10), base_at - timedelta(seconds=5)]
     assert started == [base_at]
 
+
+
+def test_a_plan_without_a_base_run_calls_the_soon_callback_before_the_close():
+    """One-shot at close: the release takes every record at the close, so the service is
+    told within the lead of the close as it is of a base snapshot (it reads them ahead)."""
+    clock = FakeClock(T0)
+    sched = FakeScheduler(clock)
+    soon: list[datetime] = []
+    job = PlanningJob(
+        sched, survey_id="s1", close_at=CLOSE, clock=clock, interval_seconds=5,
+        plan=lambda now: make_plan(0.0, nu=0.0, mode="one-shot"),
+        on_base_start=lambda plan: pytest.fail("no base run in a one-shot plan"),
+        on_close=lambda: None,
+        on_base_soon=lambda plan: soon.append(clock.now), soon_seconds=12)
+    job.start()
+    sched.advance(CLOSE - timedelta(seconds=20))
+    assert soon == []  # 20 s before the close: outside the lead
+    sched.advance(CLOSE + timedelta(minutes=5))
+    # the re-plans 10 s and 5 s before the close; none at or after it
+    assert soon == [CLOSE - timedelta(seconds=10), CLOSE - timedelta(seconds=5)]
+    assert "s1:base" not in sched.jobs

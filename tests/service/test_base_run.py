@@ -98,10 +98,24 @@ def test_the_service_reads_the_snapshot_ahead_and_the_base_run_takes_it(broker, 
     read_ahead_then(broker, tmp_path, 60, then)
 
 
-def test_a_close_drops_what_was_read_ahead(broker, tmp_path):
+def test_a_release_made_whole_at_close_takes_what_was_read_ahead(broker, tmp_path):
+    """No base run (one-shot at close): the records read ahead of the close are the
+    release's, which reads only those stored after the cut."""
     async def then(service, rt, plan) -> None:
-        await service.close(SURVEY)  # no base run will take them: not kept for nothing
-        assert rt.read_ahead.parts == []
+        cut = rt.read_ahead.cut
+        reads: list[tuple[int, int | None]] = []
+        load = service.store.load_records
+
+        def watched(survey, m, *, after_seq=0, upto_seq=None):
+            reads.append((after_seq, upto_seq))
+            return load(survey, m, after_seq=after_seq, upto_seq=upto_seq)
+
+        service.store.load_records = watched
+        await service.close(SURVEY)
         await service.closed(SURVEY, timeout=120)
+        assert cut > 0 and (cut, None) in reads and (0, None) not in reads
+        assert rt.read_ahead.parts == []  # taken, not kept
+        release = await service._in_store(service.store.load_release, SURVEY)
+        assert release is not None and release.report["n"] == 40
 
     read_ahead_then(broker, tmp_path, 40, then)

@@ -1,6 +1,7 @@
-"""The base snapshot's records read ahead: what the base run gets is what one read of the
-snapshot at its moment gives, however the reads ahead were cut, and nothing is kept once the
-base run or the close has started or what was read has been dropped."""
+"""The records read ahead of the base snapshot, or of the close: what the base run (or the
+release made whole at close) gets is what one read at its moment gives, however the reads ahead
+were cut, and nothing is kept once the base run or the close has started or what was read has
+been dropped."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 import streamanon.service.base_run as base_run
+from streamanon.service.releasing import stored_records
 from streamanon.service.runtime import ReadAhead
 from streamanon.service.store import RecordRow, Records, SQLiteStore, record_digest
 
@@ -111,7 +113,7 @@ def test_nothing_is_kept_once_the_base_run_or_the_close_has_started_or_it_was_dr
     rt = runtime()
 
     async def starts_during_the_read(fn):
-        if started == "dropped":  # e.g. Service.close() before its close task exists
+        if started == "dropped":  # e.g. a base run or the release took what was read
             rt.read_ahead.drop()
         else:
             setattr(rt, started, object())  # started while the store was being read
@@ -209,3 +211,32 @@ def test_a_read_ahead_measures_the_share_the_base_engine_would_run_on(tmp_path):
                                     in_store=direct, measured=said.append))
     assert said == [engine_rows(codes, 5) / len(codes)]
     assert 40 / len(codes) <= said[0] < 0.02
+
+
+@pytest.mark.parametrize("step", [7, 1000])
+def test_a_release_made_whole_at_close_takes_what_was_read_ahead_and_reads_the_rest(
+        tmp_path, monkeypatch, step):
+    """One-shot at close: the records read ahead of the close, then those stored since (the
+    drain), are every record, as one read at the close gives them."""
+    monkeypatch.setattr(base_run, "READ_AHEAD_STEP", step)
+    store = store_with(tmp_path, 40)
+    rt = runtime()
+
+    async def run():
+        await ahead_of(rt, store, cut=store.max_seq("s") - 3)
+        assert sum(len(p) for p in rt.read_ahead.parts) == 37
+        store.insert_records("s", rows(20, start=40))  # the rush before the close, drained
+        return await stored_records(rt, store=store, in_store=direct)
+
+    records, ahead = asyncio.run(run())
+    assert ahead == 37 and len(records) == 60
+    same(records, store.load_records("s", M))
+    assert rt.read_ahead.parts == [] and rt.read_ahead.cut == 0  # taken, not kept
+
+
+def test_a_release_with_nothing_read_ahead_reads_every_record(tmp_path):
+    store = store_with(tmp_path, 25)
+    rt = runtime()
+    records, ahead = asyncio.run(stored_records(rt, store=store, in_store=direct))
+    assert ahead == 0
+    same(records, store.load_records("s", M))
