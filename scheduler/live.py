@@ -278,8 +278,10 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
     total = max(arrivals.total, 1.0)
 
     def late_overhead(nu: float) -> float:  # nu = 0: the release is made whole at close
-        if nu <= 0:  # no base run, so none of its own overhead either
-            return overhead_model.late_part(total) - BASE_OVERHEAD(total)
+        if nu <= 0:  # no base run, so none of its own overhead either; a scheduled close's
+            # records are read ahead of it
+            return (overhead_model.late_part(total, read_ahead=seconds_to_close is not None)
+                    - BASE_OVERHEAD(total))
         return overhead_model.late_part(nu * total)
 
     def with_base_steps(n: float) -> float:  # the base run's own steps beside the engine

@@ -35,6 +35,10 @@ import numpy as np
 
 #: Close steps that are compute, predicted by the cost models, not by the overhead model.
 COMPUTE_STEPS = ("wait_for_base", "compute")
+#: Close steps whose late-record part a release made whole at a scheduled close does not pay:
+#: the service reads the records from the store in the seconds before the close
+#: (``streamanon.service.base_run``), and at the close only those stored since.
+READ_AHEAD_STEPS = ("load",)
 
 
 @dataclass(frozen=True)
@@ -110,10 +114,13 @@ class ReleaseOverhead:
         release made before close (:class:`StepCost`)."""
         return sum(step(n, late) for step in self.steps.values())
 
-    def late_part(self, late: float) -> float:
-        """The seconds that ``late`` records add to a release (the planner weighs them)."""
+    def late_part(self, late: float, read_ahead: bool = False) -> float:
+        """The seconds that ``late`` records add to a release (the planner weighs them);
+        with ``read_ahead``, those of a release made whole at a scheduled close, whose records
+        were read ahead of it (no :data:`READ_AHEAD_STEPS`)."""
         return sum(step.per_late_record * max(float(late), 0.0)
-                   for step in self.steps.values())
+                   for name, step in self.steps.items()
+                   if not (read_ahead and name in READ_AHEAD_STEPS))
 
     def step(self, name: str, n: float, late: float = 0.0) -> float:
         """Seconds of one step for ``n`` records (0 for a step the model does not have)."""

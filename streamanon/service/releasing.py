@@ -27,7 +27,7 @@ import pandas as pd
 from scheduler import live
 from scheduler.choice import AUTO_STAGES, choose_stage
 from scheduler.cost_model import CostModelStore, PowerLaw
-from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead
+from scheduler.overhead import DEFAULT_OVERHEAD, READ_AHEAD_STEPS, ReleaseOverhead
 from scheduler.planner import Plan
 from streamanon.errors import PublishError, describe_error, withheld
 from streamanon.incremental import base_is_usable
@@ -194,6 +194,7 @@ class Releaser:
         held = rt.base_release
         if held is not None and (cp is None or held[0] != cp.snapshot_seq):
             held = None  # made from another snapshot: not this release's base
+        ahead = 0
         if held is not None:
             late = await self._in_store(
                 lambda: self.store.load_records(sid, m, after_seq=held[0]))
@@ -346,7 +347,8 @@ class Releaser:
             base_steps_seconds=({key: round(value, 3) for key, value in rt.base_steps.items()}
                                 if two_stage and rt.base_steps else None),
             base_plan=(base_plan_summary(rt.base_plan)
-                       if two_stage and rt.base_steps and rt.base_plan else None))
+                       if two_stage and rt.base_steps and rt.base_plan else None),
+            read_ahead=ahead if not two_stage else 0)
         row = ReleaseRow(release_id, "written", seed, report.to_json())
         await self._in_store(self.store.save_release, sid, row)
         return row, Fresh(frame, release.table, messages, order)
@@ -439,6 +441,8 @@ class Releaser:
         steps after close as this machine runs them (``CostModelStore.observe_release``). A
         file that cannot be written is logged; the release is out already."""
         late = report.n_increment if report.spliced else report.n
+        if report.read_ahead:  # the load step read only the records stored since: not that
+            steps = {name: s for name, s in steps.items() if name not in READ_AHEAD_STEPS}
         try:
             await self._in_thread(self.cost_models.observe_release, report.n, late, steps)
         except Exception as exc:  # the release is out; the file is advice for later plans

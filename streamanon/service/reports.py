@@ -84,6 +84,9 @@ class ReleaseReport:
     # the base run, its own steps included (base_seconds); None as base_steps_seconds, and
     # for a base run started by command (no plan started it)
     base_plan: dict[str, float] | None = None
+    # of a release made whole at close: how many of its records were read from the store
+    # ahead of the close (streamanon.service.base_run); the load step read only the rest
+    read_ahead: int = 0
     publication: Publication | None = None
 
     def published(self, publication: Publication) -> ReleaseReport:

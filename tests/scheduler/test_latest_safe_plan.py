@@ -87,7 +87,9 @@ def test_one_shot_at_close_when_the_two_stage_release_is_not_clearly_sooner():
     """A slow stage makes the two-stage release, at the upper bound of both stages, hardly
     sooner than the one-shot release: the plan releases one-shot at close and says why."""
     engine = Linear(2e-5)
-    one_shot_upper = live.BUSY_FACTOR * engine(N) + DEFAULT_OVERHEAD.late_part(N)
+    # the records are read ahead of a scheduled close: not loaded after it
+    one_shot_upper = (live.BUSY_FACTOR * engine(N)
+                      + DEFAULT_OVERHEAD.late_part(N, read_ahead=True))
     # the two-stage release at the upper bound: the stage's time and the late records' steps
     stage_seconds = 0.8 * one_shot_upper / live.BUSY_FACTOR
     plan = live.plan(FORECAST, engine, constant_stage(stage_seconds), k=K,
@@ -98,6 +100,25 @@ def test_one_shot_at_close_when_the_two_stage_release_is_not_clearly_sooner():
     fast = live.plan(FORECAST, engine, constant_stage(0.1), k=K, seconds_to_close=OPEN,
                      quality=BOUND)
     assert fast.nu > 0
+
+
+def test_one_shot_at_a_scheduled_close_is_priced_without_loading_its_records():
+    """The 200,000-record one-shot plans were priced 0.9 s of loading that the records read
+    ahead of the close no longer take (load 0.07 s): a scheduled close prices the late
+    records' steps without loading them; a close on command (no time to close) with it."""
+    engine = Linear(2e-5)
+    slow_stage = constant_stage(10.0)  # one-shot at close, whatever the pricing
+    at_close = live.plan(FORECAST, engine, slow_stage, k=K, seconds_to_close=OPEN,
+                         quality=BOUND)
+    assert at_close.mode == "one-shot"
+    loading = DEFAULT_OVERHEAD.late_part(N) - DEFAULT_OVERHEAD.late_part(N, read_ahead=True)
+    assert loading == pytest.approx(DEFAULT_OVERHEAD.steps["load"].per_late_record * N)
+    assert at_close.overhead_seconds == pytest.approx(
+        DEFAULT_OVERHEAD.late_part(N, read_ahead=True) - live.BASE_OVERHEAD(N))
+    on_command = live.plan(FORECAST, engine, slow_stage, k=K, quality=BOUND)
+    assert on_command.mode == "one-shot"
+    assert on_command.overhead_seconds == pytest.approx(
+        DEFAULT_OVERHEAD.late_part(N) - live.BASE_OVERHEAD(N))
 
 
 def test_a_window_shorter_than_the_one_shot_run_is_warned_of_with_a_faster_engine():

@@ -9,6 +9,7 @@ import threading
 
 import streamanon.service.base_run as base_run_module
 import streamanon.service.releasing as releasing_module
+from scheduler.cost_model import RELEASES_KEY
 from streamanon.service.config import load_config
 from streamanon.service.lifecycle import Service
 from tests.service.conftest import write_config
@@ -117,5 +118,10 @@ def test_a_release_made_whole_at_close_takes_what_was_read_ahead(broker, tmp_pat
         assert rt.read_ahead.parts == []  # taken, not kept
         release = await service._in_store(service.store.load_release, SURVEY)
         assert release is not None and release.report["n"] == 40
+        assert release.report["read_ahead"] == 40 and release.report["mode"] == "one-shot"
+        # its load step read none of the 40: not kept as the time to load them
+        recorded = service._releaser.cost_models._load()[RELEASES_KEY]["runs"][-1]
+        assert recorded[:2] == [40, 40] and "load" not in recorded[2]
+        assert "publish" in recorded[2]
 
     read_ahead_then(broker, tmp_path, 40, then)
