@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from scheduler.live import DEADLINE_QUANTILE, Forecast, plan
-from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead
+from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead, spanned_records
 from scheduler.planner import BaseCost, IncrementalCost, Plan
 from scheduler.quality import (
     DEFAULT_MAX_DELTA,
@@ -162,8 +162,8 @@ def choose_stage(n_base: float, n_late: float, options: Mapping[str, Incremental
     if not options:
         raise ValueError("no candidate stage to choose from")
     nu = n_late / (n_base + n_late) if n_base + n_late > 0 else 0.0
-    seconds = {stage: float(cost(n_base, n_late)) + overhead_model.late_part(n_late)
-               for stage, cost in options.items()}
+    seconds = {stage: float(cost(n_base, n_late)) + overhead_model.late_part(
+        n_late, spanned=spanned_records(cost, n_base, n_late)) for stage, cost in options.items()}
     within = [stage for stage in options if max_delta is None
               or delta_against_one_shot(engine, stage, nu) <= max_delta + 1e-12]
     candidates = within or list(options)

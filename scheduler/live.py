@@ -40,7 +40,7 @@ from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
 from scheduler.arrivals import UniformForecast
-from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead, StepCost
+from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead, StepCost, spanned_records
 from scheduler.planner import (
     BaseCost,
     IncrementalCost,
@@ -282,7 +282,8 @@ def plan(arrivals: Forecast, base_cost: BaseCost, incremental_cost: IncrementalC
             # records are read ahead of it
             return (overhead_model.late_part(total, read_ahead=seconds_to_close is not None)
                     - BASE_OVERHEAD(total))
-        return overhead_model.late_part(nu * total)
+        return overhead_model.late_part(nu * total, spanned=spanned_records(
+            incremental_cost, (1.0 - nu) * total, nu * total))
 
     def with_base_steps(n: float) -> float:  # the base run's own steps beside the engine
         return base_cost(n) + BASE_OVERHEAD(n)

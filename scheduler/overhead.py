@@ -35,6 +35,10 @@ import numpy as np
 
 #: Close steps that are compute, predicted by the cost models, not by the overhead model.
 COMPUTE_STEPS = ("wait_for_base", "compute")
+#: Close steps whose late-record part grows with the records the late ones span (the members of
+#: every cell made or changed at close, which are gated and serialised again), not with the
+#: late records alone: a late record that joins a base cell of ten makes eleven records' work.
+SPANNED_STEPS = ("gate_and_table",)
 #: Close steps whose late-record part a release made whole at a scheduled close does not pay:
 #: the service reads the records from the store in the seconds before the close
 #: (``streamanon.service.base_run``), and at the close only those stored since.
@@ -109,22 +113,26 @@ class ReleaseOverhead:
     steps: dict[str, StepCost] = field(default_factory=dict)
     runs: int = 0
 
-    def __call__(self, n: float, late: float = 0.0) -> float:
+    def __call__(self, n: float, late: float = 0.0, spanned: float | None = None) -> float:
         """Seconds for a release of ``n`` records, ``late`` of which were not in a base
-        release made before close (:class:`StepCost`)."""
-        return sum(step(n, late) for step in self.steps.values())
+        release made before close (:class:`StepCost`), and ``spanned`` in cells made or
+        changed at close (:data:`SPANNED_STEPS`; default ``late``)."""
+        return sum(self.step(name, n, late, spanned) for name in self.steps)
 
-    def late_part(self, late: float, read_ahead: bool = False) -> float:
-        """The seconds that ``late`` records add to a release (the planner weighs them);
-        with ``read_ahead``, those of a release made whole at a scheduled close, whose records
+    def late_part(self, late: float, read_ahead: bool = False,
+                  spanned: float | None = None) -> float:
+        """The seconds that ``late`` records add to a release (the planner weighs them),
+        ``spanned`` records in the cells made or changed at close (default ``late``); with
+        ``read_ahead``, those of a release made whole at a scheduled close, whose records
         were read ahead of it (no :data:`READ_AHEAD_STEPS`)."""
-        return sum(step.per_late_record * max(float(late), 0.0)
+        return sum(step.per_late_record * max(_late_of(name, late, spanned), 0.0)
                    for name, step in self.steps.items()
                    if not (read_ahead and name in READ_AHEAD_STEPS))
 
-    def step(self, name: str, n: float, late: float = 0.0) -> float:
+    def step(self, name: str, n: float, late: float = 0.0,
+             spanned: float | None = None) -> float:
         """Seconds of one step for ``n`` records (0 for a step the model does not have)."""
-        return self.steps[name](n, late) if name in self.steps else 0.0
+        return self.steps[name](n, _late_of(name, late, spanned)) if name in self.steps else 0.0
 
     @classmethod
     def fit(cls, timings: Iterable[tuple[float, Mapping[str, float]]
@@ -169,21 +177,26 @@ class ReleaseOverhead:
                 timings.append((n, late, steps))
         return cls.fit(timings, prior)
 
-    def follow(self, releases: Iterable[tuple[float, float, Mapping[str, float]]]
+    def follow(self, releases: Iterable[tuple[float, float, Mapping[str, float]]
+                                        | tuple[float, float, Mapping[str, float], float]]
                ) -> ReleaseOverhead:
         """This model scaled step by step to measured ``releases`` of ``(n, late,
-        close_steps_seconds)``: each step's coefficients times the geometric mean of its
-        measured / predicted seconds over the releases that ran it. Unlike :meth:`fit`, one
+        close_steps_seconds)`` or ``(n, late, close_steps_seconds, spanned)`` (the records in
+        cells made or changed at close; default ``late``): each step's coefficients times the
+        geometric mean of its measured / predicted seconds over the releases that ran it.
+        Unlike :meth:`fit`, one
         release is enough, and the split between the fixed, per-record and per-late-record
         parts stays the model's; what changes is how fast this machine runs each step (the
         default's steps were measured on another machine: on this project's own, a
         200,000-record release took 0.84 s of steps where the default predicted 1.46 s).
         No release: the model itself."""
-        releases = list(releases)
+        releases = [(n, late, spanned, steps_of) for n, late, steps_of, spanned
+                    in (_with_span(r) for r in releases)]
         steps = {}
         for name, cost in self.steps.items():
-            ratios = [steps_of[name] / cost(n, late) for n, late, steps_of in releases
-                      if steps_of.get(name, 0.0) > 0 and cost(n, late) > 0]
+            ratios = [steps_of[name] / self.step(name, n, late, spanned)
+                      for n, late, spanned, steps_of in releases
+                      if steps_of.get(name, 0.0) > 0 and self.step(name, n, late, spanned) > 0]
             scale = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else 1.0
             steps[name] = StepCost(cost.seconds * scale, cost.per_record * scale,
                                    cost.per_late_record * scale)
@@ -200,6 +213,30 @@ class ReleaseOverhead:
         """A model from :meth:`to_dict` (a step of two numbers has no late-record part)."""
         return cls({name: StepCost(*(float(x) for x in values)) for name, values in
                     data["steps"].items()}, runs=int(data.get("runs", 0)))
+
+
+def spanned_records(cost: Any, n_base: float, n_increment: float) -> float:
+    """The records ``n_increment`` late records span after a base of ``n_base``: what the
+    stage's cost model says (:meth:`scheduler.cost_model.NearestNeighbourCost.spanned`), or
+    the increment for one that does not (every late record in a cell of its own)."""
+    spanned = getattr(cost, "spanned", None)
+    return float(spanned(n_base, n_increment)) if spanned is not None else max(
+        float(n_increment), 0.0)
+
+
+def _late_of(name: str, late: float, spanned: float | None) -> float:
+    """The late-record count step ``name`` grows with: ``spanned`` for
+    :data:`SPANNED_STEPS` (when given), else ``late``."""
+    return spanned if spanned is not None and name in SPANNED_STEPS else late
+
+
+def _with_span(release: tuple[Any, ...]) -> tuple[float, float, Mapping[str, float],
+                                                  float | None]:
+    """A recorded release as ``(n, late, steps, spanned)``; one recorded without the
+    records spanned (three items) spans its late records."""
+    n, late, steps, *rest = release
+    return float(n), float(late), steps, (float(rest[0]) if rest and rest[0] is not None
+                                          else None)
 
 
 #: Releases whose close steps :data:`DEFAULT_OVERHEAD` follows: (records, late records, the

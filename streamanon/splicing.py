@@ -147,21 +147,24 @@ def splice(base: BaseRelease, frame: pd.DataFrame, prepared: Prepared, labels: n
         keep[:base.n_base] = unchanged_base_records(base.labels, labels)
     kept, redo = np.flatnonzero(keep), np.flatnonzero(~keep)
     part = prepared.subset(redo)
-    fresh = release_prepared(frame.iloc[redo], part, labels[redo], k, seed=None,
-                             shuffle=False)  # the gate of the new part
+    fresh = base.table.iloc[:0]  # every record in a base cell as it was: nothing to redo
+    if len(redo):
+        fresh = release_prepared(frame.iloc[redo], part, labels[redo], k, seed=None,
+                                 shuffle=False).table  # the gate of the new part
     R = None  # the released codes: the loss of complete floats needs only the cells
     if not prepared.plain_numeric:
         R = np.empty_like(prepared.C, dtype=np.float64)
         R[kept] = base.R[kept]
-        R[redo] = release_codes(part.C, labels[redo], part.encoding, None, part.weights)
+        if len(redo):
+            R[redo] = release_codes(part.C, labels[redo], part.encoding, None, part.weights)
     d, loss = release_loss(prepared, labels, R)
     order = splice_order(base.order, n, np.random.default_rng(seed))
     row_of = np.arange(n, dtype=np.int64)  # record -> row of the joined table (a kept base
     row_of[redo] = base.n_base + np.arange(len(redo))  # record's is its row of base.table)
     rows = row_of[order]
-    joined = pd.concat([base.table, fresh.table], ignore_index=True)
+    joined = pd.concat([base.table, fresh], ignore_index=True) if len(fresh) else base.table
     table = joined.iloc[rows].reset_index(drop=True)
-    made = record_messages(fresh.table, prepared.encoding.names, labels[redo])
+    made = record_messages(fresh, prepared.encoding.names, labels[redo]) if len(fresh) else []
     sent_as = np.arange(n)  # a base record's message: its place in base.order
     sent_as[base.order] = np.arange(base.n_base)
     source = np.where(keep, sent_as, base.n_base + np.cumsum(~keep) - 1)[order]

@@ -144,3 +144,36 @@ def test_a_base_release_is_checked_cell_by_cell():
     labels[:2] = 99  # a cell of two (the tuple-count gate alone would see it too)
     with pytest.raises(KAnonymityError):
         prepare_base(frame, prepared, labels, K)
+
+
+@pytest.mark.parametrize("late_share", [0.03, 0.07, 0.14])
+def test_the_records_nearest_neighbour_late_records_span_are_as_the_planner_prices_them(
+        late_share):
+    """The planner prices the gate and table after close by the records in cells the stage
+    changed (``NearestNeighbourCost.spanned``: each late record joins one of the n_0 / k base
+    cells, Poisson); NN-split-end on real partitions changes that many, and 2MDAV none."""
+    from scheduler.cost_model import NearestNeighbourCost, PowerLaw, TwoStageCost
+
+    n = 20_000
+    n_base = round((1 - late_share) * n)
+    frame = survey(n, seed=3)
+    _, base_labels, _, labels = partitions(frame, n_base, "nn_split_end")
+    changed = n - n_base + int((~unchanged_base_records(base_labels, labels)).sum())
+    predicted = NearestNeighbourCost(c=1e-9, k=K).spanned(n_base, n - n_base)
+    assert abs(predicted - changed) <= 0.05 * n_base, (predicted, changed)
+    _, base_labels, _, labels = partitions(frame, n_base, "two_stage")
+    assert unchanged_base_records(base_labels, labels).all()
+    assert TwoStageCost(PowerLaw(1e-6, 1.0)).spanned(n_base, n - n_base) == n - n_base
+
+
+def test_a_release_with_no_late_record_is_the_base_release_reused_whole():
+    """Every response arrived before the base snapshot: each cell is a base cell as it was, so
+    nothing is gated or serialised again, and the release is the one built from scratch."""
+    frame = survey(300)
+    base_prepared, base_labels, prepared, labels = partitions(frame, 300, "nn_split_end")
+    base = prepare_base(frame, base_prepared, base_labels, K, seed=1)
+    release, messages, order = splice(base, frame, prepared, labels, K, seed=2)
+    scratch = release_prepared(frame, prepared, labels, K, seed=None, shuffle=False)
+    assert messages.new == [] and sorted(order.tolist()) == list(range(300))
+    assert release.distortion == scratch.distortion
+    assert messages == record_messages(release.table)

@@ -70,7 +70,7 @@ from streamanon.service.runtime import StoreCall, SurveyRuntime
 from streamanon.service.states import RELEASED
 from streamanon.service.store import Records, ReleaseRow, Store, StoreError
 from streamanon.service.telemetry import Telemetry
-from streamanon.splicing import prepare_base, splice
+from streamanon.splicing import Messages, prepare_base, splice
 
 log = logging.getLogger(__name__)
 
@@ -198,8 +198,9 @@ class Releaser:
         if held is not None:
             late = await self._in_store(
                 lambda: self.store.load_records(sid, m, after_seq=held[0]))
-            frame = await self._in_thread(lambda: pd.concat(
-                [held[1].frame, records_frame(late, sc)], ignore_index=True))
+            frame = held[1].frame if not len(late) else await self._in_thread(  # an empty
+                lambda: pd.concat([held[1].frame, records_frame(late, sc)],  # frame's dtypes
+                                  ignore_index=True))  # would change the base's JSON kinds
         else:
             records, ahead = await stored_records(rt, store=self.store, in_store=self._in_store)
             if ahead:
@@ -348,7 +349,8 @@ class Releaser:
                                 if two_stage and rt.base_steps else None),
             base_plan=(base_plan_summary(rt.base_plan)
                        if two_stage and rt.base_steps and rt.base_plan else None),
-            read_ahead=ahead if not two_stage else 0)
+            read_ahead=ahead if not two_stage else 0,
+            n_spanned=len(messages.new) if isinstance(messages, Messages) else n)
         row = ReleaseRow(release_id, "written", seed, report.to_json())
         await self._in_store(self.store.save_release, sid, row)
         return row, Fresh(frame, release.table, messages, order)
@@ -421,8 +423,8 @@ class Releaser:
         self.telemetry.observe_release(sid, report, rt.timings["publish"])
         log.info("survey %s: released %d records (%s), %.2f s after close", sid, report.n,
                  report.mode, published.close_to_release_seconds)
+        await self._record_steps(report, published.close_steps_seconds)  # for later plans
         rt.closed_event.set()
-        await self._record_steps(report, published.close_steps_seconds)
 
     async def _overhead(self, sid: str) -> ReleaseOverhead:
         """The steps after close as this machine ran them (the recorded releases' close steps,
@@ -444,7 +446,8 @@ class Releaser:
         if report.read_ahead:  # the load step read only the records stored since: not that
             steps = {name: s for name, s in steps.items() if name not in READ_AHEAD_STEPS}
         try:
-            await self._in_thread(self.cost_models.observe_release, report.n, late, steps)
+            await self._in_thread(self.cost_models.observe_release, report.n, late, steps,
+                                  report.n_spanned)
         except Exception as exc:  # the release is out; the file is advice for later plans
             log.warning("survey %s: the release's close steps were not kept in %s (%s)",
                         report.survey, self.cost_models.path, describe_error(exc))

@@ -87,6 +87,9 @@ class ReleaseReport:
     # of a release made whole at close: how many of its records were read from the store
     # ahead of the close (streamanon.service.base_run); the load step read only the rest
     read_ahead: int = 0
+    # the records gated and serialised at close: those in cells the incremental stage made or
+    # changed when the release was spliced into the base one, else all n (None: not counted)
+    n_spanned: int | None = None
     publication: Publication | None = None
 
     def published(self, publication: Publication) -> ReleaseReport:
