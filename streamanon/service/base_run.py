@@ -66,8 +66,9 @@ async def read_ahead(rt: SurveyRuntime, *, clean_cut: Callable[[], Awaitable[int
                      measured: Callable[[float], None] | None = None) -> None:
     """Read the survey's records after those already read ahead (``rt.read_ahead``) up to a
     clean cut (``clean_cut()``: every record with a smaller ``seq`` is stored), in steps of
-    :data:`READ_AHEAD_STEP`, and keep them for the base run. Nothing is kept once the base
-    run has started (it takes what was read and reads the rest), the close has, or what was
+    :data:`READ_AHEAD_STEP`, and keep them for the base run, or for the release made whole at
+    close when the plan has none (:func:`.releasing.stored_records`). Nothing is kept once the
+    base run has started (it takes what was read and reads the rest), the close has, or what was
     read has been dropped meanwhile (:meth:`~.runtime.ReadAhead.drop`). One read at a time;
     with ``once``, none once something was read (each clean cut of a shared store locks its
     table). ``measured`` then gets the share of the records read that the base engine would

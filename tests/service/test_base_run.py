@@ -77,17 +77,23 @@ def read_ahead_then(broker, tmp_path, n: int, then) -> None:
     asyncio.run(run())
 
 
+def watch_reads(service) -> list[tuple[int, int | None]]:
+    """The ``(after_seq, upto_seq)`` of each read of the service's stored records from now."""
+    reads: list[tuple[int, int | None]] = []
+    load = service.store.load_records
+
+    def watched(survey, m, *, after_seq=0, upto_seq=None):
+        reads.append((after_seq, upto_seq))
+        return load(survey, m, after_seq=after_seq, upto_seq=upto_seq)
+
+    service.store.load_records = watched
+    return reads
+
+
 def test_the_service_reads_the_snapshot_ahead_and_the_base_run_takes_it(broker, tmp_path):
     async def then(service, rt, plan) -> None:
         cut = rt.read_ahead.cut
-        reads: list[tuple[int, int | None]] = []
-        load = service.store.load_records
-
-        def watched(survey, m, *, after_seq=0, upto_seq=None):
-            reads.append((after_seq, upto_seq))
-            return load(survey, m, after_seq=after_seq, upto_seq=upto_seq)
-
-        service.store.load_records = watched
+        reads = watch_reads(service)
         await run_base(service, SURVEY, plan)
         await until(lambda: asyncio.sleep(0, rt.base_task is None), "the base run did not end")
         assert rt.read_ahead.parts == []  # taken, not kept beside the base run's records
@@ -104,14 +110,7 @@ def test_a_release_made_whole_at_close_takes_what_was_read_ahead(broker, tmp_pat
     release's, which reads only those stored after the cut."""
     async def then(service, rt, plan) -> None:
         cut = rt.read_ahead.cut
-        reads: list[tuple[int, int | None]] = []
-        load = service.store.load_records
-
-        def watched(survey, m, *, after_seq=0, upto_seq=None):
-            reads.append((after_seq, upto_seq))
-            return load(survey, m, after_seq=after_seq, upto_seq=upto_seq)
-
-        service.store.load_records = watched
+        reads = watch_reads(service)
         await service.close(SURVEY)
         await service.closed(SURVEY, timeout=120)
         assert cut > 0 and (cut, None) in reads and (0, None) not in reads
