@@ -9,12 +9,12 @@ while a million-record snapshot is read and prepared. Each step's time goes to t
 The snapshot's records are read ahead (:func:`read_ahead`): in the seconds before the planned
 snapshot (:data:`READ_AHEAD_SECONDS`) the records up to a clean cut are read from the store,
 in steps of at most :data:`READ_AHEAD_STEP` sequence numbers, and kept; the base run then reads
-only those after the cut (:func:`snapshot_records`). Stored records are never changed or
+only those after the cut (:func:`.releasing.stored_records`). Stored records are never changed or
 removed while the survey is open, so the records up to a cut are the same whenever they are
 read: the snapshot is the one a single read at its moment gives (a test compares them). At a
 million records this takes the read (3-4 s) off the time between the snapshot and the engine.
 When the plan has no base run (one-shot at close), the records are read ahead of the close the
-same way, and the release takes them (:func:`.releasing.stored_records`).
+same way, and the release takes them with the same reader.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from streamanon.errors import describe_error, withheld
 from streamanon.release import prepare_stored
 from streamanon.service.kept import kept_base_partition
 from streamanon.service.publisher import records_frame
-from streamanon.service.releasing import release_run
+from streamanon.service.releasing import release_run, stored_records
 from streamanon.service.runtime import StoreCall, SurveyRuntime
 from streamanon.service.states import BASE_DONE, OPEN
-from streamanon.service.store import Checkpoint, Records, Store, StoreError
+from streamanon.service.store import Checkpoint, Store, StoreError
 
 if TYPE_CHECKING:
     from streamanon.service.config import ComputeConfig
@@ -113,26 +113,6 @@ async def read_ahead(rt: SurveyRuntime, *, clean_cut: Callable[[], Awaitable[int
         ahead.task = None
 
 
-async def snapshot_records(rt: SurveyRuntime, snapshot_seq: int, *, store: Store,
-                           in_store: StoreCall) -> tuple[Records, int]:
-    """The records with ``seq <= snapshot_seq``: those read ahead (taken from ``rt``: a read
-    in progress keeps nothing more), then the rest from the store; and how many had been read
-    ahead. The parts are joined in a thread."""
-    sid = rt.config.id
-    m = len(rt.config.quasi_identifiers)
-    ahead = rt.read_ahead
-    parts, cut = ahead.take()
-    if not parts:
-        return await in_store(lambda: store.load_records(sid, m, upto_seq=snapshot_seq)), 0
-    if cut > snapshot_seq:  # read past the snapshot: its records are the first ones
-        parts = [part.upto(snapshot_seq) for part in parts]
-    ahead_count = sum(len(part) for part in parts)
-    if cut <= snapshot_seq:
-        parts.append(await in_store(lambda: store.load_records(
-            sid, m, after_seq=cut, upto_seq=snapshot_seq)))
-    return await asyncio.to_thread(Records.join, parts), ahead_count
-
-
 async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, store: Store,
                    in_store: StoreCall, pool: Executor, compute: ComputeConfig,
                    planner: SurveyPlanner, releaser: Releaser | None) -> None:
@@ -147,7 +127,7 @@ async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, stor
     steps = rt.base_steps = {}
     try:
         step = time.perf_counter()
-        records, ahead = await snapshot_records(rt, snapshot_seq, store=store, in_store=in_store)
+        records, ahead = await stored_records(rt, snapshot_seq, store=store, in_store=in_store)
         steps["load"] = time.perf_counter() - step
         step = time.perf_counter()
         frame = await asyncio.to_thread(records_frame, records, sc)

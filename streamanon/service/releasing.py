@@ -98,19 +98,26 @@ def fresh_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray, k
     return replace(release, table=table), messages, order
 
 
-async def stored_records(rt: SurveyRuntime, *, store: Store, in_store: StoreCall
-                         ) -> tuple[Records, int]:
-    """Every stored record of ``rt``'s survey, for a release made whole at close: those read
-    ahead of the close (taken from ``rt``; see :mod:`.base_run`), then the rest from the
-    store; and how many had been read ahead. Stored records never change while the survey is
-    open, so this is what one read at the close gives."""
+async def stored_records(rt: SurveyRuntime, upto_seq: int | None = None, *, store: Store,
+                         in_store: StoreCall) -> tuple[Records, int]:
+    """The stored records of ``rt``'s survey with ``seq <= upto_seq`` (a base snapshot's) or,
+    with None, every one (a release made whole at close): those read ahead (taken from ``rt``,
+    :func:`.base_run.read_ahead`: a read in progress keeps nothing more), then the rest from
+    the store; and how many had been read ahead. Stored records never change while the
+    survey is open, so this is what one read at that moment gives. The parts are joined in a
+    thread."""
     sid = rt.config.id
     m = len(rt.config.quasi_identifiers)
     parts, cut = rt.read_ahead.take()
-    rest = await in_store(lambda: store.load_records(sid, m, after_seq=cut))
     if not parts:
-        return rest, 0
-    return await asyncio.to_thread(Records.join, [*parts, rest]), sum(map(len, parts))
+        return await in_store(lambda: store.load_records(sid, m, upto_seq=upto_seq)), 0
+    if upto_seq is not None and cut > upto_seq:  # read past the snapshot: its first records
+        parts = [part.upto(upto_seq) for part in parts]
+    ahead = sum(len(part) for part in parts)
+    if upto_seq is None or cut <= upto_seq:
+        parts.append(await in_store(lambda: store.load_records(
+            sid, m, after_seq=cut, upto_seq=upto_seq)))
+    return await asyncio.to_thread(Records.join, parts), ahead
 
 
 def base_plan_summary(plan: Plan) -> dict[str, float]:

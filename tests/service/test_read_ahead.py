@@ -83,8 +83,7 @@ def test_records_read_ahead_then_the_rest_are_the_snapshot_read_at_once(tmp_path
         assert sum(len(p) for p in rt.read_ahead.parts) == 60
         store.insert_records("s", rows(10, start=65))  # after the last read ahead
         snapshot = store.max_seq("s") - 2
-        records, ahead = await base_run.snapshot_records(rt, snapshot, store=store,
-                                                         in_store=direct)
+        records, ahead = await stored_records(rt, snapshot, store=store, in_store=direct)
         return snapshot, records, ahead
 
     snapshot, records, ahead = asyncio.run(run())
@@ -99,7 +98,7 @@ def test_a_read_ahead_past_the_snapshot_gives_its_first_records(tmp_path):
 
     async def run():
         await ahead_of(rt, store)
-        return await base_run.snapshot_records(rt, 10, store=store, in_store=direct)
+        return await stored_records(rt, 10, store=store, in_store=direct)
 
     records, ahead = asyncio.run(run())
     assert ahead == 10
