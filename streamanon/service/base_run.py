@@ -25,7 +25,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from streamanon.release import prepare_stored
 from streamanon.service.kept import kept_base_partition
 from streamanon.service.publisher import records_frame
 from streamanon.service.releasing import release_run, stored_records
-from streamanon.service.runtime import StoreCall, SurveyRuntime
+from streamanon.service.runtime import StoreCall
 from streamanon.service.states import BASE_DONE, OPEN
 from streamanon.service.store import Checkpoint, Store, StoreError
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from streamanon.service.config import ComputeConfig
     from streamanon.service.planning import SurveyPlanner
     from streamanon.service.releasing import Releaser
+    from streamanon.service.survey import Survey
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,17 @@ READ_AHEAD_SECONDS = 15.0
 READ_AHEAD_STEP = 150_000
 
 
+@dataclass
+class BaseRunResult:
+    """What a base run leaves (:func:`run_base`): each step's time, the engine's time (None
+    when it failed), and the base release prepared for the close with its time."""
+
+    steps: dict[str, float] = field(default_factory=dict)
+    seconds: float | None = None
+    base_release: tuple[int, Any] | None = None  # (snapshot seq, splicing.BaseRelease)
+    prepare_seconds: float = 0.0
+
+
 def read_ahead_seconds(replan_seconds: float) -> float:
     """How long before the planned snapshot the records are read ahead, for a planner that
     re-plans every ``replan_seconds``: :data:`READ_AHEAD_SECONDS`, or two re-plans and a
@@ -60,7 +73,7 @@ def read_ahead_seconds(replan_seconds: float) -> float:
     return max(READ_AHEAD_SECONDS, 2 * replan_seconds + 1)
 
 
-async def read_ahead(rt: SurveyRuntime, *, clean_cut: Callable[[], Awaitable[int]],
+async def read_ahead(rt: Survey, *, clean_cut: Callable[[], Awaitable[int]],
                      still_open: Callable[[], Awaitable[bool]], store: Store,
                      in_store: StoreCall, once: bool = False,
                      measured: Callable[[float], None] | None = None) -> None:
@@ -113,18 +126,20 @@ async def read_ahead(rt: SurveyRuntime, *, clean_cut: Callable[[], Awaitable[int
         ahead.task = None
 
 
-async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, store: Store,
+async def run_base(rt: Survey, snapshot_seq: int, started: float, *, store: Store,
                    in_store: StoreCall, pool: Executor, compute: ComputeConfig,
-                   planner: SurveyPlanner, releaser: Releaser | None) -> None:
+                   planner: SurveyPlanner, releaser: Releaser | None) -> BaseRunResult:
     """Run the base engine on the survey's records up to ``snapshot_seq`` and store its
-    checkpoint (``BASE_DONE``); a failure is logged and stored as the survey's error, the
-    survey goes back to ``OPEN`` and the release is made one-shot at close."""
+    checkpoint (``BASE_DONE``); return what it left (:class:`BaseRunResult`). A failure is
+    logged and stored as the survey's error, the survey goes back to ``OPEN`` and the release
+    is made one-shot at close."""
     from streamanon.engines.distinct import engine_rows
 
     sc = rt.config
     sid = sc.id
     loop = asyncio.get_running_loop()
-    steps = rt.base_steps = {}
+    result = BaseRunResult()
+    steps = result.steps
     try:
         step = time.perf_counter()
         records, ahead = await stored_records(rt, snapshot_seq, store=store, in_store=in_store)
@@ -153,13 +168,14 @@ async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, stor
         await in_store(store.save_checkpoint, sid, cp)
         if compute.cluster == "local":  # a cluster's time is its parts' and workers'
             await in_store(planner.observe_base, sc, len(records), seconds, work)
-        await in_store(store.transition, sid, BASE_DONE, f"base run took {seconds:.2f} s")
+        await rt.move(BASE_DONE, f"base run took {seconds:.2f} s")
         steps["checkpoint"] = time.perf_counter() - step
-        rt.timings["base_seconds"] = seconds
+        result.seconds = seconds
         if releaser is not None:
             step = time.perf_counter()
-            await releaser.prepare_base(rt, snapshot_seq, frame, labels, prepared)
-            steps["prepare_release"] = time.perf_counter() - step
+            base = await releaser.prepare_base(rt, frame, labels, prepared)
+            steps["prepare_release"] = result.prepare_seconds = time.perf_counter() - step
+            result.base_release = None if base is None else (snapshot_seq, base)
         log.info("survey %s: base run on %d records (%d read ahead) done in %.2f s (%s)", sid,
                  len(records), ahead, seconds,
                  ", ".join(f"{k} {v:.2f} s" for k, v in steps.items()))
@@ -170,8 +186,6 @@ async def run_base(rt: SurveyRuntime, snapshot_seq: int, started: float, *, stor
                   describe_error(exc), exc_info=withheld(exc))
         await in_store(store.set_error, sid, f"base run failed: {describe_error(exc)}")
         with contextlib.suppress(StoreError):
-            await in_store(store.transition, sid, OPEN, "base run failed")
+            await rt.move(OPEN, "base run failed")
         planner.unresolve_engine(sid)
-    finally:
-        rt.base_task = None
-        rt.read_ahead.drop()
+    return result

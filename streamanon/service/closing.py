@@ -13,19 +13,23 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from streamanon.errors import describe_error, withheld
 from streamanon.service.collector import KafkaCollector
 from streamanon.service.offsets import broker_errors
-from streamanon.service.runtime import StoreCall, SurveyRuntime
+from streamanon.service.runtime import StoreCall
 from streamanon.service.states import BASE_DONE, CLOSING, OPEN, RELEASED
 from streamanon.service.store import Store
 from streamanon.service.validation import Closure
 
+if TYPE_CHECKING:
+    from streamanon.service.survey import Survey
+
 log = logging.getLogger(__name__)
 
 
-async def close_survey(rt: SurveyRuntime, *, store: Store, in_store: StoreCall,
+async def close_survey(rt: Survey, *, store: Store, in_store: StoreCall,
                        collector: KafkaCollector, release: Callable[[], Awaitable[None]],
                        before_marks: Callable[[str, float], Awaitable[None]] | None = None
                        ) -> None:
@@ -42,15 +46,11 @@ async def close_survey(rt: SurveyRuntime, *, store: Store, in_store: StoreCall,
     try:
         st = await in_store(store.survey_state, sid)
         if st.state == RELEASED:
-            rt.closed_event.set()
+            rt.released()
             return
         if st.close_requested_at is None:
             st = await in_store(store.request_close, sid, time.time())
-        rt.ingest.closed_at = st.close_requested_at
-        rt.timings["closed_at"] = st.close_requested_at
-        if rt.planner is not None:
-            rt.planner.closed = True
-            rt.planner.stop()
+        rt.closing(st.close_requested_at)
         step = time.perf_counter()
         marks = await in_store(store.close_marks, sid)
         if marks is None and before_marks is not None:
@@ -67,20 +67,18 @@ async def close_survey(rt: SurveyRuntime, *, store: Store, in_store: StoreCall,
         log.info("survey %s: close: draining the responses sent before it (end offsets %s)",
                  sid, marks)
         await collector.drain(sid, marks)
-        rt.ingest.closure = Closure(st.close_requested_at, marks, final=True)
-        rt.timings["drain"] = time.perf_counter() - step
+        rt.drained(Closure(st.close_requested_at, marks, final=True),
+                   time.perf_counter() - step)
         log.info("survey %s: close: drained", sid)
         step = time.perf_counter()
         if rt.base_task is not None:
             await asyncio.shield(rt.base_task)
-        rt.timings["wait_for_base"] = time.perf_counter() - step
-        st = await in_store(store.survey_state, sid)
+        rt.record("wait_for_base", time.perf_counter() - step)
+        st = await rt.stored_state()
         if st.state in (OPEN, BASE_DONE):
-            await in_store(store.transition, sid, CLOSING, "closing")
+            await rt.move(CLOSING, "closing")
         await release()
     except Exception as exc:
         log.error("survey %s: close failed (%s)", sid, describe_error(exc),
                   exc_info=withheld(exc))
         await in_store(store.set_error, sid, f"close failed: {describe_error(exc)}")
-    finally:
-        rt.close_task = None if not rt.closed_event.is_set() else rt.close_task

@@ -63,8 +63,8 @@ from streamanon.service.validation import Closure
 
 if TYPE_CHECKING:
     from scheduler.planner import Plan
-    from streamanon.service.runtime import SurveyRuntime
     from streamanon.service.store import SurveyState
+    from streamanon.service.survey import Survey
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -350,7 +350,7 @@ class LeaderHost(Protocol):
     lifecycle's entry points, and what to do when the lease is taken or lost."""
 
     @property
-    def surveys(self) -> Mapping[str, SurveyRuntime]: ...
+    def surveys(self) -> Mapping[str, Survey]: ...
 
     async def survey_state(self, sid: str) -> SurveyState:
         """The survey's state as stored."""

@@ -10,7 +10,8 @@ jobs run on an APScheduler background scheduler; the base engine and the increme
 in a separate process (``ProcessPoolExecutor``), so ingest keeps flowing during a base run; all
 store calls go through one worker thread.
 
-Per survey::
+Per survey (:class:`~streamanon.service.survey.Survey` owns each one's state and makes its
+moves; :class:`Service` keeps what the surveys share)::
 
     OPEN --(planner trigger, or POST /base)--> BASE_RUNNING --> BASE_DONE
       |                                                          |
@@ -54,11 +55,9 @@ from scheduler.arrivals import ArrivalEstimator
 from scheduler.jobs import PlanningJob
 from scheduler.planner import Plan
 from streamanon.errors import describe_error, withheld
-from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
 from streamanon.metrics import distortion, fit_and_standardise
-from streamanon.service.base_run import read_ahead, read_ahead_seconds, run_base
-from streamanon.service.closing import close_survey
+from streamanon.service.base_run import read_ahead_seconds
 from streamanon.service.collector import KafkaCollector
 from streamanon.service.config import Config
 from streamanon.service.control import ControlRejected, ControlVerifier
@@ -85,8 +84,7 @@ from streamanon.service.processes import worker_pool
 from streamanon.service.publisher import ReleasePublisher
 from streamanon.service.releasing import Releaser
 from streamanon.service.reports import ServiceStatus
-from streamanon.service.runtime import SurveyRuntime
-from streamanon.service.states import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
+from streamanon.service.states import OPEN, RELEASED
 from streamanon.service.status import STATUS_WAIT_SECONDS as STATUS_WAIT
 from streamanon.service.status import never_read, read_stored, survey_status, within
 from streamanon.service.store import (
@@ -98,8 +96,9 @@ from streamanon.service.store import (
     SurveyState,
     open_store,
 )
+from streamanon.service.survey import ServiceParts, Survey
 from streamanon.service.telemetry import Telemetry
-from streamanon.service.validation import Closure, Validator
+from streamanon.service.validation import Validator
 from streamanon.tuples import row_hashes
 
 log = logging.getLogger(__name__)
@@ -150,8 +149,12 @@ class Service:
         self._lock = threading.Lock()
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="store")
         self._pool = compute_pool or worker_pool(compute_workers)
-        self.surveys: dict[str, SurveyRuntime] = {}
+        self.surveys: dict[str, Survey] = {}
         self.survey_planner = SurveyPlanner(config, self.surveys, self._lock, self.counted)
+        #: what every survey's moves use of the service (the releaser and the collector
+        #: join it in start())
+        self.parts = ServiceParts(config, self.store, self._in_store, self._pool,
+                                  self.survey_planner)
         self.producer: Any = None  # kafka-python: dead letters, from the store thread
         self.release_producer: Any = None  # librdkafka: releases (ReleasePublisher)
         self._releaser: Releaser | None = None  # made in start(), with the release producer
@@ -191,8 +194,8 @@ class Service:
         self.producer = KafkaProducer(**kafka,
                                       linger_ms=20, batch_size=512 * 1024, acks="all")
         self.release_producer = ReleasePublisher(cfg)
-        self._releaser = Releaser(cfg, self.store, self._in_store, self._pool,
-                                  self.release_producer, self.telemetry)
+        self._releaser = self.parts.releaser = Releaser(
+            cfg, self.store, self._in_store, self._pool, self.release_producer, self.telemetry)
         # kernels load (compile, on a fresh clone) ahead of any compute; start goes on
         self._background(self.loop.run_in_executor(self._pool, warm_up_compute),
                          "warming the compute kernels")
@@ -204,12 +207,12 @@ class Service:
                 sc, cfg.hmac_key, max_message_bytes=cfg.kafka.max_message_bytes))
             estimator = ArrivalEstimator(cfg.planner.arrival_bin_seconds,
                                          cfg.planner.arrival_bins)
-            self.surveys[sc.id] = SurveyRuntime(sc, ingest, estimator)
+            self.surveys[sc.id] = Survey(sc, ingest, estimator, self.parts)
             # stored models or provisional ones: calibrating is not on the start path
             self.survey_planner.load_models(sc, measure=False)
         # The collector exists before recovery: a close taken up again reads the partitions'
         # offsets through it at once, while its consumer is still joining the group.
-        self.collector = KafkaCollector(
+        self.collector = self.parts.collector = KafkaCollector(
             cfg, {sid: rt.ingest for sid, rt in self.surveys.items()},
             KafkaDeadLetters(self.producer), on_stored=self._on_stored,
             on_control=self._on_control, on_restart=self.telemetry.count_restart)
@@ -251,11 +254,11 @@ class Service:
             rt.planner = PlanningJob(
                 self.scheduler, survey_id=sid, close_at=rt.config.close_at,
                 plan=lambda now, sid=sid: self.survey_planner.plan(sid, now),
-                on_base_start=lambda plan, sid=sid: self._threadsafe(self._planned_base(sid, plan)),
+                on_base_start=lambda plan, rt=rt: self._threadsafe(rt.planned_base(plan)),
                 on_close=lambda sid=sid: self._threadsafe(self.close(sid)),
                 interval_seconds=cfg.planner.interval_seconds,
                 ready=lambda now, sid=sid: self.survey_planner.forecast_ready(sid, now),
-                on_base_soon=lambda plan, sid=sid: self._threadsafe(self._read_ahead(sid)),
+                on_base_soon=lambda plan, rt=rt: self._threadsafe(rt.read_ahead_soon()),
                 soon_seconds=read_ahead_seconds(cfg.planner.interval_seconds))
             rt.planner.base_started = state != OPEN
             rt.planner.start()
@@ -268,12 +271,7 @@ class Service:
         for measuring in self._measuring.values():  # and the calibration's reach
             measuring.cancel()
         for rt in self.surveys.values():
-            rt.read_ahead.cancel()
-            for task in (rt.base_task, rt.close_task):
-                if task is not None and not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+            await rt.stop_tasks()
         if self.collector is not None:
             await self.collector.stop()
         if self.producer is not None:
@@ -382,46 +380,10 @@ class Service:
 
     # -- recovery ------------------------------------------------------------------------------
     async def _recover(self) -> None:
-        for sid, rt in self.surveys.items():
-            st = await self._in_store(self.store.survey_state, sid)
-            times = await self._in_store(self.store.arrival_times, sid)
-            rt.estimator.observe(times)
-            rt.ingest.stored = rt.ingest.received = len(times)
-            if len(times):
-                rt.history.add(float(np.max(times)), len(times))
-            rt.ingest.closed_at = st.close_requested_at
-            marks = await self._in_store(self.store.close_marks, sid)
-            if st.state == RELEASED or marks is not None:  # before the collector reads a message
-                rt.ingest.closure = Closure(st.close_requested_at or 0.0, marks,
-                                            final=st.state == RELEASED)
-            if st.state == RELEASED:
-                rt.closed_event.set()
+        for rt in self.surveys.values():
+            await rt.recover()
             if self.leading:
-                await self._resume(sid)
-
-    async def _resume(self, sid: str) -> None:
-        """The lifecycle of a survey from its stored state (at a start, or when a follower
-        takes the lease over)."""
-        rt = self.surveys[sid]
-        if rt.auto_engine:  # the base run made before the restart chose its engine
-            cp = await self._in_store(self.store.load_checkpoint, sid)
-            if cp is not None:
-                self.survey_planner.resolve_engine(sid, cp.engine,
-                                                   "the engine of the stored base run")
-        st = await self._in_store(self.store.survey_state, sid)
-        if st.state == BASE_RUNNING:
-            cp = await self._in_store(self.store.load_checkpoint, sid)
-            if cp is not None:
-                await self._in_store(self.store.transition, sid, BASE_DONE,
-                                     "checkpoint found after restart")
-            else:
-                await self._in_store(self.store.transition, sid, OPEN,
-                                     "base run interrupted; re-planning")
-                log.warning("survey %s: base run was interrupted; it will be re-planned", sid)
-        st = await self._in_store(self.store.survey_state, sid)
-        if st.state == CLOSING or (st.close_requested_at is not None
-                                   and st.state in (OPEN, BASE_DONE)):
-            rt.close_task = asyncio.create_task(self._close(sid), name=f"close-{sid}")
+                await rt.resume()
 
     # -- leadership (the LeaderHost a leadership.Coordinator drives) ---------------------------
     async def take_over(self) -> None:
@@ -434,22 +396,17 @@ class Service:
             estimator.observe(times)
             with self._lock:
                 rt.estimator = estimator
-            await self._resume(sid)
+            await rt.resume()
         await self._start_planners()
 
     async def step_down(self) -> None:
         """The lease was lost (its connection cut): stop every lifecycle task at once; the
         new leader carries them on from the store."""
         for rt in self.surveys.values():
-            rt.read_ahead.cancel()
             if rt.planner is not None:
                 rt.planner.stop()
                 rt.planner = None
-            for task in (rt.base_task, rt.close_task):
-                if task is not None and not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+            await rt.stop_tasks()
             rt.base_task = rt.close_task = None
 
     def observe_shared(self, sid: str, new_records: int) -> None:
@@ -496,124 +453,22 @@ class Service:
             return None
         return self._apply_command(command, sid)
 
-    # -- base run ------------------------------------------------------------------------------
-    async def _planned_base(self, sid: str, plan: Plan) -> None:
-        """The planner's trigger; if the snapshot is still too small, let it fire again."""
-        if not await self.start_base(sid, plan):
-            rt = self.surveys[sid]
-            st = await self._in_store(self.store.survey_state, sid)
-            if rt.planner is not None and st.state == OPEN and st.close_requested_at is None:
-                rt.planner.base_started = False
-
+    # -- the surveys' moves (survey.py) --------------------------------------------------------
     def set_close_time(self, sid: str, close_at: datetime) -> None:
         """Move a survey's scheduled close (and with it every plan)."""
-        rt = self.surveys[sid]
-        rt.config = rt.config.model_copy(update={"close": close_at})
-        rt.ingest.config = rt.config
-        if rt.planner is not None:
-            rt.planner.reschedule_close(close_at)
+        self.surveys[sid].set_close_time(close_at)
 
     async def start_base(self, sid: str, plan: Plan | None) -> bool:
-        """Take the base snapshot now and run the base engine on it, in the compute process."""
-        rt = self.surveys[sid]
-        if self.coordinator is not None and not self.coordinator.leading:
-            await asyncio.to_thread(self.coordinator.coordination.request, sid, "start_base")
-            log.info("survey %s: base run requested; handed to the leader", sid)
-            return False
-        if rt.base_task is not None:
-            return False
-        st = await self._in_store(self.store.survey_state, sid)
-        if st.state != OPEN or st.close_requested_at is not None:
-            return False
-        snapshot_seq = await self._clean_cut(sid)
-        n_base = await self._in_store(self.store.count, sid)
-        if not base_is_usable(n_base, rt.config.k):
-            log.info("survey %s: base snapshot of %d records is under 2k; one-shot at close",
-                     sid, n_base)
-            return False
-        started = time.time()
-        self.survey_planner.choose_now(sid, plan)
-        try:
-            await self._in_store(lambda: self.store.transition(
-                sid, BASE_RUNNING, f"snapshot of {n_base} records", expect=[OPEN],
-                base_started_at=started))
-        except BaseException:
-            self.survey_planner.unresolve_engine(sid)
-            raise
-        if rt.planner is not None:
-            rt.planner.base_started = True
-        rt.last_plan = plan or rt.last_plan
-        rt.base_plan = plan  # None for a base run started by command: no plan started it
-        rt.base_task = asyncio.create_task(self._base(sid, snapshot_seq, started),
-                                           name=f"base-{sid}")
-        return True
+        """Take the base snapshot now and run the base engine on it (:meth:`.Survey.start_base`)."""
+        return await self.surveys[sid].start_base(plan)
 
-    async def _clean_cut(self, sid: str) -> int:
-        """The largest ``seq`` of the survey such that every record with a smaller one is
-        stored."""
-        if self.coordinator is not None:  # other instances insert too: a clean cut
-            return int(await asyncio.to_thread(self.coordinator.coordination.snapshot_seq, sid))
-        return int(await self._in_store(self.store.max_seq, sid))
-
-    async def _read_ahead(self, sid: str) -> None:
-        """The planner's base snapshot is near: read its records ahead
-        (:func:`~streamanon.service.base_run.read_ahead`)."""
-        rt = self.surveys[sid]
-
-        async def still_open() -> bool:
-            st = await self._in_store(self.store.survey_state, sid)
-            return (self.leading and st.state == OPEN and st.close_requested_at is None
-                    and not (rt.planner is not None and rt.planner.base_started))
-
-        await read_ahead(rt, clean_cut=lambda: self._clean_cut(sid), still_open=still_open,
-                         store=self.store, in_store=self._in_store,
-                         once=self.coordinator is not None,
-                         measured=lambda share: self.survey_planner.observe_work_share(
-                             sid, share))
-
-    async def _base(self, sid: str, snapshot_seq: int, started: float) -> None:
-        await run_base(self.surveys[sid], snapshot_seq, started, store=self.store,
-                       in_store=self._in_store, pool=self._pool, compute=self.config.compute,
-                       planner=self.survey_planner, releaser=self._releaser)
-
-    # -- close and release (closing.py, releasing.py) ------------------------------------------
     async def close(self, sid: str) -> None:
-        """Close the survey (idempotent); returns once the close request is stored (a restart
-        carries it on) and the close sequence has been started (on a follower: by the leader,
-        which finds the stored request within a poll)."""
-        rt = self.surveys[sid]
-        st = await self._in_store(self.store.survey_state, sid)
-        if st.state != RELEASED and st.close_requested_at is None:
-            await self._in_store(self.store.request_close, sid, time.time())
-        if not self.leading:  # stored: the leader carries it out (leadership.Coordinator)
-            return rt.read_ahead.drop()  # what the leader's release reads ahead is its own
-        if rt.close_task is None:
-            rt.close_task = asyncio.create_task(self._close(sid), name=f"close-{sid}")
+        """Close the survey (idempotent; :meth:`.Survey.request_close`)."""
+        await self.surveys[sid].request_close()
 
     async def closed(self, sid: str, timeout: float | None = None) -> None:
         """Wait until the survey's release is published."""
-        await asyncio.wait_for(self.surveys[sid].closed_event.wait(), timeout)
-
-    async def _close(self, sid: str) -> None:
-        rt = self.surveys[sid]
-        assert self.collector is not None and self._releaser is not None  # made in start()
-        releaser, planner = self._releaser, self.survey_planner
-        cp = await self._in_store(self.store.load_checkpoint, sid)
-        row = await self._in_store(self.store.load_release, sid)
-        if row is not None:  # written before a restart: its engine, whatever comes next
-            planner.resolve_engine(sid, row.report["engine"], "the engine of the written release",
-                                   (row.report.get("engine_choice") or {}).get("expected_delta"))
-        elif cp is not None:
-            planner.resolve_engine(sid, cp.engine, "the engine of the base run")
-        elif rt.auto_engine:  # between the one-shot runs, on every instance's records
-            planner.unresolve_engine(sid)
-            planner.choose_now(sid, one_shot_records=await self._in_store(self.store.count, sid))
-        await close_survey(rt, store=self.store, in_store=self._in_store,
-                           collector=self.collector,
-                           release=lambda: releaser.release(rt, planner.models[sid][0],
-                                                            planner.stage_models(sid)),
-                           before_marks=None if self.coordinator is None
-                           else self.coordinator.followers_closed)
+        await self.surveys[sid].closed(timeout)
 
     # -- status (status.py) -------------------------------------------------------------------
     async def status(self, wait: float = STATUS_WAIT) -> ServiceStatus:

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -66,11 +66,14 @@ from streamanon.service.publisher import (
     write_risk_page,
 )
 from streamanon.service.reports import Publication, ReleaseReport
-from streamanon.service.runtime import StoreCall, SurveyRuntime
+from streamanon.service.runtime import StoreCall
 from streamanon.service.states import RELEASED
 from streamanon.service.store import Records, ReleaseRow, Store, StoreError
 from streamanon.service.telemetry import Telemetry
-from streamanon.splicing import Messages, prepare_base, splice
+from streamanon.splicing import BaseRelease, Messages, prepare_base, splice
+
+if TYPE_CHECKING:
+    from streamanon.service.survey import Survey
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +101,7 @@ def fresh_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray, k
     return replace(release, table=table), messages, order
 
 
-async def stored_records(rt: SurveyRuntime, upto_seq: int | None = None, *, store: Store,
+async def stored_records(rt: Survey, upto_seq: int | None = None, *, store: Store,
                          in_store: StoreCall) -> tuple[Records, int]:
     """The stored records of ``rt``'s survey with ``seq <= upto_seq`` (a base snapshot's) or,
     with None, every one (a release made whole at close): those read ahead (taken from ``rt``,
@@ -159,7 +162,7 @@ class Releaser:
         self.modes = FileModes(config.output.file_mode, config.output.directory_mode)
         self.cost_models = CostModelStore(config.planner.cost_models)
 
-    async def release(self, rt: SurveyRuntime, base_model: PowerLaw,
+    async def release(self, rt: Survey, base_model: PowerLaw,
                       stages: Mapping[str, Any] | None = None) -> None:
         """Publish the survey's one release: compute it and write its files, unless a release
         was written before (a restart, a failed publish), which is published again from its
@@ -169,20 +172,20 @@ class Releaser:
         row = await self._in_store(self.store.load_release, sid)
         if row is not None and row.status == "published":
             if (await self._in_store(self.store.survey_state, sid)).state != RELEASED:
-                await self._in_store(self.store.transition, sid, RELEASED, "already published")
-            rt.closed_event.set()
+                await rt.move(RELEASED, "already published")
+            rt.released()
             return
         resumed = row is not None
         fresh = None
         if row is None:
             row, fresh = await self.write(rt, base_model, stages)
-            rt.base_release = None  # used: its records are in ``fresh`` now
+            rt.base_release_used()  # its records are in ``fresh`` now
         else:
             log.info("survey %s: release %s was written before; publishing its files again",
                      sid, row.release_id)
         await self.publish(rt, row, resumed, fresh)
 
-    async def write(self, rt: SurveyRuntime, base_model: PowerLaw,
+    async def write(self, rt: Survey, base_model: PowerLaw,
                     stages: Mapping[str, Any] | None = None) -> tuple[ReleaseRow, Fresh]:
         """Compute the release, apply the k-anonymity gate, write its Parquet file, and note
         it as written: from then on it is the survey's release, whatever happens.
@@ -215,7 +218,7 @@ class Releaser:
                          len(records))
             frame = await self._in_thread(records_frame, records, sc)
         rt.read_ahead.drop()  # read ahead of a base run the release does not use
-        rt.timings["load"] = time.perf_counter() - step
+        rt.record("load", time.perf_counter() - step)
         n = len(frame)
         if n < sc.k:
             raise StoreError(f"{n} valid records: no {sc.k}-anonymous release exists")
@@ -295,7 +298,7 @@ class Releaser:
             log.info("survey %s: refinement: %d moves, %d dissolves, %d splits in %d rounds, "
                      "%.2f s (%s)", sid, r.moves, r.dissolves, r.splits, r.rounds, r.seconds,
                      r.stopped)
-        rt.timings["compute"] = compute_done - stage_started
+        rt.record("compute", compute_done - stage_started)
         step = time.perf_counter()
         seed = secrets.randbits(62)
         release_id = uuid.uuid4().hex
@@ -311,7 +314,7 @@ class Releaser:
         else:
             release, messages, order = await self._in_thread(
                 fresh_release, frame, own, labels, sc.k, seed, privacy)
-        rt.timings["gate_and_table"] = time.perf_counter() - step
+        rt.record("gate_and_table", time.perf_counter() - step)
         closed_at = (await self._in_store(self.store.survey_state, sid)).close_requested_at
         plan = rt.last_plan
         log.info("survey %s: writing the files of release %s (%s)", sid, release_id,
@@ -321,7 +324,7 @@ class Releaser:
         files = await self._in_thread(lambda: write_release_files(
             release.table, self.config.output.directory, sid, self.config.output.formats,
             schema=sc.schema, later=True, modes=self.modes))
-        rt.timings["files"] = time.perf_counter() - step
+        rt.record("files", time.perf_counter() - step)
         files["html"] = risk_page_path(files)  # written once the release is out (publish)
         two_stage = partition.mode == "two-stage"
         report = ReleaseReport(
@@ -362,7 +365,7 @@ class Releaser:
         await self._in_store(self.store.save_release, sid, row)
         return row, Fresh(frame, release.table, messages, order)
 
-    async def publish(self, rt: SurveyRuntime, row: ReleaseRow, resumed: bool,
+    async def publish(self, rt: Survey, row: ReleaseRow, resumed: bool,
                       fresh: Fresh | None = None) -> None:
         """Send the release to the release topic, record by record in its row order, then the
         manifest; on a broker fault send it all again (the manifest marks the complete run),
@@ -407,7 +410,7 @@ class Releaser:
                                      f"publishing failed ({describe_error(exc)}); retrying")
                 resumed = True
                 await asyncio.sleep(delay)
-        rt.timings["publish"] = time.perf_counter() - step
+        rt.record("publish", time.perf_counter() - step)
         released_at = time.time()
         del messages
         report = await self._after_publish(rt, report, table, fresh)
@@ -421,17 +424,15 @@ class Releaser:
         await self._in_thread(write_report, report, self.modes)
         await self._in_store(self.store.save_release, sid,
                              ReleaseRow(row.release_id, "published", row.seed, report.to_json()))
-        await self._in_store(self.store.transition, sid, RELEASED,
-                             f"{report.n} records published")
+        await rt.move(RELEASED, f"{report.n} records published")
         if failures:
             await self._in_store(self.store.set_error, sid, None)
-        rt.timings["released_at"] = released_at
-        rt.base_release = None
+        rt.record("released_at", released_at)
         self.telemetry.observe_release(sid, report, rt.timings["publish"])
         log.info("survey %s: released %d records (%s), %.2f s after close", sid, report.n,
                  report.mode, published.close_to_release_seconds)
         await self._record_steps(report, published.close_steps_seconds)  # for later plans
-        rt.closed_event.set()
+        rt.released()
 
     async def _overhead(self, sid: str) -> ReleaseOverhead:
         """The steps after close as this machine ran them (the recorded releases' close steps,
@@ -467,7 +468,7 @@ class Releaser:
         ensure_topics(cfg.kafka.bootstrap_servers, {topic: 1}, configs=cfg.topic_configs(),
                       **cfg.kafka_options())
 
-    async def _after_publish(self, rt: SurveyRuntime, report: ReleaseReport,
+    async def _after_publish(self, rt: Survey, report: ReleaseReport,
                              table: pd.DataFrame, fresh: Fresh | None) -> ReleaseReport:
         """What is not on the close-to-release path, done once the records are out: the files
         of ``[output] formats`` besides Parquet (those not written before a restart), the risk
@@ -491,33 +492,33 @@ class Releaser:
         except Exception as exc:
             log.error("survey %s: the risk measures or report.html were not made (%s)", sc.id,
                       describe_error(exc), exc_info=withheld(exc))
-        rt.timings["after_publish"] = time.perf_counter() - step
+        rt.record("after_publish", time.perf_counter() - step)
         return report
 
-    async def prepare_base(self, rt: SurveyRuntime, snapshot_seq: int, frame: pd.DataFrame,
-                           labels: np.ndarray, prepared: Prepared) -> None:
+    async def prepare_base(self, rt: Survey, frame: pd.DataFrame, labels: np.ndarray,
+                           prepared: Prepared) -> BaseRelease | None:
         """The base records' release messages, made right after the base run while the survey
-        is open (:func:`streamanon.splicing.prepare_base`), kept in ``rt`` for the close.
+        is open (:func:`streamanon.splicing.prepare_base`), for the survey to keep for the
+        close; None where there is none.
         ``prepared`` is the base run's own input (``prepare_stored`` of ``frame``). Only where
         the close can splice them (no sensitive fields, complete data, no strata); a failure is
         logged: the release is then made whole at close."""
         sc = rt.config
         if sc.schema.sensitive or sc.schema.strata:
-            return
+            return None
         step = time.perf_counter()
         if prepared.groups is not None or np.isnan(prepared.C).any():
-            return
+            return None
         try:
             base = await self._in_thread(prepare_base, frame, prepared, labels, sc.k)
         except Exception as exc:
             log.error("survey %s: the base release was not prepared (%s); the release will "
                       "be made whole at close", sc.id, describe_error(exc),
                       exc_info=withheld(exc))
-            return
-        rt.base_release = (snapshot_seq, base)
-        rt.timings["prepare_base"] = time.perf_counter() - step
+            return None
         log.info("survey %s: base release of %d records prepared in %.2f s", sc.id,
-                 base.n_base, rt.timings["prepare_base"])
+                 base.n_base, time.perf_counter() - step)
+        return base
 
     @staticmethod
     async def _in_thread(fn: Any, *args: Any) -> Any:

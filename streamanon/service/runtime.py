@@ -1,5 +1,7 @@
-"""A survey's state in the running service: its configuration, collector state, arrival
-estimate, planner, running tasks and timings, shared by the service, the close and the release.
+"""The parts of a survey's running state that are objects of their own: the records read ahead
+of its base snapshot or close (:class:`ReadAhead`) and its arrivals over time for the dashboard
+(:class:`ArrivalHistory`); and the type of the service's store calls. The survey that holds
+them is :class:`~.survey.Survey`.
 """
 
 from __future__ import annotations
@@ -9,39 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.arrivals import ArrivalEstimator
-from scheduler.jobs import PlanningJob
-from scheduler.planner import Plan
-from streamanon.service.config import SurveyConfig
-from streamanon.service.ingest import SurveyIngest
-
 StoreCall = Callable[..., Awaitable[Any]]  # runs a store method on the service's store thread
-
-
-@dataclass
-class SurveyRuntime:
-    config: SurveyConfig
-    ingest: SurveyIngest
-    estimator: ArrivalEstimator
-    planner: PlanningJob | None = None
-    last_plan: Plan | None = None
-    base_task: asyncio.Task | None = None
-    close_task: asyncio.Task | None = None
-    closed_event: asyncio.Event = field(default_factory=asyncio.Event)
-    timings: dict[str, float] = field(default_factory=dict)
-    base_steps: dict[str, float] = field(default_factory=dict)  # of the latest base run
-    base_plan: Plan | None = None  # the plan the latest base run was started on
-    read_ahead: ReadAhead = field(default_factory=lambda: ReadAhead())
-    # (snapshot seq, streamanon.splicing.BaseRelease): the base release made before close
-    base_release: tuple[int, Any] | None = None
-    history: ArrivalHistory = field(default_factory=lambda: ArrivalHistory())
-    # engine = "auto": the planner's latest choice (scheduler.choice.Choice); ``config.engine``
-    # becomes the chosen engine when the base run starts (or at close without one)
-    auto_engine: bool = False
-    choice: Any = None
-    # said once when a plan shows the release will be late (scheduler.live.window_warning)
-    window_warning: str | None = None
-    engine_choice: dict[str, Any] | None = None  # what was chosen, why (the release report)
 
 
 @dataclass

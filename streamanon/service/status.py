@@ -1,7 +1,7 @@
 """The status snapshot of a running service: what ``/api/status``, the dashboard and
 ``/metrics`` read.
 
-:func:`survey_status` turns one survey's runtime state (:class:`~.runtime.SurveyRuntime`), its
+:func:`survey_status` turns one survey's runtime state (:class:`~.survey.Survey`), its
 stored state and release, and its cost model into a :class:`~.reports.SurveyStatus`: state,
 counts, plan, forecast, timings and the running stage's progress. Counts and times only, never
 a data value. :meth:`~.lifecycle.Service.status` reads the store and the runtime and calls it
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler.cost_model import PowerLaw
 from streamanon.service.health import PartHealth
@@ -28,12 +28,14 @@ from streamanon.service.reports import (
     ReleaseStatus,
     SurveyStatus,
 )
-from streamanon.service.runtime import SurveyRuntime
 from streamanon.service.states import BASE_RUNNING, CLOSING
 from streamanon.service.store import ReleaseRow, SurveyState
 
+if TYPE_CHECKING:
+    from streamanon.service.survey import Survey
 
-def survey_status(rt: SurveyRuntime, st: SurveyState, release: ReleaseRow | None,
+
+def survey_status(rt: Survey, st: SurveyState, release: ReleaseRow | None,
                   model: PowerLaw | None, *, pace: float,
                   arrivals: list[tuple[float, int]], now: float,
                   measured: bool = True, stored: int | None = None) -> SurveyStatus:
@@ -86,7 +88,7 @@ def survey_status(rt: SurveyRuntime, st: SurveyState, release: ReleaseRow | None
     )
 
 
-def forecast_points(rt: SurveyRuntime, now: float,
+def forecast_points(rt: Survey, now: float,
                     close_at: float | None) -> list[tuple[float, float]]:
     """The forecast arrival curve from now to the scheduled close (two points: uniform
     arrivals at the planned total), or nothing when there is no scheduled close."""
@@ -97,7 +99,7 @@ def forecast_points(rt: SurveyRuntime, now: float,
                                                                 rt.ingest.stored)))]
 
 
-def progress(rt: SurveyRuntime, st: SurveyState, model: PowerLaw | None,
+def progress(rt: Survey, st: SurveyState, model: PowerLaw | None,
              now: float) -> ProgressStatus | None:
     """The running stage: its start and the cost model's estimate of its length."""
     if st.state == BASE_RUNNING and st.base_started_at:

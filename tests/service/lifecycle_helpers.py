@@ -55,7 +55,7 @@ def planner_for(tmp_path: Path, survey: dict[str, Any], m: int, close_in: float)
     from streamanon.service.config import parse_config
     from streamanon.service.ingest import SurveyIngest
     from streamanon.service.planning import SurveyPlanner
-    from streamanon.service.runtime import SurveyRuntime
+    from streamanon.service.survey import Survey
     from streamanon.service.validation import Validator
 
     close = (datetime.now(timezone.utc) + timedelta(seconds=close_in)).isoformat()
@@ -66,7 +66,7 @@ def planner_for(tmp_path: Path, survey: dict[str, Any], m: int, close_in: float)
             **{f"q{i}": {"role": "quasi_identifier", "type": "float"} for i in range(m)}}}]},
         {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
     sc = config.surveys[0]
-    rt = SurveyRuntime(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
+    rt = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
                        ArrivalEstimator(1.0, 10))
     planner = SurveyPlanner(config, {"s": rt}, threading.Lock(), lambda sid, here: here)
     planner.load_models(sc, measure=False)  # the stored models; nothing timed

@@ -68,7 +68,7 @@ def read_ahead_then(broker, tmp_path, n: int, then) -> None:
         try:
             plan = await collect(service, broker.bootstrap, config, SURVEY, n)
             rt = service.surveys[SURVEY]
-            await service._read_ahead(SURVEY)
+            await service.surveys[SURVEY].read_ahead_soon()
             assert sum(len(part) for part in rt.read_ahead.parts) == n
             await then(service, rt, plan)
         finally:
@@ -99,7 +99,7 @@ def test_the_service_reads_the_snapshot_ahead_and_the_base_run_takes_it(broker, 
         assert rt.read_ahead.parts == []  # taken, not kept beside the base run's records
         assert reads[0] == (cut, cut)  # only what came after the cut (here: nothing)
         assert rt.base_release is not None and rt.base_release[1].n_base == 60
-        await service._read_ahead(SURVEY)  # after the base run started: nothing read
+        await service.surveys[SURVEY].read_ahead_soon()  # after the base run started: nothing read
         assert rt.read_ahead.parts == []
 
     read_ahead_then(broker, tmp_path, 60, then)

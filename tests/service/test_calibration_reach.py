@@ -19,7 +19,7 @@ from scheduler.planner import Plan
 from streamanon.service.config import parse_config
 from streamanon.service.ingest import SurveyIngest
 from streamanon.service.planning import SurveyPlanner
-from streamanon.service.runtime import SurveyRuntime
+from streamanon.service.survey import Survey
 from streamanon.service.validation import Validator
 from tests.service.lifecycle_helpers import put_model
 
@@ -39,7 +39,7 @@ def planner(tmp_path, samples, *, close_in: float, base_of: int, head_start: flo
                             for i in range(M)}}}]},
         {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
     sc = config.surveys[0]
-    rt = SurveyRuntime(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
+    rt = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
                        ArrivalEstimator(1.0, 10))
     rt.last_plan = Plan(mode="optimal", nu=0.1, n_total=base_of / 0.9, t_ref=1.0,
                         head_start=head_start, base_seconds=1.0, incremental_seconds=0.1)

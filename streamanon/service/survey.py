@@ -1,0 +1,374 @@
+"""One survey in the running service: :class:`Survey` owns its state and makes its moves.
+
+A survey's state is its configuration, its ingest (:class:`~.ingest.SurveyIngest`), its
+arrival estimate, its planner job, what its base run and close left (timings, the base
+release made before close, the records read ahead), and the running base-run and close tasks.
+The planner job's thread and the event loop share it under the survey's own :attr:`Survey.lock`.
+
+Its moves are methods: resume from the stored state (:meth:`Survey.resume`), start the base run
+(:meth:`Survey.start_base`), read its records ahead (:meth:`Survey.read_ahead_soon`), close
+(:meth:`Survey.request_close`) and release (the close sequence, :meth:`Survey.close_sequence`).
+Every change of the stored state goes through :meth:`Survey.move`, which refuses a move
+:data:`~.states.TRANSITIONS` does not allow (:class:`IllegalMove`). The steps themselves are
+:mod:`.base_run`, :mod:`.closing` and :mod:`.releasing`: they take a survey and return their
+results (or record them through its methods), and never assign its fields.
+
+What every survey shares (the store and its thread, the compute pool, the planner's cost
+models, the releaser, the collector, the lease) is the service's :class:`ServiceParts`, made
+once by :class:`~.lifecycle.Service`. Nothing here needs a broker: a test drives a survey
+through its states with a stand-in collector and releaser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from scheduler.arrivals import ArrivalEstimator
+from scheduler.jobs import PlanningJob
+from scheduler.planner import Plan
+from streamanon.incremental import base_is_usable
+from streamanon.service import states
+from streamanon.service.base_run import BaseRunResult, read_ahead, run_base
+from streamanon.service.closing import close_survey
+from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.ingest import SurveyIngest
+from streamanon.service.runtime import ArrivalHistory, ReadAhead, StoreCall
+from streamanon.service.states import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
+from streamanon.service.store import Store, StoreError, SurveyState
+from streamanon.service.validation import Closure
+
+if TYPE_CHECKING:
+    from streamanon.service.leadership import Coordinator
+    from streamanon.service.planning import SurveyPlanner
+    from streamanon.service.releasing import Releaser
+
+log = logging.getLogger(__name__)
+
+
+class IllegalMove(StoreError):
+    """A move the survey's stored state does not allow (:data:`.states.TRANSITIONS`), refused
+    before the store is asked (which refuses it too)."""
+
+
+@dataclass
+class ServiceParts:
+    """What a survey's moves use of the service, shared by every survey: the store (its
+    calls go through ``in_store``, the service's one store thread), the compute pool, the
+    planner and its cost models, the releaser and the collector (made when the service
+    starts), and the lease when several instances share the store."""
+
+    config: Config
+    store: Store
+    in_store: StoreCall
+    pool: Executor
+    planner: SurveyPlanner
+    releaser: Releaser | None = None
+    collector: Any = None  # a KafkaCollector: take_close, drain
+    coordinator: Coordinator | None = None
+
+    @property
+    def leading(self) -> bool:
+        """Whether this instance runs the lifecycle (plan, base run, close, release)."""
+        return self.coordinator is None or self.coordinator.leading
+
+
+class Survey:
+    """One survey's state in the running service, and its moves (see the module)."""
+
+    def __init__(self, config: SurveyConfig, ingest: SurveyIngest, estimator: ArrivalEstimator,
+                 parts: ServiceParts | None = None) -> None:
+        self.config = config
+        self.ingest = ingest
+        self.estimator = estimator
+        self.parts = parts
+        #: Guards what the planner job's thread and the event loop share: the configuration
+        #: (an engine chosen), the estimator, the latest plan and choice, the plan state.
+        self.lock = threading.Lock()
+        self.state: str | None = None  # as last read from the store or moved to here
+        self.planner: PlanningJob | None = None
+        self.last_plan: Plan | None = None
+        self.base_task: asyncio.Task | None = None
+        self.close_task: asyncio.Task | None = None
+        self.closed_event = asyncio.Event()
+        self.timings: dict[str, float] = {}
+        self.base_steps: dict[str, float] = {}  # of the latest base run
+        self.base_plan: Plan | None = None  # the plan the latest base run was started on
+        self.read_ahead = ReadAhead()
+        #: (snapshot seq, streamanon.splicing.BaseRelease): the base release made before close
+        self.base_release: tuple[int, Any] | None = None
+        self.history = ArrivalHistory()
+        #: engine = "auto": the planner's latest choice (scheduler.choice.Choice);
+        #: ``config.engine`` becomes the chosen engine when the base run starts (or at close
+        #: without one)
+        self.auto_engine = False
+        self.choice: Any = None
+        #: said once when a plan shows the release will be late (scheduler.live.window_warning)
+        self.window_warning: str | None = None
+        self.engine_choice: dict[str, Any] | None = None  # what was chosen, why (the report)
+
+    @property
+    def id(self) -> str:
+        return self.config.id
+
+    def _parts(self) -> ServiceParts:
+        if self.parts is None:
+            raise RuntimeError(f"survey {self.id}: not attached to a service")
+        return self.parts
+
+    # -- the stored state ----------------------------------------------------------------------
+    async def stored_state(self) -> SurveyState:
+        """The survey's state as stored (and kept as :attr:`state`)."""
+        p = self._parts()
+        st = await p.in_store(p.store.survey_state, self.id)
+        self.state = st.state
+        return st
+
+    async def move(self, to: str, why: str, **fields: Any) -> SurveyState:
+        """Move the stored state to ``to`` (with ``fields``, columns of the survey's row):
+        :class:`IllegalMove` when :data:`.states.TRANSITIONS` does not allow it from the
+        stored state; the store refuses it too if that state changed meanwhile."""
+        p = self._parts()
+        current = (await self.stored_state()).state
+        if to not in states.TRANSITIONS[current]:
+            raise IllegalMove(f"survey {self.id}: {current} -> {to} is not a move a survey "
+                              f"makes (allowed: {sorted(states.TRANSITIONS[current]) or 'none'})")
+        st = await p.in_store(lambda: p.store.transition(self.id, to, why, expect=[current],
+                                                         **fields))
+        self.state = st.state
+        return st
+
+    # -- what the steps report back ------------------------------------------------------------
+    def record(self, step: str, seconds: float) -> None:
+        """A step's time (or moment) for the status and the release report."""
+        self.timings[step] = seconds
+
+    def released(self) -> None:
+        """The release is published (or was before): :meth:`closed` returns."""
+        self.base_release = None
+        self.state = RELEASED
+        self.closed_event.set()
+
+    def base_release_used(self) -> None:
+        """The release was computed with the base release: its memory can go."""
+        self.base_release = None
+
+    def closing(self, closed_at: float) -> None:
+        """The close is stored: responses after it are dead-lettered; no more plans."""
+        self.ingest.closed_at = closed_at
+        self.record("closed_at", closed_at)
+        if self.planner is not None:
+            self.planner.closed = True
+            self.planner.stop()
+
+    def drained(self, closure: Closure, seconds: float) -> None:
+        """The responses sent before the close are stored: the closure is final."""
+        self.ingest.closure = closure
+        self.record("drain", seconds)
+
+    def base_finished(self, result: BaseRunResult) -> None:
+        """What a base run left: its steps, its time and the base release it prepared."""
+        self.base_steps = result.steps
+        if result.seconds is not None:
+            self.record("base_seconds", result.seconds)
+        if result.base_release is not None:
+            self.base_release = result.base_release
+            self.record("prepare_base", result.prepare_seconds)
+        self.base_task = None
+        self.read_ahead.drop()
+
+    # -- moves ---------------------------------------------------------------------------------
+    async def recover(self) -> None:
+        """The counts, arrival times and closure as stored, before the collector reads a
+        message (at a start)."""
+        p = self._parts()
+        st = await self.stored_state()
+        times = await p.in_store(p.store.arrival_times, self.id)
+        self.estimator.observe(times)
+        self.ingest.stored = self.ingest.received = len(times)
+        if len(times):
+            self.history.add(float(max(times)), len(times))
+        self.ingest.closed_at = st.close_requested_at
+        marks = await p.in_store(p.store.close_marks, self.id)
+        if st.state == RELEASED or marks is not None:  # before the collector reads a message
+            self.ingest.closure = Closure(st.close_requested_at or 0.0, marks,
+                                          final=st.state == RELEASED)
+        if st.state == RELEASED:
+            self.closed_event.set()
+
+    async def resume(self) -> None:
+        """The lifecycle from the stored state (at a start, or when a follower takes the
+        lease over): an interrupted base run is kept (its checkpoint) or re-planned, a close
+        under way goes on."""
+        p = self._parts()
+        if self.auto_engine:  # the base run made before the restart chose its engine
+            cp = await p.in_store(p.store.load_checkpoint, self.id)
+            if cp is not None:
+                p.planner.resolve_engine(self.id, cp.engine, "the engine of the stored base run")
+        st = await self.stored_state()
+        if st.state == BASE_RUNNING:
+            cp = await p.in_store(p.store.load_checkpoint, self.id)
+            if cp is not None:
+                await self.move(BASE_DONE, "checkpoint found after restart")
+            else:
+                await self.move(OPEN, "base run interrupted; re-planning")
+                log.warning("survey %s: base run was interrupted; it will be re-planned",
+                            self.id)
+        st = await self.stored_state()
+        if st.state == CLOSING or (st.close_requested_at is not None
+                                   and st.state in (OPEN, BASE_DONE)):
+            self._start_close()
+
+    def set_close_time(self, close_at: datetime) -> None:
+        """Move the scheduled close (and with it every plan)."""
+        with self.lock:
+            self.config = self.config.model_copy(update={"close": close_at})
+            self.ingest.config = self.config
+        if self.planner is not None:
+            self.planner.reschedule_close(close_at)
+
+    async def planned_base(self, plan: Plan) -> None:
+        """The planner's trigger; if the snapshot is still too small, let it fire again."""
+        if not await self.start_base(plan):
+            st = await self.stored_state()
+            if self.planner is not None and st.state == OPEN and st.close_requested_at is None:
+                self.planner.base_started = False
+
+    async def start_base(self, plan: Plan | None) -> bool:
+        """Take the base snapshot now and run the base engine on it, in the compute process;
+        False when it does not start (one runs, the survey is closing, the snapshot is under
+        2k records, or a follower handed the request to the leader)."""
+        p = self._parts()
+        if not p.leading:
+            assert p.coordinator is not None
+            await asyncio.to_thread(p.coordinator.coordination.request, self.id, "start_base")
+            log.info("survey %s: base run requested; handed to the leader", self.id)
+            return False
+        if self.base_task is not None:
+            return False
+        st = await self.stored_state()
+        if st.state != OPEN or st.close_requested_at is not None:
+            return False
+        snapshot_seq = await self.clean_cut()
+        n_base = await p.in_store(p.store.count, self.id)
+        if not base_is_usable(n_base, self.config.k):
+            log.info("survey %s: base snapshot of %d records is under 2k; one-shot at close",
+                     self.id, n_base)
+            return False
+        started = time.time()
+        p.planner.choose_now(self.id, plan)
+        try:
+            await self.move(BASE_RUNNING, f"snapshot of {n_base} records",
+                            base_started_at=started)
+        except BaseException:
+            p.planner.unresolve_engine(self.id)
+            raise
+        if self.planner is not None:
+            self.planner.base_started = True
+        self.last_plan = plan or self.last_plan
+        self.base_plan = plan  # None for a base run started by command: no plan started it
+        self.base_task = asyncio.create_task(self._base(snapshot_seq, started),
+                                             name=f"base-{self.id}")
+        return True
+
+    async def _base(self, snapshot_seq: int, started: float) -> None:
+        p = self._parts()
+        result = BaseRunResult()
+        try:
+            result = await run_base(self, snapshot_seq, started, store=p.store,
+                                    in_store=p.in_store, pool=p.pool,
+                                    compute=p.config.compute, planner=p.planner,
+                                    releaser=p.releaser)
+        finally:
+            self.base_finished(result)
+
+    async def clean_cut(self) -> int:
+        """The largest ``seq`` of the survey such that every record with a smaller one is
+        stored."""
+        p = self._parts()
+        if p.coordinator is not None:  # other instances insert too: a clean cut
+            return int(await asyncio.to_thread(p.coordinator.coordination.snapshot_seq,
+                                               self.id))
+        return int(await p.in_store(p.store.max_seq, self.id))
+
+    async def read_ahead_soon(self) -> None:
+        """The planner's base snapshot (or the close of a one-shot plan) is near: read its
+        records ahead (:func:`~.base_run.read_ahead`)."""
+        p = self._parts()
+
+        async def still_open() -> bool:
+            st = await self.stored_state()
+            return (p.leading and st.state == OPEN and st.close_requested_at is None
+                    and not (self.planner is not None and self.planner.base_started))
+
+        await read_ahead(self, clean_cut=self.clean_cut, still_open=still_open,
+                         store=p.store, in_store=p.in_store, once=p.coordinator is not None,
+                         measured=lambda share: p.planner.observe_work_share(self.id, share))
+
+    async def request_close(self) -> None:
+        """Close the survey (idempotent); returns once the close request is stored (a restart
+        carries it on) and the close sequence has been started (on a follower: by the leader,
+        which finds the stored request within a poll)."""
+        p = self._parts()
+        st = await self.stored_state()
+        if st.state != RELEASED and st.close_requested_at is None:
+            await p.in_store(p.store.request_close, self.id, time.time())
+        if not p.leading:  # stored: the leader carries it out (leadership.Coordinator)
+            return self.read_ahead.drop()  # what the leader's release reads ahead is its own
+        if self.close_task is None:
+            self._start_close()
+
+    def _start_close(self) -> None:
+        self.close_task = asyncio.create_task(self.close_sequence(), name=f"close-{self.id}")
+
+    async def closed(self, timeout: float | None = None) -> None:
+        """Wait until the survey's release is published."""
+        await asyncio.wait_for(self.closed_event.wait(), timeout)
+
+    async def close_sequence(self) -> None:
+        """The close and the release (:func:`.closing.close_survey`), with the engine of
+        ``engine = "auto"`` settled first: that of a release written before a restart, of the
+        base run, or chosen now between the one-shot runs on every instance's records."""
+        p = self._parts()
+        assert p.collector is not None and p.releaser is not None  # made when the service starts
+        releaser, planner = p.releaser, p.planner
+        cp = await p.in_store(p.store.load_checkpoint, self.id)
+        row = await p.in_store(p.store.load_release, self.id)
+        if row is not None:  # written before a restart: its engine, whatever comes next
+            planner.resolve_engine(self.id, row.report["engine"],
+                                   "the engine of the written release",
+                                   (row.report.get("engine_choice") or {}).get("expected_delta"))
+        elif cp is not None:
+            planner.resolve_engine(self.id, cp.engine, "the engine of the base run")
+        elif self.auto_engine:  # between the one-shot runs, on every instance's records
+            planner.unresolve_engine(self.id)
+            planner.choose_now(self.id,
+                               one_shot_records=await p.in_store(p.store.count, self.id))
+        try:
+            await close_survey(
+                self, store=p.store, in_store=p.in_store, collector=p.collector,
+                release=lambda: releaser.release(self, planner.models[self.id][0],
+                                                 planner.stage_models(self.id)),
+                before_marks=None if p.coordinator is None
+                else p.coordinator.followers_closed)
+        finally:
+            if not self.closed_event.is_set():  # failed: a new close request starts it again
+                self.close_task = None
+
+    async def stop_tasks(self) -> None:
+        """Stop the read ahead, the base run and the close (the service stops, or this
+        instance leads no more; the store has what they did)."""
+        self.read_ahead.cancel()
+        for task in (self.base_task, self.close_task):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
