@@ -9,7 +9,7 @@ reference of the exact indexed search, is a test oracle (``tests/engines/referen
 (``candidates`` > 0) gives up.
 
 Cells are kept as per-cell sums, sums of squares and sizes, priced with the identities and
-helpers of ``_cells``. Ties go to the lowest index everywhere.
+helpers of ``cells``. Ties go to the lowest index everywhere.
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from streamanon.engines._cells import (
+from streamanon.engines._mdav_kernels import (
+    _cell_of,
+    _compact,
+    _quantise,
+    _screen_buffers,
+)
+from streamanon.engines.cells import (
     TOL,
     add_record,
     cell_cost,
@@ -30,12 +36,6 @@ from streamanon.engines._cells import (
     rows_of,
     sq,
     sqnorm,
-)
-from streamanon.engines._mdav_kernels import (
-    _cell_of,
-    _compact,
-    _quantise,
-    _screen_buffers,
 )
 
 # The MDAV screening used below holds a parallel loop: a kernel loaded from numba's cache links
