@@ -10,6 +10,7 @@ import threading
 import numpy as np
 import pytest
 
+from simulations.postgres import postgres_server, why_unavailable
 from streamanon.service.states import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
 from streamanon.service.store import (
     Checkpoint,
@@ -21,7 +22,6 @@ from streamanon.service.store import (
     open_store,
     record_digest,
 )
-from tests.support.postgres import postgres_server, why_unavailable
 
 _PG_REASON = why_unavailable()
 

@@ -4,7 +4,9 @@
 exhaustive labels, finding every member of a cell by a scan of all labels and every nearest cell
 by a scan of all centroids, with none of the indexed kernel's caches, logs and member lists; the
 cell arithmetic (``streamanon.engines.cells``) is the kernels' own, so both price every move
-with the same numbers. Quadratic: for tests and ``simulations/bench_ona.py`` only.
+with the same numbers. Quadratic: for ``simulations/bench_ona.py`` and the tests
+(``tests/engines/test_ona_scaling.py``), which import it from here since the benchmarks may not
+import ``tests``.
 """
 
 from __future__ import annotations
