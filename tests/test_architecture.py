@@ -293,7 +293,7 @@ def private_crossings(root: Path = ROOT) -> dict[str, list[str]]:
 NOT_TESTS = ("streamanon", "scheduler", "simulations")
 
 
-def tests_importers(root: Path = ROOT) -> dict[str, list[str]]:
+def importers_of_tests(root: Path = ROOT) -> dict[str, list[str]]:
     """Nothing outside ``tests/`` imports ``tests``: the package and ``simulations/`` run from a
     checkout without the test suite; what both need lives in the package or in ``simulations/``
     (tests may import those)."""
@@ -337,15 +337,15 @@ def test_no_private_module_is_imported_from_another_package(tmp_path):
 
 
 def test_nothing_outside_tests_imports_tests(tmp_path):
-    assert not tests_importers(), tests_importers.__doc__
+    assert not importers_of_tests(), importers_of_tests.__doc__
     _write_tree(tmp_path, {
         "streamanon/__init__.py": "", "scheduler/__init__.py": "",
         "simulations/__init__.py": "", "simulations/common.py": "import numpy\n",
         "simulations/bench.py": "from .common import numpy\nfrom simulations import common\n",
         "tests/__init__.py": "", "tests/support.py": "from simulations import common\n",
     })
-    assert tests_importers(tmp_path) == {}
+    assert importers_of_tests(tmp_path) == {}
     _write_tree(tmp_path, {"simulations/faults.py":
                            "def main():\n    from tests.support import postgres_server\n"})
-    assert tests_importers(tmp_path) == {"simulations.faults": ["tests.support",
+    assert importers_of_tests(tmp_path) == {"simulations.faults": ["tests.support",
                                                                 "tests.support.postgres_server"]}

@@ -40,7 +40,7 @@ from tests.service.kafka_helpers import (
     response,
 )
 from tests.service.restart_helpers import helper_processes
-from tests.service.test_store import rows
+from tests.service.store.test_store import rows
 
 _PG_REASON = why_unavailable()
 HANG_GUARD = 30.0  # seconds: only to catch a wait that never ends, never a speed check
