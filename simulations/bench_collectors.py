@@ -4,7 +4,7 @@
     python -m simulations.bench_collectors --n 20000 --repeat 1  # a quick look
 
 Against the embedded broker (Tansu) and a PostgreSQL server (``--store-url``, else a private
-one started as the tests start theirs, ``tests/support/postgres.py``), all on the same cores.
+one started as the tests start theirs, ``simulations/postgres.py``), all on the same cores.
 For each number of instances (1, then 2) and each repeat: a fresh database and fresh topics (4
 partitions), a backlog of ``--n`` responses of 17 fields (15 float quasi-identifiers, a
 respondent id, one int confidential answer) produced before the instances start, then that
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="bench-collectors-") as tmp:
         if args.store_url is None:
-            from tests.support.postgres import postgres_server
+            from simulations.postgres import postgres_server
 
             server_url = stack.enter_context(postgres_server())
         else:

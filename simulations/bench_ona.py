@@ -6,8 +6,7 @@ their ratios are what to quote on a busy machine. ONA* runs three ways:
 
 - ``exhaustive``: the reference kernel, every cell scanned at every step (quadratic: minutes
   at 50,000), up to ``--exhaustive-max`` records; ONA*'s is the tests' oracle
-  (``tests/engines/reference_kernels.py``), so this variant runs from a checkout of the
-  repository;
+  (``simulations/reference_kernels.py``);
 - ``exact``: the indexed kernel with ``candidates=0``, the reference's labels bit for bit (still
   quadratic in the worst case), up to ``--exact-max`` records;
 - ``C=...``: the restricted search with each ``--candidates`` value (not exact).
@@ -50,7 +49,7 @@ def case(n: int, m: int, k: int, exhaustive: bool, exact: bool, candidates: list
     X = np.ascontiguousarray(gaussian(n, m, seed))
     runs = [("MDAV*", "indexed", kern.mdav_star_labels, (X, k))]
     if exhaustive:
-        from tests.engines.reference_kernels import ona_star_labels_exhaustive
+        from simulations.reference_kernels import ona_star_labels_exhaustive
 
         runs.append(("MDAV*", "exhaustive", kern.mdav_star_labels_exhaustive, (X, k)))
         runs.append(("ONA*", "exhaustive", ona_star_labels_exhaustive,

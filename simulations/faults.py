@@ -5,7 +5,7 @@ every acknowledged response released exactly once.
     python -m simulations.faults --n 2000 --scenarios a,d # a quick look at two
 
 One ``streamanon serve`` process (started as an operator starts it) on a private PostgreSQL
-server (``tests/support/postgres.py``), reached through a TCP proxy that can cut the link
+server (``simulations/postgres.py``), reached through a TCP proxy that can cut the link
 (``simulations/tcp_proxy.py``), and the embedded broker's binary started as a process of its
 own, so that SIGKILL hits it. A librdkafka client (confluent-kafka) plays the platform: it
 sends the responses, the signed control message, and reads the release topic back. Each
@@ -113,7 +113,7 @@ _QUIET = _Quiet()
 
 @dataclass
 class Rig:
-    pg: Any  # tests.support.postgres.PostgresServer
+    pg: Any  # simulations.postgres.PostgresServer
     proxy: CuttableProxy
     broker: EmbeddedBroker
     workdir: Path
@@ -775,7 +775,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from tests.support.postgres import controlled_postgres_server, why_unavailable
+    from simulations.postgres import controlled_postgres_server, why_unavailable
 
     if why_unavailable():
         print(f"error: the fault suite needs PostgreSQL: {why_unavailable()}", file=sys.stderr)

@@ -138,7 +138,7 @@ def refine_partition(X: np.ndarray, labels: np.ndarray, k: int, *,
     """
     # the compiled kernels load here, so that reading a ``refine`` setting (the service's
     # configuration) does not load numba
-    from streamanon.engines._refine_kernels import (
+    from streamanon._refine_kernels import (
         build_state,
         graph_descend,
         graph_refresh,

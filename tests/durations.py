@@ -26,7 +26,7 @@ T = TypeVar("T")
 #: where the collection puts them: the start of a run, where the slow tests are all at once,
 #: is the busiest time of the machine.
 MEASURING = frozenset({
-    "tests/service/test_demo_and_control.py::test_make_demo_runs_the_scheduled_pipeline"})
+    "tests/service/pipeline/test_demo_and_control.py::test_make_demo_runs_the_scheduled_pipeline"})
 
 
 def known() -> dict[str, float]:

@@ -88,3 +88,16 @@ def test_openmp_threads_wait_passively_unless_the_user_says_otherwise(subprocess
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**env, "OMP_WAIT_POLICY": "ACTIVE"}, check=True)
     assert out.stdout.strip() == "ACTIVE"
+
+
+@pytest.mark.parametrize("policy", ["group", "impute"])
+def test_a_matrix_with_missing_values_is_released_under_missing_policy(policy):
+    """``missing=`` is documented as the quick form's policy and ``microaggregate`` builds the
+    matrix's schema with it, but ``validate_input`` refuses the NaN first: every respondent
+    with a gap is lost to an error instead of being grouped or imputed."""
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    X[::4, 1] = np.nan
+    result = microaggregate(X, 5, missing=policy)
+    assert result.data.shape == (30, 2)
+    if policy == "impute":
+        assert not np.isnan(result.data).any()

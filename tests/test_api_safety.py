@@ -3,6 +3,7 @@ column, no input order in the output; one column name is one column; every schem
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 from simulations.survey_data import SURVEY_SCHEMA, SURVEY_STRATA, make_survey, write_schema_toml
 from streamanon import microaggregate
-from streamanon.errors import InputError, ParameterError
+from streamanon.errors import InputError, ParameterError, StreamanonError
 from streamanon.metrics import check_table_k_anonymity
 from streamanon.schema import Schema, load_schema
 
@@ -196,3 +197,27 @@ def test_the_field_mapping_alone_is_a_schema_without_strata(survey):
 def test_schema_with_the_quick_form_is_refused(survey):
     with pytest.raises(ParameterError, match="schema="):
         microaggregate(survey, K, schema=SURVEY_SCHEMA, qi="age")
+
+
+def test_report_does_not_name_a_stratum_value_of_fewer_than_k_records():
+    """A stratum of 2 < k records is merged into another; its records' region becomes the
+    cell's modal level, so the release never shows "Atlantis". The report must not publish
+    that value (and its count of 2) either: report.json carries no response value."""
+    rng = np.random.default_rng(1)
+    n = 60
+    frame = pd.DataFrame({"age": rng.integers(18, 80, n),
+                          "region": ["north"] * 30 + ["south"] * 28 + ["Atlantis"] * 2,
+                          "q": rng.integers(1, 6, n)})
+    schema = {"age": {"role": "quasi_identifier", "type": "int"},
+              "region": {"role": "quasi_identifier", "type": "category"},
+              "q": {"role": "confidential", "type": "int"}}
+    result = microaggregate(frame, 5, schema=schema, strata="region", seed=0)
+    assert "Atlantis" not in set(result.data["region"])  # the release hides it ...
+    assert "Atlantis" not in json.dumps(result.report())  # ... so must the report
+
+
+
+def test_duplicate_column_names_are_refused_with_a_streamanon_error():
+    frame = pd.DataFrame(np.random.default_rng(0).normal(size=(20, 2)), columns=["a", "a"])
+    with pytest.raises(StreamanonError):
+        microaggregate(frame, 5, qi=["a"])

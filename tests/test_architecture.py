@@ -258,3 +258,94 @@ def test_importing_the_package_or_the_ingest_path_loads_no_numerical_core(subpro
 def test_the_lazy_exports_still_work(subprocesses):
     loaded = loaded_after("from streamanon import microaggregate, Microaggregation")
     assert "streamanon.api" in loaded
+
+
+# -- private modules stay in their package; the package needs nothing of tests/ ---------------
+
+
+def private_package(module: str) -> str | None:
+    """The package a private module belongs to: ``a.b`` for ``a.b._x`` and for ``a.b._x.y``
+    (a name that begins with one underscore); None for a public module."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+def private_crossings(root: Path = ROOT) -> dict[str, list[str]]:
+    """No module imports a private module of another package: ``a.b._x`` is imported only by
+    the modules of ``a.b`` and of the packages inside it. A private name of a public module
+    (``from a.b.c import _f``) is not a module and is not counted. Tests and benchmarks are not
+    checked: they may open a kernel to test or time it."""
+    ours = modules(root)
+    out = {}
+    for m, targets in graph(root).items():
+        package = m if ours[m].name == "__init__.py" else m.rpartition(".")[0]
+        bad = sorted(t for t in targets
+                     if (owner := private_package(t)) is not None and not under(package, (owner,)))
+        if bad:
+            out[m] = bad
+    return out
+
+
+#: What must run without the test suite: the package and the benchmarks.
+NOT_TESTS = ("streamanon", "scheduler", "simulations")
+
+
+def importers_of_tests(root: Path = ROOT) -> dict[str, list[str]]:
+    """Nothing outside ``tests/`` imports ``tests``: the package and ``simulations/`` run from a
+    checkout without the test suite; what both need lives in the package or in ``simulations/``
+    (tests may import those)."""
+    out = {}
+    for package in NOT_TESTS:
+        if not (root / package).is_dir():
+            continue
+        for p in sorted((root / package).rglob("*.py")):
+            m = module_name(p, root)
+            bad = sorted(n for n in imported(p, m) if under(n, ("tests",)))
+            if bad:
+                out[m] = bad
+    return out
+
+
+def _write_tree(root: Path, files: dict[str, str]) -> None:
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+
+
+def test_no_private_module_is_imported_from_another_package(tmp_path):
+    assert not private_crossings(), private_crossings.__doc__
+    _write_tree(tmp_path, {
+        "streamanon/__init__.py": "", "scheduler/__init__.py": "",
+        "streamanon/engines/__init__.py": "from . import ona\n",
+        "streamanon/engines/_cells.py": "import numpy\n",
+        "streamanon/engines/_ona_kernels.py": "from streamanon.engines._cells import sq\n",
+        "streamanon/engines/ona.py": "from ._ona_kernels import ona\n\ndef _helper(): ...\n",
+        "streamanon/engines/inner/__init__.py": "",
+        "streamanon/engines/inner/part.py": "def f():\n    from .. import _cells\n",
+        "streamanon/refine.py": "from streamanon.engines.ona import _helper\n",
+    })
+    # the same package, a package inside it, a private function of a public module: all kept
+    assert private_crossings(tmp_path) == {}
+    _write_tree(tmp_path, {"streamanon/incremental/__init__.py": "",
+                           "streamanon/incremental/nn.py":
+                           "def f():\n    from streamanon.engines._cells import offer\n"})
+    assert private_crossings(tmp_path) == {"streamanon.incremental.nn":
+                                           ["streamanon.engines._cells"]}
+
+
+def test_nothing_outside_tests_imports_tests(tmp_path):
+    assert not importers_of_tests(), importers_of_tests.__doc__
+    _write_tree(tmp_path, {
+        "streamanon/__init__.py": "", "scheduler/__init__.py": "",
+        "simulations/__init__.py": "", "simulations/common.py": "import numpy\n",
+        "simulations/bench.py": "from .common import numpy\nfrom simulations import common\n",
+        "tests/__init__.py": "", "tests/support.py": "from simulations import common\n",
+    })
+    assert importers_of_tests(tmp_path) == {}
+    _write_tree(tmp_path, {"simulations/faults.py":
+                           "def main():\n    from tests.support import postgres_server\n"})
+    assert importers_of_tests(tmp_path) == {"simulations.faults": ["tests.support",
+                                                                "tests.support.postgres_server"]}

@@ -40,7 +40,7 @@ RUN_BY = [
     ("guide/survey-data.md", r"streamanon (anonymize .*--out release\.(sav|dta) |verify "
      r"release\.(sav|dta) )", "tests/cli/test_statistician_formats.py"
      "::test_the_documented_commands_run", '"guide/survey-data.md"'),
-    ("README.md", r"make demo", "tests/service/test_demo_and_control.py"
+    ("README.md", r"make demo", "tests/service/pipeline/test_demo_and_control.py"
      "::test_make_demo_runs_the_scheduled_pipeline", '"demo"'),
     ("README.md", r"make test", "tests/test_commands.py"
      "::test_make_test_runs_the_linter_and_the_whole_suite", '"test"'),

@@ -14,7 +14,7 @@ from tests.conftest import REPO
 @pytest.mark.heavy  # compiles every kernel where the cache is cold (make check runs no warm-up)
 def test_every_kernel_group_runs_and_the_kernels_are_compiled(capsys):
     from streamanon import metrics, tuples
-    from streamanon.engines import _cells, _local_search_kernels, _mdav_kernels
+    from streamanon.engines import _local_search_kernels, _mdav_kernels, cells
     from streamanon.incremental import _nn_kernels
 
     assert warmup.main(["--processes", "1"]) == 0
@@ -23,7 +23,7 @@ def test_every_kernel_group_runs_and_the_kernels_are_compiled(capsys):
     for group in warmup.GROUPS:
         assert f"{group} " in said
     for kernel in (_mdav_kernels.mdav_labels, _local_search_kernels.ona_star_labels,
-                   _nn_kernels.adjoin, _cells.offer_products, metrics._cell_sums,
+                   _nn_kernels.adjoin, cells.offer_products, metrics._cell_sums,
                    metrics._row_squares, metrics._fit_and_standardise, tuples._row_hashes):
         assert kernel.signatures  # compiled, or loaded, in this process
 
@@ -37,11 +37,11 @@ def _in_a_fresh_process(code: str) -> None:
 def test_the_compute_process_warm_up_loads_the_blocked_search_too(subprocesses):
     """The service's compute process loads the NN stages' blocked search at start, not at the
     first close that needs it (a fresh process: nothing loaded before)."""
-    _in_a_fresh_process("from streamanon.engines import _cells\n"
+    _in_a_fresh_process("from streamanon.engines import cells\n"
                         "from streamanon.service.lifecycle import warm_up_compute\n"
-                        "assert not _cells.offer_products.signatures\n"
+                        "assert not cells.offer_products.signatures\n"
                         "warm_up_compute()\n"
-                        "assert _cells.offer_products.signatures\n")
+                        "assert cells.offer_products.signatures\n")
 
 
 def test_the_service_loads_the_release_kernels_at_start_not_at_the_first_close(subprocesses):

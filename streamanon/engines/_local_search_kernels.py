@@ -4,12 +4,12 @@
 ``mdav_star_labels_exhaustive`` scans every remaining record and every cell at each step: it
 splits the small cells of the local search (fewer than 3k records) and runs MDAV* for k = 1,
 and the tests compare the indexed kernel with it (identical labels). The exhaustive ONA*, the
-reference of the exact indexed search, is a test oracle (``tests/engines/reference_kernels.py``);
+reference of the exact indexed search, is a test oracle (``simulations/reference_kernels.py``);
 ``ona.py`` explains how the exact indexed kernels stay exact and what the restricted search
 (``candidates`` > 0) gives up.
 
 Cells are kept as per-cell sums, sums of squares and sizes, priced with the identities and
-helpers of ``_cells``. Ties go to the lowest index everywhere.
+helpers of ``cells``. Ties go to the lowest index everywhere.
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from streamanon.engines._cells import (
+from streamanon.engines._mdav_kernels import (
+    _cell_of,
+    _compact,
+    _quantise,
+    _screen_buffers,
+)
+from streamanon.engines.cells import (
     TOL,
     add_record,
     cell_cost,
@@ -30,12 +36,6 @@ from streamanon.engines._cells import (
     rows_of,
     sq,
     sqnorm,
-)
-from streamanon.engines._mdav_kernels import (
-    _cell_of,
-    _compact,
-    _quantise,
-    _screen_buffers,
 )
 
 # The MDAV screening used below holds a parallel loop: a kernel loaded from numba's cache links
@@ -741,7 +741,7 @@ def _split_linked(X, norms, labels, c, k, sums, sqs, sizes, alive, n_cells, memb
 @nb.njit(cache=True, nogil=True)
 def ona_star_labels(X, k, max_rounds, stats, candidates=0):
     """ONA*. With ``candidates`` <= 0, the exact indexed search: the labels of the exhaustive
-    ONA* (``tests/engines/reference_kernels.py``); with ``candidates`` = C > 0, the restricted
+    ONA* (``simulations/reference_kernels.py``); with ``candidates`` = C > 0, the restricted
     search.
 
     Restricted: at the start of each round every cell gets a list of the C cells with the

@@ -21,7 +21,7 @@ import math
 import numba as nb
 import numpy as np
 
-from streamanon.engines._cells import centroid_distances, mdav_split, rows_of
+from streamanon.engines.cells import centroid_distances, mdav_split, rows_of
 
 _SLACK = 1e-9
 

@@ -28,8 +28,8 @@ import numba as nb
 import numpy as np
 from scipy.spatial import cKDTree
 
-from streamanon.engines._cells import offer_products
 from streamanon.engines.base import get_engine, run_engine
+from streamanon.engines.cells import offer_products
 from streamanon.errors import ParameterError
 from streamanon.incremental._nn_kernels import (
     adjoin,

@@ -249,3 +249,28 @@ def test_bad_json_parameter_is_a_usage_error(survey, tmp_path, capsys):
         main(["anonymize", str(survey), *ARGS, "--out", str(tmp_path / "x.csv"),
               "--param", "engine_params={oops"])
     assert "not a valid JSON object" in capsys.readouterr().err
+
+
+def test_a_declared_level_spelled_NA_is_not_read_as_missing(tmp_path):
+    """``country`` has the declared level "NA" (Namibia). read_table uses pandas' default
+    na_values, so the CLI reads every "NA" as a missing answer: a required field is refused
+    with a misleading "missing values" error, and an optional one releases them as blanks."""
+    rng = np.random.default_rng(0)
+    n = 40
+    survey = pd.DataFrame({"id": [f"R{i}" for i in range(n)], "age": rng.integers(18, 80, n),
+                           "country": ["NA"] * 15 + ["ZA"] * 13 + ["BW"] * 12,
+                           "q": rng.integers(1, 6, n)})
+    survey.to_csv(tmp_path / "survey.csv", index=False)
+    schema = str(tmp_path / "schema.toml")
+    Path(schema).write_text("""[schema]
+id = {role = "identifier"}
+age = {role = "quasi_identifier", type = "int"}
+country = {role = "quasi_identifier", type = "category", levels = ["NA", "ZA", "BW"]}
+q = {role = "confidential", type = "int"}
+""", encoding="utf-8")
+    out = tmp_path / "release.parquet"
+    assert main(["anonymize", str(tmp_path / "survey.csv"), "--schema", schema, "--k", "5",
+                 "--out", str(out), "--seed", "1", "--no-progress"]) == 0
+    released = pd.read_parquet(out)
+    assert released["country"].notna().all()
+    assert set(released["country"]) <= {"NA", "ZA", "BW"}

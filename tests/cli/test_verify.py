@@ -222,3 +222,36 @@ def test_l_and_t_are_checked_on_the_schemas_sensitive_answers(schema_release, ca
     assert main([*base, "--t", "0"]) == EXIT_CHECK_FAILED  # the groups' answers differ
     err = capsys.readouterr().err
     assert "satisfaction: t = " in err and err.count("\n") == 1
+
+
+def test_verify_confirms_the_t_that_anonymize_guaranteed_on_an_ordinal_answer(tmp_path):
+    """``sat`` is an ordinal sensitive answer: anonymize enforces t with the ordered distance
+    (docs/guide/privacy.md: "Numbers and ordinals use the ordered distance") and reports
+    t <= 0.15; verify, run as that page shows, reads the text levels with the equal distance
+    and fails the same release (t = 0.49)."""
+    rng = np.random.default_rng(0)
+    n = 300
+    age = rng.integers(18, 80, n)
+    levels = np.array(["very low", "low", "medium", "high", "very high"])
+    sat = levels[np.clip((age - 18) // 13 + rng.integers(-1, 2, n), 0, 4)]
+    pd.DataFrame({"id": [f"R{i}" for i in range(n)], "age": age,
+                  "h": rng.integers(1, 6, n), "sat": sat}).to_csv(tmp_path / "s.csv",
+                                                                  index=False)
+    schema = str(tmp_path / "s.toml")
+    Path(schema).write_text("""[schema]
+id = {role = "identifier"}
+age = {role = "quasi_identifier", type = "int"}
+h = {role = "quasi_identifier", type = "int"}
+
+
+[schema.sat]
+role = "confidential"
+type = "ordinal"
+sensitive = true
+levels = ["very low", "low", "medium", "high", "very high"]
+""", encoding="utf-8")
+    out = str(tmp_path / "release.csv")
+    assert main(["anonymize", str(tmp_path / "s.csv"), "--schema", schema, "--k", "5",
+                 "--t", "0.15", "--out", out, "--seed", "1", "--no-progress"]) == 0
+    assert main(["verify", out, "--k", "5", "--qi", "age,h", "--sensitive", "sat",
+                 "--t", "0.15", "--schema", schema]) == 0

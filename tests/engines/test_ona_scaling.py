@@ -15,6 +15,7 @@ import numba
 import numpy as np
 import pytest
 
+from simulations.reference_kernels import ona_star_labels_exhaustive
 from streamanon.engines._local_search_kernels import (
     mdav_star_labels,
     mdav_star_labels_exhaustive,
@@ -23,7 +24,6 @@ from streamanon.engines._local_search_kernels import (
 from streamanon.engines.ona import EXACT_CELLS, RESTRICTED_CANDIDATES, default_candidates, ona_star
 from streamanon.errors import ParameterError
 from streamanon.metrics import information_loss
-from tests.engines.reference_kernels import ona_star_labels_exhaustive
 
 # (n, m, k, rounded to one decimal: many exact ties)
 SHAPES = [(400, 2, 3, False), (700, 5, 5, False), (900, 15, 10, False), (600, 3, 4, True),

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from simulations import bench_collectors
+from simulations.postgres import why_unavailable
 from streamanon.service.broker import free_port
-from tests.support.postgres import why_unavailable
 
 
 def test_help_describes_the_benchmark(capsys):

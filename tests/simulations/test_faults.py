@@ -14,9 +14,9 @@ import time
 import pytest
 
 from simulations import faults
+from simulations.postgres import why_unavailable
 from simulations.tcp_proxy import CuttableProxy
 from tests.docs_pages import blocks, commands, page, section
-from tests.support.postgres import why_unavailable
 
 
 def documented_command() -> list[str]:

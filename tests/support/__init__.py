@@ -1,4 +1,3 @@
-"""What the tests need beside the code under test: servers they start for themselves (a
-private PostgreSQL server: :mod:`tests.support.postgres`). The benchmarks under
-``simulations/`` that need the same server import it from here (they run from the repository
-root)."""
+"""What the tests need beside the code under test: reading a child command's output with a
+deadline (:mod:`tests.support.children`). The private PostgreSQL server the tests and the
+benchmarks start is :mod:`simulations.postgres`, since the benchmarks may not import ``tests``."""

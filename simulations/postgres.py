@@ -1,5 +1,6 @@
-"""A private PostgreSQL server on loopback for the tests and the benchmarks (Debian's
-postgresql package).
+"""A private PostgreSQL server on loopback for the benchmarks and the tests (Debian's
+postgresql package). It lives here, not under ``tests/``, because the benchmarks may not import
+``tests`` (the tests may import ``simulations``).
 
 ``make test`` installs the package when it is missing. The server runs as the ``postgres``
 user when the tests run as root (PostgreSQL refuses to run as root), in a temporary data

@@ -10,7 +10,7 @@ import pytest
 from streamanon.service.ingest import process_batch
 from streamanon.service.store import open_store, record_digest
 from streamanon.service.validation import Message
-from tests.service.test_collector import body, make
+from tests.service.collector.test_collector import body, make
 
 
 def msgs(bodies, partition=0, start=0):

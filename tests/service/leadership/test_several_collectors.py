@@ -26,6 +26,7 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
+from simulations.postgres import controlled_postgres_server, why_unavailable
 from streamanon.service.leadership import Coordination, Coordinator, lease_key, single_instance
 from streamanon.service.store import StoreError, open_store
 from streamanon.service.validation import Closure
@@ -39,8 +40,7 @@ from tests.service.kafka_helpers import (
     response,
 )
 from tests.service.restart_helpers import helper_processes
-from tests.service.test_store import rows
-from tests.support.postgres import controlled_postgres_server, why_unavailable
+from tests.service.store.test_store import rows
 
 _PG_REASON = why_unavailable()
 HANG_GUARD = 30.0  # seconds: only to catch a wait that never ends, never a speed check

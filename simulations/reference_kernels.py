@@ -3,8 +3,10 @@
 ``ona_star_labels_exhaustive`` runs ONA*'s local search (paper 004, Algorithm 3) from MDAV*'s
 exhaustive labels, finding every member of a cell by a scan of all labels and every nearest cell
 by a scan of all centroids, with none of the indexed kernel's caches, logs and member lists; the
-cell arithmetic (``streamanon.engines._cells``) is the kernels' own, so both price every move
-with the same numbers. Quadratic: for tests and ``simulations/bench_ona.py`` only.
+cell arithmetic (``streamanon.engines.cells``) is the kernels' own, so both price every move
+with the same numbers. Quadratic: for ``simulations/bench_ona.py`` and the tests
+(``tests/engines/test_ona_scaling.py``), which import it from here since the benchmarks may not
+import ``tests``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from streamanon.engines._cells import (
+from streamanon.engines._local_search_kernels import _nearest_cell, mdav_star_labels_exhaustive
+from streamanon.engines.cells import (
     TOL,
     add_record,
     cell_cost,
@@ -24,7 +27,6 @@ from streamanon.engines._cells import (
     sq,
     sqnorm,
 )
-from streamanon.engines._local_search_kernels import _nearest_cell, mdav_star_labels_exhaustive
 
 
 @nb.njit(cache=True)

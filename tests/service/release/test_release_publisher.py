@@ -16,7 +16,7 @@ from streamanon.service.config import parse_config
 from streamanon.service.offsets import broker_errors
 from streamanon.service.publisher import ReleaseMessage, ReleasePublisher, release_message
 from tests.service.kafka_helpers import headers, read_topic
-from tests.service.test_publisher import ENV
+from tests.service.release.test_publisher import ENV
 
 
 def config_for(bootstrap: str):

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
+from simulations.postgres import controlled_postgres_server, why_unavailable
 from streamanon.service.states import BASE_RUNNING, OPEN
 from streamanon.service.store import StoreUnavailable, open_store
-from tests.service.test_store import rows
-from tests.support.postgres import controlled_postgres_server, why_unavailable
+from tests.service.store.test_store import rows
 
 _PG_REASON = why_unavailable()
 HANG_GUARD = 30.0  # seconds: generous, only to catch a call that waits forever

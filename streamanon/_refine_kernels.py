@@ -1,8 +1,8 @@
 """Compiled kernels of the anytime refinement (``streamanon/refine.py``); nothing here is public.
 
 A partition is held as labels, per-cell sums, sums of squares and sizes (so a centroid and a
-cost are O(m) to read; the arithmetic and the dissolve pricing are ``_cells``', shared with
-ONA*'s kernels), plus doubly linked member lists (``head[cell]``, ``nxt[record]``,
+cost are O(m) to read; the arithmetic and the dissolve pricing are ``engines/cells.py``'s,
+shared with ONA*'s kernels), plus doubly linked member lists (``head[cell]``, ``nxt[record]``,
 ``prv[record]``), so that moving a record is O(m) and a split gathers only its cell's members.
 Ids of dissolved cells go on a free stack (``free``, ``counts[1]`` of them) and are reused by
 splits, so no more than n // k + 1 ids are ever needed.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from streamanon.engines._cells import (
+from streamanon.engines.cells import (
     TOL,
     add_record,
     cell_cost,

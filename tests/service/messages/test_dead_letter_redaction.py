@@ -14,7 +14,7 @@ from streamanon.service.config import ConfigError, parse_config
 from streamanon.service.deadletters import KafkaDeadLetters, dead_letter, redact_dead_letter
 from streamanon.service.validation import Invalid, Message, Rejection, Validator
 from tests.service.kafka_helpers import read_topic
-from tests.service.test_messages_dead_letters import service_producer
+from tests.service.messages.test_messages_dead_letters import service_producer
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 SCHEMA = {"rid": {"role": "identifier"},

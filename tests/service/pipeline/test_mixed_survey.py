@@ -357,3 +357,47 @@ def test_a_mixed_survey_is_released_two_stage_typed_and_k_anonymous(
         assert meta.column_names_to_labels["age"] == "age"
         assert back["gender"].astype(str).tolist() == parquet["gender"].astype(str).tolist()
         assert check_table_k_anonymity(back, QI, k).ok
+
+
+def _service_label_release():
+    from streamanon.release import prepare_stored, release_prepared
+    from streamanon.service.config import parse_config
+    from streamanon.service.publisher import (
+        record_messages,
+        records_frame,
+        survey_privacy,
+    )
+    from streamanon.service.store import Records
+    from streamanon.service.validation import Validator
+
+    raw = survey_config(satisfaction={"role": "label", "type": "int", "sensitive": True})
+    raw["surveys"][0]["t"] = 0.5
+    cfg = parse_config(raw, ENV)
+    sc = cfg.surveys[0]
+    v = Validator(sc, cfg.hmac_key)
+    stored = [v.validate(answer(f"R{i}", age=20 + i, satisfaction=1 + i % 5))
+              for i in range(20)]
+    records = Records(seq=np.arange(20), arrived_at=np.zeros(20),
+                      qi=np.array([r.qi for r in stored]),
+                      confidential=[r.confidential for r in stored],
+                      labels=[r.label for r in stored])
+    frame = records_frame(records, sc)
+    privacy = survey_privacy(frame, sc)
+    release = release_prepared(frame, prepare_stored(frame, sc.schema, sc.k),
+                               np.arange(20) // 5, sc.k, seed=1, privacy=privacy)
+    return privacy, [json.loads(m) for m in record_messages(release.table)]
+
+
+def test_service_measures_an_int_sensitive_label_with_the_ordered_distance():
+    """The same int sensitive label gets the ordered distance in the API and the CLI
+    (``sensitive_codes`` of an int column) but the equal one in the service, whose stored
+    labels are strings: the service and the API check different t on the same data."""
+    privacy, _ = _service_label_release()
+    assert privacy.kinds == ("ordered",)
+
+
+def test_service_releases_an_int_label_as_an_int():
+    """A ``label`` of type int goes out on the release topic (and in the files) as the
+    string "2", not the integer 2 that the response held and that the CLI/API publish."""
+    _, messages = _service_label_release()
+    assert all(type(m["satisfaction"]) is int for m in messages)

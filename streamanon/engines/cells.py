@@ -1,13 +1,16 @@
-"""Cell arithmetic shared by the compiled kernels; nothing here is public.
+"""Cell arithmetic the compiled kernels share: ONA*'s local search, the refinement and the
+incremental stages.
 
 A cell is held as a row of per-cell sums, a sum of squared norms and a size (``sums[c]``,
 ``sqs[c]``, ``sizes[c]``), so that its centroid and its cost (SSE) are O(m) to read and every
 change is priced exactly with the standard identities: adding y to a cell of n with mean mu
 costs n/(n+1) |y - mu|^2, removing it saves n/(n-1) |y - mu|^2, merging A and B costs
 |A||B|/(|A|+|B|) |mu_A - mu_B|^2 more. The kernels of ONA*'s local search
-(``_local_search_kernels``), of the refinement (``_refine_kernels``) and of the incremental
-stages (``incremental/_nn_kernels``) take these pieces from here, so that each computes the same
-numbers in the same order. Small helpers are compiled into their callers (numba inlines them).
+(``engines/_local_search_kernels``), of the refinement (``streamanon/_refine_kernels``) and of
+the incremental stages (``incremental/_nn_kernels``) take these pieces from here, so that each
+computes the same numbers in the same order. Small helpers are compiled into their callers
+(numba inlines them). The module is public to the other packages of streamanon, which is why
+it has no leading underscore; its functions are numba kernels, not an API for users.
 
 Imports: NumPy, numba and ``_mdav_kernels`` (MDAV on the records of one cell).
 """

@@ -456,7 +456,7 @@ def test_check_columns_names_rejections_by_index_late_ones_first():
 
 def test_consumer_records_become_columns_with_the_broker_time_only():
     from streamanon.service.ingest import LOG_APPEND_TIME, _columns, message_of
-    from tests.service.test_collector_faults import Record
+    from tests.service.collector.test_collector_faults import Record
 
     records = [Record("t", 1, 5, None, b"x", 1_500, LOG_APPEND_TIME),
                Record("t", 2, 9, b"k", None, 2_500, 0)]

@@ -1,21 +1,17 @@
-"""Review of issue 17 (the spliced release, the librdkafka release publisher): each test
-failed on the code as reviewed, before its fix."""
+"""The spliced release of the service's stored records: its messages are the rows of the
+release (and of its file) whatever JSON kind the late records give a column."""
 
 from __future__ import annotations
 
-import json
-import threading
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import pytest
 
-from streamanon.errors import PublishError
 from streamanon.io import write_table
 from streamanon.release import prepare_stored, release_prepared
 from streamanon.service.config import parse_config
-from streamanon.service.publisher import ReleasePublisher, records_frame
+from streamanon.service.publisher import records_frame
 from streamanon.service.store import Records
 from streamanon.splicing import prepare_base, record_messages, splice
 
@@ -74,81 +70,6 @@ def test_spliced_messages_are_the_rows_of_the_release_when_a_late_value_widens_a
     assert sent == from_scratch
 
 
-class _Error:
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def str(self) -> str:  # confluent_kafka.KafkaError's accessor
-        return self.text
-
-
-class _FakeProducer:
-    """librdkafka's Producer as ReleasePublisher uses it: produce queues, flush delivers
-    (calling the delivery callback for a failed message, as librdkafka does from flush),
-    ``during_flush`` runs something at the point where another thread would run."""
-
-    def __init__(self, publisher: ReleasePublisher, fail: set[bytes]) -> None:
-        self.publisher = publisher
-        self.fail = fail
-        self.queue: list[tuple[str, bytes]] = []
-        self.topics: dict[str, list[bytes]] = {}
-        self.during_flush: Any = None
-
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                partition: int = -1, headers: Any = None) -> None:  # librdkafka's order
-        self.queue.append((topic, value))
-
-    def poll(self, timeout: float = 0) -> int:
-        return 0
-
-    def flush(self, timeout: float = 0) -> int:
-        queued, self.queue = self.queue, []
-        for topic, value in queued:
-            if value in self.fail:
-                self.publisher._delivered(_Error("Broker: Message size too large"), None)
-            else:
-                self.topics.setdefault(topic, []).append(value)
-        hook, self.during_flush = self.during_flush, None
-        if hook is not None:
-            hook()
-        return 0
-
-    def purge(self, *args: Any, **kwargs: Any) -> None:
-        self.queue.clear()
-
-
-def test_a_concurrent_publish_of_another_survey_does_not_hide_a_delivery_failure():
-    """ReleasePublisher is one per service and Releaser.publish runs it in a thread per
-    survey (asyncio.to_thread): two surveys closing together publish concurrently. With one
-    list of delivery errors on the shared publisher, cleared at the start of every publish,
-    an error of survey A's record reported while A waits in its flush was erased when survey
-    B's publish started: A saw no error and its manifest went out after a run that lacks a
-    record, a silent loss. Now a publish waits for the one under way."""
-    publisher = ReleasePublisher(parse_config(
-        {"kafka": {"bootstrap_servers": "127.0.0.1:1"}, "surveys": [
-            {"id": "s1", "k": K, "schema": {"rid": {"role": "identifier"},
-                                             "age": {"role": "quasi_identifier"}}}]},
-        ENV), timeout=1.0)
-    fake = _FakeProducer(publisher, fail={b'{"a":1}'})
-    publisher._producer = fake  # no broker: the producer is faked
-    a = [b'{"a":0}', b'{"a":1}', b'{"a":2}']
-    b = [b'{"b":0}']
-    other = threading.Thread(
-        target=lambda: publisher.publish("b.release", b, {"release_id": "rb"}))
-
-    def b_starts() -> None:  # while A's flush is under way, survey B's publish starts
-        other.start()
-        other.join(timeout=0.5)  # B runs now unless it waits for A
-
-    fake.during_flush = b_starts
-    with pytest.raises(PublishError):  # A's failure reported: A is sent again
-        publisher.publish("a.release", a, {"release_id": "ra"})
-    other.join(timeout=10)
-    assert not other.is_alive()
-    assert fake.topics["b.release"] == [*b, fake.topics["b.release"][-1]]  # B went out whole
-    assert json.loads(fake.topics["b.release"][-1])["release_id"] == "rb"
-    assert not any(json.loads(v).get("release_id") == "ra"
-                   for v in fake.topics.get("a.release", []))  # no manifest for A's cut run
 
 
 def test_base_messages_are_not_reused_when_a_column_changed_its_json_kind():

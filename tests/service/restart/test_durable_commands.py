@@ -19,8 +19,8 @@ from streamanon.service.ingest import SurveyIngest
 from streamanon.service.store import StoreUnavailable
 from streamanon.service.validation import Validator
 from streamanon.service.web import make_app
+from tests.service.collector.test_collector_faults import FakeConsumer, Record, make_config
 from tests.service.kafka_helpers import ENV, MemoryDeadLetters
-from tests.service.test_collector_faults import FakeConsumer, Record, make_config
 
 TOKEN = ENV["STREAMANON_HTTP_TOKEN"]
 

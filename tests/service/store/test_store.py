@@ -10,6 +10,7 @@ import threading
 import numpy as np
 import pytest
 
+from simulations.postgres import postgres_server, why_unavailable
 from streamanon.service.states import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
 from streamanon.service.store import (
     Checkpoint,
@@ -21,7 +22,6 @@ from streamanon.service.store import (
     open_store,
     record_digest,
 )
-from tests.support.postgres import postgres_server, why_unavailable
 
 _PG_REASON = why_unavailable()
 
@@ -393,7 +393,7 @@ def test_the_ingest_worker_reads_the_identities_before_its_first_write_transacti
     identity outside a write transaction, so the first insert does not hold SQLite's write
     lock while it reads a million rows."""
     from streamanon.service import ingest
-    from tests.service.test_collector_faults import make_config
+    from tests.service.collector.test_collector_faults import make_config
 
     first = SQLiteStore(tmp_path / "store.db")  # make_config's store
     first.ensure_survey("s")

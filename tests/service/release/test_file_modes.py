@@ -20,7 +20,7 @@ from streamanon.service.publisher import (
     write_report,
     write_risk_page,
 )
-from tests.service.test_reports import PUBLICATION, report
+from tests.service.release.test_reports import PUBLICATION, report
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.service.kafka_helpers import produce, response
 
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 
 def _number(text: str) -> int:
