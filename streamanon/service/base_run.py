@@ -35,7 +35,7 @@ from streamanon.release import prepare_stored
 from streamanon.service.kept import kept_base_partition
 from streamanon.service.publisher import records_frame
 from streamanon.service.releasing import release_run, stored_records
-from streamanon.service.runtime import StoreCall
+from streamanon.service.runtime import RunningSurvey, StoreCall
 from streamanon.service.states import BASE_DONE, OPEN
 from streamanon.service.store import Checkpoint, Store, StoreError
 
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from streamanon.service.config import ComputeConfig
     from streamanon.service.planning import SurveyPlanner
     from streamanon.service.releasing import Releaser
-    from streamanon.service.survey import Survey
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +72,7 @@ def read_ahead_seconds(replan_seconds: float) -> float:
     return max(READ_AHEAD_SECONDS, 2 * replan_seconds + 1)
 
 
-async def read_ahead(rt: Survey, *, clean_cut: Callable[[], Awaitable[int]],
+async def read_ahead(rt: RunningSurvey, *, clean_cut: Callable[[], Awaitable[int]],
                      still_open: Callable[[], Awaitable[bool]], store: Store,
                      in_store: StoreCall, once: bool = False,
                      measured: Callable[[float], None] | None = None) -> None:
@@ -126,7 +125,7 @@ async def read_ahead(rt: Survey, *, clean_cut: Callable[[], Awaitable[int]],
         ahead.task = None
 
 
-async def run_base(rt: Survey, snapshot_seq: int, started: float, *, store: Store,
+async def run_base(rt: RunningSurvey, snapshot_seq: int, started: float, *, store: Store,
                    in_store: StoreCall, pool: Executor, compute: ComputeConfig,
                    planner: SurveyPlanner, releaser: Releaser | None) -> BaseRunResult:
     """Run the base engine on the survey's records up to ``snapshot_seq`` and store its

@@ -13,23 +13,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from streamanon.errors import describe_error, withheld
 from streamanon.service.collector import KafkaCollector
 from streamanon.service.offsets import broker_errors
-from streamanon.service.runtime import StoreCall
+from streamanon.service.runtime import RunningSurvey, StoreCall
 from streamanon.service.states import BASE_DONE, CLOSING, OPEN, RELEASED
 from streamanon.service.store import Store
 from streamanon.service.validation import Closure
 
-if TYPE_CHECKING:
-    from streamanon.service.survey import Survey
-
 log = logging.getLogger(__name__)
 
 
-async def close_survey(rt: Survey, *, store: Store, in_store: StoreCall,
+async def close_survey(rt: RunningSurvey, *, store: Store, in_store: StoreCall,
                        collector: KafkaCollector, release: Callable[[], Awaitable[None]],
                        before_marks: Callable[[str, float], Awaitable[None]] | None = None
                        ) -> None:

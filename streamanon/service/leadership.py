@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
 from streamanon.errors import describe_error
+from streamanon.service.runtime import RunningSurvey
 from streamanon.service.states import CLOSING, RELEASED
 from streamanon.service.store import StoreError, StoreUnavailable
 from streamanon.service.validation import Closure
@@ -64,7 +65,6 @@ from streamanon.service.validation import Closure
 if TYPE_CHECKING:
     from scheduler.planner import Plan
     from streamanon.service.store import SurveyState
-    from streamanon.service.survey import Survey
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -350,7 +350,7 @@ class LeaderHost(Protocol):
     lifecycle's entry points, and what to do when the lease is taken or lost."""
 
     @property
-    def surveys(self) -> Mapping[str, Survey]: ...
+    def surveys(self) -> Mapping[str, RunningSurvey]: ...
 
     async def survey_state(self, sid: str) -> SurveyState:
         """The survey's state as stored."""

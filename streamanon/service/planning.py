@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from scheduler import live
 from scheduler.choice import AUTO_ENGINES, AUTO_STAGES, Choice, Option, choose
@@ -42,9 +42,7 @@ from scheduler.planner import Plan
 from scheduler.quality import expected_delta
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.machine import load_meter, machine_load
-
-if TYPE_CHECKING:
-    from streamanon.service.survey import Survey
+from streamanon.service.runtime import RunningSurvey
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +62,7 @@ class SurveyPlanner:
     this instance's ``here`` (with several instances the leader plans with the store's count).
     :attr:`models` maps each survey to the (base, incremental) cost models in use."""
 
-    def __init__(self, config: Config, surveys: dict[str, Survey], lock: threading.Lock,
+    def __init__(self, config: Config, surveys: dict[str, RunningSurvey], lock: threading.Lock,
                  counted: Callable[[str, int], int]) -> None:
         self.config = config
         self.cost_models = CostModelStore(config.planner.cost_models)

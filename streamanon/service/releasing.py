@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -66,14 +66,11 @@ from streamanon.service.publisher import (
     write_risk_page,
 )
 from streamanon.service.reports import Publication, ReleaseReport
-from streamanon.service.runtime import StoreCall
+from streamanon.service.runtime import RunningSurvey, StoreCall
 from streamanon.service.states import RELEASED
 from streamanon.service.store import Records, ReleaseRow, Store, StoreError
 from streamanon.service.telemetry import Telemetry
 from streamanon.splicing import BaseRelease, Messages, prepare_base, splice
-
-if TYPE_CHECKING:
-    from streamanon.service.survey import Survey
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +98,7 @@ def fresh_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray, k
     return replace(release, table=table), messages, order
 
 
-async def stored_records(rt: Survey, upto_seq: int | None = None, *, store: Store,
+async def stored_records(rt: RunningSurvey, upto_seq: int | None = None, *, store: Store,
                          in_store: StoreCall) -> tuple[Records, int]:
     """The stored records of ``rt``'s survey with ``seq <= upto_seq`` (a base snapshot's) or,
     with None, every one (a release made whole at close): those read ahead (taken from ``rt``,
@@ -162,7 +159,7 @@ class Releaser:
         self.modes = FileModes(config.output.file_mode, config.output.directory_mode)
         self.cost_models = CostModelStore(config.planner.cost_models)
 
-    async def release(self, rt: Survey, base_model: PowerLaw,
+    async def release(self, rt: RunningSurvey, base_model: PowerLaw,
                       stages: Mapping[str, Any] | None = None) -> None:
         """Publish the survey's one release: compute it and write its files, unless a release
         was written before (a restart, a failed publish), which is published again from its
@@ -185,7 +182,7 @@ class Releaser:
                      sid, row.release_id)
         await self.publish(rt, row, resumed, fresh)
 
-    async def write(self, rt: Survey, base_model: PowerLaw,
+    async def write(self, rt: RunningSurvey, base_model: PowerLaw,
                     stages: Mapping[str, Any] | None = None) -> tuple[ReleaseRow, Fresh]:
         """Compute the release, apply the k-anonymity gate, write its Parquet file, and note
         it as written: from then on it is the survey's release, whatever happens.
@@ -365,7 +362,7 @@ class Releaser:
         await self._in_store(self.store.save_release, sid, row)
         return row, Fresh(frame, release.table, messages, order)
 
-    async def publish(self, rt: Survey, row: ReleaseRow, resumed: bool,
+    async def publish(self, rt: RunningSurvey, row: ReleaseRow, resumed: bool,
                       fresh: Fresh | None = None) -> None:
         """Send the release to the release topic, record by record in its row order, then the
         manifest; on a broker fault send it all again (the manifest marks the complete run),
@@ -468,7 +465,7 @@ class Releaser:
         ensure_topics(cfg.kafka.bootstrap_servers, {topic: 1}, configs=cfg.topic_configs(),
                       **cfg.kafka_options())
 
-    async def _after_publish(self, rt: Survey, report: ReleaseReport,
+    async def _after_publish(self, rt: RunningSurvey, report: ReleaseReport,
                              table: pd.DataFrame, fresh: Fresh | None) -> ReleaseReport:
         """What is not on the close-to-release path, done once the records are out: the files
         of ``[output] formats`` besides Parquet (those not written before a restart), the risk
@@ -495,7 +492,7 @@ class Releaser:
         rt.record("after_publish", time.perf_counter() - step)
         return report
 
-    async def prepare_base(self, rt: Survey, frame: pd.DataFrame, labels: np.ndarray,
+    async def prepare_base(self, rt: RunningSurvey, frame: pd.DataFrame, labels: np.ndarray,
                            prepared: Prepared) -> BaseRelease | None:
         """The base records' release messages, made right after the base run while the survey
         is open (:func:`streamanon.splicing.prepare_base`), for the survey to keep for the

@@ -1,15 +1,26 @@
 """The parts of a survey's running state that are objects of their own: the records read ahead
 of its base snapshot or close (:class:`ReadAhead`) and its arrivals over time for the dashboard
-(:class:`ArrivalHistory`); and the type of the service's store calls. The survey that holds
-them is :class:`~.survey.Survey`.
+(:class:`ArrivalHistory`); the type of the service's store calls; and what the steps see of a
+survey (:class:`RunningSurvey`), so that they need not import :class:`~.survey.Survey`, which
+runs them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from scheduler.arrivals import ArrivalEstimator
+    from scheduler.jobs import PlanningJob
+    from scheduler.planner import Plan
+    from streamanon.service.config import SurveyConfig
+    from streamanon.service.ingest import SurveyIngest
+    from streamanon.service.store import SurveyState
+    from streamanon.service.validation import Closure
 
 StoreCall = Callable[..., Awaitable[Any]]  # runs a store method on the service's store thread
 
@@ -64,3 +75,47 @@ class ArrivalHistory:
             self.points = self.points[::2] + ([self.points[-1]] if len(self.points) % 2 == 0
                                               else [])
             self.spacing *= 2
+
+
+class RunningSurvey(Protocol):
+    """What the steps (the base run, the close, the release), the planner, the status and the
+    lease see of a survey: :class:`~.survey.Survey` is the one there is. The steps read its
+    fields, and change its state only through its methods."""
+
+    config: SurveyConfig
+    ingest: SurveyIngest
+    estimator: ArrivalEstimator
+    lock: threading.Lock
+    state: str | None
+    planner: PlanningJob | None
+    last_plan: Plan | None
+    base_task: asyncio.Task | None
+    close_task: asyncio.Task | None
+    closed_event: asyncio.Event
+    timings: dict[str, float]
+    base_steps: dict[str, float]
+    base_plan: Plan | None
+    read_ahead: ReadAhead
+    base_release: tuple[int, Any] | None
+    history: ArrivalHistory
+    auto_engine: bool
+    choice: Any
+    window_warning: str | None
+    engine_choice: dict[str, Any] | None
+
+    @property
+    def id(self) -> str: ...
+
+    async def stored_state(self) -> SurveyState: ...
+
+    async def move(self, to: str, why: str, **fields: Any) -> SurveyState: ...
+
+    def record(self, step: str, seconds: float) -> None: ...
+
+    def released(self) -> None: ...
+
+    def base_release_used(self) -> None: ...
+
+    def closing(self, closed_at: float) -> None: ...
+
+    def drained(self, closure: Closure, seconds: float) -> None: ...

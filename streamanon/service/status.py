@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from scheduler.cost_model import PowerLaw
 from streamanon.service.health import PartHealth
@@ -28,14 +28,12 @@ from streamanon.service.reports import (
     ReleaseStatus,
     SurveyStatus,
 )
+from streamanon.service.runtime import RunningSurvey
 from streamanon.service.states import BASE_RUNNING, CLOSING
 from streamanon.service.store import ReleaseRow, SurveyState
 
-if TYPE_CHECKING:
-    from streamanon.service.survey import Survey
 
-
-def survey_status(rt: Survey, st: SurveyState, release: ReleaseRow | None,
+def survey_status(rt: RunningSurvey, st: SurveyState, release: ReleaseRow | None,
                   model: PowerLaw | None, *, pace: float,
                   arrivals: list[tuple[float, int]], now: float,
                   measured: bool = True, stored: int | None = None) -> SurveyStatus:
@@ -88,7 +86,7 @@ def survey_status(rt: Survey, st: SurveyState, release: ReleaseRow | None,
     )
 
 
-def forecast_points(rt: Survey, now: float,
+def forecast_points(rt: RunningSurvey, now: float,
                     close_at: float | None) -> list[tuple[float, float]]:
     """The forecast arrival curve from now to the scheduled close (two points: uniform
     arrivals at the planned total), or nothing when there is no scheduled close."""
@@ -99,7 +97,7 @@ def forecast_points(rt: Survey, now: float,
                                                                 rt.ingest.stored)))]
 
 
-def progress(rt: Survey, st: SurveyState, model: PowerLaw | None,
+def progress(rt: RunningSurvey, st: SurveyState, model: PowerLaw | None,
              now: float) -> ProgressStatus | None:
     """The running stage: its start and the cost model's estimate of its length."""
     if st.state == BASE_RUNNING and st.base_started_at:
