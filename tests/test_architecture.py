@@ -349,3 +349,38 @@ def test_nothing_outside_tests_imports_tests(tmp_path):
                            "def main():\n    from tests.support import postgres_server\n"})
     assert importers_of_tests(tmp_path) == {"simulations.faults": ["tests.support",
                                                                 "tests.support.postgres_server"]}
+
+# -- one Kafka import site --------------------------------------------------------------------
+
+#: The Kafka client libraries, and the one module of ours that may import them.
+KAFKA_LIBRARIES = ("kafka", "aiokafka", "confluent_kafka")
+KAFKA_DOOR = "streamanon.service.kafka_clients"
+
+
+def kafka_importers(root: Path = ROOT) -> dict[str, list[str]]:
+    """No module but the door imports a Kafka client library, so that every client is built
+    from one settings object (TLS, SASL and the client id mapped once per library)."""
+    return crossings(root, lambda m: m != KAFKA_DOOR, lambda n: under(n, KAFKA_LIBRARIES))
+
+
+def test_only_the_door_imports_a_kafka_client(tmp_path):
+    assert len(modules()) > 60
+    assert not kafka_importers(), kafka_importers.__doc__
+    assert "kafka" in {n.split(".")[0] for n in imported(
+        ROOT / "streamanon" / "service" / "kafka_clients.py", KAFKA_DOOR)}  # the door is there
+    service = tmp_path / "streamanon" / "service"
+    service.mkdir(parents=True)
+    for package in (tmp_path / "streamanon", service, tmp_path / "scheduler"):
+        package.mkdir(exist_ok=True)
+        (package / "__init__.py").write_text("")
+    (service / "kafka_clients.py").write_text("def f():\n    import aiokafka\n    import kafka\n")
+    (service / "collector.py").write_text("from streamanon.service import kafka_clients\n")
+    (service / "kafkaesque.py").write_text("import kafkaesque_lib\n")  # a name, not the library
+    assert not kafka_importers(tmp_path)  # the clean copy keeps it
+    for path, text in {"streamanon/service/collector.py": "def f():\n    import confluent_kafka\n",
+                       "scheduler/jobs.py": "if False:\n    from aiokafka.errors import X\n"
+                       }.items():
+        (tmp_path / path).write_text(text)
+    assert kafka_importers(tmp_path) == {"scheduler.jobs": ["aiokafka.errors",
+                                                            "aiokafka.errors.X"],
+                                         "streamanon.service.collector": ["confluent_kafka"]}

@@ -177,11 +177,9 @@ def _token() -> str:
 
 
 def _close_via_kafka(args: argparse.Namespace) -> int:
-    from kafka import KafkaProducer
-    from kafka.errors import KafkaError
-
     from streamanon.service.config import load_config
     from streamanon.service.control import sign
+    from streamanon.service.kafka_clients import KafkaSettings, client_error, producer
 
     if not args.config:
         raise StreamanonError("--via-kafka needs --config (brokers and topic prefix)")
@@ -192,10 +190,10 @@ def _close_via_kafka(args: argparse.Namespace) -> int:
                               f"{config.kafka.security_protocol})")
     topic = config.control_topic
     try:
-        producer = KafkaProducer(**config.kafka_options())
-        producer.send(topic, value=sign("close", args.survey, _token())).get(timeout=30)
-        producer.close()
-    except KafkaError as exc:
+        sender = producer(KafkaSettings.from_config(config))
+        sender.send(topic, value=sign("close", args.survey, _token())).get(timeout=30)
+        sender.close()
+    except client_error() as exc:
         raise StreamanonError(f"cannot send the control message to {topic}: "
                               f"{type(exc).__name__}") from None
     print(f"survey {args.survey}: close requested on {topic} (signed control message); the "

@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from streamanon.errors import StreamanonError
+from streamanon.service.kafka_clients import KafkaSettings, client_error, create_topics, probe
 
 log = logging.getLogger(__name__)
 
@@ -89,21 +90,13 @@ def _client_logs_quiet() -> Any:
 
 def _wait_for_kafka(bootstrap: str, timeout: float, attempt_timeout: float,
                     alive: Callable[[], bool] | None) -> None:
-    import kafka
-    from kafka.errors import KafkaError
-
+    settings = KafkaSettings(bootstrap)
     deadline = time.monotonic() + timeout
     last: Exception | None = None
 
     def attempt(outcome: list[BaseException | None], seconds: float) -> None:
         try:
-            known = getattr(kafka.KafkaAdminClient, "DEFAULT_CONFIG", {})  # kafka-python 3
-            bounded = ({"bootstrap_timeout_ms": max(int(seconds * 1000), 1)}
-                       if "bootstrap_timeout_ms" in known else {})
-            admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000,
-                                           **bounded)
-            admin.list_topics()
-            admin.close()
+            probe(settings, seconds)
             outcome.append(None)
         except BaseException as exc:  # handed to the waiting thread
             outcome.append(exc)
@@ -113,23 +106,23 @@ def _wait_for_kafka(bootstrap: str, timeout: float, attempt_timeout: float,
             raise BrokerError(f"the broker process for {bootstrap} exited before it answered")
         seconds = min(attempt_timeout, max(deadline - time.monotonic(), 0.0))
         outcome: list[BaseException | None] = []
-        probe = threading.Thread(target=attempt, args=(outcome, seconds), daemon=True,
+        prober = threading.Thread(target=attempt, args=(outcome, seconds), daemon=True,
                                  name="wait-for-kafka")
         given_up = time.monotonic() + seconds
-        probe.start()
-        while probe.is_alive() and time.monotonic() < given_up:
-            probe.join(min(0.2, max(given_up - time.monotonic(), 0.0)))
+        prober.start()
+        while prober.is_alive() and time.monotonic() < given_up:
+            prober.join(min(0.2, max(given_up - time.monotonic(), 0.0)))
             if alive is not None and not alive():
                 raise BrokerError(f"the broker process for {bootstrap} exited before it "
                                   "answered")
         if not outcome:  # the client is still waiting: leave it, and try a new one
             last = TimeoutError("the Kafka client did not return")
             log.warning("a Kafka client probing %s did not return within %.0f s (stuck in %s); "
-                        "trying a new one", bootstrap, seconds, _where(probe))
+                        "trying a new one", bootstrap, seconds, _where(prober))
             continue
         if outcome[0] is None:
             return
-        if not isinstance(outcome[0], (KafkaError, OSError, ValueError)):
+        if not isinstance(outcome[0], (client_error(), OSError, ValueError)):
             raise outcome[0]
         last = outcome[0]
         time.sleep(0.1)
@@ -145,29 +138,16 @@ def _where(thread: threading.Thread) -> str:
     return " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(stack))
 
 
-def ensure_topics(bootstrap: str, names: Iterable[str] | dict[str, int],
-                  partitions: int = 4, *, configs: dict[str, dict[str, str]] | None = None,
-                  **client: Any) -> None:
-    """Create the topics that do not exist yet (idempotent); ``names`` may map each topic to
+def ensure_topics(kafka: KafkaSettings | str, names: Iterable[str] | dict[str, int],
+                  partitions: int = 4, *, configs: dict[str, dict[str, str]] | None = None
+                  ) -> None:
+    """Create the topics that do not exist yet (idempotent) on the brokers ``kafka`` names
+    (settings, or a bootstrap address reached in plain text); ``names`` may map each topic to
     its number of partitions, ``configs`` a topic to its settings (``{"retention.ms": ...}``;
-    a topic that exists keeps its own). ``client`` is passed on to the admin client (security
-    options: ``Config.kafka_options``)."""
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
-    admin = KafkaAdminClient(**{**client, "bootstrap_servers": bootstrap})
-    try:
-        existing = set(admin.list_topics())
-        wanted = names if isinstance(names, dict) else dict.fromkeys(names, partitions)
-        new = [NewTopic(n, num_partitions=p, replication_factor=1,
-                        topic_configs=(configs or {}).get(n))
-               for n, p in wanted.items() if n not in existing]
-        if new:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics(new)
-    finally:
-        admin.close()
+    a topic that exists keeps its own)."""
+    settings = KafkaSettings(kafka) if isinstance(kafka, str) else kafka
+    wanted = names if isinstance(names, dict) else dict.fromkeys(names, partitions)
+    create_topics(settings, wanted, configs)
 
 
 class EmbeddedBroker:

@@ -5,8 +5,9 @@ back-off while the broker or the store is away, unreadable records, control mess
 close marks and drain. Validation (:mod:`streamanon.service.validation`), de-duplication,
 storage and the ingest worker process (:mod:`streamanon.service.ingest`) and the dead letters
 (:mod:`streamanon.service.deadletters`) are its parts, which the tests call without a broker.
-May import those, the configuration, offsets and health modules, and aiokafka (inside the
-functions that talk to the broker, so that importing it loads no Kafka client).
+May import those, the configuration, offsets and health modules, and the Kafka clients'
+door (:mod:`streamanon.service.kafka_clients`, which loads a client library only when it
+builds a client).
 
 The driver consumes with aiokafka ``getmany`` batches (aiokafka is the client underneath
 faust-streaming). A faust agent spends tens of microseconds of per-event machinery on every
@@ -50,7 +51,15 @@ from streamanon.service.ingest import (
     _columns,
     message_of,
 )
-from streamanon.service.offsets import GroupOffsets, broker_errors
+from streamanon.service.kafka_clients import (
+    KafkaSettings,
+    broker_errors,
+    fetch_errors,
+    group_consumer,
+    group_partition,
+    rebalance_listener,
+)
+from streamanon.service.offsets import GroupOffsets
 from streamanon.service.validation import Closure, Message, Rejection
 
 log = logging.getLogger(__name__)
@@ -143,13 +152,11 @@ class KafkaCollector:
                     and all(c.done() for c in self.controls))
 
     async def start(self) -> None:
-        from aiokafka import AIOKafkaConsumer
-
         await self.worker.start()
 
-        factory = self._consumer_factory or AIOKafkaConsumer
+        factory = self._consumer_factory or group_consumer
         self._consumer = factory(
-            **self.config.kafka_options(),
+            KafkaSettings.from_config(self.config),
             group_id=self.config.kafka.group_id, enable_auto_commit=False,
             auto_offset_reset="earliest", max_partition_fetch_bytes=8 * 1024 * 1024,
             fetch_max_bytes=64 * 1024 * 1024,
@@ -176,24 +183,19 @@ class KafkaCollector:
         revoked partitions were read to: what a partition holds after a rebalance is the
         group's business again (a broker restarted without durable storage starts its logs
         over)."""
-        from aiokafka.abc import ConsumerRebalanceListener
+        async def revoked(partitions: Any) -> None:
+            self._generation += 1
+            for tp in partitions:
+                self._next_offset.pop(tp, None)
 
-        collector = self
+        async def assigned(partitions: Any) -> None:
+            self._generation += 1
+            # when a restarted service first reads again: the broker may hold the join for a
+            # member that was killed (its session or rebalance timeout)
+            log.info("the group gave this collector %d partition(s) (rebalance %d)",
+                     len(partitions), self._generation)
 
-        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-            async def on_partitions_revoked(self, revoked: Any) -> None:
-                collector._generation += 1
-                for tp in revoked:
-                    collector._next_offset.pop(tp, None)
-
-            async def on_partitions_assigned(self, assigned: Any) -> None:
-                collector._generation += 1
-                # when a restarted service first reads again: the broker may hold the join
-                # for a member that was killed (its session or rebalance timeout)
-                log.info("the group gave this collector %d partition(s) (rebalance %d)",
-                         len(assigned), collector._generation)
-
-        return Listener()
+        return rebalance_listener(revoked, assigned)
 
     @staticmethod
     def _report_death(task: asyncio.Task) -> None:
@@ -276,10 +278,9 @@ class KafkaCollector:
         """Whether a fetch failed on the data rather than on the broker: a corrupt or
         undecodable record (aiokafka's ``CorruptRecordException``, ``UnsupportedCodecError``,
         or whatever a decompressor raises, ``EOFError`` for a cut gzip stream)."""
-        from aiokafka.errors import CorruptRecordException, KafkaError, UnsupportedCodecError
-
-        return (isinstance(exc, (CorruptRecordException, UnsupportedCodecError))
-                or not isinstance(exc, (KafkaError, TimeoutError, ConnectionError)))
+        undecodable, broker = fetch_errors()
+        return (isinstance(exc, undecodable)
+                or not isinstance(exc, (broker, TimeoutError, ConnectionError)))
 
     async def _fetch(self, timeout_ms: int) -> tuple[dict[Any, list[Any]], dict[Any, int]]:
         """The next records by partition, and {partition: offset} of partitions moved past
@@ -521,8 +522,6 @@ class KafkaCollector:
         a partition on; a partition whose log is now shorter than its mark (a recreated topic)
         needs its current end only. Waits as long as it takes, saying so every minute: a
         release must not be lost to a collector that is slow or restarting."""
-        from aiokafka import TopicPartition
-
         topic = self.config.topic(survey_id, "responses")
         targets = dict(marks)
         started = checked = time.monotonic()
@@ -532,7 +531,7 @@ class KafkaCollector:
             now = time.monotonic()
             try:
                 unsure = [p for p, target in targets.items()
-                          if self._positions.get(TopicPartition(topic, p), 0) < target]
+                          if self._positions.get(group_partition(topic, p), 0) < target]
                 committed = await self.offsets.committed(topic, unsure) if unsure else {}
                 behind = sum(max(targets[p] - offset, 0) for p, offset in committed.items())
                 if behind == 0:

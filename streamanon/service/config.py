@@ -197,7 +197,9 @@ class KafkaConfig(_Strict):
     # service killed again and again while it joined never drained (the crash-safety test,
     # not understood yet): keep the default unless restarts are rare.
     session_timeout_ms: int = Field(default=30_000, ge=6_000, le=1_800_000)
-    # Security, for every client the service and the CLI make (see ``Config.kafka_options``).
+    # Sent by every client the service and the CLI make (None: each library's own).
+    client_id: str | None = None
+    # Security, for every client the service and the CLI make (``kafka_clients.KafkaSettings``).
     # The SASL password comes from STREAMANON_KAFKA_SASL_PASSWORD[_FILE], never from here.
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
@@ -325,29 +327,6 @@ class Config(_Strict):
     http_token: str = Field(default="", exclude=True, repr=False)
     kafka_sasl_password: str = Field(default="", exclude=True, repr=False)
     webhook_password: str = Field(default="", exclude=True, repr=False)
-
-    def kafka_options(self) -> dict[str, Any]:
-        """Connection keyword arguments for every Kafka client, kafka-python's and aiokafka's
-        alike (both take these names): brokers, security protocol, a TLS context built from
-        ``kafka.ssl_*`` (system CAs when no CA file is given) and the SASL credentials."""
-        kafka = self.kafka
-        options: dict[str, Any] = {"bootstrap_servers": kafka.bootstrap_servers,
-                                   "security_protocol": kafka.security_protocol}
-        if kafka.security_protocol in ("SSL", "SASL_SSL"):
-            import ssl
-
-            context = ssl.create_default_context(
-                cafile=None if kafka.ssl_cafile is None else str(kafka.ssl_cafile))
-            if kafka.ssl_certfile is not None:
-                context.load_cert_chain(str(kafka.ssl_certfile),
-                                        None if kafka.ssl_keyfile is None
-                                        else str(kafka.ssl_keyfile))
-            options["ssl_context"] = context
-        if kafka.security_protocol.startswith("SASL_"):
-            options.update(sasl_mechanism=kafka.sasl_mechanism,
-                           sasl_plain_username=kafka.sasl_username,
-                           sasl_plain_password=self.kafka_sasl_password)
-        return options
 
     def survey(self, survey_id: str) -> SurveyConfig:
         for s in self.surveys:

@@ -181,18 +181,17 @@ class Service:
     # -- start and stop ------------------------------------------------------------------------
     async def start(self) -> None:
         from apscheduler.schedulers.background import BackgroundScheduler
-        from kafka import KafkaProducer
 
         from streamanon.service.broker import ensure_topics
+        from streamanon.service.kafka_clients import KafkaSettings, producer
 
         self.loop = asyncio.get_running_loop()
         cfg = self.config
         await self._claim()
-        kafka = cfg.kafka_options()  # brokers and security, for every client
-        await self._in_store(lambda: ensure_topics(cfg.kafka.bootstrap_servers, self._topics(),
-                                                   configs=cfg.topic_configs(), **kafka))
-        self.producer = KafkaProducer(**kafka,
-                                      linger_ms=20, batch_size=512 * 1024, acks="all")
+        kafka = KafkaSettings.from_config(cfg)  # brokers and security, for every client
+        await self._in_store(lambda: ensure_topics(kafka, self._topics(),
+                                                   configs=cfg.topic_configs()))
+        self.producer = producer(kafka, linger_ms=20, batch_size=512 * 1024, acks="all")
         self.release_producer = ReleasePublisher(cfg)
         self._releaser = self.parts.releaser = Releaser(
             cfg, self.store, self._in_store, self._pool, self.release_producer, self.telemetry)

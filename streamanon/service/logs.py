@@ -13,6 +13,8 @@ import logging
 import sys
 import time
 
+from streamanon.service.kafka_clients import CLIENT_LOGGERS
+
 FORMATS = ("text", "json")
 _EXTRA_KEYS = ("survey", "state", "from_state", "note")
 
@@ -38,13 +40,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
-#: The loggers of the Kafka clients (kafka-python, aiokafka, librdkafka through the release
-#: producer): while a broker is away each logs an error per retry.
-CLIENT_LOGGERS = ("kafka", "aiokafka", "streamanon.service.publisher.librdkafka")
-
-
 class ClientErrors(logging.Filter):
-    """One line per outage of the Kafka clients' warnings and errors, instead of one a retry
+    """One line per outage of the Kafka clients' warnings and errors
+    (:data:`~.kafka_clients.CLIENT_LOGGERS`), instead of one a retry while a broker is away
     (a 20 s broker outage wrote 1,250 ERROR lines). The first of an outage is logged; the
     others are counted, and said with the next line logged: one a ``repeat`` seconds while
     it lasts, and the first after ``quiet`` seconds without any, which opens the next outage

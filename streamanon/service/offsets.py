@@ -21,35 +21,31 @@ from typing import Any
 
 from streamanon.service.config import Config
 from streamanon.service.health import stop_consumer
+from streamanon.service.kafka_clients import (
+    KafkaSettings,
+    group_consumer,
+    group_partition,
+    position_reader,
+    reader_partition,
+)
+from streamanon.service.kafka_clients import (
+    broker_errors as broker_errors,  # re-exported: the close and the release wait them out
+)
 
 FETCH_TIMEOUT_SECONDS = 30.0
-
-
-def broker_errors() -> tuple[type[BaseException], ...]:
-    """What a read or a send raises while a broker is away or slow (both clients' kinds):
-    worth waiting for and trying again, unlike a fault in the data."""
-    from aiokafka.errors import KafkaError as AIOKafkaError
-    from confluent_kafka import KafkaException
-    from kafka.errors import KafkaError
-
-    from streamanon.errors import PublishError
-
-    return (AIOKafkaError, KafkaError, KafkaException, PublishError, OSError, TimeoutError)
 
 
 def _reader(config: Config) -> Any:
     """A kafka-python consumer for reading positions: small fetches, short waits, no group,
     no CRC check of the fetched batches (pure Python: 0.3 s per megabyte batch, and only the
-    fetch's high watermark or a header is read). (kafka-python here: an aiokafka consumer whose
-    fetch of an empty partition the embedded broker leaves unanswered takes the request
-    timeout, 40 s, to stop.) A read never creates the topic: the service makes its topics
-    with their own partitions, a broker's auto-creation would give its default."""
-    from kafka import KafkaConsumer
-
-    return KafkaConsumer(**config.kafka_options(), enable_auto_commit=False,
-                         max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=50,
-                         auto_offset_reset="earliest", check_crcs=False,
-                         allow_auto_create_topics=False)
+    fetch's high watermark or a header is read; kafka-python, see
+    :func:`~.kafka_clients.position_reader`). A read never creates the topic: the service
+    makes its topics with their own partitions, a broker's auto-creation would give its
+    default."""
+    return position_reader(KafkaSettings.from_config(config), enable_auto_commit=False,
+                           max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=50,
+                           auto_offset_reset="earliest", check_crcs=False,
+                           allow_auto_create_topics=False)
 
 
 def _fetch_high_watermarks(consumer: Any, tps: list[Any]) -> dict[Any, int]:
@@ -71,11 +67,9 @@ def _fetch_high_watermarks(consumer: Any, tps: list[Any]) -> dict[Any, int]:
 
 def high_watermarks(config: Config, topic: str) -> dict[int, int]:
     """{partition: end offset} of ``topic``, each from a fetch's high watermark (blocking)."""
-    from kafka import TopicPartition
-
     consumer = _reader(config)
     try:
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic)
+        tps = [reader_partition(topic, p) for p in sorted(consumer.partitions_for_topic(topic)
                                                         or ())]
         return {tp.partition: end for tp, end in _fetch_high_watermarks(consumer, tps).items()}
     finally:
@@ -87,13 +81,11 @@ def messages_before_end(config: Config, topic: str, back: Sequence[int],
     """The partition's end offset and its messages (kafka-python ``ConsumerRecord``s) at
     ``end - b`` for each ``b`` of ``back``, by offset; an offset the partition does not hold
     (before its start) is left out; a topic the broker does not have is empty (blocking)."""
-    from kafka import TopicPartition
-
     consumer = _reader(config)
     try:
         if partition not in (consumer.partitions_for_topic(topic) or ()):
             return 0, {}
-        tp = TopicPartition(topic, partition)
+        tp = reader_partition(topic, partition)
         end = _fetch_high_watermarks(consumer, [tp])[tp]
         found: dict[int, Any] = {}
         for offset in sorted({end - b for b in back if 0 <= end - b < end}):
@@ -124,11 +116,9 @@ class GroupOffsets:
     async def _client(self) -> Any:
         async with self._lock:
             if self._consumer is None:
-                from aiokafka import AIOKafkaConsumer
-
-                consumer = AIOKafkaConsumer(**self.config.kafka_options(),
-                                            group_id=self.config.kafka.group_id,
-                                            enable_auto_commit=False)
+                consumer = group_consumer(KafkaSettings.from_config(self.config),
+                                          group_id=self.config.kafka.group_id,
+                                          enable_auto_commit=False)
                 await consumer.start()
                 self._consumer = consumer
         return self._consumer
@@ -139,10 +129,8 @@ class GroupOffsets:
 
     async def committed(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
         """{partition: the group's committed offset} (0 where nothing was committed)."""
-        from aiokafka import TopicPartition
-
         consumer = await self._client()
-        return {p: await consumer.committed(TopicPartition(topic, p)) or 0 for p in partitions}
+        return {p: await consumer.committed(group_partition(topic, p)) or 0 for p in partitions}
 
     async def stop(self) -> None:
         async with self._lock:

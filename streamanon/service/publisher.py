@@ -55,6 +55,7 @@ from streamanon.release import (
 )
 from streamanon.schema import DROPPED_ROLES, Schema
 from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.kafka_clients import LIBRDKAFKA_LOGGER, KafkaSettings, rdkafka_producer
 from streamanon.service.reports import ReleaseReport
 from streamanon.service.store import Records
 from streamanon.splicing import record_messages as record_messages  # re-exported
@@ -288,25 +289,6 @@ def release_manifest(report: ReleaseReport) -> dict[str, Any]:
             "distortion": report.distortion}
 
 
-def librdkafka_options(config: Config) -> dict[str, Any]:
-    """``Config.kafka_options`` in librdkafka's names: brokers, security protocol, TLS files
-    (the system CAs when no CA file is given) and the SASL credentials."""
-    kafka = config.kafka
-    options: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers,
-                               "security.protocol": kafka.security_protocol}
-    if kafka.security_protocol in ("SSL", "SASL_SSL"):
-        options["ssl.ca.location"] = str(kafka.ssl_cafile) if kafka.ssl_cafile else "probe"
-        if kafka.ssl_certfile is not None:
-            options["ssl.certificate.location"] = str(kafka.ssl_certfile)
-        if kafka.ssl_keyfile is not None:
-            options["ssl.key.location"] = str(kafka.ssl_keyfile)
-    if kafka.security_protocol.startswith("SASL_"):
-        options.update({"sasl.mechanism": kafka.sasl_mechanism or "PLAIN",
-                        "sasl.username": kafka.sasl_username or "",
-                        "sasl.password": config.kafka_sasl_password})
-    return options
-
-
 class ReleasePublisher:
     """The release topic's producer: librdkafka (confluent-kafka), whose ``produce`` costs a
     few microseconds of Python per message where aiokafka's batches cost tens, so that a million
@@ -319,15 +301,13 @@ class ReleasePublisher:
     def __init__(self, config: Config, timeout: float = 60.0) -> None:
         """``timeout``: seconds a message may wait for the broker before the publish fails
         (and is tried again by the caller)."""
-        from confluent_kafka import Producer
-
         self.timeout = timeout
         self._errors: list[Any] = []
         # one publish at a time: two surveys closing together share this producer, and a
         # delivery error must reach the publish whose message it was
         self._lock = threading.Lock()
-        self._producer = Producer({
-            **librdkafka_options(config), "acks": "all", "linger.ms": 5,
+        self._producer = rdkafka_producer(KafkaSettings.from_config(config), {
+            "acks": "all", "linger.ms": 5,
             "batch.size": 1_000_000, "compression.type": "none",  # any consumer reads it
             "max.in.flight.requests.per.connection": 1,
             "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
@@ -337,8 +317,7 @@ class ReleasePublisher:
             # after the loss would go on as if the run were whole); a topic missing for 5 s
             # fails the publish, which makes it (Releaser._ensure_topic) and sends it again
             "allow.auto.create.topics": False, "topic.metadata.propagation.max.ms": 5000,
-            "on_delivery": self._delivered,
-            "logger": logging.getLogger(f"{__name__}.librdkafka")})
+            "on_delivery": self._delivered}, logging.getLogger(LIBRDKAFKA_LOGGER))
         self.closed = False
 
     def _delivered(self, err: Any, msg: Any) -> None:

@@ -47,6 +47,7 @@ from streamanon.release import (
 )
 from streamanon.service.broker import ensure_topics
 from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.kafka_clients import KafkaSettings
 from streamanon.service.kept import forget, kept_release_partition
 from streamanon.service.offsets import broker_errors
 from streamanon.service.publisher import (
@@ -462,8 +463,7 @@ class Releaser:
         is missing: a broker replaced since start has none. Refused creation is a broker
         error, retried like a failed publish."""
         cfg = self.config
-        ensure_topics(cfg.kafka.bootstrap_servers, {topic: 1}, configs=cfg.topic_configs(),
-                      **cfg.kafka_options())
+        ensure_topics(KafkaSettings.from_config(cfg), {topic: 1}, configs=cfg.topic_configs())
 
     async def _after_publish(self, rt: RunningSurvey, report: ReleaseReport,
                              table: pd.DataFrame, fresh: Fresh | None) -> ReleaseReport:

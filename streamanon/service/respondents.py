@@ -9,7 +9,8 @@ A survey platform is not stalled by the service it feeds; in a spawned process o
 the producer keeps the clock (it reads ``time.monotonic``, one clock for every process of the
 machine, from the moment the parent opened the survey).
 
-Only this module, NumPy and confluent-kafka are imported by the child.
+Only this module, NumPy, the Kafka clients' door and confluent-kafka are imported by the
+child.
 """
 
 from __future__ import annotations
@@ -53,11 +54,11 @@ def produce(bootstrap: str, topic: str, X: np.ndarray, answers: np.ndarray,
     with the batches it holds: with 10 ms batches it took up to 0.7 of two cores by the end of
     a 300 s window at 3,333 responses a second (a million), and the base run with it 1.2-1.5
     times longer; with 100 ms its share stays a few hundredths of a core."""
-    from confluent_kafka import Producer
+    from streamanon.service.kafka_clients import KafkaSettings, rdkafka_producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": PRODUCER_LINGER_MS,
-                         "queue.buffering.max.messages": 2_000_000,
-                         "queue.buffering.max.kbytes": 2_000_000})
+    producer = rdkafka_producer(KafkaSettings(bootstrap), {
+        "linger.ms": PRODUCER_LINGER_MS, "queue.buffering.max.messages": 2_000_000,
+        "queue.buffering.max.kbytes": 2_000_000})
     n, m = X.shape
     started = time.monotonic() if opened is None else opened
     bad = {n // 5: b"{broken", n // 3: b'["not", "an", "object"]',

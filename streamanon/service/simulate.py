@@ -227,12 +227,12 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
 
 def _send_fast(bootstrap: str, topic: str, data: SurveyData) -> None:
     """Every response of ``data`` at once, by librdkafka (the load is not what is timed)."""
-    from confluent_kafka import Producer
+    from streamanon.service.kafka_clients import KafkaSettings, rdkafka_producer
 
     m = data.X.shape[1]
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
-                         "batch.size": 1_000_000, "queue.buffering.max.messages": 2_000_000,
-                         "queue.buffering.max.kbytes": 2_000_000})
+    producer = rdkafka_producer(KafkaSettings(bootstrap), {
+        "linger.ms": 50, "batch.size": 1_000_000, "queue.buffering.max.messages": 2_000_000,
+        "queue.buffering.max.kbytes": 2_000_000})
     names = [f"q{j}" for j in range(m)]
     for i, row in enumerate(data.X.tolist()):
         body = {"respondent_id": f"R{i:07d}", **dict(zip(names, row, strict=True)),

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from streamanon.service.config import ConfigError, load_config, parse_config
+from streamanon.service.kafka_clients import KafkaSettings
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 
@@ -182,8 +183,11 @@ def test_the_sasl_password_comes_from_a_file_and_stays_out_of_dumps(tmp_path):
     cfg = parse_config({"kafka": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
                                   "sasl_username": "u"}, "surveys": [survey()]},
                        {**ENV, "STREAMANON_KAFKA_SASL_PASSWORD_FILE": str(tmp_path / "pw")})
-    assert cfg.kafka_options()["sasl_plain_password"] == "kafka-secret"
+    settings = KafkaSettings.from_config(cfg)
+    assert settings.python_options()["sasl_plain_password"] == "kafka-secret"
+    assert settings.librdkafka_options()["sasl.password"] == "kafka-secret"
     assert "kafka-secret" not in cfg.model_dump_json() and "kafka-secret" not in repr(cfg)
+    assert "kafka-secret" not in repr(settings)
 
 
 def test_the_collector_session_timeout_is_set_and_bounded():

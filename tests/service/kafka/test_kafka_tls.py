@@ -18,6 +18,7 @@ import trustme
 
 from streamanon.service.broker import BrokerError, broker_binary, free_port, wait_for_kafka
 from streamanon.service.config import parse_config
+from streamanon.service.kafka_clients import KafkaSettings
 from tests.service.conftest import ServiceProcess, write_config
 from tests.service.kafka_helpers import headers, produce, read_topic, release_kind, response
 
@@ -101,7 +102,7 @@ def tls_broker(tmp_path: Path) -> Iterator[tuple[str, Path, ssl.SSLContext]]:
         proxy.stop()
 
 
-def test_kafka_options_carry_tls_and_sasl_settings(tmp_path):
+def test_the_client_settings_carry_tls_and_sasl(tmp_path):
     cafile = tmp_path / "ca.pem"
     trustme.CA().cert_pem.write_to_path(str(cafile))
     raw = {"kafka": {"bootstrap_servers": "kafka:9093", "security_protocol": "SASL_SSL",
@@ -112,7 +113,7 @@ def test_kafka_options_carry_tls_and_sasl_settings(tmp_path):
                "age": {"role": "quasi_identifier", "type": "int"}}}]}
     env = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32,
            "STREAMANON_KAFKA_SASL_PASSWORD": "pw-from-env"}
-    options = parse_config(raw, env).kafka_options()
+    options = KafkaSettings.from_config(parse_config(raw, env)).python_options()
     assert options["security_protocol"] == "SASL_SSL"
     assert options["sasl_mechanism"] == "SCRAM-SHA-512"
     assert options["sasl_plain_username"] == "streamanon"
@@ -120,8 +121,8 @@ def test_kafka_options_carry_tls_and_sasl_settings(tmp_path):
     assert isinstance(options["ssl_context"], ssl.SSLContext)
     assert options["ssl_context"].verify_mode == ssl.CERT_REQUIRED
     plain = parse_config({**raw, "kafka": {"bootstrap_servers": "kafka:9092"}}, env)
-    assert plain.kafka_options() == {"bootstrap_servers": "kafka:9092",
-                                     "security_protocol": "PLAINTEXT"}
+    assert KafkaSettings.from_config(plain).python_options() == {
+        "bootstrap_servers": "kafka:9092", "security_protocol": "PLAINTEXT"}
 
 
 def test_every_client_speaks_tls(tmp_path, tls_broker):

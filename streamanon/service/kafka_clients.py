@@ -1,0 +1,260 @@
+"""The one door to Kafka: every client the service and the CLI use is built here.
+
+No other module of ``streamanon/`` or ``scheduler/`` imports a Kafka client library
+(``tests/test_architecture.py`` checks it). Each client is made from one
+:class:`KafkaSettings` (brokers, security protocol, TLS files, SASL mechanism and credentials,
+client id), mapped here once per library:
+
+- **kafka-python** for blocking work off the event loop: the admin client that probes a
+  broker and creates topics, the service's producer (dead letters, webhook submissions, the
+  CLI's signed close), and the reader of partition ends and records near them;
+- **aiokafka** for the collector's group consumer on the event loop (``getmany`` batches,
+  manual commits, a rebalance listener, pause and resume, seeks) and the reader of the
+  group's committed offsets;
+- **confluent-kafka** (librdkafka) for the producers that must send a million records in
+  seconds: the release publisher, the simulated respondents and the simulation's bulk load.
+
+Why three and not one is on the architecture page ("Kafka clients", with the consumer
+benchmark, ``simulations/bench_consumers.py``). Each library is imported inside the function
+that builds its client, so that importing this module loads no Kafka client (and the
+respondents' spawned process loads librdkafka only).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streamanon.service.config import Config
+
+#: Where the release publisher's librdkafka logs (``logger`` of :func:`rdkafka_producer`).
+LIBRDKAFKA_LOGGER = "streamanon.service.publisher.librdkafka"
+#: The loggers of the Kafka clients: kafka-python's, aiokafka's, librdkafka's.
+CLIENT_LOGGERS = ("kafka", "aiokafka", LIBRDKAFKA_LOGGER)
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """How to reach the brokers, for every client: the ``[kafka]`` section's connection and
+    security keys and the SASL password (which is never in the file). ``client_id`` None
+    leaves each library's own."""
+
+    bootstrap_servers: str
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str = field(default="", repr=False)
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    client_id: str | None = None
+
+    @classmethod
+    def from_config(cls, config: Config) -> KafkaSettings:
+        kafka = config.kafka
+        return cls(bootstrap_servers=kafka.bootstrap_servers,
+                   security_protocol=kafka.security_protocol,
+                   sasl_mechanism=kafka.sasl_mechanism, sasl_username=kafka.sasl_username,
+                   sasl_password=config.kafka_sasl_password, ssl_cafile=kafka.ssl_cafile,
+                   ssl_certfile=kafka.ssl_certfile, ssl_keyfile=kafka.ssl_keyfile,
+                   client_id=kafka.client_id)
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    def python_options(self) -> dict[str, Any]:
+        """Connection keyword arguments of kafka-python's and aiokafka's clients alike (both
+        take these names): brokers, security protocol, a TLS context built from the files
+        (the system CAs when no CA file is given), the SASL credentials, the client id."""
+        options: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers,
+                                   "security_protocol": self.security_protocol}
+        if self.tls:
+            import ssl
+
+            context = ssl.create_default_context(
+                cafile=None if self.ssl_cafile is None else str(self.ssl_cafile))
+            if self.ssl_certfile is not None:
+                context.load_cert_chain(str(self.ssl_certfile),
+                                        None if self.ssl_keyfile is None
+                                        else str(self.ssl_keyfile))
+            options["ssl_context"] = context
+        if self.sasl:
+            options.update(sasl_mechanism=self.sasl_mechanism,
+                           sasl_plain_username=self.sasl_username,
+                           sasl_plain_password=self.sasl_password)
+        if self.client_id is not None:
+            options["client_id"] = self.client_id
+        return options
+
+    def librdkafka_options(self) -> dict[str, Any]:
+        """The same settings in librdkafka's names (confluent-kafka): brokers, security
+        protocol, TLS files (the system CAs, ``probe``, when no CA file is given), the SASL
+        credentials, the client id."""
+        options: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers,
+                                   "security.protocol": self.security_protocol}
+        if self.tls:
+            options["ssl.ca.location"] = str(self.ssl_cafile) if self.ssl_cafile else "probe"
+            if self.ssl_certfile is not None:
+                options["ssl.certificate.location"] = str(self.ssl_certfile)
+            if self.ssl_keyfile is not None:
+                options["ssl.key.location"] = str(self.ssl_keyfile)
+        if self.sasl:
+            options.update({"sasl.mechanism": self.sasl_mechanism or "PLAIN",
+                            "sasl.username": self.sasl_username or "",
+                            "sasl.password": self.sasl_password})
+        if self.client_id is not None:
+            options["client.id"] = self.client_id
+        return options
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+def broker_errors() -> tuple[type[BaseException], ...]:
+    """What a read or a send raises while a broker is away or slow (every client's kinds):
+    worth waiting for and trying again, unlike a fault in the data."""
+    from aiokafka.errors import KafkaError as AIOKafkaError
+    from confluent_kafka import KafkaException
+    from kafka.errors import KafkaError
+
+    from streamanon.errors import PublishError
+
+    return (AIOKafkaError, KafkaError, KafkaException, PublishError, OSError, TimeoutError)
+
+
+def client_error() -> type[BaseException]:
+    """The base class of the errors of the kafka-python clients (:func:`probe`,
+    :func:`create_topics`, :func:`producer`, :func:`position_reader`)."""
+    from kafka.errors import KafkaError
+
+    return KafkaError
+
+
+def fetch_errors() -> tuple[tuple[type[BaseException], ...], type[BaseException]]:
+    """The collector consumer's errors: those of a record that cannot be decoded (a corrupt
+    batch, a codec it lacks), and the base class of its broker errors."""
+    from aiokafka.errors import CorruptRecordException, KafkaError, UnsupportedCodecError
+
+    return (CorruptRecordException, UnsupportedCodecError), KafkaError
+
+
+# -- admin -------------------------------------------------------------------------------------
+
+def probe(settings: KafkaSettings, seconds: float) -> None:
+    """Fetch the brokers' metadata once with a new admin client (raises what it meets); its
+    bootstrap is bounded by ``seconds`` where the library allows it (kafka-python 3)."""
+    import kafka
+
+    known = getattr(kafka.KafkaAdminClient, "DEFAULT_CONFIG", {})
+    bounded = ({"bootstrap_timeout_ms": max(int(seconds * 1000), 1)}
+               if "bootstrap_timeout_ms" in known else {})
+    admin = kafka.KafkaAdminClient(**settings.python_options(), request_timeout_ms=3000,
+                                   **bounded)
+    admin.list_topics()
+    admin.close()
+
+
+def create_topics(settings: KafkaSettings, wanted: dict[str, int],
+                  configs: dict[str, dict[str, str]] | None = None) -> None:
+    """Create the topics of ``wanted`` (name -> partitions) that do not exist yet, with the
+    settings ``configs`` gives them; a topic that exists keeps its own (idempotent)."""
+    import contextlib
+
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(**settings.python_options())
+    try:
+        existing = set(admin.list_topics())
+        new = [NewTopic(n, num_partitions=p, replication_factor=1,
+                        topic_configs=(configs or {}).get(n))
+               for n, p in wanted.items() if n not in existing]
+        if new:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics(new)
+    finally:
+        admin.close()
+
+
+# -- producers ---------------------------------------------------------------------------------
+
+def producer(settings: KafkaSettings, **tuning: Any) -> Any:
+    """A kafka-python ``KafkaProducer`` (``send`` returns a future): the service's producer
+    of dead letters and webhook submissions, and the CLI's signed close. ``tuning``: its
+    keyword arguments besides the connection (``linger_ms``, ``acks``, ...)."""
+    from kafka import KafkaProducer
+
+    return KafkaProducer(**settings.python_options(), **tuning)
+
+
+def rdkafka_producer(settings: KafkaSettings, tuning: dict[str, Any],
+                     logger: logging.Logger | None = None) -> Any:
+    """A confluent-kafka ``Producer`` (librdkafka: a few microseconds of Python per message).
+    ``tuning``: its settings besides the connection, in librdkafka's names; ``logger``
+    receives librdkafka's log lines."""
+    from confluent_kafka import Producer
+
+    options = {**settings.librdkafka_options(), **tuning}
+    if logger is not None:
+        options["logger"] = logger
+    return Producer(options)
+
+
+# -- consumers ---------------------------------------------------------------------------------
+
+def group_consumer(settings: KafkaSettings, **options: Any) -> Any:
+    """An aiokafka ``AIOKafkaConsumer``: the collector's (``group_id``, ``subscribe`` with a
+    listener, ``getmany``, ``commit``) and the reader of the group's commits. ``options``: its
+    keyword arguments besides the connection."""
+    from aiokafka import AIOKafkaConsumer
+
+    return AIOKafkaConsumer(**settings.python_options(), **options)
+
+
+def rebalance_listener(on_revoked: Callable[[Any], Any],
+                       on_assigned: Callable[[Any], Any]) -> Any:
+    """A rebalance listener for :func:`group_consumer`'s ``subscribe`` that awaits
+    ``on_revoked(partitions)`` and ``on_assigned(partitions)`` (coroutine functions)."""
+    from aiokafka.abc import ConsumerRebalanceListener
+
+    class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+        async def on_partitions_revoked(self, revoked: Any) -> None:
+            await on_revoked(revoked)
+
+        async def on_partitions_assigned(self, assigned: Any) -> None:
+            await on_assigned(assigned)
+
+    return Listener()
+
+
+def group_partition(topic: str, partition: int) -> Any:
+    """A partition as :func:`group_consumer` names it (aiokafka's ``TopicPartition``)."""
+    from aiokafka import TopicPartition
+
+    return TopicPartition(topic, partition)
+
+
+def position_reader(settings: KafkaSettings, **options: Any) -> Any:
+    """A kafka-python ``KafkaConsumer`` in no group, for blocking reads of partition ends and
+    records near them. (kafka-python here: an aiokafka consumer whose fetch of an empty
+    partition the embedded broker leaves unanswered takes the request timeout, 40 s, to
+    stop.) ``options``: its keyword arguments besides the connection."""
+    from kafka import KafkaConsumer
+
+    return KafkaConsumer(**settings.python_options(), **options)
+
+
+def reader_partition(topic: str, partition: int) -> Any:
+    """A partition as :func:`position_reader` names it (kafka-python's ``TopicPartition``)."""
+    from kafka import TopicPartition
+
+    return TopicPartition(topic, partition)
