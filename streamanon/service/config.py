@@ -36,7 +36,6 @@ from pydantic import (
     model_validator,
 )
 
-from scheduler.quality import QualityBound
 from streamanon.durations import parse_duration
 from streamanon.errors import StreamanonError
 from streamanon.schema import FieldSpec, Schema
@@ -150,17 +149,6 @@ class SurveyConfig(_Strict):
             raise ValueError("min_nu applies to the plans without a deadline; a deadline plan "
                              "takes the smallest ratio that meets the deadline")
         return self
-
-    def quality(self, engine: str | None = None,
-                stage: str | None = None) -> QualityBound | None:
-        """The planner's quality bound for base ``engine`` and incremental ``stage`` (default
-        the configured ones), or None with ``objective = "earliest"``."""
-        if self.objective == "earliest":
-            return None
-        from streamanon.service.engine_traits import engine_traits
-
-        return QualityBound(engine_traits(engine or self.engine), stage or self.incremental,
-                            self.max_delta)
 
     @property
     def close_at(self) -> datetime | None:
