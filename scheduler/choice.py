@@ -1,7 +1,8 @@
 """The base engine and incremental stage the planner chooses: quality when it fits, else speed.
 
 A survey configured with ``engine = "auto"`` leaves the choice of the base engine to the
-planner (ONA* when it fits, else MDAV), and one with ``incremental = "auto"`` (the default)
+planner (among the engines whose traits say ``auto``, :func:`scheduler.traits.auto_engines`:
+ONA* when it fits, else MDAV), and one with ``incremental = "auto"`` (the default)
 the choice of the incremental stage (NN-split-end, the better quality, while its cost grows
 with base cells times late records; 2MDAV, which costs only the late records, when that is
 what keeps the release early: a million records, say). Each candidate (an engine and a stage)
@@ -18,6 +19,11 @@ loss among those that *fit*:
 
 When no plan fits, the earliest release wins. The plan returned carries ``engine`` and
 ``expected_delta``.
+
+A survey's plan, whatever it leaves to the planner, is :func:`plan_survey` of its
+:class:`PlanRequest` (the survey's planning settings, built once from its configuration):
+the service's planner, ``streamanon simulate``'s prediction and ``streamanon plan`` call it,
+so ``engine = "auto"`` and ``incremental = "auto"`` are handled in one place.
 
 The quality model is :mod:`scheduler.quality`'s (:func:`expected_delta`, relative to one-shot
 MDAV). The refinement, which only lowers the loss, is not in it. Each candidate's plan is made
@@ -40,9 +46,7 @@ from scheduler.quality import (
     delta_against_one_shot,
     expected_delta,
 )
-
-#: What ``engine = "auto"`` chooses from, quality first.
-AUTO_ENGINES = ("ona_star", "mdav")
+from scheduler.traits import EngineTraits
 
 #: What ``incremental = "auto"`` chooses from, quality first.
 AUTO_STAGES = ("nn_split_end", "two_stage")
@@ -55,10 +59,10 @@ SLACK_SECONDS = 5.0
 
 @dataclass(frozen=True)
 class Option:
-    """A candidate base engine (and incremental stage: None for the survey's) with its cost
-    models."""
+    """A candidate base engine (its traits; and incremental stage: None for the survey's)
+    with its cost models."""
 
-    engine: str
+    engine: EngineTraits
     base_cost: BaseCost
     incremental_cost: IncrementalCost
     stage: str | None = None
@@ -77,6 +81,64 @@ class Choice:
     def engine(self) -> str:
         assert self.plan.engine is not None
         return self.plan.engine
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What a survey asks of the planner, from its configuration: its ``k``, its base
+    ``engine`` and incremental ``stage`` (a name, or ``"auto"`` for the planner's choice), its
+    ``deadline`` after close (seconds), its ``refine`` budget, the quality bound
+    ``max_delta`` of its objective (None: ``objective = "earliest"``, the earliest release
+    whatever the loss), its floor on the ratio ``min_nu``; whether the release steps after
+    close are priced (``overhead``) and the deadline's ``quantile``. Built once by one
+    function from a survey's configuration and passed to :func:`plan_survey` by every caller
+    that plans a survey."""
+
+    k: int
+    engine: str
+    stage: str
+    deadline: float | None = None
+    refine: str | float = "off"
+    max_delta: float | None = DEFAULT_MAX_DELTA
+    min_nu: float = 0.0
+    overhead: bool = True
+    quantile: float | None = DEADLINE_QUANTILE
+
+
+def plan_survey(request: PlanRequest, arrivals: Forecast, options: Sequence[Option], *,
+                seconds_to_close: float | None = None, slowdown: float = 1.0,
+                overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
+                ) -> tuple[Plan, Choice | None]:
+    """The plan of a survey that asks ``request``, on the forecast ``arrivals``.
+
+    ``options`` are the candidates with their cost models: every engine and stage the request
+    leaves to the planner, or the one option of its engine when it names both (others are
+    ignored). With ``engine = "auto"`` or ``incremental = "auto"`` the plan is
+    :func:`choose`'s among the candidates of the request's engine (all of them for
+    ``"auto"``), returned with the :class:`Choice`; otherwise it is
+    :func:`scheduler.live.plan`'s with the request's quality bound for its engine and stage,
+    and the choice is None. ``slowdown`` is the machine's expected slow-down of the base run
+    (:func:`scheduler.live.load_slowdown`), ``overhead_model`` the release steps after close.
+    """
+    if request.engine != "auto":
+        options = [o for o in options if o.engine.name == request.engine]
+    if not options:
+        raise ValueError(f"no candidate for engine {request.engine!r} to plan with")
+    if request.engine == "auto" or request.stage == "auto":
+        choice = choose(arrivals, options, k=request.k, stage=request.stage,
+                        deadline=request.deadline, seconds_to_close=seconds_to_close,
+                        overhead=request.overhead, overhead_model=overhead_model,
+                        quantile=request.quantile, refine=request.refine,
+                        max_delta=request.max_delta, slowdown=slowdown, min_nu=request.min_nu)
+        return choice.plan, choice
+    option = options[0]
+    quality = None if request.max_delta is None else QualityBound(
+        option.engine, option.stage or request.stage, request.max_delta)
+    return plan(arrivals, option.base_cost, option.incremental_cost, k=request.k,
+                deadline=request.deadline, seconds_to_close=seconds_to_close,
+                overhead=request.overhead, overhead_model=overhead_model,
+                quantile=request.quantile, refine=request.refine, quality=quality,
+                slowdown=slowdown, min_nu=request.min_nu), None
 
 
 def _fits(plans: Sequence[Plan], deadline: float | None) -> list[bool]:
@@ -117,7 +179,7 @@ def choose(arrivals: Forecast, options: Sequence[Option], *, k: int, stage: str,
                  slowdown=slowdown, min_nu=min_nu,
                  quality=None if max_delta is None else QualityBound(option.engine, own,
                                                                      max_delta))
-        plans.append(replace(p, engine=option.engine, stage=option.stage,
+        plans.append(replace(p, engine=option.engine.name, stage=option.stage,
                              expected_delta=expected_delta(option.engine, own, p.nu)))
     fits = _fits(plans, deadline)
     if any(fits):
@@ -145,7 +207,7 @@ def _name(p: Plan) -> str:
 
 
 def choose_stage(n_base: float, n_late: float, options: Mapping[str, IncrementalCost], *,
-                 engine: str, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
+                 engine: EngineTraits, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
                  max_delta: float | None = DEFAULT_MAX_DELTA) -> tuple[str, str]:
     """The incremental stage for ``n_late`` records after a base run on ``n_base``, at close:
     the candidates (stage -> cost model, in order of preference) are timed by their models

@@ -7,8 +7,9 @@ the ratios whose expected loss stays within a bound of the same engine's one-sho
 ``engine = "auto"`` (:mod:`scheduler.choice`) ranks engines by the same model.
 
 The model is empirical, measured in this repository (the "engines and incremental stages"
-page of the documentation): the one-shot loss of each engine relative to MDAV
-(:data:`ONE_SHOT_LOSS`, Gaussian and census-like data, k = 10), and the loss each incremental
+page of the documentation): the one-shot loss of each engine relative to MDAV (its
+``one_shot_loss``, :class:`scheduler.traits.EngineTraits`, which each engine declares where it
+registers; Gaussian and census-like data, k = 10), and the loss each incremental
 stage adds at a ratio nu over an MDAV base (:data:`STAGE_DELTA`, Gaussian 50,000 x 15,
 k = 10), mixed as :func:`expected_delta` says. It ranks plans; it does not predict a survey's
 loss to the percent (the stage's loss grows as m falls: at m = 5 NN-split-end adds 4.7 % at
@@ -25,10 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: One-shot information loss relative to MDAV's on the same records (measured: ONA* -13.6 %
-#: on Gaussian 50,000 x 15 and -14.9 % on census-like 50,000 x 13, k = 10). An engine missing
-#: here counts as MDAV.
-ONE_SHOT_LOSS: Mapping[str, float] = {"mdav": 1.0, "ona_star": 0.86}
+from scheduler.traits import EngineTraits
 
 #: The loss an incremental stage adds over its base engine's one-shot loss, by nu, over an
 #: MDAV base (m = 15, k = 10, 50,000 Gaussian records); linear in between. ``nn_split_mid`` is
@@ -50,7 +48,7 @@ STAGE_DELTA: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 DEFAULT_MAX_DELTA = 0.05
 
 
-def expected_delta(engine: str, stage: str, nu: float) -> float:
+def expected_delta(engine: EngineTraits, stage: str, nu: float) -> float:
     """The expected information loss of a release (``engine`` on the base, ``stage`` on the
     fraction ``nu`` that came later) relative to one-shot MDAV on all records, less one.
 
@@ -59,13 +57,13 @@ def expected_delta(engine: str, stage: str, nu: float) -> float:
     itself; as nu nears 1 it is what the stage alone gives whatever the base."""
     nu = min(max(nu, 0.0), 1.0)
     xs, ys = STAGE_DELTA.get(stage, STAGE_DELTA["two_stage"])
-    return ONE_SHOT_LOSS.get(engine, 1.0) * (1.0 - nu) + nu + float(np.interp(nu, xs, ys)) - 1.0
+    return engine.one_shot_loss * (1.0 - nu) + nu + float(np.interp(nu, xs, ys)) - 1.0
 
 
-def delta_against_one_shot(engine: str, stage: str, nu: float) -> float:
+def delta_against_one_shot(engine: EngineTraits, stage: str, nu: float) -> float:
     """:func:`expected_delta` relative to the one-shot release of the same ``engine`` (the
     delta a release reports), less one."""
-    return (1.0 + expected_delta(engine, stage, nu)) / ONE_SHOT_LOSS.get(engine, 1.0) - 1.0
+    return (1.0 + expected_delta(engine, stage, nu)) / engine.one_shot_loss - 1.0
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,7 @@ class QualityBound:
     (``engine`` on the base, ``stage`` on the late records) may exceed the one-shot release of
     the same engine by at most ``max_delta`` (0.05: +5 %)."""
 
-    engine: str
+    engine: EngineTraits
     stage: str
     max_delta: float = DEFAULT_MAX_DELTA
 
@@ -92,7 +90,7 @@ class QualityBound:
 
 
 @functools.lru_cache(maxsize=256)
-def _max_ratio(engine: str, stage: str, max_delta: float) -> float:
+def _max_ratio(engine: EngineTraits, stage: str, max_delta: float) -> float:
     grid = np.linspace(0.0, 1.0, 10_001)
     deltas = np.array([delta_against_one_shot(engine, stage, float(nu)) for nu in grid])
     over = np.flatnonzero(deltas > max_delta + 1e-12)

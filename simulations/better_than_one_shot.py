@@ -71,11 +71,12 @@ def planned_nus(n: int, m: int, k: int, arrival_coefficient: float, deadline: fl
     from scheduler.choice import Option, choose
     from scheduler.cost_model import calibrate, incremental_cost_model
     from streamanon.engines import get_engine
+    from streamanon.service.engine_traits import engine_traits
 
     models = {engine: calibrate(get_engine(engine).function, m, k,
                                 budget_seconds=calibration_seconds).model
               for engine in ("mdav", "ona_star")}
-    options = [Option(engine, models[engine], incremental_cost_model(
+    options = [Option(engine_traits(engine), models[engine], incremental_cost_model(
         "nn_split_end", models[engine], m, k, partition=lambda X, k: run_engine("mdav", X, k),
         run_stage=lambda b, bl, inc, k: run_stage("nn_split_end", b, bl, inc, k),
         split=models["mdav"])) for engine in ("ona_star", "mdav")]  # MDAV splits after both

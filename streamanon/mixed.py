@@ -49,12 +49,6 @@ from streamanon.errors import InputError, ParameterError
 from streamanon.metrics import Standardisation, fit_standardisation
 from streamanon.schema import Schema
 
-#: Engines that work on the embedding of nominal data: they use Euclidean distances and
-#: centroids only. The others cut single coordinates (Mondrian family: one indicator column is
-#: one level, not the attribute) or take per-record inputs that assume numeric data.
-MIXED_ENGINES = frozenset({"mdav", "mdav_star", "ona_star", "mona", "mona_2d", "pca_mdav",
-                           "pca_mdav_proximal", "tclose_merge", "tclose_kfirst",
-                           "tclose_tfirst"})
 NOMINAL = ("category", "bool")
 
 
@@ -232,14 +226,27 @@ def encoding_for(frame: pd.DataFrame, schema: Schema) -> Encoding:
     return Encoding(tuple(columns))
 
 
+def mixed_engines() -> frozenset[str]:
+    """The engines that work on the embedding of nominal data: those registered with
+    ``mixed`` (they use Euclidean distances and centroids only; the others cut single
+    coordinates, as the Mondrian family does, where one indicator column is one level and not
+    the attribute, or take per-record inputs that assume numeric data)."""
+    from streamanon.engines import available_engines
+
+    return frozenset(entry.name for entry in available_engines() if entry.mixed)
+
+
 def check_engine(engine: str, encoding: Encoding) -> None:
     """Refuse an engine that does not work on nominal data, with the ones that do."""
-    if encoding.has_nominal and engine not in MIXED_ENGINES:
+    if encoding.has_nominal:
+        mixed = mixed_engines()
+        if engine in mixed:
+            return
         nominal = [c.name for c in encoding.columns if c.nominal]
         raise ParameterError(
             f"engine {engine} works on numeric and ordinal quasi-identifiers only, and "
             f"{', '.join(nominal)} are categorical; engines for mixed data: "
-            f"{', '.join(sorted(MIXED_ENGINES))}")
+            f"{', '.join(sorted(mixed))}")
 
 
 def expand(C: np.ndarray, encoding: Encoding) -> np.ndarray:

@@ -7,7 +7,9 @@ each compile the same kernels at once; ``python -m streamanon.warmup`` compiles 
 one or a few processes, so that those find them in the cache.
 
 It runs every registered engine and incremental stage, and the refinement, on small random
-data, with the array types the engines pass their kernels.
+data, with the array types the engines pass their kernels; an engine that needs parameters
+to run (per-record inputs) or to reach all its kernels says which in its registry entry
+(``warmup``).
 """
 
 from __future__ import annotations
@@ -30,18 +32,12 @@ def _data(seed: int = 0) -> np.ndarray:
 
 
 def _engines(names: tuple[str, ...]) -> None:
-    from streamanon.engines import run_engine
+    from streamanon.engines import get_engine, run_engine
 
     X = _data()
-    S = np.random.default_rng(1).integers(0, 4, N).astype(np.float64)
-    params: dict[str, dict] = {
-        "pca_mdav_proximal": {"macrocell_size": 60},
-        "lda_mdav": {"labels": (X[:, 0] > 0).astype(np.int64), "alpha": 2.0},
-        "dependence": {"Y": S}, "partitioned": {"part_size": 100},
-        **{name: {"S": S, "t": 0.5} for name in ("tclose_merge", "tclose_kfirst",
-                                                 "tclose_tfirst")}}
     for name in names:
-        run_engine(name, X, K, **params.get(name, {}))
+        warmup = get_engine(name).warmup  # an engine's own: its per-record inputs, say
+        run_engine(name, X, K, **(warmup(X) if warmup is not None else {}))
 
 
 def _stages() -> None:

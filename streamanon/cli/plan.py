@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 from scheduler import live
 from scheduler.arrivals import UniformForecast
-from scheduler.choice import AUTO_ENGINES, Choice, Option, choose
+from scheduler.choice import Choice, Option, PlanRequest, plan_survey
 from scheduler.closed_forms import (
     ARRIVAL_THRESHOLD,
     critical_ratio,
@@ -21,7 +22,7 @@ from scheduler.closed_forms import (
 )
 from scheduler.cost_model import CostModelStore, PowerLaw, TwoStageCost, calibrate
 from scheduler.planner import Plan, release_after_close
-from scheduler.quality import QualityBound
+from scheduler.quality import DEFAULT_MAX_DELTA
 from streamanon.cli._args import duration, param, positive_int
 from streamanon.durations import format_duration
 from streamanon.errors import ParameterError
@@ -237,6 +238,21 @@ def _stored_model(store: CostModelStore, engine: str, args: argparse.Namespace,
     return model
 
 
+def _request(args: argparse.Namespace, engine: str) -> PlanRequest:
+    """What ``plan`` asks of the planner: ``engine`` (the cost model's) with a 2-stage
+    incremental run, the earliest release (nu*) and the compute alone, as the closed forms;
+    the default plan, the deadline's and ``--engine auto``'s choice are this request with
+    their bound, deadline or engine."""
+    return PlanRequest(k=args.k, engine=engine, stage="two_stage", max_delta=None,
+                       overhead=False)
+
+
+def _chosen(planned: tuple[Plan, Choice | None]) -> Choice:
+    choice = planned[1]
+    assert choice is not None, "an engine = auto request is planned with a choice"
+    return choice
+
+
 def _choice_dict(choice: Choice) -> dict[str, Any]:
     return {"chosen": choice.engine, "reason": choice.reason,
             "candidates": [{"engine": p.engine, "fits": ok, **_plan_dict(p),
@@ -254,9 +270,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.engine == "auto" and args.param:
             raise ParameterError("--engine auto takes no --param (it plans with each "
                                  "candidate's defaults)")
+        from streamanon.service.engine_traits import auto_engine_names
+
         store = CostModelStore(args.cost_models)
         models = {engine: _stored_model(store, engine, args, dict(args.param))
-                  for engine in (AUTO_ENGINES if args.engine == "auto" else (args.engine,))}
+                  for engine in (auto_engine_names() if args.engine == "auto"
+                                 else (args.engine,))}
         model = models["mdav" if args.engine == "auto" else args.engine]
         t_ref: float | None = model(args.n)
     elif args.engine == "auto":
@@ -274,34 +293,37 @@ def cmd_plan(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"t_ref_seconds": t_ref, "closed_form": _closed_form(s, t_ref,
                                                                                    args.deadline)}
     if model is not None:
+        from streamanon.service.engine_traits import auto_engine_names, engine_traits
+
         forecast = UniformForecast.from_arrival_coefficient(args.n, s, t_ref)
-        incremental = TwoStageCost(model)
-        report["cost_model"] = {"engine": "mdav" if args.engine == "auto" else args.engine,
-                                "params": dict(args.param),
+        engine = "mdav" if args.engine == "auto" else args.engine
+        # a 2-stage incremental run; 2MDAV after either base: the increment's engine is MDAV
+        increment = models["mdav"] if args.engine == "auto" else model
+        options = [Option(engine_traits(e), found, TwoStageCost(increment))
+                   for e, found in models.items()]
+        request = _request(args, engine)
+        report["cost_model"] = {"engine": engine, "params": dict(args.param),
                                 "a": model.a, "b": model.b, "residual": model.residual}
         # the compute against the deadline, as the closed forms above: no release overhead
-        report["optimal"] = _plan_dict(live.plan(forecast, model, incremental, k=args.k,
-                                                 overhead=False))
+        report["optimal"] = _plan_dict(plan_survey(request, forecast, options)[0])
         if args.deadline is not None:
-            report["deadline"] = _plan_dict(live.plan(forecast, model, incremental, k=args.k,
-                                                      deadline=args.deadline, overhead=False))
+            report["deadline"] = _plan_dict(plan_survey(
+                replace(request, deadline=args.deadline), forecast, options)[0])
         # said before the survey opens: a window shorter than the engine's one-shot run, or
         # a release more than a minute after close, with a faster engine stored here
         window = s * t_ref if t_ref is not None and math.isfinite(s) else None
-        engine = "mdav" if args.engine == "auto" else args.engine
-        default = live.plan(forecast, model, incremental, k=args.k, seconds_to_close=window,
-                            quality=QualityBound(engine, "two_stage"),
-                            overhead_model=store.release_overhead())
-        others = {name: found for name in AUTO_ENGINES if name != engine
+        default, _ = plan_survey(replace(request, max_delta=DEFAULT_MAX_DELTA, overhead=True),
+                                 forecast, options, seconds_to_close=window,
+                                 overhead_model=store.release_overhead())
+        others = {name: found for name in auto_engine_names() if name != engine
                   and (found := store.get(name, args.m, args.k)) is not None}
         warning = live.window_warning(engine, model, default, window, others)
         report["warnings"] = [] if warning is None else [warning]
         if args.engine == "auto":
-            # 2MDAV after either base: the increment's engine is MDAV
-            options = [Option(e, models[e], TwoStageCost(models["mdav"])) for e in AUTO_ENGINES]
+            chooses = replace(request, engine="auto", max_delta=DEFAULT_MAX_DELTA)
             report["engine_choice"] = {
-                key: _choice_dict(choose(forecast, options, k=args.k, stage="two_stage",
-                                         deadline=deadline, overhead=False))
+                key: _choice_dict(_chosen(plan_survey(replace(chooses, deadline=deadline),
+                                                      forecast, options)))
                 for key, deadline in (("optimal", None), ("deadline", args.deadline))
                 if key == "optimal" or deadline is not None}
     if args.json:

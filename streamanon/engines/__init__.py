@@ -25,6 +25,7 @@ from streamanon.engines.base import (
     model_parameters,
     register,
     run_engine,
+    unregister,
     validate_input,
 )
 
@@ -37,5 +38,6 @@ __all__ = [
     "model_parameters",
     "register",
     "run_engine",
+    "unregister",
     "validate_input",
 ]

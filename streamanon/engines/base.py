@@ -24,6 +24,7 @@ _ENGINES = Registry("engine")
 register = _ENGINES.register
 available_engines = _ENGINES.all
 get_engine = _ENGINES.get
+unregister = _ENGINES.unregister
 
 
 def validate_input(X: np.ndarray, k: int) -> np.ndarray:

@@ -141,6 +141,7 @@ def _check_lambda(lam: object) -> float:
         "engine_params": "parameters of the wrapped engine (dict, default none)",
     },
     per_record=("Y",),
+    warmup=lambda X: {"Y": np.random.default_rng(1).integers(0, 4, len(X)).astype(np.float64)},
 )
 def dependence(
     X: np.ndarray,

@@ -140,6 +140,7 @@ def lda_operator(direction: np.ndarray, alpha: float) -> np.ndarray:
         "alpha": "stretch of the discriminant axis, >= 1 (default 1: plain MDAV)",
     },
     per_record=("labels",),
+    warmup=lambda X: {"labels": (X[:, 0] > 0).astype(np.int64), "alpha": 2.0},
 )
 def lda_mdav(
     X: np.ndarray,

@@ -33,6 +33,8 @@ _MAX_SCREENED_COLUMNS = 33_000
     summary="MDAV-generic: cells of k records, the last one of k..2k-1",
     source="Domingo-Ferrer & Torra 2005 (MDAV-generic); Rebollo-Monedero et al. 2018 "
            "(paper 001), sec. IV; design spec §5",
+    # the reference of the quality model; 35.58 s for a million records (2 cores)
+    mixed=True, one_shot_loss=1.0, cost_model=(35.58 / 1e12, 2.0), auto=True,
     parameters={
         "n_threads": "threads for the distance scans (default: all cores); result unchanged",
         "screen": "use the quantised pre-filter (default true); result unchanged",

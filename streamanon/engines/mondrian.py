@@ -179,7 +179,7 @@ _MONA_PARAMETERS = {
 
 
 @register("mona", summary="Mondrian-V cuts down to n^rho records, then ONA* on each part",
-          source=f"{_SOURCE}, Alg. 6", parameters=_MONA_PARAMETERS)
+          source=f"{_SOURCE}, Alg. 6", parameters=_MONA_PARAMETERS, mixed=True)
 def mona(X: np.ndarray, k: int, *, rho: float = 0.5, n_threads: int | None = None,
          progress: Progress | None = None) -> np.ndarray:
     """MONA_rho labels of the standardised records ``X``.
@@ -214,7 +214,7 @@ def mona(X: np.ndarray, k: int, *, rho: float = 0.5, n_threads: int | None = Non
 
 
 @register("mona_2d", summary="Mondrian-V2D cuts down to n^rho records, then ONA* on each part",
-          source=f"{_SOURCE}, Alg. 6", parameters=_MONA_PARAMETERS)
+          source=f"{_SOURCE}, Alg. 6", parameters=_MONA_PARAMETERS, mixed=True)
 def mona_2d(X: np.ndarray, k: int, *, rho: float = 0.5, n_threads: int | None = None,
             progress: Progress | None = None) -> np.ndarray:
     """MONA_2D_rho labels: :func:`mona` with Mondrian-V2D cuts.

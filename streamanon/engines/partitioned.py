@@ -147,6 +147,7 @@ def _check(engine: object, engine_params: object, part_size: object) -> dict[str
                   "result is the same",
     },
     runtime=("runner",),
+    warmup=lambda X: {"part_size": 100},
 )
 def partitioned(X: np.ndarray, k: int, *, engine: str = "mdav",
                 engine_params: Mapping[str, object] | None = None,

@@ -156,6 +156,7 @@ def fit_principal_components(
         "energy": "epsilon^2, fraction of the energy that may be discarded (default 0.1)",
         "components": "keep this many principal components instead (default: chosen by energy)",
     },
+    mixed=True,
 )
 def pca_mdav(
     X: np.ndarray,
@@ -224,6 +225,7 @@ def pca_mdav(
         "scope": "'pooled' (paper: one MDAV per part) or 'macrocell' (MDAV within each "
                  "macrocell)",
     },
+    mixed=True, warmup=lambda X: {"macrocell_size": 60},
 )
 def pca_mdav_proximal(
     X: np.ndarray,

@@ -48,6 +48,11 @@ _PARAMETERS = {
 }
 
 
+def _warmup(X: np.ndarray) -> dict[str, object]:
+    """The parameters of :mod:`streamanon.warmup`'s run: four sensitive levels, t = 0.5."""
+    return {"S": np.random.default_rng(1).integers(0, 4, len(X)).astype(np.float64), "t": 0.5}
+
+
 def tfirst_cluster_size(n: int, k: int, t: float) -> int:
     """``k' = max(k, ceil(n / (2 (n - 1) t + 1)))``: the cell size of algorithm 3.
 
@@ -335,6 +340,7 @@ def _final(X: np.ndarray, labels: np.ndarray, S: np.ndarray, kinds: Sequence[str
         "engine_params": "parameters of the base engine (dict, default none)",
     },
     per_record=("S",),
+    mixed=True, warmup=_warmup,
 )
 def tclose_merge(
     X: np.ndarray,
@@ -414,6 +420,7 @@ def tclose_merge(
     source="Soria-Comas et al., TKDE 2015 (arXiv 1512.02909), algorithm 2",
     parameters=dict(_PARAMETERS),
     per_record=("S",),
+    mixed=True, warmup=_warmup,
 )
 def tclose_kfirst(
     X: np.ndarray,
@@ -455,6 +462,7 @@ def tclose_kfirst(
     source="Soria-Comas et al., TKDE 2015 (arXiv 1512.02909), algorithm 3",
     parameters=dict(_PARAMETERS, t="largest EMD of a cell to the whole, in (0, 1]; required"),
     per_record=("S",),
+    mixed=True, warmup=_warmup,
 )
 def tclose_tfirst(
     X: np.ndarray,

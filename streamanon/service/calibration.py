@@ -19,6 +19,7 @@ from scheduler.choice import AUTO_STAGES, Option
 from scheduler.cost_model import CostModelStore, calibrate, incremental_cost_model, time_engine
 from streamanon.engines import get_engine, run_engine
 from streamanon.incremental import run_stage
+from streamanon.service.engine_traits import engine_traits
 from streamanon.service.machine import load_meter
 from streamanon.service.planning import EXTEND_REACH
 
@@ -91,5 +92,6 @@ def candidates(models: dict[str, Any], incremental: str, m: int, k: int,
     with the ``incremental`` stage, or with each of :data:`~scheduler.choice.AUTO_STAGES`
     when it is ``"auto"``."""
     stages = AUTO_STAGES if incremental == "auto" else (None,)
-    return [Option(engine, model, stage_model(stage or incremental, model, m, k, split), stage)
+    return [Option(engine_traits(engine), model,
+                   stage_model(stage or incremental, model, m, k, split), stage)
             for engine, model in models.items() for stage in stages]

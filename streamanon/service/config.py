@@ -36,7 +36,6 @@ from pydantic import (
     model_validator,
 )
 
-from scheduler.quality import QualityBound
 from streamanon.durations import parse_duration
 from streamanon.errors import StreamanonError
 from streamanon.schema import FieldSpec, Schema
@@ -150,14 +149,6 @@ class SurveyConfig(_Strict):
             raise ValueError("min_nu applies to the plans without a deadline; a deadline plan "
                              "takes the smallest ratio that meets the deadline")
         return self
-
-    def quality(self, engine: str | None = None,
-                stage: str | None = None) -> QualityBound | None:
-        """The planner's quality bound for base ``engine`` and incremental ``stage`` (default
-        the configured ones), or None with ``objective = "earliest"``."""
-        if self.objective == "earliest":
-            return None
-        return QualityBound(engine or self.engine, stage or self.incremental, self.max_delta)
 
     @property
     def close_at(self) -> datetime | None:
@@ -427,10 +418,11 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
 def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
                  source: str = "configuration", require_secrets: bool = True) -> Config:
     """Validate a parsed TOML document with environment overrides and secrets."""
-    from scheduler.choice import AUTO_ENGINES, AUTO_STAGES
+    from scheduler.choice import AUTO_STAGES
     from streamanon.engines import available_engines
     from streamanon.incremental import available_stages
-    from streamanon.mixed import MIXED_ENGINES
+    from streamanon.mixed import mixed_engines
+    from streamanon.service.engine_traits import auto_engine_names
 
     env = os.environ if env is None else env
     raw = {key: (dict(value) if isinstance(value, dict) else value) for key, value in raw.items()}
@@ -477,7 +469,8 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
                 if survey.engine_params:
                     problems.append(f"{where}.engine_params: engine \"auto\" takes no "
                                     "parameters (it chooses between "
-                                    f"{' and '.join(AUTO_ENGINES)} with their defaults)")
+                                    f"{' and '.join(auto_engine_names())} with their "
+                                    "defaults)")
             elif engine is None:
                 problems.append(f"{where}.engine: unknown engine {survey.engine!r}; available: "
                                 f"auto, {', '.join(sorted(engines))}")
@@ -511,11 +504,11 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
             problems += _variable_name_problems(survey, config.output.formats, where)
             nominal = [n for n in survey.quasi_identifiers
                        if survey.fields[n].type in ("category", "bool")]
-            if nominal and survey.engine not in MIXED_ENGINES | {"auto"}:
+            if nominal and survey.engine not in mixed_engines() | {"auto"}:
                 problems.append(f"{where}.engine: {survey.engine} works on numeric and ordinal "
                                 f"quasi-identifiers only, and {', '.join(nominal)} are "
                                 f"categorical; engines for mixed data: "
-                                f"{', '.join(sorted(MIXED_ENGINES))}")
+                                f"{', '.join(sorted(mixed_engines()))}")
             for name, spec in survey.fields.items():
                 key = f"{where}.schema.{name}"
                 if spec.type in ("category", "ordinal") and not spec.levels \

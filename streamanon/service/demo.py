@@ -182,13 +182,15 @@ def choose_scenario(model: Callable[[float], float], options: list[Any], *, k: i
     budget, the one predicted to gain most, with ``shows_the_idea`` False. ``slowdown`` is
     how many times slower than its cost model the base run may run and still end before the
     close (planned as the service plans at that slow-down)."""
-    from streamanon.service.simulate import predict
+    from streamanon.service.simulate import predict, simulated_request
+
+    request = simulated_request(k=k, engine=engine, incremental=incremental,
+                                max_delta=max_delta)
 
     def scenario_of(size: int, s: float) -> Scenario:
         window = open_seconds if open_seconds is not None else s * model(size)
-        prediction = predict(resolve("uniform", window), size, window, None, model,
-                             None, k, options, incremental=incremental, engine=engine,
-                             max_delta=max_delta, slowdown=slowdown)
+        prediction = predict(resolve("uniform", window), size, window, request, options,
+                             slowdown=slowdown)
         one_shot = one_shot_release_model(model, size)
         shows = (prediction["nu"] > 0 and prediction["n_increment"] >= LATE_MARGIN * MIN_LATE
                  and one_shot >= SHOW_GAIN * prediction["release_after_close_seconds"]

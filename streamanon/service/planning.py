@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from scheduler import live
-from scheduler.choice import AUTO_ENGINES, AUTO_STAGES, Choice, Option, choose
+from scheduler.choice import AUTO_STAGES, Choice, Option, PlanRequest, plan_survey
 from scheduler.cost_model import (
     CostModelStore,
     PowerLaw,
@@ -41,6 +41,7 @@ from scheduler.overhead import DEFAULT_OVERHEAD
 from scheduler.planner import Plan
 from scheduler.quality import expected_delta
 from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.engine_traits import auto_engine_names, engine_traits, provisional_model
 from streamanon.service.machine import load_meter, machine_load
 from streamanon.service.runtime import RunningSurvey
 
@@ -108,7 +109,7 @@ class SurveyPlanner:
 
     def load_models(self, sc: SurveyConfig, *, measure: bool = True) -> None:
         """The base cost model (stored, or calibrated now) and the incremental one; with
-        ``engine = "auto"``, those of every candidate (:data:`scheduler.choice.AUTO_ENGINES`),
+        ``engine = "auto"``, those of every candidate (the engines whose traits say ``auto``),
         MDAV's in use until the planner chooses; with ``incremental = "auto"``, an incremental
         model for every candidate stage (:data:`scheduler.choice.AUTO_STAGES`) after each.
 
@@ -131,7 +132,7 @@ class SurveyPlanner:
             rt = self.surveys[sid]
             chosen = rt.auto_engine and rt.config.engine != "auto"
             self.models[sid] = (self._option_models(sid, rt.config.engine) if chosen
-                                and rt.config.engine in {o.engine for o in options or []}
+                                and rt.config.engine in {o.engine.name for o in options or []}
                                 else models)
             if measured:
                 self.provisional.discard(sid)
@@ -231,18 +232,19 @@ class SurveyPlanner:
             first = models(sc.engine, stage=stages[0])
             if sc.incremental != "auto":
                 return first, None
-            return first, [Option(sc.engine, *(first if stage == stages[0] else models(
+            traits = engine_traits(sc.engine)
+            return first, [Option(traits, *(first if stage == stages[0] else models(
                 sc.engine, stage=stage, base=first[0])), stage=stage) for stage in stages]
         # NN-split-end splits with MDAV after either
         mdav = models("mdav", stage=stages[0])
         options = []
-        for engine in AUTO_ENGINES:
+        for engine in auto_engine_names():
             first = mdav if engine == "mdav" else models(engine, split=mdav[0],
                                                          stage=stages[0])
             for stage in stages:
                 these = first if stage == stages[0] else models(
                     engine, split=mdav[0], stage=stage, base=first[0])
-                options.append(Option(engine, *these, stage=stage))
+                options.append(Option(engine_traits(engine), *these, stage=stage))
         return mdav, options
 
     def stage_models(self, sid: str) -> dict[str, Any]:
@@ -253,7 +255,7 @@ class SurveyPlanner:
             return {}
         engine = rt.config.engine if rt.config.engine != "auto" else "mdav"
         return {o.stage: o.incremental_cost for o in self._options.get(sid, [])
-                if o.engine == engine and o.stage is not None}
+                if o.engine.name == engine and o.stage is not None}
 
     def _engine_models(self, sc: SurveyConfig, engine: str,
                        split: PowerLaw | None = None, stage: str | None = None,
@@ -284,7 +286,7 @@ class SurveyPlanner:
             split=split)
 
     def _option_models(self, sid: str, engine: str) -> tuple[PowerLaw, Any]:
-        option = next(o for o in self._options[sid] if o.engine == engine)
+        option = next(o for o in self._options[sid] if o.engine.name == engine)
         return option.base_cost, option.incremental_cost
 
     def resolve_engine(self, sid: str, engine: str, why: str,
@@ -293,7 +295,7 @@ class SurveyPlanner:
         rt = self.surveys[sid]
         if not rt.auto_engine or rt.config.engine == engine:
             return
-        if engine in {o.engine for o in self._options[sid]}:
+        if engine in {o.engine.name for o in self._options[sid]}:
             self.models[sid] = self._option_models(sid, engine)
         else:  # stored by a run under another configuration: it stays that run's engine
             log.warning("survey %s: the stored run used %s, which engine = \"auto\" does not "
@@ -374,9 +376,10 @@ class SurveyPlanner:
         if engine == "auto":
             return
         base = (self._option_models(sid, engine)[0] if sid in self._options
-                and engine in {o.engine for o in self._options[sid]} else self.models[sid][0])
+                and engine in {o.engine.name for o in self._options[sid]}
+                else self.models[sid][0])
         m = len(sc.quasi_identifiers)
-        others = {name: model for name in AUTO_ENGINES if name != engine
+        others = {name: model for name in auto_engine_names() if name != engine
                   and (model := self.cost_models.get(name, m, sc.k)) is not None}
         warning = live.window_warning(engine, base, plan, window, others)
         if warning is not None:
@@ -390,32 +393,22 @@ class SurveyPlanner:
         rt = self.surveys[sid]
         sc = rt.config
         slowdown = live.load_slowdown(*machine_load())
-        options = self._at_work_share(sid, self._options.get(sid, []))
-        if rt.auto_engine and sc.engine == "auto":
-            choice = choose(arrivals, options, k=sc.k, stage=sc.incremental,
-                            deadline=sc.deadline, seconds_to_close=seconds_to_close,
-                            refine=sc.refine, slowdown=slowdown, min_nu=sc.min_nu,
-                            overhead_model=self.overhead,
-                            max_delta=None if sc.objective == "earliest" else sc.max_delta)
-            return choice.plan, choice
-        if sc.incremental == "auto":  # the stage is the planner's: every candidate's plan
-            candidates = [o for o in options if o.engine == sc.engine]
-            chosen = choose(arrivals, candidates, k=sc.k, stage=sc.incremental,
-                            deadline=sc.deadline, seconds_to_close=seconds_to_close,
-                            refine=sc.refine, slowdown=slowdown, min_nu=sc.min_nu,
-                            overhead_model=self.overhead,
-                            max_delta=None if sc.objective == "earliest" else sc.max_delta)
-            return chosen.plan, None
-        base, incremental = self.models[sid]
-        base = base.on_work_share(self.work_share.get(sid, 1.0))
-        plan = live.plan(arrivals, base, incremental, k=sc.k, deadline=sc.deadline,
-                         seconds_to_close=seconds_to_close, refine=sc.refine,
-                         quality=sc.quality(), slowdown=slowdown, min_nu=sc.min_nu,
-                         overhead_model=self.overhead)
-        if rt.auto_engine:  # chosen: the plans go on saying which engine, and its quality
+        if sc.engine == "auto" or sc.incremental == "auto":  # the planner's: the candidates
+            options = self._at_work_share(sid, self._options.get(sid, []))
+        else:
+            base, incremental = self.models[sid]
+            options = [Option(engine_traits(sc.engine),
+                              base.on_work_share(self.work_share.get(sid, 1.0)), incremental)]
+        plan, choice = plan_survey(plan_request(sc), arrivals, options,
+                                   seconds_to_close=seconds_to_close, slowdown=slowdown,
+                                   overhead_model=self.overhead)
+        if sc.engine != "auto":  # the stage's choice, or none: no engine choice to keep
+            choice = None
+        if rt.auto_engine and sc.incremental != "auto" and sc.engine != "auto":
+            # chosen: the plans go on saying which engine, and its quality
             plan = dataclasses.replace(plan, engine=sc.engine, expected_delta=expected_delta(
-                sc.engine, sc.incremental, plan.nu))
-        return plan, None
+                engine_traits(sc.engine), sc.incremental, plan.nu))
+        return plan, choice
 
     def _at_work_share(self, sid: str, options: list[Option]) -> list[Option]:
         """The candidates with their base engines priced at the survey's work share."""
@@ -451,25 +444,26 @@ class SurveyPlanner:
         self.resolve_engine(sid, plan.engine, reason, plan.expected_delta)
 
 
+def plan_request(sc: SurveyConfig) -> PlanRequest:
+    """What survey ``sc`` asks of the planner (:class:`scheduler.choice.PlanRequest`), from its
+    configuration: the one request the service's planner, ``streamanon simulate``'s
+    prediction and the demo plan with."""
+    return PlanRequest(k=sc.k, engine=sc.engine, stage=sc.incremental, deadline=sc.deadline,
+                       refine=sc.refine,
+                       max_delta=None if sc.objective == "earliest" else sc.max_delta,
+                       min_nu=sc.min_nu)
+
+
 # -- models made without timing anything, and the measured ones --------------------------------
 
-#: The base cost models assumed until an engine is calibrated on this machine, at m = 15 and
-#: k = 10, as fitted on the reference machine (2 cores): MDAV 35.58 s for a million records,
-#: ONA* 8.8 s for 30,000 (the demo's calibration). Other engines take MDAV's. Scaled linearly
-#: in m and inversely in k, as MDAV's distance scans are. Provisional: a survey is planned
-#: with them only while its measured models are made (seconds to minutes after start).
-PROVISIONAL_MODELS = {"mdav": PowerLaw.quadratic(35.58, 1_000_000),
-                      "ona_star": PowerLaw(a=1.0e-7, b=1.78)}
+# The base cost models assumed until an engine is calibrated on this machine are the engines'
+# own (their registry entries' ``cost_model``: :func:`.engine_traits.provisional_model`).
+# Provisional: a survey is planned with them only while its measured models are made (seconds
+# to minutes after start).
 
 #: ``c`` of the nearest-neighbour stages' model until it is timed (``NearestNeighbourCost``:
 #: ``c n_0 n_+ / k`` seconds): as timed on the reference machine.
 PROVISIONAL_NN_C = 6.5e-9
-
-
-def provisional_model(engine: str, m: int, k: int) -> PowerLaw:
-    """The base cost model of ``engine`` before it is calibrated (:data:`PROVISIONAL_MODELS`)."""
-    model = PROVISIONAL_MODELS.get(engine, PROVISIONAL_MODELS["mdav"])
-    return dataclasses.replace(model, a=model.a * (m / 15.0) * (10.0 / k))
 
 
 def provisional_incremental(stage: str, base: PowerLaw, k: int,

@@ -47,6 +47,7 @@ from streamanon.release import (
 )
 from streamanon.service.broker import ensure_topics
 from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.engine_traits import engine_traits
 from streamanon.service.kafka_clients import KafkaSettings
 from streamanon.service.kept import forget, kept_release_partition
 from streamanon.service.offsets import broker_errors
@@ -228,7 +229,8 @@ class Releaser:
             base = BaseSnapshot(cp.n_base, cp.labels, cp.mean, cp.scale, cp.seconds)
             if sc.incremental == "auto":  # the stage for the real counts (scheduler.choice)
                 bound = None if sc.objective == "earliest" else sc.max_delta
-                stage, why = (choose_stage(cp.n_base, n - cp.n_base, stages, engine=sc.engine,
+                stage, why = (choose_stage(cp.n_base, n - cp.n_base, stages,
+                                           engine=engine_traits(sc.engine),
                                            max_delta=bound,
                                            overhead_model=overhead)
                               if stages else (AUTO_STAGES[0], "no cost models to choose by"))

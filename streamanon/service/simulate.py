@@ -40,17 +40,19 @@ import numpy as np
 
 from scheduler import live
 from scheduler.arrivals import CumulativeForecast
-from scheduler.choice import AUTO_ENGINES, Option, choose
+from scheduler.choice import Option, PlanRequest, plan_survey
 from scheduler.cost_model import CostModelStore
 from scheduler.profiles import resolve
-from scheduler.quality import DEFAULT_MAX_DELTA, QualityBound, delta_against_one_shot
+from scheduler.quality import DEFAULT_MAX_DELTA, delta_against_one_shot
 from streamanon.engines import run_engine
 from streamanon.io import atomic_write, write_json
 from streamanon.metrics import distortion, standardise
 from streamanon.service.broker import EmbeddedBroker, free_port
-from streamanon.service.calibration import calibrated_model, candidates, stage_model
+from streamanon.service.calibration import calibrated_model, candidates
 from streamanon.service.config import parse_config
+from streamanon.service.engine_traits import auto_engine_names
 from streamanon.service.lifecycle import serve
+from streamanon.service.planning import plan_request
 from streamanon.service.respondents import PRODUCER_LINGER_MS, start_respondents
 from streamanon.service.web import snapshot_html
 
@@ -309,40 +311,44 @@ def one_shot(X: np.ndarray, k: int, engine: str) -> tuple[float, float]:
 # -- the simulate command ----------------------------------------------------------------------
 
 
-def predict(profile: Any, n: int, duration: float, deadline: float | None, model: Any,
-            incremental_model: Any, k: int, options: list[Option] | None = None,
-            incremental: str = "auto", refine: str | float = "off",
-            engine: str = "mdav", max_delta: float | None = DEFAULT_MAX_DELTA,
-            slowdown: float = 1.0, min_nu: float = 0.0) -> dict[str, Any]:
-    """The service's plan (:func:`scheduler.live.plan`, ``deadline`` after close) on the
-    profile's expected arrival curve (compressed seconds): what the planner would choose if
-    the forecast were exact. With ``options`` (``engine = "auto"``), the planner's choice of
-    engine among them (:func:`scheduler.choice.choose`), whose models replace ``model``.
-    ``max_delta`` is the quality bound of the default objective (None: the earliest
-    release whatever the loss); ``slowdown`` the machine's expected slow-down of the base
-    run (:func:`scheduler.live.load_slowdown`); ``min_nu`` the survey's floor on the ratio."""
+def simulated_request(*, k: int, engine: str = "mdav", incremental: str = "auto",
+                      deadline: float | None = None, refine: str | float = "off",
+                      objective: str = "balanced", max_delta: float = DEFAULT_MAX_DELTA,
+                      min_nu: float = 0.0) -> PlanRequest:
+    """What the simulated survey with these settings asks of the planner: the request the
+    service builds from its configuration (:func:`service_config`, then
+    :func:`streamanon.service.planning.plan_request`), so the prediction plans what the
+    service will."""
+    raw = service_config("127.0.0.1:9092", Path("simulation"), n=3 * k, m=1, k=k,
+                         close=datetime.now(timezone.utc), http="127.0.0.1:0", engine=engine,
+                         incremental=incremental, deadline=deadline, refine=refine,
+                         objective=objective, max_delta=max_delta, min_nu=min_nu)
+    return plan_request(parse_config(raw, {}, require_secrets=False).surveys[0])
+
+
+def predict(profile: Any, n: int, duration: float, request: PlanRequest,
+            options: list[Option], *, slowdown: float = 1.0) -> dict[str, Any]:
+    """The service's plan (:func:`scheduler.choice.plan_survey` of the survey's ``request``,
+    its deadline after close) on the profile's expected arrival curve (compressed seconds):
+    what the planner would choose if the forecast were exact. ``options`` are the candidates
+    with their cost models (:func:`streamanon.service.calibration.candidates`: the engines
+    and stages the request leaves to the planner, or its one engine); ``slowdown`` the
+    machine's expected slow-down of the base run (:func:`scheduler.live.load_slowdown`)."""
 
     grid = np.linspace(0.0, 1.0, 2001)
     forecast = CumulativeForecast.piecewise(grid * duration - duration,  # close at t = 0
                                             profile.cumulative(grid) * n)
-    choice = None
-    if options:
-        choice = choose(forecast, options, k=k, stage=incremental, deadline=deadline,
-                        seconds_to_close=duration, refine=refine, max_delta=max_delta,
-                        slowdown=slowdown, min_nu=min_nu)
-        plan = choice.plan
-        model = next(o.base_cost for o in options if o.engine == plan.engine)
-    else:
-        plan = live.plan(forecast, model, incremental_model, k=k, deadline=deadline,
-                         seconds_to_close=duration, refine=refine, slowdown=slowdown,
-                         min_nu=min_nu, quality=None if max_delta is None else QualityBound(
-                             engine, incremental, max_delta))
-    same_engine, stage = plan.engine or engine, plan.stage or incremental
-    others = {o.engine: o.base_cost for o in options or [] if o.engine != same_engine}
+    plan, choice = plan_survey(request, forecast, options, seconds_to_close=duration,
+                               slowdown=slowdown)
+    same_engine = plan.engine or request.engine
+    stage = plan.stage or request.stage
+    option = next(o for o in options if o.engine.name == same_engine)
+    model = option.base_cost
+    others = {o.engine.name: o.base_cost for o in options if o.engine.name != same_engine}
     warning = live.window_warning(same_engine, model, plan, duration, others)
     return {"nu": plan.nu, "engine": plan.engine, "stage": plan.stage,
             "expected_delta": plan.expected_delta,
-            "expected_delta_same_engine": delta_against_one_shot(same_engine, stage, plan.nu),
+            "expected_delta_same_engine": delta_against_one_shot(option.engine, stage, plan.nu),
             "choice": None if choice is None else choice.reason,
             "refine_seconds": plan.refine_seconds, "head_start_seconds": plan.head_start,
             "base_seconds": plan.base_seconds,
@@ -404,20 +410,15 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
     open_seconds = survey_duration / speedup
     compressed_deadline = None if deadline is None else deadline / speedup
     out.mkdir(parents=True, exist_ok=True)
-    engines = AUTO_ENGINES if engine == "auto" else (engine,)
+    engines = auto_engine_names() if engine == "auto" else (engine,)
     models = {e: calibrated_model(out, e, m, k, progress) for e in engines}
     split = models.get("mdav")  # NN-split-end splits with MDAV, whatever the base engine
-    options = candidates(models, incremental, m, k, split) if "auto" in (
-        engine, incremental) else None
-    incremental_model = None if options else stage_model(incremental, models[engine], m, k,
-                                                         split)
-    model = models["mdav" if engine == "auto" else engine]
-    bound = None if objective == "earliest" else max_delta
-    prediction = predict(arrivals, n, open_seconds, compressed_deadline, model,
-                         incremental_model, k, options, incremental, refine, engine=engine,
-                         max_delta=bound, min_nu=min_nu)
-    if options:
-        model = models[prediction["engine"]]
+    request = simulated_request(k=k, engine=engine, incremental=incremental,
+                                deadline=compressed_deadline, refine=refine,
+                                objective=objective, max_delta=max_delta, min_nu=min_nu)
+    prediction = predict(arrivals, n, open_seconds, request,
+                         candidates(models, incremental, m, k, split))
+    model = models[prediction["engine"] or engine]
     summary: dict[str, Any] = {
         "profile": arrivals.name, "n": n, "m": m, "k": k, "engine": engine,
         "incremental": incremental, "refine": refine, "data": survey_data.description,

@@ -13,6 +13,11 @@ from scheduler.cost_model import PowerLaw, TwoStageCost
 from streamanon.engines import run_engine
 from streamanon.incremental import run_stage
 from streamanon.metrics import distortion, standardise
+from streamanon.service.engine_traits import engine_traits
+
+#: The engines as the planner sees them: their traits from the engine registry.
+MDAV_T = engine_traits("mdav")
+ONA_T = engine_traits("ona_star")
 
 K = 10
 MDAV = PowerLaw(a=4e-7, b=1.45)       # about 19 s at 200,000
@@ -21,7 +26,7 @@ SLOW_ONA = PowerLaw(a=3e-8, b=2.0)     # 1,200 s at 200,000
 
 
 def options(ona: PowerLaw) -> list[Option]:
-    return [Option("ona_star", ona, TwoStageCost(ona)), Option("mdav", MDAV, TwoStageCost(MDAV))]
+    return [Option(ONA_T, ona, TwoStageCost(ona)), Option(MDAV_T, MDAV, TwoStageCost(MDAV))]
 
 
 def survey(n: int, hours: float) -> UniformForecast:
@@ -74,14 +79,14 @@ def test_no_candidates_is_an_error():
 
 
 def test_the_expected_delta_follows_the_measured_tables():
-    assert expected_delta("mdav", "nn_split_end", 0.0) == 0.0
-    assert expected_delta("mdav", "nn_split_end", 0.1) == pytest.approx(0.021)
-    assert expected_delta("mdav", "two_stage", 0.1) == pytest.approx(0.0485)
-    assert expected_delta("ona_star", "nn_split_end", 0.0) == pytest.approx(-0.14)
+    assert expected_delta(MDAV_T, "nn_split_end", 0.0) == 0.0
+    assert expected_delta(MDAV_T, "nn_split_end", 0.1) == pytest.approx(0.021)
+    assert expected_delta(MDAV_T, "two_stage", 0.1) == pytest.approx(0.0485)
+    assert expected_delta(ONA_T, "nn_split_end", 0.0) == pytest.approx(-0.14)
     # docs/benchmarks/refinement.md: ONA* base + NN-split-end at nu = 0.1 measured -10.3 %
     # (Gaussian), -11.0 % (census)
-    assert -0.12 < expected_delta("ona_star", "nn_split_end", 0.1) < -0.10
-    deltas = [expected_delta("ona_star", "nn_split_end", nu) for nu in (0.01, 0.1, 0.2, 0.3)]
+    assert -0.12 < expected_delta(ONA_T, "nn_split_end", 0.1) < -0.10
+    deltas = [expected_delta(ONA_T, "nn_split_end", nu) for nu in (0.01, 0.1, 0.2, 0.3)]
     assert deltas == sorted(deltas)
 
 
@@ -98,9 +103,9 @@ def test_the_quality_model_ranks_the_engines_as_a_measurement_does(nu):
         base = run_engine(engine, X[:n0], K)
         labels = run_stage("nn_split_end", X[:n0], base, X[n0:], K)
         measured[engine] = distortion(X, labels) / reference - 1
-        assert measured[engine] == pytest.approx(expected_delta(engine, "nn_split_end", nu),
-                                                 abs=0.03), engine
-    model = {e: expected_delta(e, "nn_split_end", nu) for e in measured}
+        model = expected_delta(engine_traits(engine), "nn_split_end", nu)
+        assert measured[engine] == pytest.approx(model, abs=0.03), engine
+    model = {e: expected_delta(engine_traits(e), "nn_split_end", nu) for e in measured}
     assert (measured["ona_star"] < measured["mdav"]) == (model["ona_star"] < model["mdav"])
 
 

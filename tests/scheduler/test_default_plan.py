@@ -13,6 +13,11 @@ from scheduler.choice import AUTO_STAGES, Option, choose, choose_stage
 from scheduler.cost_model import NearestNeighbourCost, PowerLaw, TwoStageCost
 from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead, StepCost
 from scheduler.quality import DEFAULT_MAX_DELTA, QualityBound, delta_against_one_shot
+from streamanon.service.engine_traits import engine_traits
+
+#: The engines as the planner sees them: their traits from the engine registry.
+MDAV_T = engine_traits("mdav")
+ONA_T = engine_traits("ona_star")
 
 K = 10
 N = 1_000_000
@@ -25,18 +30,18 @@ UNIFORM = UniformForecast(total=N, pace=N / OPEN)
 
 
 def test_the_quality_bound_is_the_largest_ratio_within_the_loss_bound():
-    for engine, stage in [("mdav", "nn_split_end"), ("ona_star", "nn_split_end"),
-                          ("mdav", "two_stage")]:
+    for engine, stage in [(MDAV_T, "nn_split_end"), (ONA_T, "nn_split_end"),
+                          (MDAV_T, "two_stage")]:
         bound = QualityBound(engine, stage)
         nu = bound.max_ratio()
         assert 0 < nu < 1
         assert bound.delta(nu) == pytest.approx(DEFAULT_MAX_DELTA, abs=1e-6)
         assert bound.delta(0.9 * nu) < DEFAULT_MAX_DELTA < bound.delta(1.1 * nu)
     # against the same engine's one-shot: nothing late, nothing lost
-    assert delta_against_one_shot("ona_star", "nn_split_end", 0.0) == pytest.approx(0.0)
-    assert QualityBound("mdav", "nn_split_end", max_delta=1.0).max_ratio() == 1.0
+    assert delta_against_one_shot(ONA_T, "nn_split_end", 0.0) == pytest.approx(0.0)
+    assert QualityBound(MDAV_T, "nn_split_end", max_delta=1.0).max_ratio() == 1.0
     with pytest.raises(ValueError):
-        QualityBound("mdav", "nn_split_end", max_delta=-0.1)
+        QualityBound(MDAV_T, "nn_split_end", max_delta=-0.1)
 
 
 def test_at_a_million_the_default_plan_leaves_a_small_increment_where_the_earliest_one_did_not():
@@ -46,9 +51,9 @@ def test_at_a_million_the_default_plan_leaves_a_small_increment_where_the_earlie
     assert earliest.nu > 0.9  # the degenerate plan is still what time alone chooses
     stage = TwoStageCost(MDAV)
     default = live.plan(UNIFORM, MDAV, stage, k=K, seconds_to_close=OPEN,
-                        quality=QualityBound("mdav", "two_stage"))
+                        quality=QualityBound(MDAV_T, "two_stage"))
     assert 0 < default.nu <= default.nu_limit < 0.25
-    assert delta_against_one_shot("mdav", "two_stage", default.nu) <= DEFAULT_MAX_DELTA
+    assert delta_against_one_shot(MDAV_T, "two_stage", default.nu) <= DEFAULT_MAX_DELTA
     # the late records' loading and gate are in the plan's time after close
     assert default.overhead_seconds == pytest.approx(
         DEFAULT_OVERHEAD.late_part(default.nu * N))
@@ -63,8 +68,8 @@ def test_at_a_million_the_default_plan_leaves_a_small_increment_where_the_earlie
 
 
 def test_the_default_chooses_2mdav_at_a_million_and_nn_split_end_where_it_is_cheap():
-    options = [Option("mdav", MDAV, NN, "nn_split_end"),
-               Option("mdav", MDAV, TwoStageCost(MDAV), "two_stage")]
+    options = [Option(MDAV_T, MDAV, NN, "nn_split_end"),
+               Option(MDAV_T, MDAV, TwoStageCost(MDAV), "two_stage")]
     big = choose(UNIFORM, options, k=K, stage="auto", seconds_to_close=OPEN)
     assert big.plan.stage == "two_stage"
     # the fixed release steps of a million records (4.2 s, publishing most) bound the gain
@@ -72,7 +77,7 @@ def test_the_default_chooses_2mdav_at_a_million_and_nn_split_end_where_it_is_che
         MDAV(N) + DEFAULT_OVERHEAD(N, late=N)) / 4.5
     small_n = 50_000
     small = choose(UniformForecast(total=small_n, pace=small_n / OPEN),
-                   [Option("mdav", PowerLaw.quadratic(20.0, small_n), o.incremental_cost,
+                   [Option(MDAV_T, PowerLaw.quadratic(20.0, small_n), o.incremental_cost,
                            o.stage) for o in options], k=K, stage="auto",
                    seconds_to_close=OPEN)
     assert small.plan.stage == "nn_split_end"  # cheap enough there: the better quality
@@ -80,9 +85,9 @@ def test_the_default_chooses_2mdav_at_a_million_and_nn_split_end_where_it_is_che
 
 def test_at_close_the_stage_is_chosen_for_the_real_counts():
     stages = {"nn_split_end": NN, "two_stage": TwoStageCost(MDAV)}
-    stage, why = choose_stage(950_000, 50_000, stages, engine="mdav")
+    stage, why = choose_stage(950_000, 50_000, stages, engine=MDAV_T)
     assert stage == "two_stage" and "50,000 late records" in why
-    stage, _ = choose_stage(9_000, 1_000, stages, engine="mdav")
+    stage, _ = choose_stage(9_000, 1_000, stages, engine=MDAV_T)
     assert stage == "nn_split_end"
     assert list(stages) == list(AUTO_STAGES)
 
@@ -96,12 +101,12 @@ def test_at_close_the_stage_keeps_the_quality_bound_the_ratio_was_planned_under(
               "two_stage": TwoStageCost(mdav)}
     n_base, n_late = 164_113, 35_887
     nu = n_late / (n_base + n_late)
-    assert delta_against_one_shot("mdav", "two_stage", nu) > DEFAULT_MAX_DELTA
-    assert delta_against_one_shot("mdav", "nn_split_end", nu) <= DEFAULT_MAX_DELTA
-    stage, why = choose_stage(n_base, n_late, stages, engine="mdav")
+    assert delta_against_one_shot(MDAV_T, "two_stage", nu) > DEFAULT_MAX_DELTA
+    assert delta_against_one_shot(MDAV_T, "nn_split_end", nu) <= DEFAULT_MAX_DELTA
+    stage, why = choose_stage(n_base, n_late, stages, engine=MDAV_T)
     assert stage == "nn_split_end" and "within the +5% bound" in why
     # objective = "earliest": no bound, the faster stage as before
-    stage, _ = choose_stage(n_base, n_late, stages, engine="mdav", max_delta=None)
+    stage, _ = choose_stage(n_base, n_late, stages, engine=MDAV_T, max_delta=None)
     assert stage == "two_stage"
 
 
@@ -112,7 +117,7 @@ def test_a_short_one_shot_is_not_beaten_by_a_slower_two_stage_plan():
     fast = PowerLaw.quadratic(0.5, n)
     slow_stage = NearestNeighbourCost(c=6.5e-9, k=K, split=fast)
     plan = live.plan(UniformForecast(total=n, pace=n / 60.0), fast, slow_stage, k=K,
-                     seconds_to_close=60.0, quality=QualityBound("mdav", "nn_split_end"))
+                     seconds_to_close=60.0, quality=QualityBound(MDAV_T, "nn_split_end"))
     one_shot = fast(n) + DEFAULT_OVERHEAD.late_part(n)
     assert plan.finish_after_close <= one_shot + 1e-9
 
@@ -220,7 +225,7 @@ def test_at_close_many_late_records_after_a_rush_go_to_2mdav():
     stages = {"nn_split_end": NearestNeighbourCost(c=6.5e-9, k=K,
                                                    split=PowerLaw.quadratic(2.6, 200_000)),
               "two_stage": TwoStageCost(PowerLaw.quadratic(2.6, 200_000))}
-    stage, _ = choose_stage(121_454, 78_546, stages, engine="mdav")
+    stage, _ = choose_stage(121_454, 78_546, stages, engine=MDAV_T)
     assert stage == "two_stage"
 
 
@@ -289,23 +294,23 @@ def test_a_floor_on_the_ratio_keeps_the_increment_on_a_faster_machine():
     stage = TwoStageCost(MDAV)
     fast = PowerLaw.quadratic(35.58 / 4.4, N)
     free = live.plan(UNIFORM, fast, TwoStageCost(fast), k=K, seconds_to_close=OPEN,
-                     quality=QualityBound("mdav", "two_stage"))
+                     quality=QualityBound(MDAV_T, "two_stage"))
     floor = 2 * free.nu
     held = live.plan(UNIFORM, fast, TwoStageCost(fast), k=K, seconds_to_close=OPEN,
-                     quality=QualityBound("mdav", "two_stage"), min_nu=floor)
+                     quality=QualityBound(MDAV_T, "two_stage"), min_nu=floor)
     assert held.nu == pytest.approx(floor)
     assert any("min_nu" in w for w in held.warnings)
     # a floor below the plan's own ratio changes nothing
     slow = live.plan(UNIFORM, MDAV, stage, k=K, seconds_to_close=OPEN,
-                     quality=QualityBound("mdav", "two_stage"))
+                     quality=QualityBound(MDAV_T, "two_stage"))
     assert live.plan(UNIFORM, MDAV, stage, k=K, seconds_to_close=OPEN,
-                     quality=QualityBound("mdav", "two_stage"),
+                     quality=QualityBound(MDAV_T, "two_stage"),
                      min_nu=slow.nu / 2).nu == pytest.approx(slow.nu)
-    options = [Option("mdav", fast, TwoStageCost(fast), "two_stage")]
+    options = [Option(MDAV_T, fast, TwoStageCost(fast), "two_stage")]
     chosen = choose(UNIFORM, options, k=K, stage="auto", seconds_to_close=OPEN, min_nu=floor)
     assert chosen.plan.nu == pytest.approx(floor)
     over = live.plan(UNIFORM, fast, TwoStageCost(fast), k=K, seconds_to_close=OPEN,
-                     quality=QualityBound("mdav", "two_stage"), min_nu=0.9)
+                     quality=QualityBound(MDAV_T, "two_stage"), min_nu=0.9)
     assert over.nu == pytest.approx(over.nu_limit) and over.nu_limit < 0.9
     assert any("cut to" in w for w in over.warnings)
     with pytest.raises(ValueError, match="min_nu"):

@@ -4,6 +4,7 @@ import pytest
 
 from streamanon.service.config import ConfigError, load_config, parse_config
 from streamanon.service.kafka_clients import KafkaSettings
+from streamanon.service.planning import plan_request
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 
@@ -83,9 +84,9 @@ def test_the_stage_choice_and_the_objective_are_checked():
                                            incremental="two_stage")]}, ENV)
     sc = cfg.surveys[0]
     assert (sc.objective, sc.max_delta, sc.incremental) == ("earliest", 0.1, "two_stage")
-    assert sc.quality() is None  # earliest: no quality bound
-    bound = parse_config({"surveys": [survey(engine="mdav")]}, ENV).surveys[0].quality()
-    assert (bound.engine, bound.stage, bound.max_delta) == ("mdav", "auto", 0.05)
+    assert plan_request(sc).max_delta is None  # earliest: no quality bound
+    request = plan_request(parse_config({"surveys": [survey(engine="mdav")]}, ENV).surveys[0])
+    assert (request.engine, request.stage, request.max_delta) == ("mdav", "auto", 0.05)
     with pytest.raises(ConfigError) as exc:
         parse_config({"surveys": [survey(id="a", incremental_params={"index": "scan"})]}, ENV)
     assert 'surveys[0](a).incremental_params: incremental "auto" takes no parameters' in str(

@@ -218,7 +218,7 @@ def test_the_demo_keeps_its_increment_when_the_machine_is_faster_during_the_surv
     from scheduler.profiles import resolve
     from streamanon.service.calibration import candidates
     from streamanon.service.demo import LATE_MARGIN, MIN_LATE, K, M, choose_scenario
-    from streamanon.service.simulate import predict
+    from streamanon.service.simulate import predict, simulated_request
 
     calibrated = PowerLaw(a=4.4e-7, b=1.78)  # the busy calibration
     scenario = choose_scenario(calibrated, candidates({"ona_star": calibrated}, "auto", M, K),
@@ -228,13 +228,13 @@ def test_the_demo_keeps_its_increment_when_the_machine_is_faster_during_the_surv
                                                 LATE_MARGIN * MIN_LATE / scenario.n))
     live_model = PowerLaw(a=calibrated.a / faster, b=calibrated.b)
     window = scenario.open_seconds
-    live = predict(resolve("uniform", window), scenario.n, window, None, live_model, None, K,
-                   candidates({"ona_star": live_model}, "auto", M, K), engine="ona_star",
-                   min_nu=scenario.min_nu)
+    options = candidates({"ona_star": live_model}, "auto", M, K)
+    live = predict(resolve("uniform", window), scenario.n, window,
+                   simulated_request(k=K, engine="ona_star", min_nu=scenario.min_nu), options)
     assert live["nu"] >= scenario.min_nu - 1e-12
     assert live["n_increment"] >= MIN_LATE, (scenario.describe(), live)
-    free = predict(resolve("uniform", window), scenario.n, window, None, live_model, None, K,
-                   candidates({"ona_star": live_model}, "auto", M, K), engine="ona_star")
+    free = predict(resolve("uniform", window), scenario.n, window,
+                   simulated_request(k=K, engine="ona_star"), options)
     # above the floor the live plan's own ratio stands (the latest safe snapshot)
     assert live["nu"] == pytest.approx(max(free["nu"], scenario.min_nu), rel=1e-6)
 
