@@ -134,7 +134,7 @@ def planned_nu(service: Service, sid: str, n: int, survey_hours: float) -> float
     from scheduler import live
     from scheduler.arrivals import UniformForecast
 
-    base, incremental = service.survey_planner.models[sid]
+    base, incremental = service.surveys[sid].plans.models
     plan = live.plan(UniformForecast(total=n, pace=n / (survey_hours * 3600)), base,
                      incremental, k=10)
     return plan.nu

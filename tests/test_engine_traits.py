@@ -24,6 +24,7 @@ from streamanon.service.engine_traits import (
     provisional_model,
 )
 from streamanon.service.planning import SurveyPlanner
+from streamanon.service.runtime import PlanState
 from streamanon.service.simulate import service_config
 
 TOY = "toy_quality"
@@ -86,8 +87,9 @@ def test_the_planner_plans_a_new_engine_with_its_own_traits(toy, tmp_path):
                          http="127.0.0.1:0", engine="auto", incremental="nn_split_end")
     config = parse_config(raw, {}, require_secrets=False)
     sc = config.surveys[0]
-    planner = SurveyPlanner(config, {sc.id: SimpleNamespace(config=sc, auto_engine=True)},
-                            threading.Lock(), lambda sid, here: here)
+    survey = SimpleNamespace(config=sc, auto_engine=True, lock=threading.Lock(),
+                             plans=PlanState())
+    planner = SurveyPlanner(config, {sc.id: survey}, lambda sid, here: here)
     models, options = planner.models_for(sc, measure=False)
     assert options is not None
     by_name = {o.engine.name: o for o in options}

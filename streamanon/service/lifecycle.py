@@ -43,7 +43,6 @@ import asyncio
 import contextlib
 import hmac
 import logging
-import threading
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -146,11 +145,10 @@ class Service:
         self.config = config
         self.store = store or open_store(config.store.url)
         self.control_verifier = ControlVerifier(config.http_token)
-        self._lock = threading.Lock()
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="store")
         self._pool = compute_pool or worker_pool(compute_workers)
         self.surveys: dict[str, Survey] = {}
-        self.survey_planner = SurveyPlanner(config, self.surveys, self._lock, self.counted)
+        self.survey_planner = SurveyPlanner(config, self.surveys, self.counted)
         #: what every survey's moves use of the service (the releaser and the collector
         #: join it in start())
         self.parts = ServiceParts(config, self.store, self._in_store, self._pool,
@@ -393,7 +391,7 @@ class Service:
             times = await self._in_store(self.store.arrival_times, sid)
             estimator = ArrivalEstimator(cfg.arrival_bin_seconds, cfg.arrival_bins)
             estimator.observe(times)
-            with self._lock:
+            with rt.lock:
                 rt.estimator = estimator
             await rt.resume()
         await self._start_planners()
@@ -411,8 +409,9 @@ class Service:
     def observe_shared(self, sid: str, new_records: int) -> None:
         """Records stored by every instance since the last count (the leader's view of the
         arrivals when several instances collect)."""
-        with self._lock:
-            self.surveys[sid].estimator.observe([time.time()] * new_records)
+        rt = self.surveys[sid]
+        with rt.lock:
+            rt.estimator.observe([time.time()] * new_records)
 
     def counted(self, sid: str, here: int) -> int:
         """Every instance's count of the survey's stored records (the leader's, read from the
@@ -434,7 +433,7 @@ class Service:
     # -- the collector's callbacks -----------------------------------------------------------
     def _on_stored(self, sid: str, arrival_times: list[float]) -> None:
         rt = self.surveys[sid]
-        with self._lock:
+        with rt.lock:
             if self.coordinator is None:  # else the store's count says (observe_shared)
                 rt.estimator.observe(arrival_times)
             rt.history.add(time.time(), rt.ingest.stored)
@@ -481,13 +480,14 @@ class Service:
         surveys = []
         for sid, rt in self.surveys.items():
             st, release = self._known.get(sid) or (never_read(sid), None)
-            with self._lock:
+            with rt.lock:
                 pace = rt.estimator.pace(now)
                 arrivals = list(rt.history.points)
-            model = self.survey_planner.models.get(sid, (None, None))[0]
+                model = (rt.plans.models or (None, None))[0]
+                measured = not rt.plans.provisional
             surveys.append(survey_status(
                 rt, st, release, model, pace=pace, arrivals=arrivals, now=now,
-                measured=sid not in self.survey_planner.provisional, stored=None if
+                measured=measured, stored=None if
                 self.coordinator is None else self.coordinator.survey_counts.get(sid)))
         return ServiceStatus(surveys=surveys, health=parts, started_at=self.started_at,
                              now=now, stale=bool(unreachable), unreachable=unreachable)

@@ -19,7 +19,6 @@ import asyncio
 import dataclasses
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -57,13 +56,14 @@ EXTEND_SHARE = 0.25
 class SurveyPlanner:
     """The plans of a service's surveys and the cost models they are made with.
 
-    ``surveys`` and ``lock`` are the service's own (the planner jobs call :meth:`plan` and
-    :meth:`forecast_ready` from their thread; the loop reads what they write under the lock).
+    ``surveys`` are the service's own; what the planner keeps of each is its
+    :class:`~.runtime.PlanState` (``survey.plans``: the cost models in use, the candidates, the
+    work share), read and written under the survey's lock (the planner jobs call :meth:`plan`
+    and :meth:`forecast_ready` from their thread; the loop reads what they write).
     ``counted(survey, here)`` is every instance's count of the survey's stored records, given
-    this instance's ``here`` (with several instances the leader plans with the store's count).
-    :attr:`models` maps each survey to the (base, incremental) cost models in use."""
+    this instance's ``here`` (with several instances the leader plans with the store's count)."""
 
-    def __init__(self, config: Config, surveys: dict[str, RunningSurvey], lock: threading.Lock,
+    def __init__(self, config: Config, surveys: dict[str, RunningSurvey],
                  counted: Callable[[str, int], int]) -> None:
         self.config = config
         self.cost_models = CostModelStore(config.planner.cost_models)
@@ -71,18 +71,7 @@ class SurveyPlanner:
         #: close steps scale the default model; :meth:`CostModelStore.release_overhead`).
         self.overhead = DEFAULT_OVERHEAD  # until load_models reads the recorded releases
         self.surveys = surveys
-        self._lock = lock
         self._counted = counted
-        self.models: dict[str, tuple[PowerLaw, Any]] = {}
-        self._options: dict[str, list[Option]] = {}  # engine = "auto": the candidates
-        #: The surveys planned with provisional models until the measured ones are adopted.
-        self.provisional: set[str] = set()
-        self._measured: dict[str, asyncio.Event] = {}  # set when the models are measured
-        self._first_plan: dict[str, float] = {}  # when each survey was first planned here
-        #: The share of each survey's records its base engine ran on in its last base run:
-        #: with repeated keys, the rare tuples' respondents only (distinct-tuple
-        #: microaggregation); the plans price the engine at that share (1 until measured).
-        self.work_share: dict[str, float] = {}
 
     def observe_base(self, sc: SurveyConfig, n: int, seconds: float,
                      work: int | None = None) -> None:
@@ -93,7 +82,7 @@ class SurveyPlanner:
         from streamanon.engines import model_parameters
 
         work = n if work is None else work
-        self.work_share[sc.id] = min(work / n, 1.0) if n else 1.0
+        self.surveys[sc.id].plans.work_share = min(work / n, 1.0) if n else 1.0
         if work < 2 * sc.k:  # the engine hardly ran: no sample of its cost
             return
         self.cost_models.observe(sc.engine, len(sc.quasi_identifiers), sc.k, work, seconds,
@@ -102,10 +91,10 @@ class SurveyPlanner:
     def observe_work_share(self, sid: str, share: float) -> None:
         """The records read so far show that the base engine would run on ``share`` of them
         (repeated keys: the rare tuples' respondents): the next plans price it so."""
-        if abs(self.work_share.get(sid, 1.0) - share) > 0.01:
+        if abs(self.surveys[sid].plans.work_share - share) > 0.01:
             log.info("survey %s: the base engine would run on %.1f %% of the records (repeated "
                      "keys); planned so", sid, 100 * share, extra={"survey": sid})
-        self.work_share[sid] = min(max(float(share), 0.0), 1.0)
+        self.surveys[sid].plans.work_share = min(max(float(share), 0.0), 1.0)
 
     def load_models(self, sc: SurveyConfig, *, measure: bool = True) -> None:
         """The base cost model (stored, or calibrated now) and the incremental one; with
@@ -126,25 +115,23 @@ class SurveyPlanner:
               *, measured: bool = True) -> None:
         """Plan survey ``sid`` with ``models`` (and the candidates ``options``) from now on;
         an engine ``engine = "auto"`` has chosen keeps its own models."""
-        with self._lock:
+        rt = self.surveys[sid]
+        with rt.lock:
             if options is not None:
-                self._options[sid] = options
-            rt = self.surveys[sid]
+                rt.plans.options = options
             chosen = rt.auto_engine and rt.config.engine != "auto"
-            self.models[sid] = (self._option_models(sid, rt.config.engine) if chosen
-                                and rt.config.engine in {o.engine.name for o in options or []}
-                                else models)
-            if measured:
-                self.provisional.discard(sid)
-            else:
-                self.provisional.add(sid)
+            rt.plans.models = (self._option_models(sid, rt.config.engine) if chosen
+                               and rt.config.engine in {o.engine.name for o in options or []}
+                               else models)
+            rt.plans.provisional = not measured
 
     async def measure(self, sc: SurveyConfig, pool: Executor) -> None:
         """Calibrate the engines whose models are not stored and time the incremental stages,
         in ``pool`` (the compute process: bounded by ``planner.calibration_seconds`` an
         engine), then plan with them; until then the survey is planned with the stored or
         provisional ones, and says so."""
-        if sc.id in self.provisional:
+        plans = self.surveys[sc.id].plans
+        if plans.provisional:
             log.info("survey %s: planning with stored and provisional cost models until they "
                      "are measured on this machine", sc.id)
             started = time.perf_counter()
@@ -153,16 +140,13 @@ class SurveyPlanner:
             self.adopt(sc.id, models, options)
             log.info("survey %s: cost models measured in %.1f s; the planner uses them from "
                      "now", sc.id, time.perf_counter() - started)
-        self._measured_event(sc.id).set()
+        plans.measured.set()
         await self.extend(sc, pool)
-
-    def _measured_event(self, sid: str) -> asyncio.Event:
-        return self._measured.setdefault(sid, asyncio.Event())
 
     async def wait_measured(self, sid: str, task: asyncio.Future) -> None:
         """Until survey ``sid`` is planned with measured models (:meth:`measure`, run as
         ``task``; its failure is raised here)."""
-        waiter = asyncio.ensure_future(self._measured_event(sid).wait())
+        waiter = asyncio.ensure_future(self.surveys[sid].plans.measured.wait())
         await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
         if task.done() and not task.cancelled() and task.exception() is not None:
@@ -254,7 +238,7 @@ class SurveyPlanner:
         if rt.config.incremental != "auto":
             return {}
         engine = rt.config.engine if rt.config.engine != "auto" else "mdav"
-        return {o.stage: o.incremental_cost for o in self._options.get(sid, [])
+        return {o.stage: o.incremental_cost for o in self.surveys[sid].plans.options or []
                 if o.engine.name == engine and o.stage is not None}
 
     def _engine_models(self, sc: SurveyConfig, engine: str,
@@ -286,7 +270,7 @@ class SurveyPlanner:
             split=split)
 
     def _option_models(self, sid: str, engine: str) -> tuple[PowerLaw, Any]:
-        option = next(o for o in self._options[sid] if o.engine.name == engine)
+        option = next(o for o in self.surveys[sid].plans.options or [] if o.engine.name == engine)
         return option.base_cost, option.incremental_cost
 
     def resolve_engine(self, sid: str, engine: str, why: str,
@@ -295,12 +279,13 @@ class SurveyPlanner:
         rt = self.surveys[sid]
         if not rt.auto_engine or rt.config.engine == engine:
             return
-        if engine in {o.engine.name for o in self._options[sid]}:
-            self.models[sid] = self._option_models(sid, engine)
-        else:  # stored by a run under another configuration: it stays that run's engine
+        known = engine in {o.engine.name for o in rt.plans.options or []}
+        if not known:  # stored by a run under another configuration: it stays that run's engine
             log.warning("survey %s: the stored run used %s, which engine = \"auto\" does not "
                         "choose; it is kept (planned with MDAV's cost model)", sid, engine)
-        with self._lock:
+        with rt.lock:
+            if known:
+                rt.plans.models = self._option_models(sid, engine)
             rt.config = rt.config.model_copy(update={"engine": engine})
             rt.ingest.config = rt.config
         rt.engine_choice = {"configured": "auto", "chosen": engine, "reason": why,
@@ -312,10 +297,10 @@ class SurveyPlanner:
         is open again (the planner's next base run, or the one-shot run at close)."""
         rt = self.surveys[sid]
         if rt.auto_engine and rt.config.engine != "auto":
-            with self._lock:
+            with rt.lock:
                 rt.config = rt.config.model_copy(update={"engine": "auto"})
                 rt.ingest.config = rt.config
-            self.models[sid] = self._option_models(sid, "mdav")
+                rt.plans.models = self._option_models(sid, "mdav")
             rt.engine_choice = None
             log.info("survey %s: no base run stored: the base engine will be chosen again", sid)
 
@@ -327,7 +312,7 @@ class SurveyPlanner:
         close = rt.config.close_at
         t = now.timestamp()
         left = (close.timestamp() - t) if close else 0.0
-        with self._lock:
+        with rt.lock:
             bins = rt.estimator.complete_bins(t)
             width = rt.estimator.bin_seconds
             plan, received = rt.last_plan, rt.ingest.stored
@@ -342,7 +327,7 @@ class SurveyPlanner:
         sc = rt.config
         t = now.timestamp()
         close = sc.close_at.timestamp() if sc.close_at else t
-        with self._lock:
+        with rt.lock:
             pace = rt.estimator.pace(t)
             received = rt.ingest.stored
             measured = live.forecast_ready(rt.estimator.complete_bins(t), close - t,
@@ -350,13 +335,15 @@ class SurveyPlanner:
         received = self._counted(sid, received)  # every instance's, not only this one's
         arrivals = live.forecast(received, pace, close - t, sc.expected_records)
         plan, choice = self._plan_for(sid, arrivals, close - t)
-        with self._lock:  # the plan and its choice together (the loop reads both)
+        with rt.lock:  # the plan and its choice together (the loop reads both)
             rt.last_plan = plan
             if choice is not None:
                 rt.choice = choice
         # said once the pace is measured (a plan on the first seconds' handful of records
         # may be one-shot and late where the measured pace leaves time for a base run)
-        first = self._first_plan.setdefault(sid, t)
+        if rt.plans.first_plan is None:
+            rt.plans.first_plan = t
+        first = rt.plans.first_plan
         if rt.window_warning is None and sc.close_at is not None and (
                 measured or sc.expected_records):
             self._warn_of_window(sid, plan, close - first)
@@ -375,9 +362,9 @@ class SurveyPlanner:
         engine = plan.engine or sc.engine
         if engine == "auto":
             return
-        base = (self._option_models(sid, engine)[0] if sid in self._options
-                and engine in {o.engine.name for o in self._options[sid]}
-                else self.models[sid][0])
+        base = (self._option_models(sid, engine)[0]
+                if engine in {o.engine.name for o in rt.plans.options or []}
+                else rt.plans.models[0])
         m = len(sc.quasi_identifiers)
         others = {name: model for name in auto_engine_names() if name != engine
                   and (model := self.cost_models.get(name, m, sc.k)) is not None}
@@ -394,11 +381,11 @@ class SurveyPlanner:
         sc = rt.config
         slowdown = live.load_slowdown(*machine_load())
         if sc.engine == "auto" or sc.incremental == "auto":  # the planner's: the candidates
-            options = self._at_work_share(sid, self._options.get(sid, []))
+            options = self._at_work_share(sid, rt.plans.options or [])
         else:
-            base, incremental = self.models[sid]
+            base, incremental = rt.plans.models
             options = [Option(engine_traits(sc.engine),
-                              base.on_work_share(self.work_share.get(sid, 1.0)), incremental)]
+                              base.on_work_share(rt.plans.work_share), incremental)]
         plan, choice = plan_survey(plan_request(sc), arrivals, options,
                                    seconds_to_close=seconds_to_close, slowdown=slowdown,
                                    overhead_model=self.overhead)
@@ -412,7 +399,7 @@ class SurveyPlanner:
 
     def _at_work_share(self, sid: str, options: list[Option]) -> list[Option]:
         """The candidates with their base engines priced at the survey's work share."""
-        share = self.work_share.get(sid, 1.0)
+        share = self.surveys[sid].plans.work_share
         return [dataclasses.replace(o, base_cost=o.base_cost.on_work_share(share))
                 if share < 1 and isinstance(o.base_cost, PowerLaw) else o for o in options]
 
@@ -428,7 +415,7 @@ class SurveyPlanner:
         rt = self.surveys[sid]
         if not rt.auto_engine or rt.config.engine != "auto":
             return
-        with self._lock:
+        with rt.lock:
             latest, choice = rt.last_plan, rt.choice
             n = rt.ingest.stored
         plan = None if one_shot_records is not None else plan or latest
@@ -489,5 +476,5 @@ def measured_models(config: Config, sc: SurveyConfig,
     stages timed: :meth:`SurveyPlanner.models_for` with ``measure``. Run in the compute
     process (module level, so it pickles): the engines hold the interpreter while they run,
     and the service's event loop must not wait for them."""
-    planner = SurveyPlanner(config, {}, threading.Lock(), lambda sid, here: here)
+    planner = SurveyPlanner(config, {}, lambda sid, here: here)
     return planner.models_for(sc, measure=True)

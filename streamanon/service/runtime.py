@@ -77,6 +77,24 @@ class ArrivalHistory:
             self.spacing *= 2
 
 
+@dataclass
+class PlanState:
+    """What the planner keeps of one survey (:class:`~.planning.SurveyPlanner`): the cost
+    models it plans with, the candidates of ``engine = "auto"`` or ``incremental = "auto"``,
+    whether the models are still provisional, when they were measured, when it was first
+    planned here, and the share of its records the base engine runs on."""
+
+    models: tuple[Any, Any] | None = None  # (base, incremental) cost models in use
+    options: list[Any] | None = None  # scheduler.choice.Option: the candidates, if any
+    provisional: bool = False  # planned with provisional models until measured ones come
+    measured: asyncio.Event = field(default_factory=asyncio.Event)  # the models measured
+    first_plan: float | None = None  # when the survey was first planned here
+    #: The share of the records the base engine ran on in the last base run (or the records
+    #: read ahead show): with repeated keys, the rare tuples' respondents only (distinct-tuple
+    #: microaggregation); the plans price the engine at that share.
+    work_share: float = 1.0
+
+
 class RunningSurvey(Protocol):
     """What the steps (the base run, the close, the release), the planner, the status and the
     lease see of a survey: :class:`~.survey.Survey` is the one there is. The steps read its
@@ -102,6 +120,7 @@ class RunningSurvey(Protocol):
     choice: Any
     window_warning: str | None
     engine_choice: dict[str, Any] | None
+    plans: PlanState
 
     @property
     def id(self) -> str: ...

@@ -40,7 +40,7 @@ from streamanon.service.base_run import BaseRunResult, read_ahead, run_base
 from streamanon.service.closing import close_survey
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.ingest import SurveyIngest
-from streamanon.service.runtime import ArrivalHistory, ReadAhead, StoreCall
+from streamanon.service.runtime import ArrivalHistory, PlanState, ReadAhead, StoreCall
 from streamanon.service.states import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
 from streamanon.service.store import Store, StoreError, SurveyState
 from streamanon.service.validation import Closure
@@ -113,6 +113,7 @@ class Survey:
         #: said once when a plan shows the release will be late (scheduler.live.window_warning)
         self.window_warning: str | None = None
         self.engine_choice: dict[str, Any] | None = None  # what was chosen, why (the report)
+        self.plans = PlanState()  # what the planner keeps of it (planning.SurveyPlanner)
 
     @property
     def id(self) -> str:
@@ -354,7 +355,7 @@ class Survey:
         try:
             await close_survey(
                 self, store=p.store, in_store=p.in_store, collector=p.collector,
-                release=lambda: releaser.release(self, planner.models[self.id][0],
+                release=lambda: releaser.release(self, self.plans.models[0],
                                                  planner.stage_models(self.id)),
                 before_marks=None if p.coordinator is None
                 else p.coordinator.followers_closed)

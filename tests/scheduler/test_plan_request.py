@@ -19,6 +19,7 @@ from scheduler.profiles import resolve
 from streamanon.service.config import parse_config
 from streamanon.service.engine_traits import engine_traits
 from streamanon.service.planning import SurveyPlanner, plan_request
+from streamanon.service.runtime import PlanState
 from streamanon.service.simulate import predict, service_config, simulated_request
 
 N, M, K = 40_000, 15, 10
@@ -48,9 +49,9 @@ def test_the_service_and_the_simulation_plan_a_survey_alike(settings, tmp_path, 
 
     # the service's planner, on provisional models (nothing timed), on an idle machine
     monkeypatch.setattr(planning, "machine_load", lambda: (0.0, 2))
-    planner = SurveyPlanner(config, {sc.id: SimpleNamespace(config=sc,
-                                                            auto_engine=sc.engine == "auto")},
-                            threading.Lock(), lambda sid, here: here)
+    survey = SimpleNamespace(config=sc, auto_engine=sc.engine == "auto",
+                             lock=threading.Lock(), plans=PlanState())
+    planner = SurveyPlanner(config, {sc.id: survey}, lambda sid, here: here)
     models, options = planner.models_for(sc, measure=False)
     planner.adopt(sc.id, models, options, measured=False)
     profile = resolve("uniform", OPEN)

@@ -48,7 +48,6 @@ def planner_for(tmp_path: Path, survey: dict[str, Any], m: int, close_in: float)
     """A :class:`SurveyPlanner` of one survey ``s`` (``survey``: its settings besides id,
     close and schema; m float quasi-identifiers), closing ``close_in`` seconds from now,
     with the models stored in ``tmp_path/cost_models.json`` (nothing timed)."""
-    import threading
     from datetime import datetime, timedelta, timezone
 
     from scheduler.arrivals import ArrivalEstimator
@@ -68,7 +67,7 @@ def planner_for(tmp_path: Path, survey: dict[str, Any], m: int, close_in: float)
     sc = config.surveys[0]
     rt = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
                        ArrivalEstimator(1.0, 10))
-    planner = SurveyPlanner(config, {"s": rt}, threading.Lock(), lambda sid, here: here)
+    planner = SurveyPlanner(config, {"s": rt}, lambda sid, here: here)
     planner.load_models(sc, measure=False)  # the stored models; nothing timed
     return planner
 

@@ -7,7 +7,6 @@ has the time (:meth:`SurveyPlanner.extend`)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
@@ -43,7 +42,7 @@ def planner(tmp_path, samples, *, close_in: float, base_of: int, head_start: flo
                        ArrivalEstimator(1.0, 10))
     rt.last_plan = Plan(mode="optimal", nu=0.1, n_total=base_of / 0.9, t_ref=1.0,
                         head_start=head_start, base_seconds=1.0, incremental_seconds=0.1)
-    return SurveyPlanner(config, {"s": rt}, threading.Lock(), lambda sid, here: here), sc, rt
+    return SurveyPlanner(config, {"s": rt}, lambda sid, here: here), sc, rt
 
 
 def calibrated(planner) -> list[int]:
@@ -59,7 +58,7 @@ def test_the_engine_is_timed_at_doubling_sizes_up_to_the_planned_base_run(tmp_pa
         asyncio.run(plan.extend(sc, pool))
     assert calibrated(plan) == [1000, 2000, 4000, 8000, 16000]  # 32,000 >= 18,000 / 2
     stored = CostModelStore(plan.config.planner.cost_models).get("mdav", M, K)
-    assert plan.models["s"][0].a == pytest.approx(stored.a)  # the planner plans with it
+    assert plan.surveys["s"].plans.models[0].a == pytest.approx(stored.a)  # the planner plans with it
 
 
 def test_no_timing_without_the_time_or_after_the_base_run_started(tmp_path):

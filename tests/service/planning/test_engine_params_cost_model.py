@@ -60,7 +60,7 @@ def test_the_planner_uses_and_the_run_feeds_the_model_of_the_configured_paramete
         service = Service(config, compute_pool=ThreadComputePool())
         await service.start()
         try:
-            base_model = service.survey_planner.models[SURVEY][0]
+            base_model = service.surveys[SURVEY].plans.models[0]
             plan = await collect(service, broker.bootstrap, config, SURVEY, N)
             await run_base(service, SURVEY, plan)
             return base_model

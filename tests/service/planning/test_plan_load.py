@@ -69,7 +69,7 @@ def test_the_plan_weighs_the_release_steps_as_this_machine_ran_them(tmp_path):
     now = datetime.now(timezone.utc)
     plan = here.plan("s", now)
     assert here.overhead(N, 5_000) == pytest.approx(0.5 * DEFAULT_OVERHEAD(N, 5_000))
-    stage = here.models["s"][1]  # NN-split-end's late records span base cells
+    stage = here.surveys["s"].plans.models[1]  # NN-split-end's late records span base cells
     assert plan.overhead_seconds == pytest.approx(0.5 * DEFAULT_OVERHEAD.late_part(
         plan.nu * N, spanned=stage.spanned(plan.n_total - plan.nu * N, plan.nu * N)), rel=1e-6)
 
@@ -88,7 +88,7 @@ def test_a_survey_of_repeated_keys_is_planned_as_the_small_problem_its_base_run_
     before = planner.plan("s", now)
     sc = planner.surveys["s"].config
     planner.observe_base(sc, 50_000, 0.004, work=1_000)  # quadratic: 0.4 ms at 1,000
-    assert planner.work_share["s"] == pytest.approx(0.02)
+    assert planner.surveys["s"].plans.work_share == pytest.approx(0.02)
     samples = CostModelStore(tmp_path / "cost_models.json").samples("mdav", M, K)
     assert [(n, src) for n, _, src in samples if src == "run"] == [(1_000, "run")]
     after = planner.plan("s", now)

@@ -86,10 +86,10 @@ def test_stored_models_are_used_at_once_and_only_the_stages_are_timed_after_star
         service = Service(config, compute_pool=ThreadComputePool())
         try:
             await service.start()
-            first = service.survey_planner.models[SURVEY][0]
+            first = service.surveys[SURVEY].plans.models[0]
             await service.measured(SURVEY)
-            return first, service.survey_planner.models[SURVEY][0], \
-                SURVEY in service.survey_planner.provisional
+            return first, service.surveys[SURVEY].plans.models[0], \
+                service.surveys[SURVEY].plans.provisional
         finally:
             await service.stop()
 
