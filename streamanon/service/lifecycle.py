@@ -1,9 +1,11 @@
 """The long-running service: its wiring (design spec §6). :class:`Service` starts and stops
-the collector, the store, the planner jobs, the compute process and the lease; recovers each
-survey from its stored state; starts the base run at the planned moment; and hands the close
-to :mod:`~streamanon.service.closing` and the release to :mod:`~streamanon.service.releasing`.
-What it plans with is its :class:`~streamanon.service.planning.SurveyPlanner`; what it shows
-is built by :mod:`~streamanon.service.status`.
+what the surveys share (the collector, the store and its thread, the planner jobs, the compute
+process, the lease) and hands it to each :class:`~streamanon.service.survey.Survey` as one
+:class:`~streamanon.service.survey.ServiceParts`; each survey recovers from its stored state,
+starts its base run at the planned moment, closes and releases
+(:mod:`~streamanon.service.closing`, :mod:`~streamanon.service.releasing`). What it plans with
+is its :class:`~streamanon.service.planning.SurveyPlanner`; what it shows is built by
+:mod:`~streamanon.service.status`.
 
 One asyncio event loop runs the collector, the HTTP server and the close sequence; the planner
 jobs run on an APScheduler background scheduler; the base engine and the incremental stage run
