@@ -5,17 +5,18 @@ No other module of ``streamanon/`` or ``scheduler/`` imports a Kafka client libr
 :class:`KafkaSettings` (brokers, security protocol, TLS files, SASL mechanism and credentials,
 client id), mapped here once per library:
 
-- **kafka-python** for blocking work off the event loop: the admin client that probes a
-  broker and creates topics, the service's producer (dead letters, webhook submissions, the
-  CLI's signed close), and the reader of partition ends and records near them;
 - **aiokafka** for the collector's group consumer on the event loop (``getmany`` batches,
   manual commits, a rebalance listener, pause and resume, seeks) and the reader of the
   group's committed offsets;
-- **confluent-kafka** (librdkafka) for the producers that must send a million records in
-  seconds: the release publisher, the simulated respondents and the simulation's bulk load.
+- **confluent-kafka** (librdkafka) for everything else: the producers that must send a
+  million records in seconds (the release publisher, the simulated respondents, the
+  simulation's bulk load), the admin client that probes a broker and creates topics, the
+  service's producer (:class:`ServiceProducer`: dead letters, webhook submissions, the CLI's
+  signed close) and the reader of partition ends and records near them (a consumer that never
+  joins a group).
 
-Why three and not one is on the architecture page ("Kafka clients", with the consumer
-benchmark, ``simulations/bench_consumers.py``). Each library is imported inside the function
+Why two and not one is on the architecture page ("Kafka clients", with the consumer
+benchmark, ``simulations/bench_ingest_consumers.py``). Each library is imported inside the function
 that builds its client, so that importing this module loads no Kafka client (and the
 respondents' spawned process loads librdkafka only).
 """
@@ -75,8 +76,7 @@ class KafkaSettings:
         return self.security_protocol.startswith("SASL_")
 
     def python_options(self) -> dict[str, Any]:
-        """Connection keyword arguments of kafka-python's and aiokafka's clients alike (both
-        take these names): brokers, security protocol, a TLS context built from the files
+        """Connection keyword arguments of aiokafka's clients (Python names): brokers, security protocol, a TLS context built from the files
         (the system CAs when no CA file is given), the SASL credentials, the client id."""
         options: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers,
                                    "security_protocol": self.security_protocol}
