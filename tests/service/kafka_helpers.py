@@ -75,8 +75,8 @@ def topic_names(bootstrap: str) -> set[str]:
 
 
 def delete_topic(bootstrap: str, topic: str) -> None:
-    for future in AdminClient({"bootstrap.servers": bootstrap}).delete_topics(
-            [topic], request_timeout=30).values():
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until its answer is in
+    for future in admin.delete_topics([topic], request_timeout=30).values():
         future.result(30)
 
 
