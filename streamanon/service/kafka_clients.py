@@ -76,8 +76,9 @@ class KafkaSettings:
         return self.security_protocol.startswith("SASL_")
 
     def python_options(self) -> dict[str, Any]:
-        """Connection keyword arguments of aiokafka's clients (Python names): brokers, security protocol, a TLS context built from the files
-        (the system CAs when no CA file is given), the SASL credentials, the client id."""
+        """Connection keyword arguments of aiokafka's clients (Python names): brokers, security
+        protocol, a TLS context built from the files (the system CAs when no CA file is given),
+        the SASL credentials, the client id."""
         options: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers,
                                    "security_protocol": self.security_protocol}
         if self.tls:
@@ -266,8 +267,11 @@ class ServiceProducer:
 def producer(settings: KafkaSettings, tuning: dict[str, Any] | None = None) -> ServiceProducer:
     """A :class:`ServiceProducer` (``send`` returns a future): the service's producer of dead
     letters and webhook submissions, and the CLI's signed close. ``tuning``: its settings
-    besides the connection, in librdkafka's names (``linger.ms``, ``acks``, ...)."""
-    return ServiceProducer({**settings.librdkafka_options(), **(tuning or {}),
+    besides the connection, in librdkafka's names (``linger.ms``, ``acks``, ...). A record the
+    brokers have not taken in two minutes fails (``message.timeout.ms``; librdkafka's own is
+    five), so that a stop while they are away ends in that time."""
+    return ServiceProducer({**settings.librdkafka_options(), "message.timeout.ms": 120_000,
+                            **(tuning or {}),
                             "logger": logging.getLogger(LIBRDKAFKA_CLIENTS_LOGGER)})
 
 
