@@ -337,9 +337,17 @@ def position_reader(settings: KafkaSettings, tuning: dict[str, Any] | None = Non
 
 def reader_partition(topic: str, partition: int, offset: int | None = None) -> Any:
     """A partition as :func:`position_reader` names it (confluent-kafka's ``TopicPartition``),
-    with the offset to read from when given."""
+    with the offset to read from when given (:data:`None`: none; see
+    :func:`reader_beginning`)."""
     from confluent_kafka import TopicPartition
 
     if offset is None:
         return TopicPartition(topic, partition)
     return TopicPartition(topic, partition, offset)
+
+
+def reader_beginning(topic: str, partition: int) -> Any:
+    """A partition for :func:`position_reader`'s ``assign``, read from its first offset."""
+    from confluent_kafka import OFFSET_BEGINNING
+
+    return reader_partition(topic, partition, OFFSET_BEGINNING)

@@ -26,6 +26,7 @@ from streamanon.service.kafka_clients import (
     group_consumer,
     group_partition,
     position_reader,
+    reader_beginning,
     reader_partition,
 )
 from streamanon.service.kafka_clients import (
@@ -67,12 +68,10 @@ def _fetch_high_watermarks(consumer: Any, topic: str, partitions: list[int]) -> 
     librdkafka keeps from the last fetch answer, ``cached=True``), one partition at a time
     (assigned together, the records fetched from one hold back the fetches of the others
     until they are all consumed)."""
-    from confluent_kafka import OFFSET_BEGINNING
-
     out = {}
     deadline = time.monotonic() + FETCH_TIMEOUT_SECONDS
     for partition in partitions:
-        consumer.assign([reader_partition(topic, partition, OFFSET_BEGINNING)])
+        consumer.assign([reader_beginning(topic, partition)])
         while (high := consumer.get_watermark_offsets(reader_partition(topic, partition),
                                                       cached=True)[1]) < 0:
             if time.monotonic() > deadline:
