@@ -81,14 +81,19 @@ def responses(X: np.ndarray, start: int = 0) -> list[bytes]:
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> float:
-    from kafka import KafkaProducer
+    from confluent_kafka import Producer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=512 * 1024)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                         "batch.size": 512 * 1024})
     started = time.perf_counter()
     for v in values:
-        producer.send(topic, value=v)
+        while True:
+            try:
+                producer.produce(topic, value=v)
+                break
+            except BufferError:  # the send queue is full: let it drain
+                producer.poll(0.1)
     producer.flush()
-    producer.close()
     return len(values) / (time.perf_counter() - started)
 
 

@@ -191,9 +191,9 @@ def _close_via_kafka(args: argparse.Namespace) -> int:
     topic = config.control_topic
     try:
         sender = producer(KafkaSettings.from_config(config))
-        sender.send(topic, value=sign("close", args.survey, _token())).get(timeout=30)
+        sender.send(topic, value=sign("close", args.survey, _token())).result(timeout=30)
         sender.close()
-    except client_error() as exc:
+    except (client_error(), TimeoutError) as exc:
         raise StreamanonError(f"cannot send the control message to {topic}: "
                               f"{type(exc).__name__}") from None
     print(f"survey {args.survey}: close requested on {topic} (signed control message); the "

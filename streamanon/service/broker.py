@@ -24,7 +24,13 @@ from types import TracebackType
 from typing import Any
 
 from streamanon.errors import StreamanonError
-from streamanon.service.kafka_clients import KafkaSettings, client_error, create_topics, probe
+from streamanon.service.kafka_clients import (
+    LIBRDKAFKA_CLIENTS_LOGGER,
+    KafkaSettings,
+    client_error,
+    create_topics,
+    probe,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +74,12 @@ _quiet_saved = logging.NOTSET
 
 @contextlib.contextmanager
 def _client_logs_quiet() -> Any:
-    """While probes run, the Kafka client's own log lines (``kafka.*``: "Connection failed:
-    ECONNREFUSED" at ERROR while the broker starts) are not emitted: refused connections are
+    """While probes run, the Kafka client's own log lines (librdkafka's "Connect to ...
+    failed: Connection refused" while the broker starts) are not emitted: refused connections are
     what the wait is for, and it reports its own outcome. Nested and concurrent waits share
     one saved level, restored when the last one ends."""
     global _quiet_holders, _quiet_saved
-    client = logging.getLogger("kafka")
+    client = logging.getLogger(LIBRDKAFKA_CLIENTS_LOGGER)
     with _quiet_lock:
         if _quiet_holders == 0:
             _quiet_saved = client.level

@@ -4,7 +4,7 @@
 :func:`redact_dead_letter` takes the raw respondent id out of it where the survey asks, and
 :class:`KafkaDeadLetters` produces the records from a thread of its own (the
 :class:`DeadLetterSink` the collector sends to). May import :mod:`streamanon.service.validation`
-and the standard library; kafka-python only through the producer it is given; no store, no
+and the standard library; a Kafka client only through the producer it is given; no store, no
 consumer.
 
 Dead-letter messages (topic ``<prefix>.<survey>.deadletter``) carry the original key and value
@@ -53,8 +53,9 @@ def dead_letter(rejection: Rejection) -> tuple[bytes | None, bytes | None, list[
     """Key, value and headers of a rejection's dead letter: the original bytes, cut to a
     prefix (with a header giving the original length) where they would not fit a 1 MiB
     request, and a detail bounded to :data:`DETAIL_CHARS` printable ASCII characters. A null
-    value stays null (header ``streamanon-null``); kafka-python refuses a record whose key and
-    value are both null, so such a key is sent empty, and the header says both were null."""
+    value stays null (header ``streamanon-null``); a record whose key and value are both null
+    is refused by some clients, so such a key is sent empty, and the header says both were
+    null."""
     msg = rejection.message
     detail = rejection.detail
     if not (detail.isascii() and detail.isprintable()):
@@ -125,10 +126,11 @@ class _Letter:
 
 
 class KafkaDeadLetters:
-    """Produces rejections with kafka-python from a thread of its own.
+    """Produces rejections from a thread of its own.
 
-    :meth:`send` only queues: the thread hands each dead letter to the producer (whose
-    ``send`` may wait for metadata or buffer space) and checks the broker's answer. A failed
+    :meth:`send` only queues: the thread hands each dead letter to the producer (a
+    :class:`~.kafka_clients.ServiceProducer`, whose ``send`` may wait for room in its queue
+    and returns a future) and checks the broker's answer. A failed
     send is retried ``attempts`` times with exponential backoff from ``retry_backoff``
     seconds; :attr:`sent`, :attr:`retried` and :attr:`failed` count the outcomes.
     """
@@ -183,10 +185,13 @@ class KafkaDeadLetters:
             except Exception as exc:
                 self._failed(letter, exc)
                 continue
-            future.add_callback(self._delivered, letter)
-            future.add_errback(self._failed, letter)
+            future.add_done_callback(lambda sent, letter=letter: self._answered(letter, sent))
 
-    def _delivered(self, letter: _Letter, _metadata: Any) -> None:
+    def _answered(self, letter: _Letter, sent: concurrent.futures.Future[Any]) -> None:
+        exc = sent.exception()
+        if exc is not None:
+            self._failed(letter, exc)
+            return
         with self._lock:
             self.sent += 1
         _settle(letter.done, True)

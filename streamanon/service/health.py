@@ -116,7 +116,7 @@ def task_health(task: asyncio.Task | None, what: str) -> PartHealth:
 
 def collector_health(collector: Any, dead_letters: Any) -> PartHealth:
     """The consumer loop, the ingest worker process and the dead-letter producer
-    (kafka-python)."""
+    (:class:`~.kafka_clients.ServiceProducer`: open, its polling thread running)."""
     if collector is None:
         return PartHealth(False, "not started")
     worker = getattr(collector, "worker", None)  # an ingest.IngestWorker
@@ -127,11 +127,8 @@ def collector_health(collector: Any, dead_letters: Any) -> PartHealth:
     letters = getattr(collector, "dead_letters", None)
     if letters is not None and not getattr(letters, "alive", True):
         return PartHealth(False, "the dead-letter thread stopped")
-    if dead_letters is not None:
-        sender = getattr(dead_letters, "_sender", None)
-        if getattr(dead_letters, "_closed", False) or (sender is not None
-                                                        and not sender.is_alive()):
-            return PartHealth(False, "the dead-letter producer stopped")
+    if dead_letters is not None and not getattr(dead_letters, "alive", True):
+        return PartHealth(False, "the dead-letter producer stopped")
     return RUNNING
 
 

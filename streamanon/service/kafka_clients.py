@@ -5,17 +5,18 @@ No other module of ``streamanon/`` or ``scheduler/`` imports a Kafka client libr
 :class:`KafkaSettings` (brokers, security protocol, TLS files, SASL mechanism and credentials,
 client id), mapped here once per library:
 
-- **kafka-python** for blocking work off the event loop: the admin client that probes a
-  broker and creates topics, the service's producer (dead letters, webhook submissions, the
-  CLI's signed close), and the reader of partition ends and records near them;
 - **aiokafka** for the collector's group consumer on the event loop (``getmany`` batches,
   manual commits, a rebalance listener, pause and resume, seeks) and the reader of the
   group's committed offsets;
-- **confluent-kafka** (librdkafka) for the producers that must send a million records in
-  seconds: the release publisher, the simulated respondents and the simulation's bulk load.
+- **confluent-kafka** (librdkafka) for everything else: the producers that must send a
+  million records in seconds (the release publisher, the simulated respondents, the
+  simulation's bulk load), the admin client that probes a broker and creates topics, the
+  service's producer (:class:`ServiceProducer`: dead letters, webhook submissions, the CLI's
+  signed close) and the reader of partition ends and records near them (a consumer that never
+  joins a group).
 
-Why three and not one is on the architecture page ("Kafka clients", with the consumer
-benchmark, ``simulations/bench_consumers.py``). Each library is imported inside the function
+Why two and not one is on the architecture page ("Kafka clients", with the consumer
+benchmark, ``simulations/bench_ingest_consumers.py``). Each library is imported inside the function
 that builds its client, so that importing this module loads no Kafka client (and the
 respondents' spawned process loads librdkafka only).
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,8 +35,10 @@ if TYPE_CHECKING:
 
 #: Where the release publisher's librdkafka logs (``logger`` of :func:`rdkafka_producer`).
 LIBRDKAFKA_LOGGER = "streamanon.service.publisher.librdkafka"
-#: The loggers of the Kafka clients: kafka-python's, aiokafka's, librdkafka's.
-CLIENT_LOGGERS = ("kafka", "aiokafka", LIBRDKAFKA_LOGGER)
+#: Where librdkafka logs for the door's other clients (admin, service producer, reader).
+LIBRDKAFKA_CLIENTS_LOGGER = "streamanon.service.kafka_clients.librdkafka"
+#: The loggers of the Kafka clients: aiokafka's, and librdkafka's (two).
+CLIENT_LOGGERS = ("aiokafka", LIBRDKAFKA_LOGGER, LIBRDKAFKA_CLIENTS_LOGGER)
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,9 @@ class KafkaSettings:
         return self.security_protocol.startswith("SASL_")
 
     def python_options(self) -> dict[str, Any]:
-        """Connection keyword arguments of kafka-python's and aiokafka's clients alike (both
-        take these names): brokers, security protocol, a TLS context built from the files
-        (the system CAs when no CA file is given), the SASL credentials, the client id."""
+        """Connection keyword arguments of aiokafka's clients (Python names): brokers, security
+        protocol, a TLS context built from the files (the system CAs when no CA file is given),
+        the SASL credentials, the client id."""
         options: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers,
                                    "security_protocol": self.security_protocol}
         if self.tls:
@@ -123,19 +127,19 @@ def broker_errors() -> tuple[type[BaseException], ...]:
     worth waiting for and trying again, unlike a fault in the data."""
     from aiokafka.errors import KafkaError as AIOKafkaError
     from confluent_kafka import KafkaException
-    from kafka.errors import KafkaError
 
     from streamanon.errors import PublishError
 
-    return (AIOKafkaError, KafkaError, KafkaException, PublishError, OSError, TimeoutError)
+    return (AIOKafkaError, KafkaException, PublishError, OSError, TimeoutError)
 
 
 def client_error() -> type[BaseException]:
-    """The base class of the errors of the kafka-python clients (:func:`probe`,
-    :func:`create_topics`, :func:`producer`, :func:`position_reader`)."""
-    from kafka.errors import KafkaError
+    """The error of the librdkafka clients (:func:`probe`, :func:`create_topics`,
+    :func:`producer`, :func:`position_reader`): ``KafkaException``, its ``args[0]`` a
+    ``KafkaError`` with a code."""
+    from confluent_kafka import KafkaException
 
-    return KafkaError
+    return KafkaException
 
 
 def fetch_errors() -> tuple[tuple[type[BaseException], ...], type[BaseException]]:
@@ -148,52 +152,127 @@ def fetch_errors() -> tuple[tuple[type[BaseException], ...], type[BaseException]
 
 # -- admin -------------------------------------------------------------------------------------
 
-def probe(settings: KafkaSettings, seconds: float) -> None:
-    """Fetch the brokers' metadata once with a new admin client (raises what it meets); its
-    bootstrap is bounded by ``seconds`` where the library allows it (kafka-python 3)."""
-    import kafka
+def _admin(settings: KafkaSettings) -> Any:
+    from confluent_kafka.admin import AdminClient
 
-    known = getattr(kafka.KafkaAdminClient, "DEFAULT_CONFIG", {})
-    bounded = ({"bootstrap_timeout_ms": max(int(seconds * 1000), 1)}
-               if "bootstrap_timeout_ms" in known else {})
-    admin = kafka.KafkaAdminClient(**settings.python_options(), request_timeout_ms=3000,
-                                   **bounded)
-    admin.list_topics()
-    admin.close()
+    return AdminClient({**settings.librdkafka_options(),
+                        "logger": logging.getLogger(LIBRDKAFKA_CLIENTS_LOGGER)})
+
+
+def probe(settings: KafkaSettings, seconds: float) -> None:
+    """Fetch the brokers' metadata once with a new admin client, waiting at most ``seconds``
+    (raises ``KafkaException`` when no broker answered in time)."""
+    _admin(settings).list_topics(timeout=max(seconds, 0.001))
 
 
 def create_topics(settings: KafkaSettings, wanted: dict[str, int],
-                  configs: dict[str, dict[str, str]] | None = None) -> None:
+                  configs: dict[str, dict[str, str]] | None = None,
+                  timeout: float = 30.0) -> None:
     """Create the topics of ``wanted`` (name -> partitions) that do not exist yet, with the
-    settings ``configs`` gives them; a topic that exists keeps its own (idempotent)."""
-    import contextlib
+    settings ``configs`` gives them; a topic that exists keeps its own (idempotent: one that
+    another client creates meanwhile is no error)."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import NewTopic
 
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
-    admin = KafkaAdminClient(**settings.python_options())
-    try:
-        existing = set(admin.list_topics())
-        new = [NewTopic(n, num_partitions=p, replication_factor=1,
-                        topic_configs=(configs or {}).get(n))
-               for n, p in wanted.items() if n not in existing]
-        if new:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics(new)
-    finally:
-        admin.close()
+    admin = _admin(settings)
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    new = [NewTopic(n, num_partitions=p, replication_factor=1,
+                    config=dict((configs or {}).get(n) or {}))
+           for n, p in wanted.items() if n not in existing]
+    if not new:
+        return
+    for future in admin.create_topics(new, request_timeout=timeout).values():
+        try:
+            future.result(timeout)
+        except client_error() as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
 
 
 # -- producers ---------------------------------------------------------------------------------
 
-def producer(settings: KafkaSettings, **tuning: Any) -> Any:
-    """A kafka-python ``KafkaProducer`` (``send`` returns a future): the service's producer
-    of dead letters and webhook submissions, and the CLI's signed close. ``tuning``: its
-    keyword arguments besides the connection (``linger_ms``, ``acks``, ...)."""
-    from kafka import KafkaProducer
+class ServiceProducer:
+    """A confluent-kafka ``Producer`` whose :meth:`send` returns a future: the service's
+    producer of dead letters and webhook submissions, and the CLI's signed close.
 
-    return KafkaProducer(**settings.python_options(), **tuning)
+    librdkafka reports a delivery through a callback that runs inside ``poll``; a thread of
+    this object polls, so the futures settle without their callers polling. A full send
+    queue (``BufferError``) makes :meth:`send` wait up to ``max_block`` seconds for room."""
+
+    def __init__(self, options: dict[str, Any], max_block: float = 60.0) -> None:
+        import threading
+
+        from confluent_kafka import Producer
+
+        self._producer = Producer(options)
+        self.max_block = max_block
+        self.closed = False
+        self._poller = threading.Thread(target=self._poll, name="kafka-producer-poll",
+                                        daemon=True)
+        self._poller.start()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the producer is open and its polling thread runs (for the health check)."""
+        return not self.closed and self._poller.is_alive()
+
+    def send(self, topic: str, *, key: bytes | None = None, value: bytes | None = None,
+             headers: list[tuple[str, bytes]] | None = None) -> Future[tuple[int, int]]:
+        """Queue a record; the future gives (partition, offset) once the brokers acknowledge
+        it, or raises ``KafkaException``."""
+        import time
+
+        if self.closed:
+            raise RuntimeError("the producer is closed")
+        done: Future[tuple[int, int]] = Future()
+
+        def delivered(error: Any, message: Any) -> None:
+            if done.done():
+                return
+            if error is not None:
+                done.set_exception(client_error()(error))
+            else:
+                done.set_result((message.partition(), message.offset()))
+
+        deadline = time.monotonic() + self.max_block
+        while True:
+            try:
+                self._producer.produce(topic, key=key, value=value, headers=headers,
+                                       on_delivery=delivered)
+                return done
+            except BufferError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no room in the send queue in {self.max_block:.0f} s"
+                                       ) from None
+                self._producer.poll(0.05)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every record queued so far is acknowledged or failed; whether none
+        remain."""
+        return self._producer.flush(-1 if timeout is None else timeout) == 0
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Flush (at most ``timeout`` seconds), then stop polling."""
+        if self.closed:
+            return
+        self.flush(timeout)
+        self.closed = True
+        self._poller.join(timeout)
+
+    def _poll(self) -> None:
+        while not self.closed:
+            self._producer.poll(0.1)
+
+
+def producer(settings: KafkaSettings, tuning: dict[str, Any] | None = None) -> ServiceProducer:
+    """A :class:`ServiceProducer` (``send`` returns a future): the service's producer of dead
+    letters and webhook submissions, and the CLI's signed close. ``tuning``: its settings
+    besides the connection, in librdkafka's names (``linger.ms``, ``acks``, ...). A record the
+    brokers have not taken in two minutes fails (``message.timeout.ms``; librdkafka's own is
+    five), so that a stop while they are away ends in that time."""
+    return ServiceProducer({**settings.librdkafka_options(), "message.timeout.ms": 120_000,
+                            **(tuning or {}),
+                            "logger": logging.getLogger(LIBRDKAFKA_CLIENTS_LOGGER)})
 
 
 def rdkafka_producer(settings: KafkaSettings, tuning: dict[str, Any],
@@ -243,18 +322,32 @@ def group_partition(topic: str, partition: int) -> Any:
     return TopicPartition(topic, partition)
 
 
-def position_reader(settings: KafkaSettings, **options: Any) -> Any:
-    """A kafka-python ``KafkaConsumer`` in no group, for blocking reads of partition ends and
-    records near them. (kafka-python here: an aiokafka consumer whose fetch of an empty
-    partition the embedded broker leaves unanswered takes the request timeout, 40 s, to
-    stop.) ``options``: its keyword arguments besides the connection."""
-    from kafka import KafkaConsumer
+def position_reader(settings: KafkaSettings, tuning: dict[str, Any] | None = None) -> Any:
+    """A confluent-kafka ``Consumer`` that never joins a group, for blocking reads of partition
+    ends and records near them (``assign``, ``consume``, ``get_watermark_offsets``).
+    librdkafka wants a group id even so; the one given, ``streamanon-position-reader``, is
+    never joined nor committed to (no ``subscribe``, no commit). ``tuning``: its settings
+    besides the connection, in librdkafka's names."""
+    from confluent_kafka import Consumer
 
-    return KafkaConsumer(**settings.python_options(), **options)
+    return Consumer({**settings.librdkafka_options(), "group.id": "streamanon-position-reader",
+                     "enable.auto.commit": False, "enable.auto.offset.store": False,
+                     **(tuning or {}), "logger": logging.getLogger(LIBRDKAFKA_CLIENTS_LOGGER)})
 
 
-def reader_partition(topic: str, partition: int) -> Any:
-    """A partition as :func:`position_reader` names it (kafka-python's ``TopicPartition``)."""
-    from kafka import TopicPartition
+def reader_partition(topic: str, partition: int, offset: int | None = None) -> Any:
+    """A partition as :func:`position_reader` names it (confluent-kafka's ``TopicPartition``),
+    with the offset to read from when given (:data:`None`: none; see
+    :func:`reader_beginning`)."""
+    from confluent_kafka import TopicPartition
 
-    return TopicPartition(topic, partition)
+    if offset is None:
+        return TopicPartition(topic, partition)
+    return TopicPartition(topic, partition, offset)
+
+
+def reader_beginning(topic: str, partition: int) -> Any:
+    """A partition for :func:`position_reader`'s ``assign``, read from its first offset."""
+    from confluent_kafka import OFFSET_BEGINNING
+
+    return reader_partition(topic, partition, OFFSET_BEGINNING)

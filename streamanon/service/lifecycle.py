@@ -155,7 +155,7 @@ class Service:
         #: join it in start())
         self.parts = ServiceParts(config, self.store, self._in_store, self._pool,
                                   self.survey_planner)
-        self.producer: Any = None  # kafka-python: dead letters, from the store thread
+        self.producer: Any = None  # librdkafka (kafka_clients.ServiceProducer): dead letters
         self.release_producer: Any = None  # librdkafka: releases (ReleasePublisher)
         self._releaser: Releaser | None = None  # made in start(), with the release producer
         self.collector: KafkaCollector | None = None
@@ -191,7 +191,7 @@ class Service:
         kafka = KafkaSettings.from_config(cfg)  # brokers and security, for every client
         await self._in_store(lambda: ensure_topics(kafka, self._topics(),
                                                    configs=cfg.topic_configs()))
-        self.producer = producer(kafka, linger_ms=20, batch_size=512 * 1024, acks="all")
+        self.producer = producer(kafka, {"linger.ms": 20, "batch.size": 512 * 1024, "acks": "all"})
         self.release_producer = ReleasePublisher(cfg)
         self._releaser = self.parts.releaser = Releaser(
             cfg, self.store, self._in_store, self._pool, self.release_producer, self.telemetry)

@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 
-from streamanon.service.kafka_clients import CLIENT_LOGGERS
+from streamanon.service.kafka_clients import CLIENT_LOGGERS, LIBRDKAFKA_CLIENTS_LOGGER
 
 FORMATS = ("text", "json")
 _EXTRA_KEYS = ("survey", "state", "from_state", "note")
@@ -58,8 +58,6 @@ class ClientErrors(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING or not record.name.startswith(CLIENT_LOGGERS):
             return True
-        if _cancelled_by_closing(record):
-            return False
         now = record.created
         new_outage = now - self._last_seen > self.quiet
         self._last_seen = now
@@ -80,14 +78,6 @@ class ClientErrors(logging.Filter):
         return True
 
 
-def _cancelled_by_closing(record: logging.LogRecord) -> bool:
-    """kafka-python's ERROR for a request it cancelled because its client was being closed
-    ("Metadata refresh: failed Cancelled"): the close the service asked for, not a fault."""
-    return (record.name.startswith("kafka.") and isinstance(record.args, tuple)
-            and any(type(arg).__name__ == "Cancelled"
-                    and type(arg).__module__.startswith("kafka.") for arg in record.args))
-
-
 def setup_logging(level: str = "info", fmt: str = "text") -> None:
     """Configure the root logger on stderr; quieten the Kafka clients and the scheduler."""
     handler = logging.StreamHandler(sys.stderr)
@@ -100,6 +90,5 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("aiokafka", "apscheduler"):
+    for noisy in ("aiokafka", "apscheduler", LIBRDKAFKA_CLIENTS_LOGGER):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    logging.getLogger("kafka").setLevel(logging.ERROR)

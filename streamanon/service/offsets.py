@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from streamanon.service.config import Config
 from streamanon.service.health import stop_consumer
@@ -26,6 +26,7 @@ from streamanon.service.kafka_clients import (
     group_consumer,
     group_partition,
     position_reader,
+    reader_beginning,
     reader_partition,
 )
 from streamanon.service.kafka_clients import (
@@ -35,33 +36,49 @@ from streamanon.service.kafka_clients import (
 FETCH_TIMEOUT_SECONDS = 30.0
 
 
+class Record(NamedTuple):
+    """A message read back, whichever client read it."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+
+
 def _reader(config: Config) -> Any:
-    """A kafka-python consumer for reading positions: small fetches, short waits, no group,
-    no CRC check of the fetched batches (pure Python: 0.3 s per megabyte batch, and only the
-    fetch's high watermark or a header is read; kafka-python, see
-    :func:`~.kafka_clients.position_reader`). A read never creates the topic: the service
+    """A librdkafka consumer for reading positions: small fetches, short waits, no group
+    (:func:`~.kafka_clients.position_reader`). A read never creates the topic: the service
     makes its topics with their own partitions, a broker's auto-creation would give its
     default."""
-    return position_reader(KafkaSettings.from_config(config), enable_auto_commit=False,
-                           max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=50,
-                           auto_offset_reset="earliest", check_crcs=False,
-                           allow_auto_create_topics=False)
+    return position_reader(KafkaSettings.from_config(config), {
+        "max.partition.fetch.bytes": 64 * 1024, "fetch.wait.max.ms": 50,
+        "auto.offset.reset": "earliest", "allow.auto.create.topics": False})
 
 
-def _fetch_high_watermarks(consumer: Any, tps: list[Any]) -> dict[Any, int]:
-    """Each partition's high watermark from a fetch of its first batch, one partition at a
-    time (assigned together, the records fetched from one hold back the fetches of the others
-    until they are all polled, one by one)."""
+def _partitions(consumer: Any, topic: str) -> list[int]:
+    """The partitions of ``topic`` by the brokers' metadata (none: the topic does not exist)."""
+    found = consumer.list_topics(topic, timeout=FETCH_TIMEOUT_SECONDS).topics.get(topic)
+    if found is None or found.error is not None:
+        return []
+    return sorted(found.partitions)
+
+
+def _fetch_high_watermarks(consumer: Any, topic: str, partitions: list[int]) -> dict[int, int]:
+    """Each partition's high watermark from a fetch of its first batch (the watermark
+    librdkafka keeps from the last fetch answer, ``cached=True``), one partition at a time
+    (assigned together, the records fetched from one hold back the fetches of the others
+    until they are all consumed)."""
     out = {}
     deadline = time.monotonic() + FETCH_TIMEOUT_SECONDS
-    for tp in tps:
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        while consumer.highwater(tp) is None:
+    for partition in partitions:
+        consumer.assign([reader_beginning(topic, partition)])
+        while (high := consumer.get_watermark_offsets(reader_partition(topic, partition),
+                                                      cached=True)[1]) < 0:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no fetch answer for {tp} in {FETCH_TIMEOUT_SECONDS:.0f} s")
-            consumer.poll(timeout_ms=100, max_records=1)
-        out[tp] = int(consumer.highwater(tp))
+                raise TimeoutError(f"no fetch answer for {topic}[{partition}] in "
+                                   f"{FETCH_TIMEOUT_SECONDS:.0f} s")
+            consumer.consume(1, 0.05)
+        out[partition] = int(high)
     return out
 
 
@@ -69,33 +86,31 @@ def high_watermarks(config: Config, topic: str) -> dict[int, int]:
     """{partition: end offset} of ``topic``, each from a fetch's high watermark (blocking)."""
     consumer = _reader(config)
     try:
-        tps = [reader_partition(topic, p) for p in sorted(consumer.partitions_for_topic(topic)
-                                                        or ())]
-        return {tp.partition: end for tp, end in _fetch_high_watermarks(consumer, tps).items()}
+        return _fetch_high_watermarks(consumer, topic, _partitions(consumer, topic))
     finally:
         consumer.close()
 
 
 def messages_before_end(config: Config, topic: str, back: Sequence[int],
                         partition: int = 0) -> tuple[int, dict[int, Any]]:
-    """The partition's end offset and its messages (kafka-python ``ConsumerRecord``s) at
-    ``end - b`` for each ``b`` of ``back``, by offset; an offset the partition does not hold
-    (before its start) is left out; a topic the broker does not have is empty (blocking)."""
+    """The partition's end offset and its messages (:class:`Record`) at ``end - b`` for each
+    ``b`` of ``back``, by offset; an offset the partition does not hold (before its start) is
+    left out; a topic the broker does not have is empty (blocking)."""
     consumer = _reader(config)
     try:
-        if partition not in (consumer.partitions_for_topic(topic) or ()):
+        if partition not in _partitions(consumer, topic):
             return 0, {}
-        tp = reader_partition(topic, partition)
-        end = _fetch_high_watermarks(consumer, [tp])[tp]
+        end = _fetch_high_watermarks(consumer, topic, [partition])[partition]
         found: dict[int, Any] = {}
         for offset in sorted({end - b for b in back if 0 <= end - b < end}):
-            consumer.seek(tp, offset)
+            consumer.assign([reader_partition(topic, partition, offset)])
             deadline = time.monotonic() + FETCH_TIMEOUT_SECONDS
             while time.monotonic() < deadline:
-                records = consumer.poll(timeout_ms=200, max_records=1).get(tp, [])
+                records = [m for m in consumer.consume(1, 0.2) if m.error() is None]
                 if records:
-                    if records[0].offset == offset:
-                        found[offset] = records[0]
+                    if records[0].offset() == offset:
+                        m = records[0]
+                        found[offset] = Record(offset, m.key(), m.value(), m.headers() or [])
                     break
         return end, found
     finally:

@@ -196,7 +196,7 @@ class WebhookIntake:
         key = str(response[survey.identifier]).encode()
         try:
             sent = self.producer.send(self.config.topic(sid, "responses"), key=key, value=value)
-            await asyncio.to_thread(sent.get, ACK_SECONDS)
+            await asyncio.to_thread(sent.result, ACK_SECONDS)
         except Exception as exc:  # any broker failure: the sender retries
             log.warning("survey %s: a submission was not acknowledged by the brokers (%s); "
                         "answered 503", sid, type(exc).__name__, extra={"survey": sid})

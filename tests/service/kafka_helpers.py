@@ -1,48 +1,99 @@
-"""Producing survey responses and reading result topics in tests (kafka-python, assign mode)."""
+"""Producing survey responses and reading result topics in tests (confluent-kafka, assign
+mode)."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+
+@dataclass
+class Record:
+    """A message read back: its place, key, value, headers and timestamp (ms)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp: int
+    timestamp_type: int
+
+
+def record_of(message: Any) -> Record:
+    """A confluent-kafka ``Message`` as a :class:`Record` (its timestamp type: 0 CreateTime,
+    1 LogAppendTime, as Kafka numbers them)."""
+    kind, stamp = message.timestamp()
+    return Record(message.topic(), message.partition(), message.offset(), message.key(),
+                  message.value(), message.headers() or [], stamp, max(kind - 1, 0))
 
 
 def produce(bootstrap: str, topic: str, messages: list[tuple[bytes | None, bytes]],
-            **client: Any) -> None:
-    """``client``: more KafkaProducer options (e.g. ``security_protocol``, ``ssl_context``)."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **client)
+            client: dict[str, Any] | None = None) -> None:
+    """``client``: more librdkafka settings (e.g. ``security.protocol``,
+    ``ssl.ca.location``)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **(client or {})})
     for key, value in messages:
-        producer.send(topic, key=key, value=value)
-    producer.flush()
-    producer.close()
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(60) == 0, f"not every message reached {topic}"
+
+
+def consumer(bootstrap: str, client: dict[str, Any] | None = None) -> Any:
+    """A consumer that never joins its group (assign only) nor commits."""
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-reader",
+                     "enable.auto.commit": False, "allow.auto.create.topics": False,
+                     **(client or {})})
+
+
+def partitions(reader: Any, topic: str, timeout: float) -> list[int]:
+    """The partitions of ``topic``, waiting up to ``timeout`` seconds for it to exist."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = reader.list_topics(topic, timeout=10).topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            return sorted(found.partitions)
+        if time.monotonic() > deadline:
+            return []
+        time.sleep(0.2)
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    """The topics the brokers have."""
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics)
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until its answer is in
+    for future in admin.delete_topics([topic], request_timeout=30).values():
+        future.result(30)
 
 
 def read_topic(bootstrap: str, topic: str, *, until: Any = None, expected: int | None = None,
-               timeout: float = 60, **client: Any) -> list[Any]:
+               timeout: float = 60, client: dict[str, Any] | None = None) -> list[Record]:
     """Every message of ``topic`` from the beginning, until ``until(messages)`` is true or
-    ``expected`` messages were read; ``client``: more KafkaConsumer options."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             consumer_timeout_ms=1000, **client)
+    ``expected`` messages were read; ``client``: more librdkafka settings."""
+    reader = consumer(bootstrap, client)
     deadline = time.monotonic() + timeout
-    parts: set[int] = set()
-    while not parts and time.monotonic() < deadline:
-        parts = consumer.partitions_for_topic(topic) or set()
-        if not parts:
-            time.sleep(0.2)
-    tps = [TopicPartition(topic, p) for p in sorted(parts)]
-    consumer.assign(tps)
-    consumer.seek_to_beginning(*tps)
-    out: list[Any] = []
-    while time.monotonic() < deadline:
-        batch = consumer.poll(timeout_ms=500)
-        for records in batch.values():
-            out.extend(records)
+    parts = partitions(reader, topic, timeout)
+    reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+    out: list[Record] = []
+    while parts and time.monotonic() < deadline:
+        out.extend(record_of(m) for m in reader.consume(500, 0.5) if m.error() is None)
         if (until is not None and until(out)) or (expected is not None and len(out) >= expected):
             break
-    consumer.close()
+    reader.close()
     return out
 
 
@@ -109,18 +160,14 @@ DROP = _DROP
 def end_offsets(bootstrap: str, topic: str, timeout: float = 30) -> dict[int, int]:
     """{partition: high watermark} of ``topic``: how many messages were ever written to each
     partition, read from the broker at once (no waiting for messages that may never come)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    reader = consumer(bootstrap)
     try:
-        deadline = time.monotonic() + timeout
-        parts = consumer.partitions_for_topic(topic) or set()
-        while not parts and time.monotonic() < deadline:
-            time.sleep(0.2)
-            parts = consumer.partitions_for_topic(topic) or set()
+        parts = partitions(reader, topic, timeout)
         assert parts, f"topic {topic} does not exist"
-        offsets = consumer.end_offsets([TopicPartition(topic, p) for p in sorted(parts)])
-        return {tp.partition: offset for tp, offset in offsets.items()}
+        return {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
+                for p in parts}
     finally:
-        consumer.close()
+        reader.close()
 
 
 # The survey the collector tests use (responses as made by :func:`response`).

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from simulations.common import cpu_seconds
 from streamanon.service.publisher import release_message
 from tests.service import conftest
 from tests.service.conftest import REPO, ServiceProcess
+from tests.service.kafka_helpers import consumer, record_of
 
 # A schema with a long free-text answer: the release files take a while to write and the
 # release several producer batches to publish, so a kill can land inside either.
@@ -249,51 +250,45 @@ def watching(bootstrap: str, topic: str, since: int | None = None) -> Iterator[A
     """Yields ``arrived()``: whether ``topic`` (partition 0) has received a message since the
     block began, or past offset ``since`` when given (a watermark read before the producer
     was started: what it sent before the block counts too)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             fetch_max_wait_ms=2)
+    reader = consumer(bootstrap, {"fetch.wait.max.ms": 2})
     tp = TopicPartition(topic, 0)
-    consumer.assign([tp])
-    consumer.seek(tp, high_watermark(bootstrap, topic) if since is None else since)
-    while consumer.highwater(tp) is None:  # connected, and fetching
-        consumer.poll(timeout_ms=50)
+    start = high_watermark(bootstrap, topic) if since is None else since
+    reader.assign([TopicPartition(topic, 0, start)])
+    while reader.get_watermark_offsets(tp, cached=True)[1] < 0:  # connected, and fetching
+        reader.consume(1, 0.05)
     try:
-        yield lambda: bool(consumer.poll(timeout_ms=2).get(tp))
+        yield lambda: any(m.error() is None for m in reader.consume(1, 0.002))
     finally:
-        consumer.close()
+        reader.close()
 
 
 def high_watermark(bootstrap: str, topic: str, partition: int = 0) -> int:
     """How many messages ``topic`` holds, from a fetch (the embedded broker's ListOffsets
     answer does not match its log)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             fetch_max_wait_ms=50, max_partition_fetch_bytes=1024)
+    reader = consumer(bootstrap, {"fetch.wait.max.ms": 50, "max.partition.fetch.bytes": 1024})
     try:
         tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        while consumer.highwater(tp) is None:
-            consumer.poll(timeout_ms=50, max_records=1)
-        return int(consumer.highwater(tp))
+        reader.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        while (high := reader.get_watermark_offsets(tp, cached=True)[1]) < 0:
+            reader.consume(1, 0.05)
+        return int(high)
     finally:
-        consumer.close()
+        reader.close()
 
 
 def read_all(bootstrap: str, topic: str, partition: int = 0, timeout: float = 60) -> list[Any]:
     """Every message of one partition, in order."""
     end = high_watermark(bootstrap, topic, partition)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             max_partition_fetch_bytes=8 * 1024 * 1024)
+    reader = consumer(bootstrap, {"max.partition.fetch.bytes": 8 * 1024 * 1024})
     try:
-        tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
+        reader.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
         out: list[Any] = []
         deadline = time.monotonic() + timeout
         while len(out) < end and time.monotonic() < deadline:
-            out.extend(consumer.poll(timeout_ms=500).get(tp, []))
+            out.extend(record_of(m) for m in reader.consume(500, 0.5) if m.error() is None)
         return out
     finally:
-        consumer.close()
+        reader.close()
 
 
 def runs(messages: list[Any]) -> list[dict[str, Any]]:

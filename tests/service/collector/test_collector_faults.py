@@ -41,7 +41,7 @@ from streamanon.service.processes import worker_pool
 from streamanon.service.store import SQLiteStore, StoreUnavailable, open_store
 from streamanon.service.telemetry import Telemetry
 from streamanon.service.validation import Validator
-from tests.service.kafka_helpers import ENV, SCHEMA, MemoryDeadLetters, response
+from tests.service.kafka_helpers import ENV, SCHEMA, MemoryDeadLetters, produce, response
 
 SECRET = b"R0000"  # respondent ids: never in a log line
 
@@ -379,51 +379,65 @@ def test_an_unreadable_record_is_dead_lettered_and_the_rest_stored_once(tmp_path
     no_values_in(caplog)
 
 
+def spoil(batch: bytearray, how: str) -> bytearray:
+    """A v2 record batch made unreadable: its records replaced by a gzip header with nothing
+    after it, marked gzip, the CRC computed after (``garbage``); or its CRC spoilt (``crc``).
+    The header is 61 bytes: the length at 8, the CRC at 17 (of what follows the attributes),
+    the attributes at 21 (the codec in their low 3 bits)."""
+    import struct
+
+    from aiokafka.record.util import calc_crc32c
+
+    if how == "crc":
+        batch[17] ^= 0xFF
+        return batch
+    out = bytearray(batch[:61]) + b"\x1f\x8b\x08\x00"
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    attributes = struct.unpack_from(">h", out, 21)[0]
+    struct.pack_into(">h", out, 21, (attributes & ~0x07) | 1)
+    struct.pack_into(">I", out, 17, calc_crc32c(bytes(out[21:])))
+    return out
+
+
 def corrupt_produce(bootstrap: str, topic: str, values: list[bytes], how: str) -> None:
-    """Send ``values`` in one gzip batch that no client can read: its compressed payload
-    replaced by garbage (the CRC, computed after, is right) or its CRC spoilt."""
-    import kafka.record.default_records as records
-    from kafka import KafkaProducer
+    """Send ``values`` in one batch that no client can read (:func:`spoil`), built by an
+    aiokafka producer whose batches are spoilt once built."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.producer.message_accumulator import BatchBuilder
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, compression_type="gzip",
-                             linger_ms=50, batch_size=1024 * 1024)
-    saved = records.gzip_encode, records.DefaultRecordBatchBuilder.write_header
+    saved = BatchBuilder._build
 
-    def spoilt_crc(self: Any, *args: Any, **kwargs: Any) -> Any:
-        saved[1](self, *args, **kwargs)
-        self._buffer[17] ^= 0xFF
+    def spoilt(self: Any) -> Any:
+        if self._buffer is None:
+            self._buffer = spoil(saved(self), how)
+        return self._buffer
 
-    if how == "garbage":
-        records.gzip_encode = lambda data: b"\x1f\x8b\x08\x00"
-    else:
-        records.DefaultRecordBatchBuilder.write_header = spoilt_crc
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=50,
+                                    max_batch_size=1024 * 1024)
+        await producer.start()
+        try:
+            sent = [await producer.send(topic, value=v, partition=0) for v in values]
+            await asyncio.wait_for(asyncio.gather(*sent), 30)
+        finally:
+            await producer.stop()
+
+    BatchBuilder._build = spoilt
     try:
-        futures = [producer.send(topic, value=v, partition=0) for v in values]
-        producer.flush(timeout=30)
-        for f in futures:
-            f.get(10)
+        asyncio.run(run())
     finally:
-        records.gzip_encode, records.DefaultRecordBatchBuilder.write_header = saved
-        producer.close()
+        BatchBuilder._build = saved
 
 
 def test_corrupt_batches_from_the_broker_are_dead_lettered_and_skipped(broker, tmp_path,
                                                                      caplog):
-    from kafka import KafkaProducer
-
     config = make_config(tmp_path, broker.bootstrap)
     topic = config.topic("s", "responses")
     ensure_topics(broker.bootstrap, {topic: 1, config.control_topic: 1})
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
-    for i in range(3):
-        producer.send(topic, value=response(i), partition=0)
-    producer.flush(timeout=30)
+    produce(broker.bootstrap, topic, [(None, response(i)) for i in range(3)])
     corrupt_produce(broker.bootstrap, topic, [response(10), response(11)], "garbage")
     corrupt_produce(broker.bootstrap, topic, [response(20)], "crc")
-    for i in range(3, 6):
-        producer.send(topic, value=response(i), partition=0)
-    producer.flush(timeout=30)
-    producer.close()
+    produce(broker.bootstrap, topic, [(None, response(i)) for i in range(3, 6)])
 
     async def run() -> Harness:
         async with Harness(config, None) as h:

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from streamanon.service.broker import BrokerError, EmbeddedBroker, wait_for_kafka
+from streamanon.service.kafka_clients import LIBRDKAFKA_CLIENTS_LOGGER
 
 
 class _HangingAdmin:
@@ -21,10 +22,10 @@ class _HangingAdmin:
 
     release = threading.Event()
 
-    def __init__(self, **kwargs):
+    def __init__(self, *args, **kwargs):
         pass
 
-    def list_topics(self):
+    def list_topics(self, timeout=None):
         self.release.wait()
 
     def close(self):
@@ -32,9 +33,9 @@ class _HangingAdmin:
 
 
 def test_a_client_that_never_answers_fails_the_wait_within_its_timeout(monkeypatch):
-    import kafka
+    import confluent_kafka.admin
 
-    monkeypatch.setattr(kafka, "KafkaAdminClient", _HangingAdmin)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", _HangingAdmin)
     started = time.monotonic()
     try:
         with pytest.raises(BrokerError, match="no Kafka broker answered"):
@@ -50,11 +51,11 @@ class _FirstHangs:
     made = 0
     release = threading.Event()
 
-    def __init__(self, **kwargs):
+    def __init__(self, *args, **kwargs):
         type(self).made += 1
         self.hangs = type(self).made == 1
 
-    def list_topics(self):
+    def list_topics(self, timeout=None):
         if self.hangs:
             self.release.wait()
         return []
@@ -64,9 +65,9 @@ class _FirstHangs:
 
 
 def test_a_client_that_hangs_once_is_replaced_by_a_new_one(monkeypatch):
-    import kafka
+    import confluent_kafka.admin
 
-    monkeypatch.setattr(kafka, "KafkaAdminClient", _FirstHangs)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", _FirstHangs)
     try:
         wait_for_kafka("127.0.0.1:1", timeout=10.0, attempt_timeout=0.5)
         assert _FirstHangs.made == 2
@@ -89,10 +90,11 @@ def test_the_probe_reports_only_its_own_outcome_not_the_clients_refused_connecti
     caplog.set_level(logging.DEBUG)
     with pytest.raises(BrokerError, match="no Kafka broker answered"):
         wait_for_kafka(f"127.0.0.1:{_refusing_port()}", timeout=1.5)
-    from_the_client = [r for r in caplog.records if r.name.split(".")[0] == "kafka"
+    from_the_client = [r for r in caplog.records if r.name.startswith(LIBRDKAFKA_CLIENTS_LOGGER)
                        and r.levelno >= logging.INFO]
     assert not from_the_client, [f"{r.levelname} {r.name}" for r in from_the_client]
-    assert logging.getLogger("kafka").getEffectiveLevel() == logging.DEBUG  # restored
+    restored = logging.getLogger(LIBRDKAFKA_CLIENTS_LOGGER).getEffectiveLevel()
+    assert restored == logging.DEBUG
 
 
 def _refusing_port() -> int:

@@ -23,17 +23,18 @@ def passed(limiter: ClientErrors, records) -> list[logging.LogRecord]:
 def test_an_outage_is_one_line_then_one_a_minute_with_the_count():
     limiter = ClientErrors(quiet=30.0, repeat=60.0)
     # 20 s of a dead broker: 1,250 errors from three clients
-    names = ("kafka.net.manager", "aiokafka.conn", "streamanon.service.publisher.librdkafka")
+    names = ("streamanon.service.kafka_clients.librdkafka", "aiokafka.conn",
+             "streamanon.service.publisher.librdkafka")
     outage = [record(names[i % 3], 1000.0 + i * 0.016) for i in range(1250)]
     logged = passed(limiter, outage)
     assert len(logged) == 1 and logged[0].getMessage() == "Connection failed"
     # a long outage: one line a minute, saying how many were held back
-    long = [record("kafka.conn", 1020.0 + i) for i in range(1, 130)]
+    long = [record("aiokafka.conn", 1020.0 + i) for i in range(1, 130)]
     logged = passed(limiter, long)
     assert len(logged) == 2
     assert "more Kafka client warning(s) and error(s) in this outage" in logged[0].getMessage()
     # the next outage, after a quiet minute: its first line carries the last one's count
-    later = passed(limiter, [record("kafka.conn", 1300.0)])
+    later = passed(limiter, [record("aiokafka.conn", 1300.0)])
     assert len(later) == 1 and "in the last outage" in later[0].getMessage()
 
 
@@ -41,7 +42,7 @@ def test_other_loggers_and_lower_levels_pass():
     limiter = ClientErrors()
     own = [record("streamanon.service.collector", 1000.0 + i * 0.01) for i in range(50)]
     assert len(passed(limiter, own)) == 50
-    info = [record("kafka.conn", 1000.0 + i * 0.01, logging.INFO) for i in range(50)]
+    info = [record("aiokafka.conn", 1000.0 + i * 0.01, logging.INFO) for i in range(50)]
     assert len(passed(limiter, info)) == 50
 
 
@@ -56,19 +57,3 @@ def test_setup_logging_installs_it(tmp_path):
     finally:
         root.handlers[:], level = saved
         root.setLevel(level)
-
-
-def test_a_request_cancelled_by_its_client_closing_is_not_an_error():
-    """kafka-python logs "Metadata refresh: failed Cancelled" at ERROR when a client is
-    closed while its metadata request is in flight (seen in the demo's output at the close,
-    where the service reads the end offsets with a short-lived client): not an error of
-    anything, so it is not logged; a refresh that fails otherwise still is."""
-    from kafka.errors import Cancelled, KafkaConnectionError
-
-    limiter = ClientErrors()
-    cancelled = logging.LogRecord("kafka.cluster", logging.ERROR, __file__, 1,
-                                  "Metadata refresh: failed %s", (Cancelled(),), None)
-    assert not limiter.filter(cancelled)
-    failed = logging.LogRecord("kafka.cluster", logging.ERROR, __file__, 1,
-                               "Metadata refresh: failed %s", (KafkaConnectionError(),), None)
-    assert limiter.filter(failed)

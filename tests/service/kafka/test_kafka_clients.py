@@ -66,55 +66,105 @@ class Recorder:
         options = args[0] if args and isinstance(args[0], dict) else kwargs
         self.made.append((type(self).__name__, dict(options)))
 
-    def list_topics(self) -> list[str]:
-        return []
+    def list_topics(self, *args: Any, **kwargs: Any) -> Any:
+        from types import SimpleNamespace
 
-    def create_topics(self, topics: Any) -> None:
-        pass
+        return SimpleNamespace(topics={"t": None})
 
-    def close(self) -> None:
-        pass
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, timeout: float = 0) -> int:
+        return 0
 
 
 def test_every_client_is_built_from_the_one_settings_object(monkeypatch) -> None:
     import aiokafka
     import confluent_kafka
-    import kafka
+    import confluent_kafka.admin
 
     made: ClassVar[list[tuple[str, dict[str, Any]]]] = []
-    for module, name in ((kafka, "KafkaAdminClient"), (kafka, "KafkaProducer"),
-                         (kafka, "KafkaConsumer"), (aiokafka, "AIOKafkaConsumer"),
-                         (confluent_kafka, "Producer")):
+    for module, name in ((confluent_kafka.admin, "AdminClient"), (confluent_kafka, "Producer"),
+                         (confluent_kafka, "Consumer"), (aiokafka, "AIOKafkaConsumer")):
         monkeypatch.setattr(module, name, type(name, (Recorder,), {"made": made}))
     settings = KafkaSettings("b:1", "SASL_PLAINTEXT", "PLAIN", "u", "secret", client_id="me")
     kafka_clients.probe(settings, 1.0)
     kafka_clients.create_topics(settings, {"t": 1})
-    kafka_clients.producer(settings, acks="all")
-    kafka_clients.position_reader(settings, enable_auto_commit=False)
+    kafka_clients.producer(settings, {"acks": "all"}).close()
+    kafka_clients.position_reader(settings, {"fetch.wait.max.ms": 50})
     kafka_clients.group_consumer(settings, group_id="g")
     kafka_clients.rdkafka_producer(settings, {"linger.ms": 5})
-    assert [name for name, _ in made] == ["KafkaAdminClient", "KafkaAdminClient",
-                                          "KafkaProducer", "KafkaConsumer",
+    assert [name for name, _ in made] == ["AdminClient", "AdminClient", "Producer", "Consumer",
                                           "AIOKafkaConsumer", "Producer"]
     for name, options in made:
-        if name == "Producer":
-            assert options.items() >= settings.librdkafka_options().items()
-        else:
+        if name == "AIOKafkaConsumer":
             assert options.items() >= settings.python_options().items(), name
+        else:
+            assert options.items() >= settings.librdkafka_options().items(), name
 
 
-@pytest.mark.parametrize("library", ["kafka", "aiokafka", "confluent_kafka"])
+def test_the_position_reader_never_joins_nor_commits(monkeypatch) -> None:
+    import confluent_kafka
+
+    made: ClassVar[list[tuple[str, dict[str, Any]]]] = []
+    monkeypatch.setattr(confluent_kafka, "Consumer", type("Consumer", (Recorder,),
+                                                          {"made": made}))
+    kafka_clients.position_reader(KafkaSettings("b:1"), {"enable.auto.commit": False})
+    [(_, options)] = made
+    assert options["enable.auto.commit"] is False
+    assert options["group.id"] != "streamanon"  # not the collector's group
+
+
+@pytest.mark.parametrize("library", ["aiokafka", "confluent_kafka"])
 def test_errors_of_every_library_are_broker_errors(library: str) -> None:
     import importlib
 
     errors = kafka_clients.broker_errors()
-    base = {"kafka": "kafka.errors", "aiokafka": "aiokafka.errors",
-            "confluent_kafka": "confluent_kafka"}[library]
+    base = {"aiokafka": "aiokafka.errors", "confluent_kafka": "confluent_kafka"}[library]
     module = importlib.import_module(base)
     kinds = [getattr(module, n) for n in ("KafkaError", "KafkaException") if hasattr(module, n)
              and isinstance(getattr(module, n), type)
              and issubclass(getattr(module, n), BaseException)]
     assert kinds and all(issubclass(k, errors) for k in kinds)
+
+
+def test_the_service_producer_settles_its_futures_and_waits_for_room(monkeypatch) -> None:
+    """:class:`~streamanon.service.kafka_clients.ServiceProducer` over a stand-in librdkafka
+    producer: a delivery report settles the future (acknowledged, or failed with the error),
+    and a full send queue makes ``send`` wait for room, not fail."""
+    import confluent_kafka
+
+    class Queueing(Recorder):
+        full = 1  # the first produce finds the queue full
+
+        def __init__(self, options: dict[str, Any]) -> None:
+            self.reports: list[Any] = []
+
+        def produce(self, topic: str, **kwargs: Any) -> None:
+            if Queueing.full:
+                Queueing.full -= 1
+                raise BufferError("queue full")
+            self.reports.append(kwargs["on_delivery"])
+
+        def poll(self, timeout: float = 0) -> int:
+            import time
+
+            time.sleep(min(timeout, 0.01))
+            return 0
+
+    monkeypatch.setattr(confluent_kafka, "Producer", Queueing)
+    sender = kafka_clients.producer(KafkaSettings("b:1"))
+    ok, bad = sender.send("t", value=b"1"), sender.send("t", value=b"2")
+    message = type("M", (), {"partition": lambda self: 0, "offset": lambda self: 7})()
+    sender._producer.reports[0](None, message)
+    sender._producer.reports[1](confluent_kafka.KafkaError(confluent_kafka.KafkaError._MSG_TIMED_OUT),
+                                message)
+    assert ok.result(1) == (0, 7)
+    with pytest.raises(confluent_kafka.KafkaException):
+        bad.result(1)
+    assert sender.alive
+    sender.close()
+    assert not sender.alive
 
 
 def test_importing_the_door_loads_no_kafka_client(subprocesses) -> None:

@@ -70,7 +70,7 @@ class TlsProxy:
 
 
 @pytest.fixture
-def tls_broker(tmp_path: Path) -> Iterator[tuple[str, Path, ssl.SSLContext]]:
+def tls_broker(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     ca = trustme.CA()
     cafile = tmp_path / "ca.pem"
     ca.cert_pem.write_to_path(str(cafile))
@@ -84,18 +84,18 @@ def tls_broker(tmp_path: Path) -> Iterator[tuple[str, Path, ssl.SSLContext]]:
          "--advertised-listener-url", f"tcp://127.0.0.1:{outer}",
          "--storage-engine", "memory://tansu/"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    client = ssl.create_default_context(cafile=str(cafile))
     try:
-        from kafka import KafkaAdminClient
+        from confluent_kafka.admin import AdminClient
 
         for _ in range(100):
             try:
-                KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{outer}", security_protocol="SSL",
-                                 ssl_context=client, request_timeout_ms=3000).close()
+                AdminClient({"bootstrap.servers": f"127.0.0.1:{outer}",
+                             "security.protocol": "SSL", "ssl.ca.location": str(cafile)}
+                            ).list_topics(timeout=3)
                 break
             except Exception:  # the broker is still starting
                 threading.Event().wait(0.2)
-        yield f"127.0.0.1:{outer}", cafile, client
+        yield f"127.0.0.1:{outer}", cafile
     finally:
         broker.terminate()
         broker.wait(10)
@@ -126,10 +126,10 @@ def test_the_client_settings_carry_tls_and_sasl(tmp_path):
 
 
 def test_every_client_speaks_tls(tmp_path, tls_broker):
-    bootstrap, cafile, client = tls_broker
+    bootstrap, cafile = tls_broker
     with pytest.raises(BrokerError):  # the proxy speaks TLS only
         wait_for_kafka(bootstrap, timeout=3)
-    tls = {"security_protocol": "SSL", "ssl_context": client}
+    tls = {"security.protocol": "SSL", "ssl.ca.location": str(cafile)}
     config, env = write_config(tmp_path, bootstrap, k=5)
     env.update(STREAMANON_KAFKA_SECURITY_PROTOCOL="SSL", STREAMANON_KAFKA_SSL_CAFILE=str(cafile))
     svc = ServiceProcess(config, env, tmp_path / "service.log")
@@ -137,16 +137,18 @@ def test_every_client_speaks_tls(tmp_path, tls_broker):
         svc.start()  # the admin client created the topics over TLS
         topic = f"{svc.prefix}.wellbeing.responses"
         produce(bootstrap, topic, [(None, response(i)) for i in range(60)] + [(None, b"{")],
-                **tls)
+                tls)
         svc.wait_for("wellbeing", lambda s: s["stored"] == 60, what="ingest over TLS")
         closed = subprocess.run([sys.executable, "-m", "streamanon", "close", "wellbeing",
                                  "--config", str(config), "--via-kafka"],
                                 capture_output=True, text=True, env=env, timeout=60)
         assert closed.returncode == 0, closed.stderr
         svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", what="release")
-        released = read_topic(bootstrap, f"{svc.prefix}.wellbeing.release", expected=61, **tls)
+        released = read_topic(bootstrap, f"{svc.prefix}.wellbeing.release", expected=61,
+                              client=tls)
         assert [release_kind(r) for r in released] == ["record"] * 60 + ["manifest"]
-        dead = read_topic(bootstrap, f"{svc.prefix}.wellbeing.deadletter", expected=1, **tls)
+        dead = read_topic(bootstrap, f"{svc.prefix}.wellbeing.deadletter", expected=1,
+                          client=tls)
         assert [headers(r)["streamanon-reason"] for r in dead] == ["invalid_json"]
     finally:
         svc.stop()

@@ -216,30 +216,33 @@ def test_the_dead_letter_topics_are_created_with_a_bounded_retention():
 
 
 def test_ensure_topics_passes_the_topic_settings_to_the_broker(monkeypatch):
-    import kafka
+    import concurrent.futures
+    from types import SimpleNamespace
+
+    import confluent_kafka.admin
 
     from streamanon.service.broker import ensure_topics
 
     created = []
 
     class Admin:
-        def __init__(self, **options):
+        def __init__(self, options):
             pass
 
-        def list_topics(self):
-            return ["old"]
+        def list_topics(self, timeout=None):
+            return SimpleNamespace(topics={"old": None})
 
-        def create_topics(self, topics):
+        def create_topics(self, topics, request_timeout=None):
             created.extend(topics)
+            done = concurrent.futures.Future()
+            done.set_result(None)
+            return {t.topic: done for t in topics}
 
-        def close(self):
-            pass
-
-    monkeypatch.setattr(kafka, "KafkaAdminClient", Admin)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", Admin)
     ensure_topics("b:1", {"old": 1, "a.deadletter": 2, "a.release": 1},
                   configs={"a.deadletter": {"retention.ms": "1000"}, "old": {"x": "y"}})
-    assert {t.name: t.topic_configs for t in created} == {
-        "a.deadletter": {"retention.ms": "1000"}, "a.release": {}}
+    assert {t.topic: (t.num_partitions, t.config) for t in created} == {
+        "a.deadletter": (2, {"retention.ms": "1000"}), "a.release": (1, {})}
 
 
 def test_a_redacted_dead_letter_goes_through_kafka(broker):

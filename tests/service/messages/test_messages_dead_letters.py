@@ -3,6 +3,7 @@ checked, retried and counted, and none of it on the caller's thread."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import secrets
 import threading
@@ -22,10 +23,10 @@ SCHEMA = {"rid": {"role": "identifier"},
 
 def service_producer(bootstrap):
     """The dead-letter producer exactly as the service configures it."""
-    from kafka import KafkaProducer
+    from streamanon.service.kafka_clients import KafkaSettings, producer
 
-    return KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=512 * 1024,
-                         acks="all")
+    return producer(KafkaSettings(bootstrap), {"linger.ms": 20, "batch.size": 512 * 1024,
+                                               "acks": "all"})
 
 
 def rejection_of(value, key=b"R1", offset=0):
@@ -83,19 +84,14 @@ def test_null_keys_and_values_stay_null_in_the_dead_letter(broker):
     assert all(b"tombstone" in dict(r.headers)["streamanon-detail"] for r in records[:2])
 
 
-class FakeFuture:
-    def __init__(self, error=None):
-        self.error = error
-
-    def add_callback(self, fn, *args):
-        if self.error is None:
-            fn(*args, None)
-        return self
-
-    def add_errback(self, fn, *args):
-        if self.error is not None:
-            fn(*args, self.error)
-        return self
+def answered(error=None):
+    """A send's future, answered: acknowledged, or failed with ``error``."""
+    future = concurrent.futures.Future()
+    if error is None:
+        future.set_result((0, 0))
+    else:
+        future.set_exception(error)
+    return future
 
 
 class FlakyProducer:
@@ -113,8 +109,8 @@ class FlakyProducer:
         if n <= self.failures:
             if n % 2:
                 raise TimeoutError("metadata not available")
-            return FakeFuture(RuntimeError("NotLeaderForPartition"))
-        return FakeFuture()
+            return answered(RuntimeError("NotLeaderForPartition"))
+        return answered()
 
     def flush(self, timeout=None):
         pass

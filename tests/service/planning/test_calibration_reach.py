@@ -58,7 +58,8 @@ def test_the_engine_is_timed_at_doubling_sizes_up_to_the_planned_base_run(tmp_pa
         asyncio.run(plan.extend(sc, pool))
     assert calibrated(plan) == [1000, 2000, 4000, 8000, 16000]  # 32,000 >= 18,000 / 2
     stored = CostModelStore(plan.config.planner.cost_models).get("mdav", M, K)
-    assert plan.surveys["s"].plans.models[0].a == pytest.approx(stored.a)  # the planner plans with it
+    # the planner plans with it
+    assert plan.surveys["s"].plans.models[0].a == pytest.approx(stored.a)
 
 
 def test_no_timing_without_the_time_or_after_the_base_run_started(tmp_path):

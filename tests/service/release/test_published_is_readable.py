@@ -13,13 +13,17 @@ from __future__ import annotations
 import asyncio
 import json
 
-from kafka import KafkaAdminClient
-
 from streamanon.service.config import load_config
 from streamanon.service.lifecycle import Service
 from streamanon.service.states import RELEASED
 from tests.service.conftest import write_config
-from tests.service.kafka_helpers import read_topic, release_kind, release_meta
+from tests.service.kafka_helpers import (
+    delete_topic,
+    read_topic,
+    release_kind,
+    release_meta,
+    topic_names,
+)
 from tests.service.lifecycle_helpers import ThreadComputePool, collect, put_model, release
 
 SURVEY = "wellbeing"
@@ -68,9 +72,7 @@ def test_a_lost_publish_is_sent_again_and_a_missing_topic_is_created(broker, tmp
                 service.release_producer,
                 lambda real, topic, messages, manifest: lost.append(len(messages)))
             await collect(service, broker.bootstrap, config, SURVEY, N)
-            admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-            admin.delete_topics([topic])  # the broker lost it (replaced by an empty one)
-            admin.close()
+            delete_topic(broker.bootstrap, topic)  # the broker lost it (an empty one now)
             report = await release(service, SURVEY)
             state = (await service.survey_state(SURVEY)).state
             metrics = service.telemetry.exposition([]).decode()
@@ -134,8 +136,4 @@ def test_reading_a_missing_release_topic_leaves_it_missing(broker, tmp_path):
     config = load_config(path, env)
     topic = f"{config.kafka.topic_prefix}.absent.release"
     assert messages_before_end(config, topic, [1]) == (0, {})
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        assert topic not in admin.list_topics()
-    finally:
-        admin.close()
+    assert topic not in topic_names(broker.bootstrap)

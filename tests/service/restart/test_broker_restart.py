@@ -18,11 +18,11 @@ import threading
 import time
 import urllib.request
 
-from kafka import KafkaProducer
+from confluent_kafka import Producer
 
 from streamanon.service.broker import EmbeddedBroker, ensure_topics, free_port
 from tests.service.conftest import ServiceProcess, write_config
-from tests.service.kafka_helpers import read_topic, release_kind, response
+from tests.service.kafka_helpers import produce, read_topic, release_kind, response
 from tests.service.restart_helpers import helper_processes
 
 N = 4000
@@ -34,23 +34,24 @@ def send_slowly(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]],
     second half waits for ``gate``, so that responses are still to come when the test kills
     the broker, however long the service's collector took to join its group (a cold, loaded
     machine once took so long that all 4,000 were stored in its first batches)."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_block_ms=2000,
-                             request_timeout_ms=2000, retries=0)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                         "message.timeout.ms": 2000, "retries": 0})
     try:
         for start in range(0, len(messages), 100):
             if start == len(messages) // 2:
-                producer.flush(timeout=2)
+                producer.flush(2)
                 gate.wait(120)
             if stop.is_set():
                 return
             for key, value in messages[start:start + 100]:
-                producer.send(topic, key=key, value=value)
-            producer.flush(timeout=2)
+                producer.produce(topic, key=key, value=value)
+            producer.flush(2)
             time.sleep(0.1)
     except Exception:  # the broker was killed under it
         return
-    finally:
-        producer.close(timeout=2)
+    finally:  # what the dead broker did not take is dropped, never sent to the next one
+        producer.purge()
+        producer.flush(2)
 
 
 def healthz(svc: ServiceProcess) -> tuple[int, str]:
@@ -104,11 +105,7 @@ def test_a_broker_restart_mid_ingest_loses_nothing_and_stores_nothing_twice(subp
         ensure_topics(second.bootstrap, {topic: 2, f"{prefix}.wellbeing.deadletter": 2,
                                          f"{prefix}.wellbeing.release": 1,
                                          f"{prefix}.control": 1})
-        producer = KafkaProducer(bootstrap_servers=second.bootstrap, linger_ms=5, acks="all")
-        for key, value in messages:  # the outbox replayed in full
-            producer.send(topic, key=key, value=value)
-        producer.flush(timeout=60)
-        producer.close()
+        produce(second.bootstrap, topic, messages, {"acks": "all"})  # the outbox, in full
 
         svc.wait_for("wellbeing", lambda s: s["stored"] == N and s["received"] >= N,
                      timeout=90, what="every response stored")

@@ -24,7 +24,7 @@ import threading
 import time
 
 import pandas as pd
-from kafka import KafkaProducer
+from confluent_kafka import Producer
 
 from streamanon.service.publisher import release_message
 from tests.service.kafka_helpers import read_topic
@@ -60,20 +60,20 @@ def produce_paced(bootstrap: str, topic: str, tickets: range, per_second: float,
                   gate: threading.Event | None = None, gate_at: int = 0) -> None:
     """Send ``tickets`` at ``per_second``; with a ``gate``, the tickets from index ``gate_at``
     on wait until it is set (and the pace starts again there)."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     started, first = time.monotonic(), 0
     for n, i in enumerate(tickets):
         if gate is not None and n == gate_at:
             producer.flush()
             gate.wait()
             started, first = time.monotonic(), n
-        producer.send(topic, value=body(i))
+        producer.produce(topic, value=body(i))
+        producer.poll(0)
         ahead = (n - first) / per_second - (time.monotonic() - started)
         if ahead > 0:
             producer.flush()
             time.sleep(ahead)
     producer.flush()
-    producer.close()
 
 
 class Schedule:

@@ -10,7 +10,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from kafka import KafkaProducer
+from confluent_kafka import Producer
 
 from streamanon.service.config import parse_config
 from streamanon.service.ingest import LOG_APPEND_TIME, message_of
@@ -84,11 +84,10 @@ def test_a_back_dated_response_after_the_release_is_dead_lettered_closed(service
     svc.post("/api/surveys/wellbeing/close")
     status = svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", timeout=60,
                           what="release")
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
     back_dated = int((status["close_requested_at"] - 3600) * 1000)  # an hour before the close
-    producer.send(topic, value=response(50), timestamp_ms=back_dated)
-    producer.flush()
-    producer.close()
+    producer.produce(topic, value=response(50), timestamp=back_dated)
+    assert producer.flush(30) == 0
     svc.wait_for("wellbeing", lambda s: s["dead_lettered"].get("closed") == 1, timeout=30,
                  what="the dead letter")
     time.sleep(0.5)

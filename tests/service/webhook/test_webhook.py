@@ -5,6 +5,7 @@ schema's names and types, HTTP Basic credentials, the rate limit, and the answer
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import time
 
@@ -109,26 +110,17 @@ class FakeProducer:
 
     def send(self, topic, key=None, value=None, headers=None):
         self.sent.append((topic, key, value, headers))
-        return _Sent(self.outcome)
+        return sent_future(self.outcome)
 
 
-class _Sent:
-    def __init__(self, outcome: str) -> None:
-        self.outcome = outcome
-        self.callbacks = []
-
-    def get(self, timeout=None):
-        if self.outcome != "ack":
-            raise TimeoutError("no answer from the broker")
-        return "metadata"
-
-    def add_callback(self, fn, *args):
-        if self.outcome == "ack":
-            fn(*args, "metadata")
-
-    def add_errback(self, fn, *args):
-        if self.outcome != "ack":
-            fn(*args, TimeoutError("no answer"))
+def sent_future(outcome: str) -> concurrent.futures.Future:
+    """A send's future: acknowledged, or failed as a broker that does not answer."""
+    sent: concurrent.futures.Future = concurrent.futures.Future()
+    if outcome == "ack":
+        sent.set_result((0, 0))
+    else:
+        sent.set_exception(TimeoutError("no answer from the broker"))
+    return sent
 
 
 def submit(intake, body, *, auth=None, client="10.0.0.1"):
