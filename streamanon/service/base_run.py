@@ -127,17 +127,19 @@ async def read_ahead(rt: RunningSurvey, *, clean_cut: Callable[[], Awaitable[int
 
 async def run_base(rt: RunningSurvey, snapshot_seq: int, started: float, *, store: Store,
                    in_store: StoreCall, pool: Executor, compute: ComputeConfig,
-                   planner: SurveyPlanner, releaser: Releaser | None) -> BaseRunResult:
+                   planner: SurveyPlanner, releaser: Releaser | None,
+                   result: BaseRunResult | None = None) -> BaseRunResult:
     """Run the base engine on the survey's records up to ``snapshot_seq`` and store its
-    checkpoint (``BASE_DONE``); return what it left (:class:`BaseRunResult`). A failure is
-    logged and stored as the survey's error, the survey goes back to ``OPEN`` and the release
-    is made one-shot at close."""
+    checkpoint (``BASE_DONE``); return what it left (:class:`BaseRunResult`), filled in as it
+    goes into ``result`` when given (so that a cancelled run leaves its steps so far). A failure
+    is logged and stored as the survey's error, the survey goes back to ``OPEN`` and the
+    release is made one-shot at close."""
     from streamanon.engines.distinct import engine_rows
 
     sc = rt.config
     sid = sc.id
     loop = asyncio.get_running_loop()
-    result = BaseRunResult()
+    result = BaseRunResult() if result is None else result
     steps = result.steps
     try:
         step = time.perf_counter()

@@ -169,14 +169,23 @@ class Service:
         self._last_health: dict[str, PartHealth] = {}
         self.started_at = time.time()
         self.telemetry = Telemetry()
-        # several instances on one PostgreSQL store: the lifecycle lease (leadership.py)
-        self.coordinator: Coordinator | None = None
         self._instance_lock: Any = None  # a SQLite store's lock: one instance only
+
+    @property
+    def coordinator(self) -> Coordinator | None:
+        """The lifecycle lease when several instances share a PostgreSQL store
+        (:mod:`.leadership`), else None. It is the surveys' (``parts``): one place, so that
+        a survey and the service cannot disagree on who leads."""
+        return self.parts.coordinator
+
+    @coordinator.setter
+    def coordinator(self, coordinator: Coordinator | None) -> None:
+        self.parts.coordinator = coordinator
 
     @property
     def leading(self) -> bool:
         """Whether this instance runs the lifecycle (plan, base run, close, release)."""
-        return self.coordinator is None or self.coordinator.leading
+        return self.parts.leading
 
     # -- start and stop ------------------------------------------------------------------------
     async def start(self) -> None:

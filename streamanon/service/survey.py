@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from scheduler.arrivals import ArrivalEstimator
 from scheduler.jobs import PlanningJob
 from scheduler.planner import Plan
@@ -195,7 +197,7 @@ class Survey:
         self.estimator.observe(times)
         self.ingest.stored = self.ingest.received = len(times)
         if len(times):
-            self.history.add(float(max(times)), len(times))
+            self.history.add(float(np.max(times)), len(times))
         self.ingest.closed_at = st.close_requested_at
         marks = await p.in_store(p.store.close_marks, self.id)
         if st.state == RELEASED or marks is not None:  # before the collector reads a message
@@ -281,12 +283,11 @@ class Survey:
 
     async def _base(self, snapshot_seq: int, started: float) -> None:
         p = self._parts()
-        result = BaseRunResult()
+        result = BaseRunResult()  # filled as the run goes: a cancelled run leaves its steps
         try:
-            result = await run_base(self, snapshot_seq, started, store=p.store,
-                                    in_store=p.in_store, pool=p.pool,
-                                    compute=p.config.compute, planner=p.planner,
-                                    releaser=p.releaser)
+            await run_base(self, snapshot_seq, started, store=p.store, in_store=p.in_store,
+                           pool=p.pool, compute=p.config.compute, planner=p.planner,
+                           releaser=p.releaser, result=result)
         finally:
             self.base_finished(result)
 

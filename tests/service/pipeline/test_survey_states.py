@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -129,3 +130,87 @@ def test_a_survey_closed_before_any_base_run_is_released_one_shot(survey):
     asyncio.run(close())
     assert [to for _, to, _, _ in survey.parts.store.transitions("s")] == [CLOSING, RELEASED]
     assert survey.parts.store.load_checkpoint("s") is None
+
+
+class Follower:
+    """The lease of an instance that does not lead: requests go to the leader, and a clean
+    cut is the coordination's."""
+
+    leading = False
+
+    def __init__(self) -> None:
+        self.stored: dict[str, int] = {}  # every instance's count: none yet
+        self.requests: list[tuple[str, str]] = []
+        self.coordination = SimpleNamespace(
+            request=lambda sid, what: self.requests.append((sid, what)),
+            snapshot_seq=lambda sid: 7)
+
+
+def test_a_follower_hands_its_moves_to_the_leader(tmp_path):
+    """On a follower (the service's lease, as ``Service._claim`` sets it), a base run is
+    requested of the leader, a close is stored and left to the leader, and a snapshot's cut is
+    the coordination's clean cut: the survey sees the service's lease."""
+    from streamanon.service.lifecycle import Service
+
+    planner = planner_for(tmp_path, {"k": K}, M, close_in=3600)
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    store.ensure_survey("s")
+    store.insert_records("s", rows(40))
+    pool = ThreadPoolExecutor(1)
+    service = Service(planner.config, store=store, compute_pool=pool)
+    sv = planner.surveys["s"]
+    sv.parts = service.parts
+    service.surveys["s"] = sv
+    follower = Follower()
+    service.coordinator = follower  # as _claim does on a shared store
+
+    async def moves() -> tuple[bool, int]:
+        service.loop = asyncio.get_running_loop()
+        started = await service.start_base("s", None)
+        await service.close("s")
+        return started, await sv.clean_cut()
+
+    try:
+        started, cut = asyncio.run(moves())
+    finally:
+        service._store_thread.shutdown()
+        pool.shutdown()
+    assert not started and follower.requests == [("s", "start_base")]
+    assert sv.close_task is None and sv.base_task is None  # the leader closes
+    assert store.survey_state("s").close_requested_at is not None  # stored for the leader
+    assert store.survey_state("s").state == OPEN
+    assert cut == 7
+    store.close()
+
+
+def test_a_cancelled_base_run_leaves_its_steps_so_far(survey, monkeypatch):
+    """A base run cancelled in its engine (the lease lost, the service stopping) leaves the
+    steps it made (load, prepare) for the report, and no running task."""
+    import threading
+
+    import streamanon.service.base_run as base_run
+
+    release = threading.Event()
+    entered = threading.Event()
+
+    def engine(*args):
+        entered.set()
+        release.wait(30)
+        raise RuntimeError("never used")
+
+    monkeypatch.setattr(base_run, "kept_base_partition", engine)
+
+    async def cancel() -> None:
+        assert await survey.start_base(None)
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        survey.base_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await survey.base_task
+
+    try:
+        asyncio.run(cancel())
+    finally:
+        release.set()
+    assert {"load", "prepare"} <= set(survey.base_steps)
+    assert "engine" not in survey.base_steps and survey.base_task is None
