@@ -117,7 +117,8 @@ async def _as_taken(ends: dict[int, int]) -> dict[int, int]:
 def warm_up_compute() -> bool:
     """Load the kernels (the refinement's and the NN stages' blocked search too) in the
     compute process before they are needed: a kernel is loaded from numba's cache at its first
-    call, which would otherwise be the close's."""
+    call, which would otherwise be the close's. A function of the module, so that it pickles
+    to the compute process."""
     Z = np.random.default_rng(0).standard_normal((60, 2))
     TwoStageRun(5, "mdav", "nn_split_end", refine=1.0).run(Z, 40)
     TwoStageRun(5, "mdav", "nn_split_end", incremental_params={"index": "blocks"}).run(Z, 40)
