@@ -34,6 +34,12 @@ from streamanon.service.kafka_clients import (
 )
 
 FETCH_TIMEOUT_SECONDS = 30.0
+#: How long the broker may hold a reader's fetch for data (librdkafka's ``fetch.wait.max.ms``).
+#: A reader is short-lived and reads a few records: librdkafka sends the fetch for a newly
+#: assigned offset only once the one in flight is answered, so each read of
+#: :func:`messages_before_end` waited up to this long (at 50 ms, 108 ms for the release check's
+#: three reads against 12 ms at 1 ms: ``simulations/bench_position_reads.py``).
+READ_FETCH_WAIT_MS = 1
 
 
 class Record(NamedTuple):
@@ -51,7 +57,7 @@ def _reader(config: Config) -> Any:
     makes its topics with their own partitions, a broker's auto-creation would give its
     default."""
     return position_reader(KafkaSettings.from_config(config), {
-        "max.partition.fetch.bytes": 64 * 1024, "fetch.wait.max.ms": 50,
+        "max.partition.fetch.bytes": 64 * 1024, "fetch.wait.max.ms": READ_FETCH_WAIT_MS,
         "auto.offset.reset": "earliest", "allow.auto.create.topics": False})
 
 
