@@ -9,7 +9,8 @@ Its moves are methods: resume from the stored state (:meth:`Survey.resume`), sta
 (:meth:`Survey.start_base`), read its records ahead (:meth:`Survey.read_ahead_soon`), close
 (:meth:`Survey.request_close`) and release (the close sequence, :meth:`Survey.close_sequence`).
 Every change of the stored state goes through :meth:`Survey.move`, which refuses a move
-:data:`~.states.TRANSITIONS` does not allow (:class:`IllegalMove`). The steps themselves are
+:data:`~.states.TRANSITIONS` does not allow (:class:`~.store.IllegalMove`, checked by the
+store in the transaction that moves it). The steps themselves are
 :mod:`.base_run`, :mod:`.closing` and :mod:`.releasing`: they take a survey and return their
 results (or record them through its methods), and never assign its fields.
 
@@ -37,14 +38,14 @@ from scheduler.arrivals import ArrivalEstimator
 from scheduler.jobs import PlanningJob
 from scheduler.planner import Plan
 from streamanon.incremental import base_is_usable
-from streamanon.service import states
 from streamanon.service.base_run import BaseRunResult, read_ahead, run_base
 from streamanon.service.closing import close_survey
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.ingest import SurveyIngest
 from streamanon.service.runtime import ArrivalHistory, PlanState, ReadAhead, StoreCall
 from streamanon.service.states import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
-from streamanon.service.store import Store, StoreError, SurveyState
+from streamanon.service.store import IllegalMove as IllegalMove  # raised by move
+from streamanon.service.store import Store, SurveyState
 from streamanon.service.validation import Closure
 
 if TYPE_CHECKING:
@@ -53,11 +54,6 @@ if TYPE_CHECKING:
     from streamanon.service.releasing import Releaser
 
 log = logging.getLogger(__name__)
-
-
-class IllegalMove(StoreError):
-    """A move the survey's stored state does not allow (:data:`.states.TRANSITIONS`), refused
-    before the store is asked (which refuses it too)."""
 
 
 @dataclass
@@ -135,16 +131,11 @@ class Survey:
         return st
 
     async def move(self, to: str, why: str, **fields: Any) -> SurveyState:
-        """Move the stored state to ``to`` (with ``fields``, columns of the survey's row):
-        :class:`IllegalMove` when :data:`.states.TRANSITIONS` does not allow it from the
-        stored state; the store refuses it too if that state changed meanwhile."""
+        """Move the stored state to ``to`` (with ``fields``, columns of the survey's row);
+        :class:`~.store.IllegalMove` when :data:`.states.TRANSITIONS` does not allow it from
+        the stored state (the store checks and moves in one transaction)."""
         p = self._parts()
-        current = (await self.stored_state()).state
-        if to not in states.TRANSITIONS[current]:
-            raise IllegalMove(f"survey {self.id}: {current} -> {to} is not a move a survey "
-                              f"makes (allowed: {sorted(states.TRANSITIONS[current]) or 'none'})")
-        st = await p.in_store(lambda: p.store.transition(self.id, to, why, expect=[current],
-                                                         **fields))
+        st = await p.in_store(lambda: p.store.transition(self.id, to, why, **fields))
         self.state = st.state
         return st
 

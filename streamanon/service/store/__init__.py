@@ -36,6 +36,7 @@ from urllib.parse import urlparse
 
 from streamanon.service.store.base import (
     Checkpoint,
+    IllegalMove,
     RecordRow,
     Records,
     ReleaseRow,
@@ -49,8 +50,9 @@ from streamanon.service.store.postgres import PostgresStore
 from streamanon.service.store.sqlite import SQLiteStore
 
 __all__ = [
-    "Checkpoint", "PostgresStore", "RecordRow", "Records", "ReleaseRow", "SQLiteStore", "Store",
-    "StoreError", "StoreUnavailable", "SurveyState", "open_store", "record_digest",
+    "Checkpoint", "IllegalMove", "PostgresStore", "RecordRow", "Records", "ReleaseRow",
+    "SQLiteStore", "Store", "StoreError", "StoreUnavailable", "SurveyState", "open_store",
+    "record_digest",
 ]
 
 

@@ -36,6 +36,11 @@ class StoreError(StreamanonError):
     """The store cannot do what was asked (bad URL, illegal state transition, ...)."""
 
 
+class IllegalMove(StoreError):
+    """A state transition :data:`~streamanon.service.states.TRANSITIONS` does not allow from
+    the survey's stored state (or not from the state the caller expected)."""
+
+
 class StoreUnavailable(StoreError):
     """The store cannot be reached or cannot write now (connection lost, server down, disk
     full); the operation did not happen and may be retried later. The message is fixed text,
@@ -261,7 +266,9 @@ class Store(ABC):
         with self._lock, self._transaction():
             current = self.survey_state(survey).state
             if to_state not in TRANSITIONS[current] or (expect and current not in set(expect)):
-                raise StoreError(f"survey {survey}: illegal transition {current} -> {to_state}")
+                allowed = sorted(TRANSITIONS[current]) or "none"
+                raise IllegalMove(f"survey {survey}: illegal transition {current} -> {to_state} "
+                                  f"(allowed: {allowed})")
             now = time.time()
             sets = ", ".join(f"{name} = ?" for name in fields)
             self._q(f"UPDATE surveys SET state = ?, updated_at = ?{', ' if sets else ''}{sets} "
