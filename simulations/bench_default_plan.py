@@ -3,6 +3,11 @@
     python -m simulations.bench_default_plan                      # the table of issue 28
     python -m simulations.bench_default_plan --sizes 20000 --engines mdav \\
         --profiles uniform --open-seconds 30                          # a quick look
+    python -m simulations.bench_default_plan --apache-kafka           # on Apache Kafka
+
+Each survey runs on an embedded broker (Tansu, in memory) of its own, unless ``--apache-kafka``
+(one Apache Kafka broker on loopback for the whole run: ``simulations/apache_kafka.py``) or
+``--bootstrap HOST:PORT`` (the Kafka there; every run makes topics of its own) is given.
 
 For each size and engine the one-shot release of the records runs first; each survey is then
 open ``--arrival-coefficient`` (default 10) times that run's measured compute: a survey ten
@@ -41,6 +46,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from simulations.apache_kafka import ApacheKafka
+from simulations.apache_kafka import version as kafka_version
 from simulations.common import RESULTS, commit, machine
 from streamanon.service.simulate import (
     calibrated_model,
@@ -161,6 +168,13 @@ def main() -> None:
     parser.add_argument("--skip", default="",
                         help="comma-separated SIZE:ENGINE pairs not to run, e.g. "
                              "1000000:ona_star")
+    broker = parser.add_mutually_exclusive_group()
+    broker.add_argument("--bootstrap", default=None, metavar="HOST:PORT",
+                        help="run every survey on the Kafka at this address (plain text; new "
+                             "topics each run) instead of an embedded broker each")
+    broker.add_argument("--apache-kafka", action="store_true",
+                        help="start one Apache Kafka broker on loopback for the whole run "
+                             "(simulations/apache_kafka.py; the jars fetched once with Maven)")
     parser.add_argument("--out", default=str(RESULTS / "bench_default_plan.json"))
     args = parser.parse_args()
     if args.keep and Path(args.keep).exists():
@@ -172,8 +186,12 @@ def main() -> None:
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     revision = commit()  # the code that runs, whatever is committed meanwhile
     rows: list[dict[str, Any]] = []
-    with (contextlib.nullcontext(args.keep) if args.keep
-          else tempfile.TemporaryDirectory()) as tmp:
+    with contextlib.ExitStack() as stack:
+        if args.apache_kafka:
+            args.bootstrap = stack.enter_context(ApacheKafka()).bootstrap
+            print(f"Apache Kafka {kafka_version()} at {args.bootstrap}", flush=True)
+        tmp = stack.enter_context(contextlib.nullcontext(args.keep) if args.keep
+                                  else tempfile.TemporaryDirectory())
         for n in sizes:
             for engine in engines:
                 if (str(n), engine) in skip:
@@ -187,7 +205,7 @@ def main() -> None:
                 (out / "ref").mkdir()
                 shutil.copy(out / "cost_models.json", out / "ref" / "cost_models.json")
                 reference = one_shot_release(make_data("gaussian", n, M, 7), out=out / "ref",
-                                             k=K, engine=engine)
+                                             k=K, engine=engine, bootstrap=args.bootstrap)
                 for profile in profiles:  # the models and the reference's release steps
                     (out / profile).mkdir()
                     shutil.copy(out / "ref" / "cost_models.json",
@@ -202,25 +220,29 @@ def main() -> None:
                     summaries.append(run_simulation(
                         profile=profile, n=n, m=M, k=K, survey_duration=window,
                         speedup=1.0, engine=engine, data="gaussian", out=out / profile,
-                        seed=7, reference="none",
+                        seed=7, reference="none", bootstrap=args.bootstrap,
                         progress=lambda message: None))
                 for summary in summaries:
                     rows.append(row(summary, reference))
                     print(table(rows[-1:]).splitlines()[-1], flush=True)
                     print(steps(rows[-1]), flush=True)
-    print(f"\nThe default plan against the one-shot release; {started}, commit {revision}, "
-          f"{machine()}; i.i.d. Gaussian x {M}, k = {K}; s: the survey's window over the "
-          f"measured one-shot compute; command: python -m simulations.bench_default_plan "
+    on = (f"Apache Kafka {kafka_version()}" if args.apache_kafka else
+          f"the Kafka at {args.bootstrap}" if args.bootstrap else "the embedded broker (Tansu)")
+    print(f"\nThe default plan against the one-shot release, on {on}; {started}, commit "
+          f"{revision}, {machine()}; i.i.d. Gaussian x {M}, k = {K}; s: the survey's window "
+          f"over the measured one-shot compute; command: python -m simulations.bench_default_plan "
           f"--sizes {args.sizes} --engines {args.engines} --profiles {args.profiles} "
           + (f"--open-seconds {args.open_seconds:g}" if args.open_seconds else
              f"--arrival-coefficient {args.arrival_coefficient:g} "
              f"--max-open-seconds {args.max_open_seconds:g}")
-          + (f" --skip {args.skip}" if skip else "") + "\n")
+          + (f" --skip {args.skip}" if skip else "")
+          + (" --apache-kafka" if args.apache_kafka else
+             f" --bootstrap {args.bootstrap}" if args.bootstrap else "") + "\n")
     print(table(rows))
     missed = [x for x in rows if not all(x["checks"].values())]
     print(f"\n{len(rows) - len(missed)} of {len(rows)} rows meet every check")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"date": started, "commit": revision,
+    Path(args.out).write_text(json.dumps({"date": started, "commit": revision, "broker": on,
                                           "machine": machine(), "rows": rows}, indent=2))
     print(f"wrote {args.out}")
 

@@ -145,15 +145,16 @@ def _where(thread: threading.Thread) -> str:
 
 
 def ensure_topics(kafka: KafkaSettings | str, names: Iterable[str] | dict[str, int],
-                  partitions: int = 4, *, configs: dict[str, dict[str, str]] | None = None
-                  ) -> None:
+                  partitions: int = 4, *, configs: dict[str, dict[str, str]] | None = None,
+                  replicas: int = -1) -> None:
     """Create the topics that do not exist yet (idempotent) on the brokers ``kafka`` names
     (settings, or a bootstrap address reached in plain text); ``names`` may map each topic to
     its number of partitions, ``configs`` a topic to its settings (``{"retention.ms": ...}``;
-    a topic that exists keeps its own)."""
+    a topic that exists keeps its own), ``replicas`` the copies of each (-1: the brokers'
+    default)."""
     settings = KafkaSettings(kafka) if isinstance(kafka, str) else kafka
     wanted = names if isinstance(names, dict) else dict.fromkeys(names, partitions)
-    create_topics(settings, wanted, configs)
+    create_topics(settings, wanted, configs, replicas=replicas)
 
 
 class EmbeddedBroker:

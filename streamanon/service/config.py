@@ -188,6 +188,9 @@ class KafkaConfig(_Strict):
     # service killed again and again while it joined never drained (the crash-safety test,
     # not understood yet): keep the default unless restarts are rare.
     session_timeout_ms: int = Field(default=30_000, ge=6_000, le=1_800_000)
+    # Copies of each topic the service creates (-1: the brokers' default.replication.factor,
+    # which managed Kafka sets to 3); a topic that exists keeps its own.
+    replication_factor: int = Field(default=-1, ge=-1, le=32)
     # Sent by every client the service and the CLI make (None: each library's own).
     client_id: str | None = None
     # Security, for every client the service and the CLI make (``kafka_clients.KafkaSettings``).
@@ -328,6 +331,10 @@ class Config(_Strict):
     def topic(self, survey_id: str, kind: str) -> str:
         """``<prefix>.<survey>.<kind>``, kind in responses, deadletter, release."""
         return f"{self.kafka.topic_prefix}.{survey_id}.{kind}"
+
+    def topic_replicas(self) -> int:
+        """Copies of each topic the service creates (-1: the brokers' default)."""
+        return self.kafka.replication_factor
 
     def topic_configs(self) -> dict[str, dict[str, str]]:
         """Kafka settings of the topics the service creates, by topic: the dead-letter

@@ -167,16 +167,17 @@ def probe(settings: KafkaSettings, seconds: float) -> None:
 
 def create_topics(settings: KafkaSettings, wanted: dict[str, int],
                   configs: dict[str, dict[str, str]] | None = None,
-                  timeout: float = 30.0) -> None:
+                  timeout: float = 30.0, replicas: int = -1) -> None:
     """Create the topics of ``wanted`` (name -> partitions) that do not exist yet, with the
-    settings ``configs`` gives them; a topic that exists keeps its own (idempotent: one that
+    settings ``configs`` gives them and ``replicas`` copies (-1: the brokers'
+    ``default.replication.factor``); a topic that exists keeps its own (idempotent: one that
     another client creates meanwhile is no error)."""
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import NewTopic
 
     admin = _admin(settings)
     existing = set(admin.list_topics(timeout=timeout).topics)
-    new = [NewTopic(n, num_partitions=p, replication_factor=1,
+    new = [NewTopic(n, num_partitions=p, replication_factor=replicas,
                     config=dict((configs or {}).get(n) or {}))
            for n, p in wanted.items() if n not in existing]
     if not new:

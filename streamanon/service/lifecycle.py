@@ -200,8 +200,10 @@ class Service:
         await self._claim()
         kafka = KafkaSettings.from_config(cfg)  # brokers and security, for every client
         await self._in_store(lambda: ensure_topics(kafka, self._topics(),
-                                                   configs=cfg.topic_configs()))
-        self.producer = producer(kafka, {"linger.ms": 20, "batch.size": 512 * 1024, "acks": "all"})
+                                                   configs=cfg.topic_configs(),
+                                                   replicas=cfg.topic_replicas()))
+        self.producer = producer(kafka, {"linger.ms": 20, "batch.size": 512 * 1024, "acks": "all",
+                                         "enable.idempotence": True})
         self.release_producer = ReleasePublisher(cfg)
         self._releaser = self.parts.releaser = Releaser(
             cfg, self.store, self._in_store, self._pool, self.release_producer, self.telemetry)

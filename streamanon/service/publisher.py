@@ -307,7 +307,8 @@ class ReleasePublisher:
         # delivery error must reach the publish whose message it was
         self._lock = threading.Lock()
         self._producer = rdkafka_producer(KafkaSettings.from_config(config), {
-            "acks": "all", "linger.ms": 5,
+            # idempotent: a send retried after a leader change is written once
+            "acks": "all", "enable.idempotence": True, "linger.ms": 5,
             "batch.size": 1_000_000, "compression.type": "none",  # any consumer reads it
             "max.in.flight.requests.per.connection": 1,
             "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,

@@ -465,7 +465,8 @@ class Releaser:
         is missing: a broker replaced since start has none. Refused creation is a broker
         error, retried like a failed publish."""
         cfg = self.config
-        ensure_topics(KafkaSettings.from_config(cfg), {topic: 1}, configs=cfg.topic_configs())
+        ensure_topics(KafkaSettings.from_config(cfg), {topic: 1}, configs=cfg.topic_configs(),
+                      replicas=cfg.topic_replicas())
 
     async def _after_publish(self, rt: RunningSurvey, report: ReleaseReport,
                              table: pd.DataFrame, fresh: Fresh | None) -> ReleaseReport:

@@ -24,12 +24,13 @@ logger), which the CLI sets to print them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from importlib import resources
@@ -47,7 +48,7 @@ from scheduler.quality import DEFAULT_MAX_DELTA, delta_against_one_shot
 from streamanon.engines import run_engine
 from streamanon.io import atomic_write, write_json
 from streamanon.metrics import distortion, standardise
-from streamanon.service.broker import EmbeddedBroker, free_port
+from streamanon.service.broker import EmbeddedBroker, free_port, wait_for_kafka
 from streamanon.service.calibration import calibrated_model, candidates
 from streamanon.service.config import parse_config
 from streamanon.service.engine_traits import auto_engine_names
@@ -104,6 +105,22 @@ def make_data(kind: str, n: int, m: int, seed: int = 7) -> SurveyData:
                       f"(numeric columns {', '.join(map(str, frame.columns))})")
 
 
+@contextlib.contextmanager
+def kafka_at(bootstrap: str | None, progress: Progress = log.info) -> Iterator[str]:
+    """The brokers a run uses: those at ``bootstrap`` when given (Apache Kafka, say: waited for,
+    left running at the end), else an embedded broker of the run's own (started and stopped
+    here). Each run's topics and consumer group carry a fresh prefix, so runs on one broker
+    never read each other's messages."""
+    if bootstrap:
+        wait_for_kafka(bootstrap, 60.0)
+        progress(f"Kafka at {bootstrap}")
+        yield bootstrap
+        return
+    with EmbeddedBroker() as broker:
+        progress(f"embedded broker at {broker.bootstrap}")
+        yield broker.bootstrap
+
+
 def service_config(bootstrap: str, out: Path, *, n: int, m: int, k: int, close: datetime,
                    http: str, engine: str = "mdav", incremental: str = "auto",
                    deadline: float | None = None, survey: str = SURVEY,
@@ -122,9 +139,10 @@ def service_config(bootstrap: str, out: Path, *, n: int, m: int, k: int, close: 
                             "min_nu": min_nu, "schema": schema}
     if deadline is not None:
         spec["deadline"] = f"{deadline}s"
+    prefix = f"{survey}{secrets.token_hex(3)}"
     return {
-        "kafka": {"bootstrap_servers": bootstrap,
-                  "topic_prefix": f"{survey}{secrets.token_hex(3)}", "partitions": 2},
+        "kafka": {"bootstrap_servers": bootstrap, "topic_prefix": prefix,
+                  "group_id": f"{prefix}-collector", "partitions": 2},
         "store": {"url": f"sqlite:///{out / 'streamanon.db'}"},
         "output": {"directory": str(out)},
         "http": {"bind": http},
@@ -151,9 +169,11 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
                  dashboard: dict[str, Any] | None = None,
                  progress: Progress = log.info, refine: str | float = "off",
                  objective: str = "balanced",
-                 max_delta: float = DEFAULT_MAX_DELTA, min_nu: float = 0.0) -> dict[str, Any]:
+                 max_delta: float = DEFAULT_MAX_DELTA, min_nu: float = 0.0,
+                 bootstrap: str | None = None) -> dict[str, Any]:
     """Broker, service and producer: the survey is open ``open_seconds`` (wall clock), response
-    ``i`` is sent at ``send_at[i]``; returns the release report with ``opened_at``.
+    ``i`` is sent at ``send_at[i]``; returns the release report with ``opened_at``. The broker
+    is the embedded one, or the Kafka at ``bootstrap`` (:func:`kafka_at`).
 
     ``dashboard``, when given, receives the service's final ``/api/status`` (counts and times
     only) under ``"status"``, for :func:`streamanon.service.web.snapshot_html`."""
@@ -163,11 +183,10 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
            "STREAMANON_HTTP_TOKEN": secrets.token_hex(32)}
     report: dict[str, Any] = {}
     dashboard = {} if dashboard is None else dashboard
-    with EmbeddedBroker() as broker:
-        progress(f"embedded broker at {broker.bootstrap}")
+    with kafka_at(bootstrap, progress) as brokers:
         placeholder = datetime.now(timezone.utc) + timedelta(days=1)  # set once ready
         bind = http or f"127.0.0.1:{free_port()}"
-        raw = service_config(broker.bootstrap, out, n=n, m=m, k=k, close=placeholder,
+        raw = service_config(brokers, out, n=n, m=m, k=k, close=placeholder,
                              http=bind, engine=engine, incremental=incremental,
                              deadline=deadline, survey=survey,
                              arrival_bin_seconds=max(0.5, min(10.0, open_seconds / 60)),
@@ -197,7 +216,7 @@ def run_pipeline(data: SurveyData, send_at: np.ndarray, *, out: Path, k: int, op
             progress(f"dashboard at http://{bind}/ (also /api/status and /metrics)")
             progress(f"survey open for {open_seconds:.0f} s: producing {n:,} responses "
                      f"(m = {m}, k = {k}); close at {close:%H:%M:%S} UTC")
-            halt, producer = start_respondents(broker.bootstrap, topic, data.X,
+            halt, producer = start_respondents(brokers, topic, data.X,
                                                data.answers, send_at, time.monotonic())
             try:
                 while not service.surveys[survey].closed_event.is_set():
@@ -247,12 +266,14 @@ def _send_fast(bootstrap: str, topic: str, data: SurveyData) -> None:
 
 
 def one_shot_release(data: SurveyData, *, out: Path, k: int, engine: str,
-                     progress: Progress = log.info) -> dict[str, Any]:
+                     progress: Progress = log.info,
+                     bootstrap: str | None = None) -> dict[str, Any]:
     """The one-shot release of the same records through the same service, for comparison:
     a survey that closes on command (so no base run), every response stored first, then
     closed; returns its ``report.json`` (close to release, its steps, D).
 
-    The records go to a fresh store in ``out/one-shot`` on a broker of their own, after the
+    The records go to a fresh store in ``out/one-shot`` on a broker of their own (or on new
+    topics of the Kafka at ``bootstrap``), after the
     survey under test has released, so the two never share the cores. Its close steps are
     kept in ``out/cost_models.json`` too, when that file exists (a release of this machine's,
     which the next plans made with that file weigh: ``CostModelStore.observe_release``)."""
@@ -264,8 +285,8 @@ def one_shot_release(data: SurveyData, *, out: Path, k: int, engine: str,
         shutil.copy(out / "cost_models.json", workdir / "cost_models.json")
     env = {"STREAMANON_HMAC_KEY": secrets.token_hex(32),
            "STREAMANON_HTTP_TOKEN": secrets.token_hex(32)}
-    with EmbeddedBroker() as broker:
-        raw = service_config(broker.bootstrap, workdir, n=n, m=m, k=k,
+    with kafka_at(bootstrap, progress) as brokers:
+        raw = service_config(brokers, workdir, n=n, m=m, k=k,
                              close=datetime.now(timezone.utc), http=f"127.0.0.1:{free_port()}",
                              engine=engine, survey="oneshot")
         raw["surveys"][0]["close"] = "on-command"
@@ -275,13 +296,13 @@ def one_shot_release(data: SurveyData, *, out: Path, k: int, engine: str,
             from streamanon.service.broker import ensure_topics
             from streamanon.service.lifecycle import Service
 
-            ensure_topics(broker.bootstrap, [config.topic("oneshot", "responses")], 2)
+            ensure_topics(brokers, [config.topic("oneshot", "responses")], 2)
             service = Service(config)
             await service.start()
             try:
                 progress(f"one-shot reference: storing the same {n:,} responses, then closing "
                          f"and releasing them with {engine} at close ...")
-                await asyncio.to_thread(_send_fast, broker.bootstrap,
+                await asyncio.to_thread(_send_fast, brokers,
                                         config.topic("oneshot", "responses"), data)
                 while service.surveys["oneshot"].ingest.stored < n:
                     await asyncio.sleep(0.05)
@@ -384,8 +405,9 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
                    survey: str = SURVEY, progress: Progress = log.info,
                    refine: str | float = "off", objective: str = "balanced",
                    max_delta: float = DEFAULT_MAX_DELTA, min_nu: float = 0.0,
-                   reference: str = "compute") -> dict[str, Any]:
+                   reference: str = "compute", bootstrap: str | None = None) -> dict[str, Any]:
     """Run one simulation (see the module docstring); returns the summary it writes.
+    ``bootstrap``: run on the Kafka there (Apache Kafka, say) instead of an embedded broker.
 
     ``objective``, ``max_delta`` and ``min_nu`` are the survey's (``"balanced"``: the
     latest safe base snapshot within the quality bound; ``"earliest"``: the paper's nu*; the
@@ -441,7 +463,7 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
                           deadline=compressed_deadline, http=http, linger=linger,
                           survey=survey, dashboard=dashboard, progress=progress,
                           refine=refine, objective=objective, max_delta=max_delta,
-                          min_nu=min_nu)
+                          min_nu=min_nu, bootstrap=bootstrap)
     if engine == "auto":  # the engine the planner chose for the base run
         summary["configured_engine"] = "auto"
         summary["engine"] = engine = report["engine"]
@@ -455,7 +477,8 @@ def run_simulation(*, profile: str = "uniform", n: int = 20_000, m: int = 15, k:
     if reference == "release":
         progress(f"released; now the one-shot release of the same {n:,} records for "
                  "comparison ...")
-        ref = one_shot_release(survey_data, out=out, k=k, engine=engine, progress=progress)
+        ref = one_shot_release(survey_data, out=out, k=k, engine=engine, progress=progress,
+                               bootstrap=bootstrap)
         one_shot_steps = ref["close_steps_seconds"]
         one_shot_seconds = float(one_shot_steps["compute"])
         one_shot_release_seconds = float(ref["close_to_release_seconds"])
