@@ -111,10 +111,12 @@ class BrokerStartError(BrokerError):
 @dataclass(frozen=True)
 class Security:
     """SASL_SSL on the clients' listener: SCRAM-SHA-512 users (name -> password) created when
-    the nodes are formatted, and a server certificate and key in one PEM file (a key in PKCS #8,
-    unencrypted, then the chain), as trustme writes them."""
+    the nodes are formatted, the server's key and certificate chain in one PEM file (the key in
+    PKCS #8, unencrypted: Kafka's PEM key store reads no other), and the CA file the clients
+    trust."""
 
     pem: Path
+    cafile: Path
     users: dict[str, str]
     mechanism: str = "SCRAM-SHA-512"
 
@@ -166,6 +168,8 @@ class ApacheKafka:
 
     nodes_wanted: int = 1
     security: Security | None = None
+    #: more broker settings (``server.properties`` keys), e.g. ``message.max.bytes``
+    settings: dict[str, str] = field(default_factory=dict)
     startup_timeout: float = 90.0
     nodes: list[Node] = field(default_factory=list)
     root: Path | None = None
@@ -265,7 +269,7 @@ class ApacheKafka:
         user, password = next(iter(self.security.users.items()))
         return {"security.protocol": "SASL_SSL", "sasl.mechanism": self.security.mechanism,
                 "sasl.username": user, "sasl.password": password,
-                "ssl.ca.location": str(self.security.pem.with_name("ca.pem"))}
+                "ssl.ca.location": str(self.security.cafile)}
 
     def leader(self, topic: str, partition: int = 0) -> int:
         """The node that leads ``topic``'s ``partition`` now (-1 when none does)."""
@@ -318,6 +322,7 @@ class ApacheKafka:
                 f"listener.name.client.{mech.lower()}.sasl.jaas.config="
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;",
             ]
+        lines += [f"{key}={value}" for key, value in self.settings.items()]
         (node.directory / "server.properties").write_text("\n".join(lines) + "\n")
         (node.directory / "log4j2.properties").write_text(_LOG4J.format(log=node.log))
 
@@ -355,7 +360,7 @@ class ApacheKafka:
 
 @contextmanager
 def apache_kafka(nodes: int = 1, security: Security | None = None) -> Iterator[ApacheKafka]:
-    with ApacheKafka(nodes, security) as cluster:
+    with ApacheKafka(nodes, security=security) as cluster:
         yield cluster
 
 

@@ -109,16 +109,24 @@ class _Quiet:
 _QUIET = _Quiet()
 
 
-# -- the rig: one PostgreSQL server, one proxy, one broker (replaced), one service ------------
+# -- the rig: one service, started as an operator starts it, and its HTTP API -----------------
 
-@dataclass
-class Rig:
-    pg: Any  # simulations.postgres.PostgresServer
-    proxy: CuttableProxy
-    broker: EmbeddedBroker
+SURVEY_SCHEMA = """
+[surveys.schema]
+respondent_id = { role = "identifier" }
+x = { role = "quasi_identifier", type = "float" }
+y = { role = "quasi_identifier", type = "float" }
+ticket = { role = "confidential", type = "int" }
+"""
+
+
+@dataclass(kw_only=True)
+class ServiceRig:
+    """One ``streamanon serve`` process with a survey per scenario, in ``workdir``; the
+    brokers and the store are the subclass's (:attr:`bootstrap`, :meth:`config_text`)."""
+
     workdir: Path
     surveys: list[str]
-    db: str = ""  # the database's URL, straight to the server (not through the proxy)
     prefix: str = field(default_factory=lambda: f"f{secrets.token_hex(3)}")
     port: int = field(default_factory=free_port)
     token: str = field(default_factory=lambda: secrets.token_hex(32))
@@ -130,7 +138,7 @@ class Rig:
 
     @property
     def bootstrap(self) -> str:
-        return self.broker.bootstrap
+        raise NotImplementedError
 
     def topic(self, sid: str, kind: str) -> str:
         return f"{self.prefix}.{sid}.{kind}"
@@ -139,46 +147,18 @@ class Rig:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return text[-chars:]
 
-    # -- the service -------------------------------------------------------------------------
-    def config_text(self) -> str:
-        name = urlparse(self.db).path
-        store = f"postgresql://streamanon@127.0.0.1:{self.proxy.port}{name}"
-        surveys = "".join(f"""
+    def surveys_text(self, engine: str = "mdav") -> str:
+        return "".join(f"""
 [[surveys]]
 id = "{sid}"
 close = "on-command"
 k = 3
-engine = "mdav"
+engine = "{engine}"
 incremental = "nn_split_end"
+""" + SURVEY_SCHEMA for sid in self.surveys)
 
-[surveys.schema]
-respondent_id = {{ role = "identifier" }}
-x = {{ role = "quasi_identifier", type = "float" }}
-y = {{ role = "quasi_identifier", type = "float" }}
-ticket = {{ role = "confidential", type = "int" }}
-""" for sid in self.surveys)
-        return f"""
-[kafka]
-bootstrap_servers = "{self.bootstrap}"
-topic_prefix = "{self.prefix}"
-group_id = "{self.prefix}-collector"
-partitions = 2
-session_timeout_ms = 10000
-
-[store]
-url = "{store}"
-
-[output]
-directory = "{self.workdir / 'out'}"
-
-[http]
-bind = "127.0.0.1:{self.port}"
-
-[planner]
-interval_seconds = 3600
-calibration_seconds = 0.5
-cost_models = "{self.workdir / 'models.json'}"
-""" + surveys
+    def config_text(self) -> str:
+        raise NotImplementedError
 
     def start_service(self, timeout: float = 120) -> None:
         config = self.workdir / "streamanon.toml"
@@ -215,6 +195,22 @@ cost_models = "{self.workdir / 'models.json'}"
             self.proc.kill()
             self.proc.wait()
 
+    def survey_status(self, sid: str) -> dict[str, Any]:
+        status = self.http_status()
+        if status is None:
+            raise ScenarioFailed("the service's /api/status did not answer")
+        return next(s for s in status["surveys"] if s["id"] == sid)
+
+    def stored(self, sid: str) -> int:
+        """The survey's stored responses, as the service's status tells."""
+        return int(self.survey_status(sid)["stored"])
+
+    def state(self, sid: str) -> tuple[str, Any]:
+        """The survey's state, and whether a close was asked, as the status tells."""
+        status = self.survey_status(sid)
+        return status["state"], status.get("close_requested_at") or (
+            status["state"] in ("CLOSING", "RELEASED") or None)
+
     def post(self, path: str) -> tuple[int, dict[str, str]]:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", method="POST",
                                      headers={"Authorization": f"Bearer {self.token}"})
@@ -223,6 +219,46 @@ cost_models = "{self.workdir / 'models.json'}"
                 return r.status, dict(r.headers)
         except urllib.error.HTTPError as exc:
             return exc.code, dict(exc.headers)
+
+
+# -- this suite's rig: one PostgreSQL server, one proxy, one broker (replaced) -----------------
+
+@dataclass(kw_only=True)
+class Rig(ServiceRig):
+    pg: Any  # simulations.postgres.PostgresServer
+    proxy: CuttableProxy
+    broker: EmbeddedBroker
+    db: str = ""  # the database's URL, straight to the server (not through the proxy)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+    def config_text(self) -> str:
+        name = urlparse(self.db).path
+        store = f"postgresql://streamanon@127.0.0.1:{self.proxy.port}{name}"
+        return f"""
+[kafka]
+bootstrap_servers = "{self.bootstrap}"
+topic_prefix = "{self.prefix}"
+group_id = "{self.prefix}-collector"
+partitions = 2
+session_timeout_ms = 10000
+
+[store]
+url = "{store}"
+
+[output]
+directory = "{self.workdir / 'out'}"
+
+[http]
+bind = "127.0.0.1:{self.port}"
+
+[planner]
+interval_seconds = 3600
+calibration_seconds = 0.5
+cost_models = "{self.workdir / 'models.json'}"
+""" + self.surveys_text()
 
     # -- the store, read straight from the server --------------------------------------------
     def sql(self, query: str, *params: Any) -> list[tuple]:
@@ -304,7 +340,7 @@ def zombie_or_alive(pid: int) -> bool:
     return state != "Z"
 
 
-def wait_until(condition: Callable[[], Any], timeout: float, what: str, rig: Rig,
+def wait_until(condition: Callable[[], Any], timeout: float, what: str, rig: ServiceRig,
                step: float = 0.05) -> Any:
     """``condition()`` once it is true; ScenarioFailed after ``timeout`` seconds, or at once
     when the service has exited."""
@@ -336,14 +372,19 @@ def responses(sid: str, n: int) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def producer(bootstrap: str, timeout_ms: int = 30_000) -> Any:
+def producer(bootstrap: str, timeout_ms: int = 30_000, idempotent: bool = False) -> Any:
+    """The platform's producer (``idempotent``: a send retried after a leader change is
+    written once, as a replicated cluster allows; a replaced in-memory broker would not know
+    the producer)."""
     from confluent_kafka import Producer
 
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
-                     "message.timeout.ms": timeout_ms, "logger": _QUIET})
+                     "message.timeout.ms": timeout_ms, "enable.idempotence": idempotent,
+                     "logger": _QUIET})
 
 
-def send(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> set[bytes]:
+def send(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]],
+         idempotent: bool = False) -> set[bytes]:
     """Every message, produced and flushed; the keys the broker acknowledged."""
     acked: set[bytes] = set()
 
@@ -351,7 +392,7 @@ def send(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> set
         if err is None:
             acked.add(msg.key())
 
-    p = producer(bootstrap)
+    p = producer(bootstrap, idempotent=idempotent)
     for key, value in messages:
         p.produce(topic, value, key=key, on_delivery=delivered)
         p.poll(0)
@@ -369,19 +410,21 @@ class SlowSender(threading.Thread):
     all of them in one batch left nothing mid-ingest)."""
 
     def __init__(self, bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]],
-                 hold_after: int | None = None) -> None:
+                 hold_after: int | None = None, *, timeout_ms: int = 5_000,
+                 idempotent: bool = False, pause: float = 0.2) -> None:
         super().__init__(daemon=True)
         if hold_after is not None and not 0 < hold_after < len(messages):
             raise ValueError(f"hold_after must leave responses on both sides: {hold_after} of "
                              f"{len(messages)}")
         self.bootstrap, self.topic, self.messages = bootstrap, topic, messages
         self.hold_after = hold_after
+        self.timeout_ms, self.idempotent, self.pause = timeout_ms, idempotent, pause
         self.acked: set[bytes] = set()
         self.halt = threading.Event()
         self.go = threading.Event()
 
     def run(self) -> None:
-        p = producer(self.bootstrap, timeout_ms=5_000)
+        p = producer(self.bootstrap, timeout_ms=self.timeout_ms, idempotent=self.idempotent)
 
         def delivered(err: Any, msg: Any) -> None:
             if err is None:
@@ -400,10 +443,10 @@ class SlowSender(threading.Thread):
             for key, value in self.messages[start:end]:
                 p.produce(self.topic, value, key=key, on_delivery=delivered)
             p.poll(0)
-            self.halt.wait(0.2)
+            self.halt.wait(self.pause)
         if self.halt.is_set():
             p.purge()
-        p.flush(10)
+        p.flush(self.timeout_ms / 1000 + 5)
 
 
 def read_topic(bootstrap: str, topic: str, timeout: float = 30) -> list[Any]:
@@ -446,7 +489,7 @@ def taken_release(messages: list[Any]) -> list[int]:
     return [int(json.loads(messages[i].value())["ticket"]) for i in run]
 
 
-def release_partitions(rig: Rig, sid: str) -> int:
+def release_partitions(rig: ServiceRig, sid: str) -> int:
     from confluent_kafka.admin import AdminClient
 
     topic = rig.topic(sid, "release")
@@ -455,7 +498,7 @@ def release_partitions(rig: Rig, sid: str) -> int:
     return len(meta.topics[topic].partitions)
 
 
-def check_release(rig: Rig, sid: str, sent: set[bytes], out: Outcome) -> None:
+def check_release(rig: ServiceRig, sid: str, sent: set[bytes], out: Outcome) -> None:
     """Read the survey's release back (topic and file) and count."""
     out.stored = rig.stored(sid)
     partitions = release_partitions(rig, sid)
@@ -476,14 +519,14 @@ def check_release(rig: Rig, sid: str, sent: set[bytes], out: Outcome) -> None:
     out.lost = len(sent_tickets - set(counts))
 
 
-def wait_released(rig: Rig, sid: str, timeout: float = 120) -> float:
+def wait_released(rig: ServiceRig, sid: str, timeout: float = 120) -> float:
     """Wait for the survey's state RELEASED in the store; when it was seen."""
     wait_until(lambda: rig.state(sid)[0] == "RELEASED", timeout, f"survey {sid} released",
                rig)
     return time.monotonic()
 
 
-def ingest(rig: Rig, sid: str, n: int) -> set[bytes]:
+def ingest(rig: ServiceRig, sid: str, n: int) -> set[bytes]:
     """Send the survey's responses and wait until the service stored them all."""
     acked = send(rig.bootstrap, rig.topic(sid, "responses"), responses(sid, n))
     if len(acked) != n:
@@ -492,13 +535,13 @@ def ingest(rig: Rig, sid: str, n: int) -> set[bytes]:
     return acked
 
 
-def close_over_http(rig: Rig, sid: str) -> None:
+def close_over_http(rig: ServiceRig, sid: str) -> None:
     code, _ = rig.post(f"/api/surveys/{sid}/close")
     if code != 202:
         raise ScenarioFailed(f"the close was answered {code}, not 202")
 
 
-def release_on_topic(rig: Rig, sid: str) -> int:
+def release_on_topic(rig: ServiceRig, sid: str) -> int:
     """How many messages the survey's release topic holds (0 when it does not exist)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -514,7 +557,7 @@ def release_on_topic(rig: Rig, sid: str) -> int:
 
 
 @contextmanager
-def held_mid_publish(rig: Rig, sid: str, n: int) -> Iterator[int]:
+def held_mid_publish(rig: ServiceRig, sid: str, n: int) -> Iterator[int]:
     """Let the service run in steps of 2 ms (SIGSTOP, SIGCONT) until its release topic holds
     part of the release (some records, not the manifest: n + 1 messages), then hold it for
     the block; yields how many release messages were on the topic then. The service goes on
@@ -627,11 +670,14 @@ def store_killed_mid_publish(rig: Rig, sid: str, n: int, out: Outcome) -> set[by
     return sent
 
 
-def first_half_stored(rig: Rig, sid: str, messages: list[tuple[bytes, bytes]]) -> SlowSender:
+def first_half_stored(rig: ServiceRig, sid: str, messages: list[tuple[bytes, bytes]],
+                      **options: Any) -> SlowSender:
     """The sender started with the second half held (until its ``go``), once a quarter of
-    the responses is stored; stopped if that does not come."""
+    the responses is stored; stopped if that does not come. ``options``: more of
+    :class:`SlowSender`'s."""
     n = len(messages)
-    sender = SlowSender(rig.bootstrap, rig.topic(sid, "responses"), messages, hold_after=n // 2)
+    sender = SlowSender(rig.bootstrap, rig.topic(sid, "responses"), messages, hold_after=n // 2,
+                        **options)
     sender.start()
     try:
         wait_until(lambda: rig.stored(sid) >= n // 4, 60, "a quarter of the responses stored",
@@ -642,7 +688,7 @@ def first_half_stored(rig: Rig, sid: str, messages: list[tuple[bytes, bytes]]) -
     return sender
 
 
-def broker_replaced_mid_ingest(rig: Rig, sid: str, n: int, out: Outcome) -> set[bytes]:
+def broker_replaced_mid_ingest(rig: ServiceRig, sid: str, n: int, out: Outcome) -> set[bytes]:
     messages = responses(sid, n)
     sender = first_half_stored(rig, sid, messages)
     at_kill = rig.stored(sid)
@@ -678,7 +724,7 @@ def broker_replaced_mid_publish(rig: Rig, sid: str, n: int, out: Outcome) -> set
     return sent
 
 
-def network_cut_mid_ingest(rig: Rig, sid: str, n: int, out: Outcome) -> set[bytes]:
+def network_cut_mid_ingest(rig: ServiceRig, sid: str, n: int, out: Outcome) -> set[bytes]:
     sender = first_half_stored(rig, sid, responses(sid, n))
     rig.proxy.cut()
     sender.go.set()  # the second half arrives while the store is out of reach
@@ -786,7 +832,8 @@ def main(argv: list[str] | None = None) -> int:
         proxy = stack.enter_context(CuttableProxy(urlparse(pg.url).port or 5432))
         broker = EmbeddedBroker()
         broker.start()
-        rig = Rig(pg, proxy, broker, Path(tmp), args.scenarios)
+        rig = Rig(pg=pg, proxy=proxy, broker=broker, workdir=Path(tmp),
+                  surveys=args.scenarios)
         stack.callback(lambda: rig.broker.stop())
         stack.callback(rig.stop_service)
         import psycopg

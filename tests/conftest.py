@@ -41,7 +41,8 @@ def _private_data_dir(tmp_path_factory, monkeypatch):
 # (or depends on one that does) is listed here, and a test that starts a child process without
 # the ``subprocesses`` fixture fails, saying so (the guard below).
 RESOURCES = {
-    "kafka": {"broker", "tls_broker"},
+    "kafka": {"broker", "tls_broker", "apache_kafka_broker", "tansu_broker", "kafka_cluster",
+              "sasl_kafka"},
     "postgres": {"postgres_url", "pg_server"},
     "browser": {"browser"},
     "dask": {"dask_client", "dask_clusters"},

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streamanon.errors import StreamanonError
+
 if TYPE_CHECKING:
     from streamanon.service.config import Config
 
@@ -152,17 +154,68 @@ def fetch_errors() -> tuple[tuple[type[BaseException], ...], type[BaseException]
 
 # -- admin -------------------------------------------------------------------------------------
 
-def _admin(settings: KafkaSettings) -> Any:
+class BrokersRefused(StreamanonError):
+    """The brokers refused the service's credentials (SASL) or its TLS handshake: no wait
+    makes them accept, so the caller stops and says so."""
+
+
+def _admin(settings: KafkaSettings, on_error: Callable[[Any], None] | None = None) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({**settings.librdkafka_options(),
-                        "logger": logging.getLogger(LIBRDKAFKA_CLIENTS_LOGGER)})
+    options = {**settings.librdkafka_options(),
+               "logger": logging.getLogger(LIBRDKAFKA_CLIENTS_LOGGER)}
+    if on_error is not None:
+        options["error_cb"] = on_error
+    return AdminClient(options)
+
+
+def _metadata(settings: KafkaSettings, timeout: float) -> tuple[Any, Any]:
+    """A new admin client and the brokers' metadata, asked for a second at a time until
+    ``timeout`` (then ``KafkaException``, as librdkafka raises it); a refusal of the
+    credentials or of the TLS handshake raises :class:`BrokersRefused` at once, with
+    librdkafka's words for it (a wrong password would otherwise look like brokers that never
+    answer)."""
+    import time
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    refusals: list[str] = []
+
+    def on_error(err: Any) -> None:
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            refusals.append(err.str())
+
+    admin = _admin(settings, on_error)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return admin, admin.list_topics(timeout=min(1.0, max(deadline - time.monotonic(),
+                                                                 0.001)))
+        except KafkaException:
+            admin.poll(0)  # serves the error callbacks
+            if refusals:
+                raise BrokersRefused(_refused(settings, refusals[0])) from None
+            if time.monotonic() >= deadline:
+                raise
+
+
+def _refused(settings: KafkaSettings, said: str) -> str:
+    what = (f"the credentials of user {settings.sasl_username!r} "
+            f"({settings.security_protocol}, {settings.sasl_mechanism})" if settings.sasl
+            else f"the TLS handshake ({settings.security_protocol})")
+    check = ("[kafka] sasl_username, sasl_mechanism and the password "
+             "(STREAMANON_KAFKA_SASL_PASSWORD or _FILE)" if settings.sasl else
+             "[kafka] ssl_cafile (the CA that signed the brokers' certificates), ssl_certfile "
+             "and ssl_keyfile")
+    return (f"the Kafka brokers at {settings.bootstrap_servers} refused {what}: {said}; "
+            f"check {check}")
 
 
 def probe(settings: KafkaSettings, seconds: float) -> None:
     """Fetch the brokers' metadata once with a new admin client, waiting at most ``seconds``
-    (raises ``KafkaException`` when no broker answered in time)."""
-    _admin(settings).list_topics(timeout=max(seconds, 0.001))
+    (raises ``KafkaException`` when no broker answered in time, :class:`BrokersRefused`
+    when they refused the credentials or the TLS handshake)."""
+    _metadata(settings, max(seconds, 0.001))
 
 
 def create_topics(settings: KafkaSettings, wanted: dict[str, int],
@@ -175,8 +228,8 @@ def create_topics(settings: KafkaSettings, wanted: dict[str, int],
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import NewTopic
 
-    admin = _admin(settings)
-    existing = set(admin.list_topics(timeout=timeout).topics)
+    admin, metadata = _metadata(settings, timeout)
+    existing = set(metadata.topics)
     new = [NewTopic(n, num_partitions=p, replication_factor=replicas,
                     config=dict((configs or {}).get(n) or {}))
            for n, p in wanted.items() if n not in existing]
@@ -192,20 +245,59 @@ def create_topics(settings: KafkaSettings, wanted: dict[str, int],
 
 # -- producers ---------------------------------------------------------------------------------
 
+class FatalWatch:
+    """Makes confluent-kafka producers from ``options`` and notes a fatal error of the current
+    one (its ``error_cb``; the options' own callback, if any, is still called). librdkafka
+    raises a fatal error on an idempotent producer whose sequence the brokers no longer know;
+    such a producer fails every send after it, so :meth:`renewed` replaces it (what it still
+    held was failed with the fatal error, and its sender tries again)."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = dict(options)
+        self._theirs = self.options.pop("error_cb", None)
+        self.fatal: str | None = None
+
+    def _on_error(self, err: Any) -> None:
+        if err.fatal():
+            self.fatal = err.str()
+        if self._theirs is not None:
+            self._theirs(err)
+
+    def producer(self) -> Any:
+        from confluent_kafka import Producer
+
+        self.fatal = None
+        return Producer({**self.options, "error_cb": self._on_error})
+
+    def renewed(self, producer: Any) -> Any:
+        """``producer``, or a new one when it had a fatal error (logged, without values)."""
+        if self.fatal is None:
+            return producer
+        logging.getLogger(__name__).warning(
+            "a Kafka producer had a fatal error (%s); a new one takes over", self.fatal)
+        producer.purge()
+        producer.flush(0)
+        return self.producer()
+
+
 class ServiceProducer:
     """A confluent-kafka ``Producer`` whose :meth:`send` returns a future: the service's
     producer of dead letters and webhook submissions, and the CLI's signed close.
 
     librdkafka reports a delivery through a callback that runs inside ``poll``; a thread of
     this object polls, so the futures settle without their callers polling. A full send
-    queue (``BufferError``) makes :meth:`send` wait up to ``max_block`` seconds for room."""
+    queue (``BufferError``) makes :meth:`send` wait up to ``max_block`` seconds for room.
+
+    The producer is idempotent where the options say so; an idempotent producer whose
+    brokers lost its state (a broker replaced with an empty one, an unclean election) gets a
+    fatal error and can send no more, so the next :meth:`send` makes a new one
+    (:class:`FatalWatch`)."""
 
     def __init__(self, options: dict[str, Any], max_block: float = 60.0) -> None:
         import threading
 
-        from confluent_kafka import Producer
-
-        self._producer = Producer(options)
+        self._fatal = FatalWatch(options)
+        self._producer = self._fatal.producer()
         self.max_block = max_block
         self.closed = False
         self._poller = threading.Thread(target=self._poll, name="kafka-producer-poll",
@@ -225,6 +317,7 @@ class ServiceProducer:
 
         if self.closed:
             raise RuntimeError("the producer is closed")
+        self._producer = self._fatal.renewed(self._producer)
         done: Future[tuple[int, int]] = Future()
 
         def delivered(error: Any, message: Any) -> None:

@@ -55,7 +55,7 @@ from streamanon.release import (
 )
 from streamanon.schema import DROPPED_ROLES, Schema
 from streamanon.service.config import Config, SurveyConfig
-from streamanon.service.kafka_clients import LIBRDKAFKA_LOGGER, KafkaSettings, rdkafka_producer
+from streamanon.service.kafka_clients import LIBRDKAFKA_LOGGER, FatalWatch, KafkaSettings
 from streamanon.service.reports import ReleaseReport
 from streamanon.service.store import Records
 from streamanon.splicing import record_messages as record_messages  # re-exported
@@ -306,7 +306,7 @@ class ReleasePublisher:
         # one publish at a time: two surveys closing together share this producer, and a
         # delivery error must reach the publish whose message it was
         self._lock = threading.Lock()
-        self._producer = rdkafka_producer(KafkaSettings.from_config(config), {
+        options = {**KafkaSettings.from_config(config).librdkafka_options(),
             # idempotent: a send retried after a leader change is written once
             "acks": "all", "enable.idempotence": True, "linger.ms": 5,
             "batch.size": 1_000_000, "compression.type": "none",  # any consumer reads it
@@ -318,7 +318,11 @@ class ReleasePublisher:
             # after the loss would go on as if the run were whole); a topic missing for 5 s
             # fails the publish, which makes it (Releaser._ensure_topic) and sends it again
             "allow.auto.create.topics": False, "topic.metadata.propagation.max.ms": 5000,
-            "on_delivery": self._delivered}, logging.getLogger(LIBRDKAFKA_LOGGER))
+            "on_delivery": self._delivered, "logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
+        # an idempotent producer the brokers forgot (a fatal error) is replaced at the next
+        # publish: the failed one is tried again with a new producer
+        self._fatal = FatalWatch(options)
+        self._producer = self._fatal.producer()
         self.closed = False
 
     def _delivered(self, err: Any, msg: Any) -> None:
@@ -336,6 +340,7 @@ class ReleasePublisher:
 
     def _publish(self, topic: str, messages: Sequence[bytes], manifest: dict[str, Any]) -> None:
         release_id = str(manifest["release_id"]).encode()
+        self._producer = self._fatal.renewed(self._producer)
         produce = self._producer.produce
         prefix = release_id + b":"
         self._errors.clear()

@@ -1,4 +1,11 @@
-"""Fixtures that start real components: the embedded broker and the service process."""
+"""Fixtures that start real components: the brokers and the service process.
+
+``broker`` is Apache Kafka (one KRaft node per test worker, ``simulations/apache_kafka.py``),
+the broker operators run. A module that sets ``pytestmark = pytest.mark.both_brokers`` (the
+compatibility subset: collector, control topic, publisher, dead letters, restart) runs each
+of its tests on Apache Kafka and on the embedded broker (Tansu) that ``make demo`` and
+``serve --embedded-broker`` start: ``broker`` is then parametrised over the two
+(:func:`pytest_generate_tests`)."""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from simulations.apache_kafka import ApacheKafka
 from streamanon.service.broker import EmbeddedBroker, free_port
 from tests.service.lifecycle_helpers import ThreadComputePool
 
@@ -30,10 +38,43 @@ def _join_compute_pools(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     ThreadComputePool.join_all()
 
 
+#: The brokers a ``both_brokers`` test runs on, by the name its test id carries.
+BROKERS = ("apache-kafka", "tansu")
+
+
+#: Apache Kafka refuses a record over ``message.max.bytes`` (1 MB by default) at the producer,
+#: where the embedded broker takes any size; the tests send 2 MB responses to see them
+#: dead-lettered ``too_large`` by the service, so the broker lets them through.
+LARGE_MESSAGES = {"message.max.bytes": str(8 * 1024 * 1024)}
+
+
 @pytest.fixture(scope="session")
-def broker() -> Iterator[EmbeddedBroker]:
+def apache_kafka_broker() -> Iterator[ApacheKafka]:
+    """One Apache Kafka node for the worker's session (its log quoted if it fails to start)."""
+    with ApacheKafka(settings=LARGE_MESSAGES) as kafka:
+        yield kafka
+
+
+@pytest.fixture(scope="session")
+def tansu_broker() -> Iterator[EmbeddedBroker]:
+    """The embedded broker (Tansu, in memory), as ``make demo`` starts it."""
     with EmbeddedBroker() as b:
         yield b
+
+
+@pytest.fixture
+def broker(request: pytest.FixtureRequest) -> ApacheKafka | EmbeddedBroker:
+    """The broker a test runs on: Apache Kafka, or each of :data:`BROKERS` in turn for a
+    ``both_brokers`` test. Either has ``bootstrap``."""
+    name = getattr(request, "param", "apache-kafka")
+    return request.getfixturevalue(
+        "apache_kafka_broker" if name == "apache-kafka" else "tansu_broker")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("both_brokers") and \
+            "broker" in metafunc.fixturenames:
+        metafunc.parametrize("broker", BROKERS, indirect=True)
 
 
 SCHEMA = """
@@ -170,7 +211,8 @@ class ServiceProcess:
                 self.kill()
 
 
-def services(tmp_path: Path, broker: EmbeddedBroker, kind: type, configure: Any) -> Iterator[Any]:
+def services(tmp_path: Path, broker: ApacheKafka | EmbeddedBroker, kind: type,
+             configure: Any) -> Iterator[Any]:
     """A fixture's body: yields ``make(**kwargs)``, which writes a configuration with
     ``configure(tmp_path, bootstrap, **kwargs)`` and returns a ``kind`` service on it; every
     service made is stopped at the end."""
@@ -188,5 +230,5 @@ def services(tmp_path: Path, broker: EmbeddedBroker, kind: type, configure: Any)
 
 
 @pytest.fixture
-def service_factory(tmp_path: Path, broker: EmbeddedBroker):
+def service_factory(tmp_path: Path, broker: ApacheKafka | EmbeddedBroker):
     yield from services(tmp_path, broker, ServiceProcess, write_config)

@@ -13,6 +13,9 @@ from streamanon.service.ingest import process_batch
 from streamanon.service.store import open_store
 from streamanon.service.validation import Invalid, Message, Validated, Validator
 
+# the compatibility subset: each test on Apache Kafka and on the embedded broker
+pytestmark = pytest.mark.both_brokers
+
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 SCHEMA = {
     "rid": {"role": "identifier"},

@@ -16,6 +16,9 @@ from streamanon.service.deadletters import DEAD_LETTER_VALUE_BYTES, KafkaDeadLet
 from streamanon.service.validation import Invalid, Message, Rejection, Validator
 from tests.service.kafka_helpers import read_topic
 
+# the compatibility subset: each test on Apache Kafka and on the embedded broker
+pytestmark = pytest.mark.both_brokers
+
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 SCHEMA = {"rid": {"role": "identifier"},
           "age": {"role": "quasi_identifier", "type": "int", "min": 16, "max": 110}}

@@ -18,6 +18,9 @@ from streamanon.service.control import sign
 from tests.conftest import REPO
 from tests.service.kafka_helpers import produce, read_topic, response
 
+# the compatibility subset: each test on Apache Kafka and on the embedded broker
+pytestmark = pytest.mark.both_brokers
+
 # The test's demo sizes itself like `make demo` within this many seconds after set-up.
 DEMO_BUDGET = 90
 

@@ -18,6 +18,9 @@ from streamanon.service.publisher import ReleaseMessage, ReleasePublisher, relea
 from tests.service.kafka_helpers import headers, read_topic, topic_names
 from tests.service.release.test_publisher import ENV
 
+# the compatibility subset: each test on Apache Kafka and on the embedded broker
+pytestmark = pytest.mark.both_brokers
+
 
 def config_for(bootstrap: str):
     return parse_config({"kafka": {"bootstrap_servers": bootstrap}, "surveys": [

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from streamanon.service.states import CLOSING
 from streamanon.service.store import open_store
 from tests.service.kafka_helpers import produce, read_topic, release_kind, response
 from tests.service.restart_helpers import evict_group
+
+# the compatibility subset: each test on Apache Kafka and on the embedded broker
+pytestmark = pytest.mark.both_brokers
 
 N = 300
 

@@ -1,0 +1,31 @@
+"""An idempotent producer whose brokers forgot it gets a fatal error and sends no more: the
+service's producers replace it at their next send (``kafka_clients.FatalWatch``)."""
+
+from __future__ import annotations
+
+from streamanon.service.kafka_clients import FatalWatch
+
+
+class Error:
+    def __init__(self, fatal: bool) -> None:
+        self._fatal = fatal
+
+    def fatal(self) -> bool:
+        return self._fatal
+
+    def str(self) -> str:
+        return "Broker: Unknown producer id" if self._fatal else "1/1 brokers are down"
+
+
+def test_a_fatal_error_gets_a_new_producer_and_other_errors_do_not():
+    seen = []
+    watch = FatalWatch({"bootstrap.servers": "127.0.0.1:9", "enable.idempotence": True,
+                        "error_cb": seen.append})
+    first = watch.producer()
+    watch._on_error(Error(fatal=False))
+    assert watch.renewed(first) is first
+    watch._on_error(Error(fatal=True))
+    second = watch.renewed(first)
+    assert second is not first and watch.fatal is None
+    assert watch.renewed(second) is second
+    assert len(seen) == 2  # the options' own callback still hears every error

@@ -1,0 +1,94 @@
+"""SASL_SSL as operators configure it, on Apache Kafka: SCRAM-SHA-512 over TLS (a trustme
+certificate), every client of the service and of ``streamanon close --via-kafka``
+authenticating (the admin calls that create the topics, the collector, the control topic, the
+publisher, the dead letters). The broker's clients' listener speaks SASL_SSL only, so a
+release that comes out proves each of them did. A wrong password is an error at start that
+says so, not a service waiting for ever."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+from cryptography.hazmat.primitives import serialization
+
+from simulations.apache_kafka import ApacheKafka, Security
+from tests.service.conftest import ServiceProcess, write_config
+from tests.service.kafka_helpers import headers, produce, read_topic, release_kind, response
+
+USER, PASSWORD = "streamanon", "a-long-scram-secret"
+
+
+@pytest.fixture(scope="module")
+def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
+    """One Apache Kafka node whose clients' listener is SASL_SSL (SCRAM-SHA-512, user
+    ``streamanon``), with a certificate for 127.0.0.1 from a test CA."""
+    folder = tmp_path_factory.mktemp("sasl")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), password=None)
+    pkcs8 = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption())
+    pem, cafile = folder / "server.pem", folder / "ca.pem"
+    pem.write_bytes(pkcs8 + b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    ca.cert_pem.write_to_path(str(cafile))
+    with ApacheKafka(security=Security(pem, cafile, {USER: PASSWORD})) as kafka:
+        yield kafka
+
+
+def sasl_env(kafka: ApacheKafka, env: dict[str, str], password: str) -> dict[str, str]:
+    assert kafka.security is not None
+    return {**env, "STREAMANON_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "STREAMANON_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "STREAMANON_KAFKA_SASL_USERNAME": USER, "STREAMANON_KAFKA_SASL_PASSWORD": password,
+            "STREAMANON_KAFKA_SSL_CAFILE": str(kafka.security.cafile)}
+
+
+def test_every_client_authenticates_with_scram_over_tls(tmp_path: Path, sasl_kafka, subprocesses):
+    client = sasl_kafka.client_options()
+    bootstrap = sasl_kafka.bootstrap
+    config, env = write_config(tmp_path, bootstrap, k=5)
+    env = sasl_env(sasl_kafka, env, PASSWORD)
+    svc = ServiceProcess(config, env, tmp_path / "service.log")
+    try:
+        svc.start()  # the admin client created the topics, authenticated
+        topic = f"{svc.prefix}.wellbeing.responses"
+        produce(bootstrap, topic, [(None, response(i)) for i in range(60)] + [(None, b"{")],
+                client)
+        svc.wait_for("wellbeing", lambda s: s["stored"] == 60, what="ingest over SASL_SSL")
+        closed = subprocess.run([sys.executable, "-m", "streamanon", "close", "wellbeing",
+                                 "--config", str(config), "--via-kafka"],
+                                capture_output=True, text=True, env=env, timeout=60)
+        assert closed.returncode == 0, closed.stderr
+        svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", what="release")
+        released = read_topic(bootstrap, f"{svc.prefix}.wellbeing.release", expected=61,
+                              client=client)
+        assert [release_kind(r) for r in released] == ["record"] * 60 + ["manifest"]
+        dead = read_topic(bootstrap, f"{svc.prefix}.wellbeing.deadletter", expected=1,
+                          client=client)
+        assert [headers(r)["streamanon-reason"] for r in dead] == ["invalid_json"]
+    finally:
+        svc.stop()
+
+
+def test_a_wrong_password_fails_fast_with_a_clear_message(tmp_path: Path, sasl_kafka,
+                                                         subprocesses):
+    config, env = write_config(tmp_path, sasl_kafka.bootstrap, k=5)
+    svc = ServiceProcess(config, sasl_env(sasl_kafka, env, "not-the-password"),
+                         tmp_path / "service.log")
+    started = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match="service exited") as exited:
+            svc.start(timeout=120)
+    finally:
+        svc.stop()
+    took = time.monotonic() - started
+    said = str(exited.value)
+    assert "authentication" in said.lower() and "SCRAM-SHA-512" in said, said[-1500:]
+    assert "not-the-password" not in svc.log.read_text()
+    assert took < 60, f"the service took {took:.0f} s to give up"  # a hang guard
