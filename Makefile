@@ -23,8 +23,10 @@ install: $(STAMP)
 
 # Debian packages the tests need, installed when missing (as root, with apt-get):
 # postgresql (the PostgreSQL store tests), chromium (the dashboard browser test), prometheus
-# (promtool, which checks deploy/prometheus.yml).
-SYSTEM_PACKAGES := postgresql:pg_ctl chromium:chromium prometheus:promtool
+# (promtool, which checks deploy/prometheus.yml), a Java 17 runtime and Maven (Apache Kafka's
+# broker, fetched from Maven Central by deploy/kafka/pom.xml: the Kafka integration tests).
+SYSTEM_PACKAGES := postgresql:pg_ctl chromium:chromium prometheus:promtool \
+	openjdk-17-jre-headless:java maven:mvn
 
 system-deps:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
@@ -54,11 +56,13 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(2 * len(os.sched_getaffinity(0)))')
 
 test: $(STAMP) system-deps
-	@echo "[test 1/3] ruff: style and import checks (seconds)"
+	@echo "[test 1/4] ruff: style and import checks (seconds)"
 	$(BIN)/ruff check streamanon scheduler tests simulations
-	@echo "[test 2/3] compiling the numba kernels once, into numba's cache (about two minutes on a fresh clone, seconds after), so that the test workers load them instead of each compiling them"
+	@echo "[test 2/4] Apache Kafka's broker, from Maven Central into .cache/ (once: seconds to a minute; nothing after)"
+	$(BIN)/python -m simulations.apache_kafka fetch
+	@echo "[test 3/4] compiling the numba kernels once, into numba's cache (about two minutes on a fresh clone, seconds after), so that the test workers load them instead of each compiling them"
 	$(BIN)/python -m streamanon.warmup
-	@echo "[test 3/3] pytest: every test, the docs build and the doctests, $(TEST_WORKERS) workers (about 11 minutes on two cores)"
+	@echo "[test 4/4] pytest: every test, the docs build and the doctests, $(TEST_WORKERS) workers (about 11 minutes on two cores)"
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 check: $(STAMP)

@@ -368,7 +368,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m simulations.apache_kafka",
         description="Fetch the pinned Apache Kafka broker from Maven Central, or run it on "
-                    "loopback (KRaft, in a temporary directory removed at the end).")
+                    "loopback (KRaft, in a temporary directory removed at the end).",
+        epilog="run --nodes N: N KRaft nodes, each broker and controller (default 1; 3 "
+               "replicates every topic three times, min.insync.replicas = 2); the first line "
+               "printed is the bootstrap address; Ctrl-C or SIGTERM stops them.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("fetch", help="copy the broker's jars into the cache folder (once)")
     run = sub.add_parser("run", help="run a broker (or a cluster) until Ctrl-C; prints the "

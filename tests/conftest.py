@@ -79,6 +79,12 @@ def subprocesses() -> None:
 
 
 @pytest.fixture(scope="session")
+def kafka_cluster() -> None:
+    """Requested by a test that starts Apache Kafka nodes of its own (a three-node cluster, a
+    broker that must fail to start): the test is then marked ``kafka``."""
+
+
+@pytest.fixture(scope="session")
 def dask_clusters() -> None:
     """Requested by a test (or fixture) that starts Dask clusters of its own (``local-N``):
     the test is then marked ``dask``."""

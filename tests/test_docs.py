@@ -71,6 +71,9 @@ RUN_BY = [
      "::test_the_service_benchmark_runs", "simulations.bench_service"),
     ("guide/reliability.md", r"python -m simulations\.faults", "tests/simulations/test_faults.py"
      "::test_the_documented_fault_suite_runs", '"guide/reliability.md"'),
+    ("guide/reliability.md", r"python -m simulations\.cluster_faults --repeat 1 ",
+     "tests/simulations/test_cluster_faults.py::test_the_documented_cluster_faults_run",
+     '"guide/reliability.md"'),
     ("guide/scaling.md", r"streamanon anonymize big\.parquet .*--cluster tcp://",
      "tests/test_cluster.py::test_the_readme_worker_commands_serve_a_cli_run",
      "dask worker"),

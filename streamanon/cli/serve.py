@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     de = sub.add_parser(
         "demo",
-        help="the end-to-end demo on the embedded broker",
+        help="the end-to-end demo on the embedded broker (or the Kafka at --bootstrap)",
         description=(
             "Read (or calibrate) the base engine's cost model on this machine, size a "
             "synthetic survey so that the schedule matters (the number of responses and how "
@@ -108,6 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     de.add_argument("--http", default=None, metavar="HOST:PORT",
                     help="serve the dashboard (/), /api/status and /metrics here during the "
                          "demo (default: a free loopback port)")
+    de.add_argument("--bootstrap", default=None, metavar="HOST:PORT[,...]",
+                    help="run on the Kafka brokers there (Apache Kafka, say; plain text, new "
+                         "topics and group for each run) instead of the embedded broker")
     de.add_argument("--linger", type=float, default=0.0, metavar="SECONDS",
                     help="keep the service and the dashboard up this long after the release, "
                          "so a person can look (default 0)")
@@ -246,7 +249,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     run_demo(n=args.n, m=args.m, k=args.k, out=args.out, open_seconds=args.open_seconds,
              seed=args.seed, engine=args.engine, incremental=args.incremental,
              http=args.http, linger=args.linger, budget=args.budget, speed=args.speed,
-             dry_run=args.dry_run)
+             dry_run=args.dry_run, bootstrap=args.bootstrap)
     return 0
 
 

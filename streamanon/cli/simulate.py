@@ -66,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="only the planner and the cost-model prediction; produce nothing")
     si.add_argument("--http", default=None, metavar="HOST:PORT",
                     help="serve the dashboard here while it runs (default: a free port)")
+    si.add_argument("--bootstrap", default=None, metavar="HOST:PORT[,...]",
+                    help="run on the Kafka brokers there (Apache Kafka, say; plain text, new "
+                         "topics and group for each run) instead of an embedded broker")
     si.add_argument("--log-level", default="warning",
                     choices=["debug", "info", "warning", "error"])
     si.set_defaults(handler=cmd_simulate)
@@ -95,7 +98,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             engine=args.engine, incremental=args.incremental, data=args.data, out=args.out,
             dry_run=args.dry_run, seed=args.seed, http=args.http,
             progress=lambda message: print(message, flush=True), refine=refine,
-            objective=args.objective, max_delta=args.max_delta, reference=args.reference)
+            objective=args.objective, max_delta=args.max_delta, reference=args.reference,
+            bootstrap=args.bootstrap)
     except ValueError as exc:
         raise StreamanonError(str(exc)) from None
     from pathlib import Path

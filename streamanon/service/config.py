@@ -188,6 +188,11 @@ class KafkaConfig(_Strict):
     # service killed again and again while it joined never drained (the crash-safety test,
     # not understood yet): keep the default unless restarts are rare.
     session_timeout_ms: int = Field(default=30_000, ge=6_000, le=1_800_000)
+    # The service's producers (release, dead letters, webhook submissions) idempotent: a send
+    # retried across a leader change is written once. A broker that forgets producer ids when
+    # it restarts (the embedded, in-memory one) stalls an idempotent producer's sends until
+    # they time out (a minute) before a new producer takes over: false there.
+    idempotent_producers: bool = True
     # Copies of each topic the service creates (-1: the brokers' default.replication.factor,
     # which managed Kafka sets to 3); a topic that exists keeps its own.
     replication_factor: int = Field(default=-1, ge=-1, le=32)

@@ -401,8 +401,10 @@ def run_demo(n: int | None = None, m: int = M, k: int = K, out: str | Path = "de
              open_seconds: float | None = None, seed: int = 7, engine: str = ENGINE,
              incremental: str = INCREMENTAL, http: str | None = None,
              linger: float = 0.0, budget: float = BUDGET_SECONDS,
-             speed: float = 1.0, dry_run: bool = False) -> dict[str, Any]:
-    """Run the demo; print the side-by-side and return the simulation summary.
+             speed: float = 1.0, dry_run: bool = False,
+             bootstrap: str | None = None) -> dict[str, Any]:
+    """Run the demo; print the side-by-side and return the simulation summary. ``bootstrap``:
+    run on the Kafka there instead of the embedded broker.
 
     ``n`` and ``open_seconds`` override the scenario the demo sizes (module doc) within
     ``budget`` seconds. ``http`` (HOST:PORT, default a free loopback port) is where the
@@ -475,7 +477,8 @@ def run_demo(n: int | None = None, m: int = M, k: int = K, out: str | Path = "de
                              survey_duration=scenario.open_seconds, speedup=1.0, engine=engine,
                              incremental=incremental, data="gaussian", out=out, seed=seed,
                              http=http, linger=linger, survey=SURVEY, progress=say,
-                             reference="release", min_nu=scenario.min_nu)
+                             reference="release", min_nu=scenario.min_nu,
+                             bootstrap=bootstrap)
     print(side_by_side(summary))
     print(f"\n  files: {out / SURVEY}/release.parquet, release.csv, report.json; "
           f"{out}/report.md (with arrivals.png); dashboard's final state: "

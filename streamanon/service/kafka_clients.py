@@ -179,11 +179,11 @@ def _metadata(settings: KafkaSettings, timeout: float) -> tuple[Any, Any]:
 
     from confluent_kafka import KafkaError, KafkaException
 
-    refusals: list[str] = []
+    refusals: list[tuple[bool, str]] = []  # (a TLS failure, librdkafka's words)
 
     def on_error(err: Any) -> None:
         if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
-            refusals.append(err.str())
+            refusals.append((err.code() == KafkaError._SSL, err.str()))
 
     admin = _admin(settings, on_error)
     deadline = time.monotonic() + timeout
@@ -194,21 +194,20 @@ def _metadata(settings: KafkaSettings, timeout: float) -> tuple[Any, Any]:
         except KafkaException:
             admin.poll(0)  # serves the error callbacks
             if refusals:
-                raise BrokersRefused(_refused(settings, refusals[0])) from None
+                raise BrokersRefused(_refused(settings, *refusals[0])) from None
             if time.monotonic() >= deadline:
                 raise
 
 
-def _refused(settings: KafkaSettings, said: str) -> str:
-    what = (f"the credentials of user {settings.sasl_username!r} "
-            f"({settings.security_protocol}, {settings.sasl_mechanism})" if settings.sasl
-            else f"the TLS handshake ({settings.security_protocol})")
-    check = ("[kafka] sasl_username, sasl_mechanism and the password "
-             "(STREAMANON_KAFKA_SASL_PASSWORD or _FILE)" if settings.sasl else
-             "[kafka] ssl_cafile (the CA that signed the brokers' certificates), ssl_certfile "
-             "and ssl_keyfile")
-    return (f"the Kafka brokers at {settings.bootstrap_servers} refused {what}: {said}; "
-            f"check {check}")
+def _refused(settings: KafkaSettings, tls: bool, said: str) -> str:
+    if tls:
+        return (f"the TLS handshake with the Kafka brokers at {settings.bootstrap_servers} "
+                f"failed ({settings.security_protocol}): {said}; check [kafka] ssl_cafile (the "
+                "CA that signed the brokers' certificates), ssl_certfile and ssl_keyfile")
+    return (f"the Kafka brokers at {settings.bootstrap_servers} refused the credentials of "
+            f"user {settings.sasl_username!r} ({settings.security_protocol}, "
+            f"{settings.sasl_mechanism}): {said}; check [kafka] sasl_username, sasl_mechanism "
+            "and the password (STREAMANON_KAFKA_SASL_PASSWORD or _FILE)")
 
 
 def probe(settings: KafkaSettings, seconds: float) -> None:
@@ -245,12 +244,13 @@ def create_topics(settings: KafkaSettings, wanted: dict[str, int],
 
 # -- producers ---------------------------------------------------------------------------------
 
-class FatalWatch:
-    """Makes confluent-kafka producers from ``options`` and notes a fatal error of the current
-    one (its ``error_cb``; the options' own callback, if any, is still called). librdkafka
-    raises a fatal error on an idempotent producer whose sequence the brokers no longer know;
-    such a producer fails every send after it, so :meth:`renewed` replaces it (what it still
-    held was failed with the fatal error, and its sender tries again)."""
+class ProducerKeeper:
+    """Makes confluent-kafka producers from ``options`` and replaces one that failed: a fatal
+    error (its ``error_cb``; the options' own callback, if any, is still called) or a delivery
+    that failed (:meth:`spoil`). An idempotent producer whose brokers no longer know its id
+    (an in-memory broker restarted, an unclean election) either gets a fatal error or times
+    out every send after it; a new producer gets a new id. What the old one still held was
+    failed, and its sender tries again through :meth:`renewed`."""
 
     def __init__(self, options: dict[str, Any]) -> None:
         self.options = dict(options)
@@ -259,9 +259,14 @@ class FatalWatch:
 
     def _on_error(self, err: Any) -> None:
         if err.fatal():
-            self.fatal = err.str()
+            self.spoil(f"a fatal error: {err.str()}")
         if self._theirs is not None:
             self._theirs(err)
+
+    def spoil(self, why: str) -> None:
+        """The current producer is to be replaced at the next :meth:`renewed` (``why``: for
+        the log, without values)."""
+        self.fatal = why
 
     def producer(self) -> Any:
         from confluent_kafka import Producer
@@ -270,11 +275,11 @@ class FatalWatch:
         return Producer({**self.options, "error_cb": self._on_error})
 
     def renewed(self, producer: Any) -> Any:
-        """``producer``, or a new one when it had a fatal error (logged, without values)."""
+        """``producer``, or a new one when it failed (logged, without values)."""
         if self.fatal is None:
             return producer
         logging.getLogger(__name__).warning(
-            "a Kafka producer had a fatal error (%s); a new one takes over", self.fatal)
+            "a Kafka producer failed (%s); a new one takes over", self.fatal)
         producer.purge()
         producer.flush(0)
         return self.producer()
@@ -288,16 +293,15 @@ class ServiceProducer:
     this object polls, so the futures settle without their callers polling. A full send
     queue (``BufferError``) makes :meth:`send` wait up to ``max_block`` seconds for room.
 
-    The producer is idempotent where the options say so; an idempotent producer whose
-    brokers lost its state (a broker replaced with an empty one, an unclean election) gets a
-    fatal error and can send no more, so the next :meth:`send` makes a new one
-    (:class:`FatalWatch`)."""
+    The producer is idempotent where the options say so; one whose brokers lost its state (a
+    broker replaced with an empty one, an unclean election) can send no more, so after a fatal
+    error or a failed delivery the next :meth:`send` makes a new one (:class:`ProducerKeeper`)."""
 
     def __init__(self, options: dict[str, Any], max_block: float = 60.0) -> None:
         import threading
 
-        self._fatal = FatalWatch(options)
-        self._producer = self._fatal.producer()
+        self._keeper = ProducerKeeper(options)
+        self._producer = self._keeper.producer()
         self.max_block = max_block
         self.closed = False
         self._poller = threading.Thread(target=self._poll, name="kafka-producer-poll",
@@ -317,13 +321,14 @@ class ServiceProducer:
 
         if self.closed:
             raise RuntimeError("the producer is closed")
-        self._producer = self._fatal.renewed(self._producer)
+        self._producer = self._keeper.renewed(self._producer)
         done: Future[tuple[int, int]] = Future()
 
         def delivered(error: Any, message: Any) -> None:
             if done.done():
                 return
             if error is not None:
+                self._keeper.spoil(f"a delivery failed: {error.str()}")
                 done.set_exception(client_error()(error))
             else:
                 done.set_result((message.partition(), message.offset()))

@@ -203,7 +203,7 @@ class Service:
                                                    configs=cfg.topic_configs(),
                                                    replicas=cfg.topic_replicas()))
         self.producer = producer(kafka, {"linger.ms": 20, "batch.size": 512 * 1024, "acks": "all",
-                                         "enable.idempotence": True})
+                                         "enable.idempotence": cfg.kafka.idempotent_producers})
         self.release_producer = ReleasePublisher(cfg)
         self._releaser = self.parts.releaser = Releaser(
             cfg, self.store, self._in_store, self._pool, self.release_producer, self.telemetry)

@@ -55,7 +55,7 @@ from streamanon.release import (
 )
 from streamanon.schema import DROPPED_ROLES, Schema
 from streamanon.service.config import Config, SurveyConfig
-from streamanon.service.kafka_clients import LIBRDKAFKA_LOGGER, FatalWatch, KafkaSettings
+from streamanon.service.kafka_clients import LIBRDKAFKA_LOGGER, KafkaSettings, ProducerKeeper
 from streamanon.service.reports import ReleaseReport
 from streamanon.service.store import Records
 from streamanon.splicing import record_messages as record_messages  # re-exported
@@ -308,7 +308,8 @@ class ReleasePublisher:
         self._lock = threading.Lock()
         options = {**KafkaSettings.from_config(config).librdkafka_options(),
             # idempotent: a send retried after a leader change is written once
-            "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+            "acks": "all", "enable.idempotence": config.kafka.idempotent_producers,
+            "linger.ms": 5,
             "batch.size": 1_000_000, "compression.type": "none",  # any consumer reads it
             "max.in.flight.requests.per.connection": 1,
             "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
@@ -319,10 +320,10 @@ class ReleasePublisher:
             # fails the publish, which makes it (Releaser._ensure_topic) and sends it again
             "allow.auto.create.topics": False, "topic.metadata.propagation.max.ms": 5000,
             "on_delivery": self._delivered, "logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
-        # an idempotent producer the brokers forgot (a fatal error) is replaced at the next
-        # publish: the failed one is tried again with a new producer
-        self._fatal = FatalWatch(options)
-        self._producer = self._fatal.producer()
+        # an idempotent producer the brokers forgot fails: after a failed publish the next
+        # one (the same release, tried again) goes through a new producer
+        self._keeper = ProducerKeeper(options)
+        self._producer = self._keeper.producer()
         self.closed = False
 
     def _delivered(self, err: Any, msg: Any) -> None:
@@ -340,7 +341,7 @@ class ReleasePublisher:
 
     def _publish(self, topic: str, messages: Sequence[bytes], manifest: dict[str, Any]) -> None:
         release_id = str(manifest["release_id"]).encode()
-        self._producer = self._fatal.renewed(self._producer)
+        self._producer = self._keeper.renewed(self._producer)
         produce = self._producer.produce
         prefix = release_id + b":"
         self._errors.clear()
@@ -363,12 +364,14 @@ class ReleasePublisher:
         self._raise_errors()
         if left:
             self._producer.purge()
+            self._keeper.spoil(f"{left} messages not delivered")
             raise PublishError(f"{left} messages not delivered within {self.timeout:.0f} s")
 
     def _raise_errors(self) -> None:
         if self._errors:
             first, count = self._errors[0], len(self._errors)
             self._errors.clear()
+            self._keeper.spoil(f"{count} message(s) refused: {first.str()}")
             self._producer.purge()
             self._producer.flush(0)
             raise PublishError(f"the broker refused {count} message(s): {first.str()}")

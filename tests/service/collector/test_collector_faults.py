@@ -429,15 +429,17 @@ def corrupt_produce(bootstrap: str, topic: str, values: list[bytes], how: str) -
         BatchBuilder._build = saved
 
 
-def test_corrupt_batches_from_the_broker_are_dead_lettered_and_skipped(broker, tmp_path,
+# On the embedded broker only: Apache Kafka checks each batch's CRC when it is produced and
+# refuses a corrupt one (CORRUPT_MESSAGE), so it never hands one to a consumer.
+def test_corrupt_batches_from_the_broker_are_dead_lettered_and_skipped(tansu_broker, tmp_path,
                                                                      caplog):
-    config = make_config(tmp_path, broker.bootstrap)
+    config = make_config(tmp_path, tansu_broker.bootstrap)
     topic = config.topic("s", "responses")
-    ensure_topics(broker.bootstrap, {topic: 1, config.control_topic: 1})
-    produce(broker.bootstrap, topic, [(None, response(i)) for i in range(3)])
-    corrupt_produce(broker.bootstrap, topic, [response(10), response(11)], "garbage")
-    corrupt_produce(broker.bootstrap, topic, [response(20)], "crc")
-    produce(broker.bootstrap, topic, [(None, response(i)) for i in range(3, 6)])
+    ensure_topics(tansu_broker.bootstrap, {topic: 1, config.control_topic: 1})
+    produce(tansu_broker.bootstrap, topic, [(None, response(i)) for i in range(3)])
+    corrupt_produce(tansu_broker.bootstrap, topic, [response(10), response(11)], "garbage")
+    corrupt_produce(tansu_broker.bootstrap, topic, [response(20)], "crc")
+    produce(tansu_broker.bootstrap, topic, [(None, response(i)) for i in range(3, 6)])
 
     async def run() -> Harness:
         async with Harness(config, None) as h:

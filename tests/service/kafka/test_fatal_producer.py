@@ -1,9 +1,10 @@
-"""An idempotent producer whose brokers forgot it gets a fatal error and sends no more: the
-service's producers replace it at their next send (``kafka_clients.FatalWatch``)."""
+"""An idempotent producer whose brokers forgot it gets a fatal error, or times out, and sends
+no more: the service's producers replace it at their next send after either
+(``kafka_clients.ProducerKeeper``)."""
 
 from __future__ import annotations
 
-from streamanon.service.kafka_clients import FatalWatch
+from streamanon.service.kafka_clients import ProducerKeeper
 
 
 class Error:
@@ -17,9 +18,9 @@ class Error:
         return "Broker: Unknown producer id" if self._fatal else "1/1 brokers are down"
 
 
-def test_a_fatal_error_gets_a_new_producer_and_other_errors_do_not():
+def test_a_fatal_error_or_a_failed_delivery_gets_a_new_producer_and_other_errors_do_not():
     seen = []
-    watch = FatalWatch({"bootstrap.servers": "127.0.0.1:9", "enable.idempotence": True,
+    watch = ProducerKeeper({"bootstrap.servers": "127.0.0.1:9", "enable.idempotence": True,
                         "error_cb": seen.append})
     first = watch.producer()
     watch._on_error(Error(fatal=False))
@@ -29,3 +30,5 @@ def test_a_fatal_error_gets_a_new_producer_and_other_errors_do_not():
     assert second is not first and watch.fatal is None
     assert watch.renewed(second) is second
     assert len(seen) == 2  # the options' own callback still hears every error
+    watch.spoil("a delivery failed: Local: Message timed out")
+    assert watch.renewed(second) is not second

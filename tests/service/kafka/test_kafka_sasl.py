@@ -18,6 +18,8 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 
 from simulations.apache_kafka import ApacheKafka, Security
+from streamanon.service.config import tomllib
+from tests.docs_pages import block, page, section
 from tests.service.conftest import ServiceProcess, write_config
 from tests.service.kafka_helpers import headers, produce, read_topic, release_kind, response
 
@@ -41,11 +43,20 @@ def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka
         yield kafka
 
 
+def documented_security() -> dict[str, str]:
+    """The security keys of the managed-Kafka example on guide/brokers.md, as the environment
+    overrides that set them (its brokers' addresses and replication are that cluster's)."""
+    example = tomllib.loads(block(section(page("guide/brokers.md"),
+                                          "A managed Kafka (SASL_SSL, SCRAM)"), "toml"))["kafka"]
+    keys = ("security_protocol", "sasl_mechanism", "sasl_username")
+    return {f"STREAMANON_KAFKA_{key.upper()}": str(example[key]) for key in keys}
+
+
 def sasl_env(kafka: ApacheKafka, env: dict[str, str], password: str) -> dict[str, str]:
     assert kafka.security is not None
-    return {**env, "STREAMANON_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
-            "STREAMANON_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
-            "STREAMANON_KAFKA_SASL_USERNAME": USER, "STREAMANON_KAFKA_SASL_PASSWORD": password,
+    security = documented_security()
+    assert security["STREAMANON_KAFKA_SASL_USERNAME"] == USER
+    return {**env, **security, "STREAMANON_KAFKA_SASL_PASSWORD": password,
             "STREAMANON_KAFKA_SSL_CAFILE": str(kafka.security.cafile)}
 
 
@@ -92,3 +103,19 @@ def test_a_wrong_password_fails_fast_with_a_clear_message(tmp_path: Path, sasl_k
     assert "authentication" in said.lower() and "SCRAM-SHA-512" in said, said[-1500:]
     assert "not-the-password" not in svc.log.read_text()
     assert took < 60, f"the service took {took:.0f} s to give up"  # a hang guard
+
+
+def test_brokers_whose_certificate_another_ca_signed_fail_fast(tmp_path: Path, sasl_kafka,
+                                                              subprocesses):
+    other = tmp_path / "other-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(other))
+    config, env = write_config(tmp_path, sasl_kafka.bootstrap, k=5)
+    env = {**sasl_env(sasl_kafka, env, PASSWORD), "STREAMANON_KAFKA_SSL_CAFILE": str(other)}
+    svc = ServiceProcess(config, env, tmp_path / "service.log")
+    try:
+        with pytest.raises(RuntimeError, match="service exited") as exited:
+            svc.start(timeout=120)
+    finally:
+        svc.stop()
+    said = str(exited.value)
+    assert "TLS handshake with the Kafka brokers" in said and "ssl_cafile" in said, said[-1500:]

@@ -67,6 +67,8 @@ def test_a_broker_restart_mid_ingest_loses_nothing_and_stores_nothing_twice(subp
     broker = EmbeddedBroker(port=port)
     broker.start()
     config, env = write_config(tmp_path, broker.bootstrap, k=5)
+    # the restarted broker knows no producer id: as configuration.md says, no idempotence
+    env["STREAMANON_KAFKA_IDEMPOTENT_PRODUCERS"] = "false"
     svc = ServiceProcess(config, env, tmp_path / "service.log")
     second: EmbeddedBroker | None = None
     try:
