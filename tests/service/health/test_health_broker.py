@@ -5,15 +5,19 @@ with client errors. The broker is now a part of its own: a metadata request answ
 watchdog) leaves it out, since a restart does not bring a broker back.
 
 The service runs in this process against a broker of its own, which the test stops and starts
-again on the same port.
+again on the same port: Apache Kafka (one KRaft node, stopped with SIGTERM) and the embedded
+broker.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from simulations.apache_kafka import ApacheKafka
 from streamanon.service.broker import EmbeddedBroker, free_port
 from streamanon.service.config import load_config
 from streamanon.service.lifecycle import Service
@@ -24,13 +28,27 @@ from tests.service.lifecycle_helpers import ThreadComputePool, put_model
 SURVEY = "wellbeing"
 
 
-def test_healthz_names_a_dead_broker_and_is_ok_once_it_is_back(tmp_path, subprocesses):
-    port = free_port()
-    broker = EmbeddedBroker(port=port)
+def own_broker(kind: str) -> tuple[str, Callable[[], None], Callable[[], None],
+                                   Callable[[], None]]:
+    """A started broker of ``kind``: its bootstrap, how to stop it and start it again on the
+    same address, and how to end it."""
+    if kind == "apache-kafka":
+        kafka = ApacheKafka()
+        kafka.start()
+        return (kafka.bootstrap, lambda: kafka.stop_node(1), lambda: kafka.start_node(1),
+                kafka.stop)
+    broker = EmbeddedBroker(port=free_port())
     broker.start()
+    return broker.bootstrap, broker.stop, broker.start, broker.stop
+
+
+@pytest.mark.parametrize("kind", ["apache-kafka", "tansu"])
+def test_healthz_names_a_dead_broker_and_is_ok_once_it_is_back(tmp_path, subprocesses,
+                                                               kafka_cluster, kind):
+    bootstrap, stop, start, end = own_broker(kind)
     models = tmp_path / "cost_models.json"
     put_model(models, "mdav", 3, 5, [(1000, 0.01), (2000, 0.04)])
-    path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5, engine="mdav",
+    path, env = write_config(tmp_path, bootstrap, survey=SURVEY, k=5, engine="mdav",
                              extra=f'cost_models = "{models}"')
     config = load_config(path, env)
 
@@ -46,11 +64,11 @@ def test_healthz_names_a_dead_broker_and_is_ok_once_it_is_back(tmp_path, subproc
                     answers.append((resp.status, await resp.text()))
 
                 await healthz()
-                await asyncio.to_thread(broker.stop)
+                await asyncio.to_thread(stop)
                 await healthz()
                 resp = await client.get("/livez")  # a restart would not bring it back
                 live.append((resp.status, await resp.text()))
-                await asyncio.to_thread(broker.start)  # the same address
+                await asyncio.to_thread(start)  # the same address
                 for _ in range(60):  # the clients reconnect within seconds
                     await healthz()
                     if answers[-1][0] == 200:
@@ -63,7 +81,7 @@ def test_healthz_names_a_dead_broker_and_is_ok_once_it_is_back(tmp_path, subproc
     try:
         answers, live = asyncio.run(run())
     finally:
-        broker.stop()
+        end()
     assert answers[0] == (200, "ok\n")
     code, body = answers[1]
     assert code == 503 and body.startswith("unhealthy: broker\n"), body

@@ -74,6 +74,7 @@ def test_a_concurrent_publish_of_another_survey_does_not_hide_a_delivery_failure
         ENV), timeout=1.0)
     fake = _FakeProducer(publisher, fail={b'{"a":1}'})
     publisher._producer = fake  # no broker: the producer is faked
+    publisher._keeper.producer = lambda: fake  # and so is the one a failed publish renews
     a = [b'{"a":0}', b'{"a":1}', b'{"a":2}']
     b = [b'{"b":0}']
     other = threading.Thread(
