@@ -62,13 +62,14 @@ from simulations.faults import (
     ScenarioFailed,
     ServiceRig,
     SlowSender,
-    check_release,
+    checked,
     children,
     close_over_http,
     first_half_stored,
     held_mid_publish,
     responses,
     send,
+    settled,
     wait_released,
     wait_until,
 )
@@ -92,30 +93,11 @@ class ClusterRig(ServiceRig):
     def bootstrap(self) -> str:
         return self.cluster.bootstrap
 
-    def config_text(self) -> str:
-        return f"""
-[kafka]
-bootstrap_servers = "{self.bootstrap}"
-topic_prefix = "{self.prefix}"
-group_id = "{self.prefix}-collector"
-partitions = 2
-replication_factor = 3
-session_timeout_ms = 10000
+    def store_url(self) -> str:
+        return f"sqlite:///{self.workdir / 'streamanon.db'}"
 
-[store]
-url = "sqlite:///{self.workdir / 'streamanon.db'}"
-
-[output]
-directory = "{self.workdir / 'out'}"
-
-[http]
-bind = "127.0.0.1:{self.port}"
-
-[planner]
-interval_seconds = 3600
-calibration_seconds = 0.5
-cost_models = "{self.workdir / 'models.json'}"
-""" + self.surveys_text()
+    def kafka_extra(self) -> str:
+        return "replication_factor = 3\n"
 
     def responses_topic(self, sid: str) -> str:
         topic = self.topic(sid, "responses")
@@ -278,29 +260,16 @@ def run_scenario(rig: ClusterRig, letter: str, n: int) -> ClusterOutcome:
     log_start = rig.log.stat().st_size if rig.log.exists() else 0
     with Health(rig.port) as health:
         try:
-            sent = RUN[letter](rig, sid, n, out)
-            check_release(rig, sid, sent, out)
-        except ScenarioFailed as exc:
-            out.failure = str(exc)
-        except Exception as exc:
-            out.failure = f"{type(exc).__name__}: {exc}"
+            checked(rig, RUN[letter], sid, n, out)
         finally:
             for node in rig.cluster.nodes:  # a failed scenario may have left one down
                 if not node.alive():
                     rig.cluster.start_node(node.node_id)
     out.health = health.describe()
     out.status_answered = health.ok["/api/status"] == health.polls
-    if out.failure is None and (out.lost or out.duplicated):
-        out.failure = f"{out.lost} lost, {out.duplicated} duplicated"
     if out.failure is None and not out.status_answered:
         out.failure = f"/api/status did not always answer: {out.health}"
-    if out.failure is not None:
-        with open(rig.log, "rb") as fh:
-            fh.seek(log_start)
-            tail = fh.read().decode(errors="replace")[-3000:]
-        print(f"\nscenario {out.scenario} FAILED: {out.failure}\n"
-              f"the service's log during it (last 3,000 characters):\n{tail}\n",
-              file=sys.stderr)
+    settled(rig, out, log_start)
     return out
 
 

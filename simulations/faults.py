@@ -157,8 +157,36 @@ engine = "{engine}"
 incremental = "nn_split_end"
 """ + SURVEY_SCHEMA for sid in self.surveys)
 
-    def config_text(self) -> str:
+    def store_url(self) -> str:
         raise NotImplementedError
+
+    def kafka_extra(self) -> str:
+        """More ``[kafka]`` lines of this rig's brokers."""
+        return ""
+
+    def config_text(self) -> str:
+        return f"""
+[kafka]
+bootstrap_servers = "{self.bootstrap}"
+topic_prefix = "{self.prefix}"
+group_id = "{self.prefix}-collector"
+partitions = 2
+session_timeout_ms = 10000
+{self.kafka_extra()}
+[store]
+url = "{self.store_url()}"
+
+[output]
+directory = "{self.workdir / 'out'}"
+
+[http]
+bind = "127.0.0.1:{self.port}"
+
+[planner]
+interval_seconds = 3600
+calibration_seconds = 0.5
+cost_models = "{self.workdir / 'models.json'}"
+""" + self.surveys_text()
 
     def start_service(self, timeout: float = 120) -> None:
         config = self.workdir / "streamanon.toml"
@@ -234,34 +262,14 @@ class Rig(ServiceRig):
     def bootstrap(self) -> str:
         return self.broker.bootstrap
 
-    def config_text(self) -> str:
+    def store_url(self) -> str:
         name = urlparse(self.db).path
-        store = f"postgresql://streamanon@127.0.0.1:{self.proxy.port}{name}"
-        return f"""
-[kafka]
-bootstrap_servers = "{self.bootstrap}"
-topic_prefix = "{self.prefix}"
-group_id = "{self.prefix}-collector"
-partitions = 2
-session_timeout_ms = 10000
-# the replaced broker is empty and knows no producer id: an idempotent producer's sends
-# would stall for their timeout (60 s, measured) before a new producer took over
-idempotent_producers = false
+        return f"postgresql://streamanon@127.0.0.1:{self.proxy.port}{name}"
 
-[store]
-url = "{store}"
-
-[output]
-directory = "{self.workdir / 'out'}"
-
-[http]
-bind = "127.0.0.1:{self.port}"
-
-[planner]
-interval_seconds = 3600
-calibration_seconds = 0.5
-cost_models = "{self.workdir / 'models.json'}"
-""" + self.surveys_text()
+    def kafka_extra(self) -> str:
+        # the replaced broker is empty and knows no producer id: an idempotent producer's
+        # sends would stall for their timeout (60 s, measured) before a new one took over
+        return "idempotent_producers = false\n"
 
     # -- the store, read straight from the server --------------------------------------------
     def sql(self, query: str, *params: Any) -> list[tuple]:
@@ -762,13 +770,9 @@ def run_scenario(rig: Rig, letter: str, n: int) -> Outcome:
     log_start = rig.log.stat().st_size if rig.log.exists() else 0
     try:
         if not rig.alive():
-            raise ScenarioFailed("the service was not running at the start")
-        sent = RUN[letter](rig, sid, n, out)
-        check_release(rig, sid, sent, out)
-    except ScenarioFailed as exc:
-        out.failure = str(exc)
-    except Exception as exc:
-        out.failure = f"{type(exc).__name__}: {exc}"
+            out.failure = "the service was not running at the start"
+        else:
+            checked(rig, RUN[letter], sid, n, out)
     finally:
         if rig.proc is not None and rig.proc.poll() is None:
             rig.proc.send_signal(signal.SIGCONT)
@@ -776,6 +780,25 @@ def run_scenario(rig: Rig, letter: str, n: int) -> Outcome:
         with suppress(Exception):
             if not rig.pg.running():
                 rig.start_postgres()
+    return settled(rig, out, log_start)
+
+
+def checked(rig: Any, scenario: Callable[..., set[bytes]], sid: str, n: int,
+            out: Outcome) -> None:
+    """Run ``scenario`` on survey ``sid`` and count its release into ``out``; whatever it
+    raises is the scenario's failure (``out.failure``)."""
+    try:
+        sent = scenario(rig, sid, n, out)
+        check_release(rig, sid, sent, out)
+    except ScenarioFailed as exc:
+        out.failure = str(exc)
+    except Exception as exc:
+        out.failure = f"{type(exc).__name__}: {exc}"
+
+
+def settled(rig: ServiceRig, out: Outcome, log_start: int) -> Outcome:
+    """``out`` failed also when it lost or duplicated a response; a failure prints the
+    service's log since ``log_start`` (its last 3,000 characters) to stderr."""
     if out.failure is None and (out.lost or out.duplicated):
         out.failure = f"{out.lost} lost, {out.duplicated} duplicated"
     if out.failure is not None:

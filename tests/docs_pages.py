@@ -69,3 +69,10 @@ def commands(shell: str) -> list[str]:
         if line:
             out.append(" ".join(line.split()))
     return out
+
+
+def shown_commands(name: str, title: str, needle: str) -> list[str]:
+    """The command lines of the shell blocks under ``title`` on page ``name`` that contain
+    ``needle`` (e.g. the one command a test runs as the page shows it)."""
+    return [line for b in blocks(section(page(name), title), "sh", "console", "bash")
+            for line in commands(b) if needle in line]

@@ -199,3 +199,28 @@ class MemoryDeadLetters:
 
     def close(self, timeout: float | None = None) -> None:
         pass
+
+
+def secured_round_trip(svc: Any, config: Any, env: dict[str, str], bootstrap: str,
+                       client: dict[str, Any], what: str) -> None:
+    """A started service on brokers only ``client``'s settings reach (TLS, SASL): 60
+    responses and a malformed one in, a close through ``streamanon close --via-kafka`` (the
+    control topic), the release and the dead letter read back with ``client``. A release that
+    comes out proves that every client of the service and of the CLI spoke ``what``."""
+    import subprocess
+    import sys
+
+    topic = f"{svc.prefix}.wellbeing.responses"
+    produce(bootstrap, topic, [(None, response(i)) for i in range(60)] + [(None, b"{")], client)
+    svc.wait_for("wellbeing", lambda s: s["stored"] == 60, what=f"ingest over {what}")
+    closed = subprocess.run([sys.executable, "-m", "streamanon", "close", "wellbeing",
+                             "--config", str(config), "--via-kafka"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert closed.returncode == 0, closed.stderr
+    svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", what="release")
+    released = read_topic(bootstrap, f"{svc.prefix}.wellbeing.release", expected=61,
+                          client=client)
+    assert [release_kind(r) for r in released] == ["record"] * 60 + ["manifest"]
+    dead = read_topic(bootstrap, f"{svc.prefix}.wellbeing.deadletter", expected=1,
+                      client=client)
+    assert [headers(r)["streamanon-reason"] for r in dead] == ["invalid_json"]

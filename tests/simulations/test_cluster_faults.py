@@ -12,13 +12,13 @@ import pytest
 
 from simulations import cluster_faults
 from simulations.apache_kafka import ApacheKafka, BrokerStartError
-from tests.docs_pages import blocks, commands, page, section
+from tests.docs_pages import shown_commands
 
 
 def documented_quick_look() -> list[str]:
-    shown = [line for b in blocks(section(page("guide/reliability.md"), "A cluster's faults"),
-                                  "sh", "console", "bash") for line in commands(b)
-             if "simulations.cluster_faults" in line and "--repeat 1" in line]
+    shown = [line for line in shown_commands("guide/reliability.md", "A cluster's faults",
+                                             "simulations.cluster_faults")
+             if "--repeat 1" in line]
     assert len(shown) == 1, shown
     return shlex.split(shown[0])
 

@@ -16,14 +16,12 @@ import pytest
 from simulations import faults
 from simulations.postgres import why_unavailable
 from simulations.tcp_proxy import CuttableProxy
-from tests.docs_pages import blocks, commands, page, section
+from tests.docs_pages import shown_commands
 
 
 def documented_command() -> list[str]:
     """The one command of the section "The fault suite" of guide/reliability.md."""
-    shown = [line for b in blocks(section(page("guide/reliability.md"), "The fault suite"),
-                                  "sh", "console", "bash") for line in commands(b)
-             if "simulations.faults" in line]
+    shown = shown_commands("guide/reliability.md", "The fault suite", "simulations.faults")
     assert len(shown) == 1, shown
     return shlex.split(shown[0])
 

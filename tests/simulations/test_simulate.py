@@ -201,3 +201,27 @@ def test_the_demo_times_its_engine_up_to_near_the_base_runs_size(tmp_path):
     handed = object()
     assert extend_calibration(tmp_path / "none", "mdav", 3, 5, 1e6, 30.0,
                               model=handed) is handed
+
+
+def test_simulate_runs_on_a_given_kafka(subprocesses, kafka_cluster, tmp_path):
+    """``streamanon simulate --bootstrap`` (guide/brokers.md) runs the pipeline on the Kafka
+    given, Apache Kafka here, instead of an embedded broker: the run's topics are on it."""
+    from confluent_kafka.admin import AdminClient
+
+    from simulations.apache_kafka import ApacheKafka
+
+    out = tmp_path / "sim"
+    with ApacheKafka() as kafka:
+        result = subprocess.run(
+            [sys.executable, "-m", "streamanon", "simulate", "--n", "1500", "--m", "3",
+             "--k", "5", "--survey-duration", "1h", "--speedup", "600", "--engine", "mdav",
+             "--out", str(out), "--bootstrap", kafka.bootstrap],
+            capture_output=True, text=True, timeout=600)
+        topics = set(AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(
+            timeout=10).topics)
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    assert f"Kafka at {kafka.bootstrap}" in result.stdout
+    release = json.loads((out / "simulation.json").read_text())["release"]
+    late = (release["rejected"] or {}).get("closed", 0)
+    assert release["n"] == 1500 - late
+    assert any(t.endswith(".release") for t in topics), topics  # published there

@@ -7,8 +7,6 @@ says so, not a service waiting for ever."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +19,7 @@ from simulations.apache_kafka import ApacheKafka, Security
 from streamanon.service.config import tomllib
 from tests.docs_pages import block, page, section
 from tests.service.conftest import ServiceProcess, write_config
-from tests.service.kafka_helpers import headers, produce, read_topic, release_kind, response
+from tests.service.kafka_helpers import secured_round_trip
 
 USER, PASSWORD = "streamanon", "a-long-scram-secret"
 
@@ -68,21 +66,7 @@ def test_every_client_authenticates_with_scram_over_tls(tmp_path: Path, sasl_kaf
     svc = ServiceProcess(config, env, tmp_path / "service.log")
     try:
         svc.start()  # the admin client created the topics, authenticated
-        topic = f"{svc.prefix}.wellbeing.responses"
-        produce(bootstrap, topic, [(None, response(i)) for i in range(60)] + [(None, b"{")],
-                client)
-        svc.wait_for("wellbeing", lambda s: s["stored"] == 60, what="ingest over SASL_SSL")
-        closed = subprocess.run([sys.executable, "-m", "streamanon", "close", "wellbeing",
-                                 "--config", str(config), "--via-kafka"],
-                                capture_output=True, text=True, env=env, timeout=60)
-        assert closed.returncode == 0, closed.stderr
-        svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", what="release")
-        released = read_topic(bootstrap, f"{svc.prefix}.wellbeing.release", expected=61,
-                              client=client)
-        assert [release_kind(r) for r in released] == ["record"] * 60 + ["manifest"]
-        dead = read_topic(bootstrap, f"{svc.prefix}.wellbeing.deadletter", expected=1,
-                          client=client)
-        assert [headers(r)["streamanon-reason"] for r in dead] == ["invalid_json"]
+        secured_round_trip(svc, config, env, bootstrap, client, "SASL_SSL")
     finally:
         svc.stop()
 

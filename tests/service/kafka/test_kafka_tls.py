@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import ssl
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from streamanon.service.broker import BrokerError, broker_binary, free_port, wai
 from streamanon.service.config import parse_config
 from streamanon.service.kafka_clients import KafkaSettings
 from tests.service.conftest import ServiceProcess, write_config
-from tests.service.kafka_helpers import headers, produce, read_topic, release_kind, response
+from tests.service.kafka_helpers import secured_round_trip
 
 
 class TlsProxy:
@@ -135,20 +134,6 @@ def test_every_client_speaks_tls(tmp_path, tls_broker):
     svc = ServiceProcess(config, env, tmp_path / "service.log")
     try:
         svc.start()  # the admin client created the topics over TLS
-        topic = f"{svc.prefix}.wellbeing.responses"
-        produce(bootstrap, topic, [(None, response(i)) for i in range(60)] + [(None, b"{")],
-                tls)
-        svc.wait_for("wellbeing", lambda s: s["stored"] == 60, what="ingest over TLS")
-        closed = subprocess.run([sys.executable, "-m", "streamanon", "close", "wellbeing",
-                                 "--config", str(config), "--via-kafka"],
-                                capture_output=True, text=True, env=env, timeout=60)
-        assert closed.returncode == 0, closed.stderr
-        svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", what="release")
-        released = read_topic(bootstrap, f"{svc.prefix}.wellbeing.release", expected=61,
-                              client=tls)
-        assert [release_kind(r) for r in released] == ["record"] * 60 + ["manifest"]
-        dead = read_topic(bootstrap, f"{svc.prefix}.wellbeing.deadletter", expected=1,
-                          client=tls)
-        assert [headers(r)["streamanon-reason"] for r in dead] == ["invalid_json"]
+        secured_round_trip(svc, config, env, bootstrap, tls, "TLS")
     finally:
         svc.stop()
