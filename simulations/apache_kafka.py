@@ -39,8 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -358,12 +357,6 @@ class ApacheKafka:
             node.process.wait()
 
 
-@contextmanager
-def apache_kafka(nodes: int = 1, security: Security | None = None) -> Iterator[ApacheKafka]:
-    with ApacheKafka(nodes, security=security) as cluster:
-        yield cluster
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m simulations.apache_kafka",
@@ -386,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         # SIGTERM (a supervisor, `timeout`) ends it as Ctrl-C does: the nodes stopped
         signal.signal(signal.SIGTERM, signal.default_int_handler)
-        with apache_kafka(args.nodes) as cluster:
+        with ApacheKafka(args.nodes) as cluster:
             print(cluster.bootstrap, flush=True)
             with suppress(KeyboardInterrupt):
                 signal.pause()

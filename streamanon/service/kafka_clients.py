@@ -255,7 +255,7 @@ class ProducerKeeper:
     def __init__(self, options: dict[str, Any]) -> None:
         self.options = dict(options)
         self._theirs = self.options.pop("error_cb", None)
-        self.fatal: str | None = None
+        self.spoiled: str | None = None  # why the current producer is to be replaced
 
     def _on_error(self, err: Any) -> None:
         if err.fatal():
@@ -266,20 +266,20 @@ class ProducerKeeper:
     def spoil(self, why: str) -> None:
         """The current producer is to be replaced at the next :meth:`renewed` (``why``: for
         the log, without values)."""
-        self.fatal = why
+        self.spoiled = why
 
     def producer(self) -> Any:
         from confluent_kafka import Producer
 
-        self.fatal = None
+        self.spoiled = None
         return Producer({**self.options, "error_cb": self._on_error})
 
     def renewed(self, producer: Any) -> Any:
         """``producer``, or a new one when it failed (logged, without values)."""
-        if self.fatal is None:
+        if self.spoiled is None:
             return producer
         logging.getLogger(__name__).warning(
-            "a Kafka producer failed (%s); a new one takes over", self.fatal)
+            "a Kafka producer failed (%s); a new one takes over", self.spoiled)
         producer.purge()
         producer.flush(0)
         return self.producer()

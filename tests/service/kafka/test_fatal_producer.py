@@ -45,7 +45,7 @@ def test_a_fatal_error_or_a_failed_delivery_gets_a_new_producer_and_other_errors
     assert watch.renewed(first) is first
     watch._on_error(Error(fatal=True))
     second = watch.renewed(first)
-    assert second is not first and watch.fatal is None
+    assert second is not first and watch.spoiled is None
     assert watch.renewed(second) is second
     assert len(seen) == 2  # the options' own callback still hears every error
     watch.spoil("a delivery failed: Local: Message timed out")
