@@ -279,6 +279,24 @@ class ApacheKafka:
                            ).list_topics(topic, timeout=10)
         return meta.topics[topic].partitions[partition].leader
 
+    def limit_produce(self, client_id: str, bytes_per_second: int | None) -> None:
+        """Throttle the producers whose ``client.id`` is ``client_id`` to ``bytes_per_second``
+        (a client quota: the brokers hold back their answers so that the rate is kept), or lift
+        the limit (None). With it a test sees a publish in its middle however its steps are
+        scheduled."""
+        change = (["--delete-config", "producer_byte_rate"] if bytes_per_second is None
+                  else ["--add-config", f"producer_byte_rate={int(bytes_per_second)}"])
+        if self.security is not None:
+            raise BrokerError("limit_produce speaks to a cluster without SASL only")
+        run = subprocess.run(
+            [_java(), "-cp", f"{fetch()}/*", "kafka.admin.ConfigCommand",
+             "--bootstrap-server", self.bootstrap, "--alter", *change,
+             "--entity-type", "clients", "--entity-name", client_id],
+            capture_output=True, text=True)
+        if run.returncode != 0:
+            raise BrokerError(f"setting the produce quota of {client_id!r} failed: "
+                              f"{(run.stdout + run.stderr)[-2000:]}")
+
     # -- one node ---------------------------------------------------------------------------
     def _configure(self, node: Node) -> None:
         replicas = min(3, len(self.nodes))

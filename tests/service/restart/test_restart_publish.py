@@ -20,10 +20,21 @@ from tests.service.restart_helpers import (
 )
 
 N = 3000
+#: The service's producers' rate while the test cuts the publish. The brokers average a rate
+#: over their quota window (ten seconds or more), so the first megabyte or two go through at once
+#: and the rest of the 9 MB at 100 kB/s: the kill finds the publish in its middle however the
+#: test's steps are scheduled. Unthrottled, Apache Kafka took the whole release within one step
+#: that a busy machine stretched (a CI run; reproduced here with 0.3 s steps).
+THROTTLE = 100_000
 
 
-def test_a_publish_cut_by_a_kill_resumes_from_the_written_files(restartable, tmp_path):  # noqa: F811
+def test_a_publish_cut_by_a_kill_resumes_from_the_written_files(restartable, broker,  # noqa: F811
+                                                                tmp_path):
     svc = restartable()
+    client_id = f"{svc.prefix}-service"
+    svc.config.write_text(svc.config.read_text().replace(
+        "[kafka]\n", f'[kafka]\nclient_id = "{client_id}"\n', 1))
+    broker.limit_produce(client_id, THROTTLE)
     svc.start()
     produce(svc.bootstrap, f"{svc.prefix}.s.responses",
             [(None, response(i, essay_bytes=3000)) for i in range(N)])
@@ -34,6 +45,7 @@ def test_a_publish_cut_by_a_kill_resumes_from_the_written_files(restartable, tmp
     svc.wait_line(r"-> CLOSING")
     svc.step_until(lambda: high_watermark(svc.bootstrap, release_topic) > 0)
     svc.kill()  # the first records are on the topic, the manifest is not
+    broker.limit_produce(client_id, None)
 
     release_id, status = svc.release_row()
     assert status == "written"
