@@ -1,0 +1,388 @@
+"""An epsilon-differentially private release through microaggregation.
+
+Two mechanisms, both from the same group's papers, both with cells whose sizes follow from n
+and k alone (``n // k`` cells, k records each, the last one also taking the ``n mod k`` left
+over), and both drawing their noise once, here, from a generator seeded by the operating
+system's entropy unless a generator is given (tests):
+
+**insensitive** (Soria-Comas, Domingo-Ferrer, Sánchez and Martínez, VLDB Journal 23(5), 2014):
+the records are put in one total order of the declared domain, fixed before any data is seen:
+their distance to the domain's lower corner (every attribute scaled to [0, 1] by its declared
+bounds or levels), ties broken by the attributes' values in turn; the cells are consecutive
+runs of that order. Changing one record (the neighbouring data sets of bounded differential
+privacy: n is public) removes it from one place of the order and inserts its new value at
+another; every cell between the two loses one record to one neighbour and takes one from the
+other, so each cell differs in at most one record, and no cell changes size. A cell's mean of
+an attribute of width ``w`` (max - min) then moves by at most ``w / k``, and at most all
+``C = n // k`` cells move: the L1 sensitivity of the attribute's list of cell means is
+``C * w / k``, and Laplace noise of scale ``C * w / (k * epsilon_a)`` on each mean makes the
+list epsilon_a-differentially private. An ordinal or a category is drawn per cell by the
+exponential mechanism over its declared levels (utility: minus the members' rank distances
+over ``L - 1`` for an ordinal, the members' count for a category; one record moves either by at
+most 1), with ``epsilon_a / C`` per cell, epsilon_a in all. The released table repeats each
+cell's noisy tuple once per member, its rows shuffled: a function of the noisy cell tuples
+alone, so the **table is epsilon-differentially private** (epsilon the sum of the attributes'
+shares, by sequential composition), and k-anonymous as well. The price: the noise grows with
+``C = n / k``; it is smaller than each record's own noise only where k exceeds about sqrt(n),
+which is what the paper found.
+
+**individual_ranking** (Sánchez, Domingo-Ferrer, Martínez and Soria-Comas, Information Fusion
+30, 2016; privlib's ``Differential_privacy``): each attribute is sorted by its own value and cut
+into cells of k. Changing one record from value a to value b shifts the cells between them by
+one record each, every replaced value by a larger one (or every one by a smaller one): the
+changes of the cells' sums add up to at most ``|b - a| <= w``, so the L1 sensitivity of the
+attribute's cell means is ``w / k`` whatever n is, and the noise scale is ``w / (k
+epsilon_a)``. The same sum bounds the exponential mechanism's utilities: an ordinal's cells
+share epsilon_a (rank distances over ``L - 1`` move by at most 1 in all), a category's cells
+take ``epsilon_a / (L - 1)`` each (the count utility moves by 1 where the sorted codes step up,
+at most ``L - 1`` times). Each attribute's released values, as a multiset, are then
+epsilon_a-differentially private. **The table is not**: which values share a row follows the
+data without noise. With two attributes, n = 2k, and the k records lowest in one the k lowest in
+the other, the table has two distinct rows; move one record to the top of the second attribute
+and it has four, whatever the noise. The report says so, and never calls such a table
+differentially private.
+
+**Post-processing** costs no privacy: every noisy mean is clamped to its declared bounds and an
+``int`` rounded; in individual ranking the cell means of an attribute are ordered (its cells are
+runs of its sorted values), so the noisy ones are projected back onto that order by isotonic
+regression (weighted by the cells' sizes), which removes much of the noise, and an ordinal's
+drawn ranks too. An optimal univariate partition (cells of k to 2k - 1 where the data's gaps
+are) would lose less before the noise, but its sizes follow the data: released, they would
+tell it without noise, so both mechanisms keep the fixed sizes.
+
+**The domain** comes only from the schema: a number needs its declared ``min`` and ``max``, a
+category its ``levels`` (a bool has two); free text, strings and times cannot go through either
+mechanism and are refused. A missing value is coded, record by record and before the
+mechanism, as the middle of its domain (numbers, ordinals) or as a level of its own (categories
+whose field is not required). ``scope="quasi_identifiers"`` runs the mechanism on the
+quasi-identifiers only and publishes the confidential answers as they are: privlib's setting,
+reported as not differentially private.
+
+Pure: arrays and frames in, a table and a report out; no I/O.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import isotonic_regression
+
+from streamanon.errors import InputError, ParameterError
+from streamanon.schema import DROPPED_ROLES, Schema
+
+MECHANISMS = ("insensitive", "individual_ranking")
+SCOPES = ("all", "quasi_identifiers")
+#: Field types no mechanism here can release.
+UNRELEASABLE = ("str", "text", "timestamp")
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """One released attribute's declared domain: a ``number`` in [low, high] (``integer``:
+    released rounded), or an ``ordinal`` or ``category`` over ``levels`` (a category whose
+    field is not required has the level None, its missing answers)."""
+
+    name: str
+    kind: str
+    low: float = 0.0
+    high: float = 0.0
+    levels: tuple[Any, ...] = ()
+    integer: bool = False
+
+    @property
+    def width(self) -> float:
+        """max - min, or the number of levels less one (at least 1)."""
+        if self.kind == "number":
+            return self.high - self.low
+        return float(max(1, len(self.levels) - 1))
+
+
+@dataclass
+class DPRelease:
+    """The released table (rows shuffled), the same rows in the input's order (for measuring
+    the loss beside the original; never published) and the report."""
+
+    table: pd.DataFrame
+    table_in_input_order: pd.DataFrame
+    report: dict[str, Any]
+
+
+def released_columns(schema: Schema, scope: str = "all") -> list[str]:
+    """The columns the mechanism releases: every column the release keeps, or the
+    quasi-identifiers only."""
+    if scope not in SCOPES:
+        raise ParameterError(f"the scope is one of {', '.join(SCOPES)}, not {scope!r}")
+    if scope == "quasi_identifiers":
+        return list(schema.quasi_identifiers)
+    return [name for name, spec in schema.fields.items() if spec.role not in DROPPED_ROLES]
+
+
+def attributes_of(schema: Schema, columns: Sequence[str]) -> list[Attribute]:
+    """Each column's :class:`Attribute` from its declaration; every column without a declared
+    domain is named in one :class:`InputError`."""
+    out, problems = [], []
+    for name in columns:
+        spec = schema.fields[name]
+        if spec.type in UNRELEASABLE:
+            problems.append(f"{name} is {spec.type}: no mechanism releases it; give it role = "
+                            f"\"ignore\" to leave it out")
+        elif spec.type == "bool":
+            out.append(Attribute(name, "category", levels=(False, True)))
+        elif spec.type in ("category", "ordinal"):
+            if not spec.levels:
+                problems.append(f"{name} declares no levels")
+                continue
+            levels = tuple(spec.levels)
+            if spec.type == "category" and not spec.required:
+                levels += (None,)
+            out.append(Attribute(name, spec.type, levels=levels))
+        else:
+            absent = [word for word, value in (("min", spec.min), ("max", spec.max))
+                      if value is None]
+            if absent:
+                problems.append(f"{name} declares no {' or '.join(absent)}")
+                continue
+            out.append(Attribute(name, "number", low=float(spec.min), high=float(spec.max),
+                                 integer=spec.type == "int"))
+    if problems:
+        raise InputError("an epsilon-differentially private release takes every attribute's "
+                         "domain from the schema, never from the data (whose extremes would "
+                         "tell about the records that reach them): " + "; ".join(problems))
+    return out
+
+
+def encode(frame: pd.DataFrame, attributes: Sequence[Attribute]) -> np.ndarray:
+    """The records as an n x m float array: numbers as they are (clipped to their bounds, a
+    missing one the middle of them), ordinals and categories as the index of their level (a
+    missing ordinal the middle level, a missing category the level None)."""
+    out = np.empty((len(frame), len(attributes)))
+    for j, a in enumerate(attributes):
+        column = frame[a.name]
+        if a.kind == "number":
+            values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float, copy=True)
+            values[np.isnan(values)] = (a.low + a.high) / 2
+            out[:, j] = np.clip(values, a.low, a.high)
+        else:
+            out[:, j] = _level_codes(column, a)
+    return out
+
+
+def _level_codes(column: pd.Series, a: Attribute) -> np.ndarray:
+    exact = {level: i for i, level in enumerate(a.levels) if level is not None}
+    spelled = {str(level): i for level, i in exact.items()}
+    missing = column.isna().to_numpy()
+    codes = np.full(len(column), -1.0)
+    for i, value in enumerate(column.to_numpy(dtype=object)):
+        if missing[i]:
+            continue
+        code = exact.get(value, spelled.get(str(value)))
+        if code is not None:
+            codes[i] = code
+    if missing.any():
+        codes[missing] = (len(a.levels) - 1) // 2 if a.kind == "ordinal" else (
+            a.levels.index(None) if None in a.levels else -1)
+    unknown = int((codes < 0).sum())
+    if unknown:
+        raise InputError(f"{a.name}: {unknown} value(s) are not among its declared levels "
+                         "(or missing where the field is required)")
+    return codes
+
+
+def _cells(order: np.ndarray, k: int) -> list[np.ndarray]:
+    """Consecutive runs of ``order``: ``n // k`` cells of k, the last one taking the rest."""
+    count = len(order) // k
+    return [order[j * k:(j + 1) * k] if j < count - 1 else order[j * k:]
+            for j in range(count)]
+
+
+def insensitive_cells(codes: np.ndarray, attributes: Sequence[Attribute],
+                      k: int) -> list[np.ndarray]:
+    """The insensitive mechanism's cells (row indices): runs of k in the domain's fixed order,
+    by distance to its lower corner, ties by the attributes' values in turn."""
+    scaled = np.column_stack([
+        (codes[:, j] - a.low) / a.width if a.kind == "number" and a.width > 0
+        else codes[:, j] / a.width for j, a in enumerate(attributes)])
+    distance = np.sqrt((scaled ** 2).sum(axis=1))
+    # lexsort's last key is its first: the distance, then the attributes in turn
+    keys = [scaled[:, j] for j in reversed(range(scaled.shape[1]))]
+    order = np.lexsort((*keys, distance))
+    return _cells(order, k)
+
+
+def ranked_cells(values: np.ndarray, k: int) -> list[np.ndarray]:
+    """Individual ranking's cells of one attribute: runs of k of its sorted values."""
+    return _cells(np.argsort(values, kind="stable"), k)
+
+
+def laplace(values: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """``values`` with independent Laplace(0, ``scale``) noise added."""
+    return values + rng.laplace(0.0, scale, size=np.shape(values))
+
+
+def exponential(utility: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """One choice per row of ``utility`` (cells x candidates) with probability proportional to
+    ``exp(epsilon * utility / 2)``, by the Gumbel-max trick (exact)."""
+    return np.argmax(epsilon * utility / 2 + rng.gumbel(size=utility.shape), axis=1)
+
+
+def _labels(cells: list[np.ndarray], n: int) -> np.ndarray:
+    labels = np.empty(n, dtype=np.int64)
+    for j, rows in enumerate(cells):
+        labels[rows] = j
+    return labels
+
+
+def _level_counts(codes: np.ndarray, labels: np.ndarray, cells: int, levels: int) -> np.ndarray:
+    counts = np.zeros((cells, levels))
+    np.add.at(counts, (labels, codes.astype(np.int64)), 1.0)
+    return counts
+
+
+def _utility(a: Attribute, counts: np.ndarray) -> np.ndarray:
+    """Each cell's utility of each level: its members' count (a category), or minus their rank
+    distances over ``L - 1`` (an ordinal)."""
+    if a.kind == "category":
+        return counts
+    ranks = np.arange(len(a.levels))
+    return -(counts @ np.abs(ranks[:, None] - ranks[None, :])) / a.width
+
+
+def _release_attribute(a: Attribute, values: np.ndarray, cells: list[np.ndarray],
+                       epsilon: float, ranked: bool,
+                       rng: np.random.Generator) -> tuple[np.ndarray, dict[str, Any]]:
+    """One attribute's released codes (per record) and its report: noisy cell means
+    (numbers) or levels drawn per cell (ordinals, categories)."""
+    n, count = len(values), len(cells)
+    labels = _labels(cells, n)
+    sizes = np.bincount(labels, minlength=count).astype(float)
+    k = int(sizes.min())
+    if a.kind == "number":
+        # one record moves the cell means by w / k in all (ranked) or per cell (insensitive)
+        sensitivity = a.width / k * (1 if ranked else count)
+        scale = sensitivity / epsilon
+        noisy = laplace(np.bincount(labels, weights=values, minlength=count) / sizes, scale,
+                        rng)
+        if ranked:
+            noisy = isotonic_regression(noisy, weights=sizes).x
+        noisy = np.clip(noisy, a.low, a.high)
+        if a.integer:
+            noisy = np.rint(noisy)
+        info = {"kind": a.kind, "epsilon": epsilon, "noise": "laplace",
+                "sensitivity": sensitivity, "scale": scale}
+    else:
+        levels = len(a.levels)
+        # the utilities' total movement: 1 (ordinal, ranked), L - 1 (category, ranked), or 1
+        # in each of the C cells (insensitive)
+        moves = (1.0 if a.kind == "ordinal" else max(1.0, levels - 1.0)) if ranked else count
+        per_cell = epsilon / moves
+        utility = _utility(a, _level_counts(values, labels, count, levels))
+        noisy = exponential(utility, per_cell, rng).astype(float)
+        if ranked and a.kind == "ordinal":
+            noisy = np.rint(isotonic_regression(noisy, weights=sizes).x)
+        info = {"kind": a.kind, "epsilon": epsilon, "noise": "exponential",
+                "epsilon_per_cell": per_cell, "levels": levels}
+    return noisy[labels], info
+
+
+def decode(codes: np.ndarray, a: Attribute) -> pd.Series:
+    """Released codes back to the attribute's values."""
+    if a.kind == "number":
+        return pd.Series(codes.astype(np.int64) if a.integer else codes, name=a.name)
+    levels = np.array(a.levels, dtype=object)
+    values = levels[codes.astype(np.int64)]
+    if a.levels == (False, True):
+        return pd.Series(values.astype(bool), name=a.name)
+    return pd.Series(values, name=a.name, dtype=object)
+
+
+def _check(n: int, k: int, epsilon: float, mechanism: str) -> None:
+    if mechanism not in MECHANISMS:
+        raise ParameterError(f"the mechanism is one of {', '.join(MECHANISMS)}, not "
+                             f"{mechanism!r}")
+    if not (epsilon > 0 and np.isfinite(epsilon)):
+        raise ParameterError(f"epsilon must be a positive number, not {epsilon!r}")
+    if not 1 <= k <= n:
+        raise ParameterError(f"k = {k} needs 1 <= k <= n = {n} records")
+
+
+def fresh_generator() -> np.random.Generator:
+    """A generator seeded with 128 bits of the operating system's entropy (:mod:`secrets`):
+    nobody can replay the noise."""
+    return np.random.default_rng(secrets.randbits(128))
+
+
+def release(frame: pd.DataFrame, schema: Schema, k: int, epsilon: float,
+            mechanism: str = "insensitive", scope: str = "all",
+            rng: np.random.Generator | None = None) -> DPRelease:
+    """The release of ``frame`` (columns as ``schema`` declares them; identifiers and ignored
+    columns dropped) through ``mechanism`` with budget ``epsilon``, shared equally among the
+    released attributes. ``rng``: the noise's generator (default :func:`fresh_generator`)."""
+    _check(len(frame), k, epsilon, mechanism)
+    columns = released_columns(schema, scope)
+    if not columns:
+        raise InputError("nothing to release: the schema declares no attribute in scope")
+    attributes = attributes_of(schema, columns)
+    rng = fresh_generator() if rng is None else rng
+    codes = encode(frame, attributes)
+    share = epsilon / len(attributes)
+    ranked = mechanism == "individual_ranking"
+    cells = None if ranked else insensitive_cells(codes, attributes, k)
+    kept = [c for c in frame.columns if c in schema.fields
+            and schema.fields[c].role not in DROPPED_ROLES]
+    out = frame[kept].reset_index(drop=True).copy()
+    attrs: dict[str, Any] = {}
+    for j, a in enumerate(attributes):
+        mine = ranked_cells(codes[:, j], k) if ranked else cells
+        released, attrs[a.name] = _release_attribute(a, codes[:, j], mine, share, ranked, rng)
+        out[a.name] = decode(released, a).to_numpy()
+    shuffled = out.iloc[rng.permutation(len(out))].reset_index(drop=True)
+    private = scope == "all" and not ranked
+    report = {"epsilon": epsilon, "k": k, "mechanism": mechanism, "scope": scope,
+              "differentially_private": private,
+              "guarantee": guarantee(epsilon, mechanism, scope),
+              "cells": len(cells) if cells is not None else len(frame) // k,
+              "attributes": attrs,
+              "information_loss": information_loss(codes, encode(out, attributes),
+                                                   attributes)}
+    return DPRelease(shuffled, out, report)
+
+
+def guarantee(epsilon: float, mechanism: str, scope: str) -> str:
+    """What the release guarantees, in one sentence for its report."""
+    if scope == "quasi_identifiers":
+        return (f"not differentially private: the quasi-identifiers went through "
+                f"{mechanism.replace('_', ' ')} with epsilon = {epsilon:g}, and the "
+                f"confidential answers are published as they are")
+    if mechanism == "individual_ranking":
+        return (f"not differentially private as a table: each attribute's released values "
+                f"are differentially private (epsilon = {epsilon:g} over all of them), but "
+                f"which values share a row follows the data without noise")
+    return (f"epsilon-differentially private with epsilon = {epsilon:g}: changing one "
+            f"respondent's answers changes the probability of any release by a factor of at "
+            f"most e^{epsilon:g}; and k-anonymous")
+
+
+def information_loss(original: np.ndarray, released: np.ndarray,
+                     attributes: Sequence[Attribute]) -> dict[str, float]:
+    """The loss the release causes, from coded arrays: ``il`` (percent) is the sum of squared
+    changes over the total sum of squares of the numbers and ordinal ranks, each column scaled
+    by its standard deviation (the IL of the k-anonymous releases), and ``categories_changed``
+    (percent) the share of category values released as another level."""
+    ordered = [j for j, a in enumerate(attributes) if a.kind != "category"]
+    nominal = [j for j, a in enumerate(attributes) if a.kind == "category"]
+    out: dict[str, float] = {}
+    if ordered:
+        x, y = original[:, ordered], released[:, ordered]
+        sd = x.std(axis=0)
+        sd[sd == 0] = 1.0
+        sst = (((x - x.mean(axis=0)) / sd) ** 2).sum()
+        out["il"] = float(100 * (((x - y) / sd) ** 2).sum() / sst) if sst > 0 else 0.0
+    if nominal:
+        out["categories_changed"] = float(
+            100 * (original[:, nominal] != released[:, nominal]).mean())
+    return out
