@@ -7,6 +7,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from streamanon.cli import dp_release
 from streamanon.cli._args import columns, param, positive_int, share
 from streamanon.errors import InputError, ParameterError
 
@@ -119,6 +120,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "ordinal's codes in its order); names are made valid (letters, digits, "
                          "_; at most 64 bytes in SPSS, 32 in Stata). The report goes next to "
                          "it")
+    dp_release.add_arguments(an)
     an.add_argument("--seed", type=int, default=None,
                     help="seed of the row shuffle (default: fresh randomness)")
     an.add_argument("--no-progress", action="store_true",
@@ -140,6 +142,8 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
     from streamanon.schema import load_schema
 
     table_format(args.out)
+    if args.epsilon is not None:
+        dp_release.check(args)
     if same_file(args.input, args.out):
         raise InputError(f"--out {args.out} is the input file; the release would overwrite "
                          "the raw data: choose another output")
@@ -184,6 +188,15 @@ def _anonymize(args: argparse.Namespace, described: dict[str, Any], progress: Pr
         progress.enter("check every value against the schema")
         frame, outside = _within_schema(frame, described["schema"],
                                         args.out_of_bounds or "refuse", args)
+    if args.epsilon is not None:
+        table, report, line = dp_release.run(args, frame, described["schema"], progress,
+                                             outside)
+        progress.enter(f"write {args.out}")
+        write_table(table, args.out, schema=described["schema"])
+        rpath = report_path(args.out)
+        write_json(report, rpath)
+        print(f"wrote {args.out}: {line}\nreport {rpath}")
+        return 0
     params = dict(args.param)
     if (args.incremental is None) != (args.nu is None):
         raise ParameterError("--incremental and --nu go together")

@@ -1,0 +1,88 @@
+"""``anonymize --epsilon``: the differentially private release of a file (streamanon.dp), its
+options and their checks, the report and the summary line."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from streamanon.errors import ParameterError
+
+#: Options of ``anonymize`` that a differentially private release does not take, and why.
+NOT_WITH_EPSILON = {
+    "l": "--l", "t": "--t", "engine": "--engine", "incremental": "--incremental",
+    "cluster": "--cluster", "part_size": "--part-size", "seed": "--seed", "param": "--param",
+    "strata": "--strata", "sensitive": "--sensitive",
+}
+
+
+def add_arguments(an: argparse.ArgumentParser) -> None:
+    """``--epsilon``, ``--dp-mechanism``, ``--dp-scope``."""
+    an.add_argument("--epsilon", type=float, default=None, metavar="E",
+                    help="release with epsilon-differential privacy instead (needs --schema: "
+                         "every released number's min and max and every category's levels are "
+                         "declared there, never taken from the data): cells of k in an order "
+                         "of the declared domain, Laplace noise on each cell's means and the "
+                         "exponential mechanism on its levels, drawn from the operating "
+                         "system's entropy; E is shared equally among the released columns. "
+                         "See docs/guide/privacy.md")
+    an.add_argument("--dp-mechanism", choices=("insensitive", "individual_ranking"),
+                    default="insensitive",
+                    help="insensitive (default): one order of the whole domain, a table that is "
+                         "epsilon-differentially private and k-anonymous; individual_ranking: "
+                         "each column sorted and cut into cells of k on its own (Sanchez et "
+                         "al. 2016, privlib), far less noise, but only each column's values "
+                         "are private, not how they pair in rows")
+    an.add_argument("--dp-scope", choices=("all", "quasi-identifiers"), default="all",
+                    help="all (default): every released column goes through the mechanism; "
+                         "quasi-identifiers: only they do and the confidential answers are "
+                         "published as they are (privlib's setting; never called "
+                         "differentially private)")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Refuse what an ``--epsilon`` release cannot honour, before reading anything."""
+    if args.schema is None:
+        raise ParameterError("--epsilon needs --schema: a differentially private release "
+                             "takes every column's bounds and levels from the schema, never "
+                             "from the data")
+    given = [flag for name, flag in NOT_WITH_EPSILON.items() if getattr(args, name, None)]
+    if given:
+        raise ParameterError(f"{', '.join(given)} and --epsilon: a differentially private "
+                             "release has its own cells and noise (its noise is never seeded: "
+                             "a known seed would let anyone subtract it)")
+    if args.out_of_bounds == "drop":
+        raise ParameterError("--out-of-bounds drop and --epsilon: dropping records would "
+                             "change n, which the release makes public; use clip or refuse")
+
+
+def run(args: argparse.Namespace, frame: Any, schema: Any, progress: Any,
+        outside: dict[str, Any] | None) -> tuple[Any, dict[str, Any], str]:
+    """The release of ``frame``: its table, its report and the summary line to print."""
+    from streamanon import dp
+
+    scope = args.dp_scope.replace("-", "_")
+    progress.enter(f"draw the release (epsilon = {args.epsilon:g}, {args.dp_mechanism})")
+    started = time.perf_counter()
+    made = dp.release(frame, schema, args.k, args.epsilon, mechanism=args.dp_mechanism,
+                      scope=scope)
+    seconds = time.perf_counter() - started
+    guarantee = made.report
+    report = {"n": len(frame), "k": args.k, "epsilon": args.epsilon,
+              "differential_privacy": guarantee,
+              "budget": {"spent": args.epsilon},
+              "columns": {name: {"role": spec.role, "type": spec.type}
+                          for name, spec in schema.fields.items()},
+              "input": str(args.input), "output": str(args.out), "seconds": seconds}
+    if outside is not None:
+        report["outside_schema"] = outside
+    loss = guarantee["information_loss"]
+    parts = [f"IL = {loss['il']:.2f}%"] if "il" in loss else []
+    if "categories_changed" in loss:
+        parts.append(f"{loss['categories_changed']:.1f}% of category values changed")
+    line = (f"{len(frame)} records, {guarantee['cells']} cells of {args.k}+, epsilon = "
+            f"{args.epsilon:g} ({args.dp_mechanism}, {args.dp_scope}), "
+            f"{', '.join(parts) or 'no loss measured'}, {seconds:.2f} s\n"
+            f"guarantee: {guarantee['guarantee']}")
+    return made.table, report, line

@@ -1,0 +1,91 @@
+"""``streamanon anonymize --epsilon``: a differentially private release of a file, its report,
+and the options it refuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.cli.helpers import run
+
+SCHEMA = """
+[schema]
+respondent_id = { role = "identifier", type = "str" }
+age = { role = "quasi_identifier", type = "int", min = 18, max = 90 }
+region = { role = "quasi_identifier", type = "category", levels = ["north", "south", "east"] }
+education = { role = "quasi_identifier", type = "ordinal",
+              levels = ["primary", "secondary", "tertiary"] }
+income = { role = "quasi_identifier", type = "float", min = 0, max = 250000, required = false }
+q1 = { role = "confidential", type = "int", min = 1, max = 5 }
+"""
+
+
+@pytest.fixture
+def survey(tmp_path: Path) -> tuple[Path, Path]:
+    rng = np.random.default_rng(0)
+    n = 500
+    income = rng.lognormal(10, 0.5, n).round(2)
+    income[rng.random(n) < 0.1] = np.nan  # missing answers: the middle of the domain
+    pd.DataFrame({
+        "respondent_id": [f"R{i}" for i in range(n)],
+        "age": rng.integers(18, 91, n),
+        "region": rng.choice(["north", "south", "east"], n),
+        "education": rng.choice(["primary", "secondary", "tertiary"], n),
+        "income": income,
+        "q1": rng.integers(1, 6, n),
+    }).to_csv(tmp_path / "survey.csv", index=False)
+    (tmp_path / "schema.toml").write_text(SCHEMA)
+    return tmp_path / "survey.csv", tmp_path / "schema.toml"
+
+
+@pytest.mark.parametrize("mechanism, private", [("insensitive", True),
+                                                ("individual_ranking", False)])
+def test_an_epsilon_release_says_which_guarantee_holds(survey, tmp_path, mechanism, private):
+    data, schema = survey
+    out = tmp_path / "release.csv"
+    status, stdout, _ = run(["anonymize", str(data), "--schema", str(schema), "--k", "10",
+                             "--epsilon", "2", "--dp-mechanism", mechanism, "--out", str(out),
+                             "--no-progress"])
+    assert status == 0
+    release = pd.read_csv(out)
+    assert list(release.columns) == ["age", "region", "education", "income", "q1"]
+    assert len(release) == 500 and release["income"].notna().all()
+    report = json.loads((tmp_path / "release.report.json").read_text())
+    got = report["differential_privacy"]
+    assert got["differentially_private"] is private and report["budget"] == {"spent": 2.0}
+    assert set(got["attributes"]) == {"age", "region", "education", "income", "q1"}
+    assert got["attributes"]["income"]["scale"] > 0
+    # what it prints comes from the report
+    assert f"guarantee: {got['guarantee']}" in stdout
+    assert f"IL = {got['information_loss']['il']:.2f}%" in stdout
+    assert ("not differentially private" in stdout) is not private
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--seed", "3"], "--seed and --epsilon"),
+    (["--l", "2"], "--l and --epsilon"),
+    (["--engine", "mdav"], "--engine and --epsilon"),
+    (["--out-of-bounds", "drop"], "change n"),
+])
+def test_options_an_epsilon_release_cannot_honour_are_refused(survey, tmp_path, extra, message):
+    data, schema = survey
+    out = tmp_path / "release.csv"
+    status, _, stderr = run(["anonymize", str(data), "--schema", str(schema), "--k", "10",
+                             "--epsilon", "1", "--out", str(out), *extra])
+    assert status == 2 and message in stderr and not out.exists()
+
+
+def test_an_epsilon_release_needs_a_schema_and_its_bounds(survey, tmp_path):
+    data, schema = survey
+    out = tmp_path / "release.csv"
+    status, _, stderr = run(["anonymize", str(data), "--qi", "age", "--drop", "respondent_id",
+                             "--k", "10", "--epsilon", "1", "--out", str(out)])
+    assert status == 2 and "--epsilon needs --schema" in stderr
+    schema.write_text(SCHEMA.replace("min = 0, max = 250000, ", "min = 0, "))
+    status, _, stderr = run(["anonymize", str(data), "--schema", str(schema), "--k", "10",
+                             "--epsilon", "1", "--out", str(out)])
+    assert status == 2 and "income declares no max" in stderr and not out.exists()
