@@ -17,8 +17,7 @@ SCHEMA = """
 respondent_id = { role = "identifier", type = "str" }
 age = { role = "quasi_identifier", type = "int", min = 18, max = 90 }
 region = { role = "quasi_identifier", type = "category", levels = ["north", "south", "east"] }
-education = { role = "quasi_identifier", type = "ordinal",
-              levels = ["primary", "secondary", "tertiary"] }
+education = { role = "quasi_identifier", type = "ordinal", levels = ["low", "mid", "high"] }
 income = { role = "quasi_identifier", type = "float", min = 0, max = 250000, required = false }
 q1 = { role = "confidential", type = "int", min = 1, max = 5 }
 """
@@ -34,7 +33,7 @@ def survey(tmp_path: Path) -> tuple[Path, Path]:
         "respondent_id": [f"R{i}" for i in range(n)],
         "age": rng.integers(18, 91, n),
         "region": rng.choice(["north", "south", "east"], n),
-        "education": rng.choice(["primary", "secondary", "tertiary"], n),
+        "education": rng.choice(["low", "mid", "high"], n),
         "income": income,
         "q1": rng.integers(1, 6, n),
     }).to_csv(tmp_path / "survey.csv", index=False)
