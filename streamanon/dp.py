@@ -104,12 +104,14 @@ class Attribute:
 
 @dataclass
 class DPRelease:
-    """The released table (rows shuffled), the same rows in the input's order (for measuring
-    the loss beside the original; never published) and the report."""
+    """The released table (rows shuffled: row i is record ``order[i]``), the same rows in the
+    input's order (for measuring the loss beside the original; never published) and the
+    report."""
 
     table: pd.DataFrame
     table_in_input_order: pd.DataFrame
     report: dict[str, Any]
+    order: np.ndarray
 
 
 def released_columns(schema: Schema, scope: str = "all") -> list[str]:
@@ -340,7 +342,8 @@ def release(frame: pd.DataFrame, schema: Schema, k: int, epsilon: float,
         mine = ranked_cells(codes[:, j], k) if ranked else cells
         released, attrs[a.name] = _release_attribute(a, codes[:, j], mine, share, ranked, rng)
         out[a.name] = decode(released, a).to_numpy()
-    shuffled = out.iloc[rng.permutation(len(out))].reset_index(drop=True)
+    order = rng.permutation(len(out))
+    shuffled = out.iloc[order].reset_index(drop=True)
     private = scope == "all" and not ranked
     report = {"epsilon": epsilon, "k": k, "mechanism": mechanism, "scope": scope,
               "differentially_private": private,
@@ -349,7 +352,7 @@ def release(frame: pd.DataFrame, schema: Schema, k: int, epsilon: float,
               "attributes": attrs,
               "information_loss": information_loss(codes, encode(out, attributes),
                                                    attributes)}
-    return DPRelease(shuffled, out, report)
+    return DPRelease(shuffled, out, report, order)
 
 
 def guarantee(epsilon: float, mechanism: str, scope: str) -> str:

@@ -28,6 +28,11 @@ class PublishError(StreamanonError):
     the publish is tried again."""
 
 
+class BudgetSpentError(StreamanonError):
+    """A differentially private release would spend more of its survey's privacy budget
+    than is left: it is not drawn."""
+
+
 class WithheldError(StreamanonError):
     """Stands in for an exception whose message is withheld (see :func:`withheld`)."""
 

@@ -117,6 +117,14 @@ class SurveyConfig(_Strict):
     # l-diversity and t-closeness of every cell, merged at close where needed; the gate checks.
     l: int | None = Field(default=None, ge=1)  # noqa: E741 (the model's name)
     t: float | None = Field(default=None, ge=0, le=1)
+    # Beyond k: an epsilon-differentially private release instead (streamanon.dp), drawn at
+    # close; the schema declares every released column's bounds or levels. epsilon_budget is
+    # what the survey's releases may spend in all (default: epsilon, one release); the store
+    # records each spending before its noisy values leave the process.
+    epsilon: float | None = Field(default=None, gt=0)
+    dp_mechanism: Literal["insensitive", "individual_ranking"] = "insensitive"
+    dp_scope: Literal["all", "quasi_identifiers"] = "all"
+    epsilon_budget: float | None = Field(default=None, gt=0)
     webhook: WebhookConfig | None = None
 
     @field_validator("deadline", mode="before")
@@ -149,6 +157,31 @@ class SurveyConfig(_Strict):
             raise ValueError("min_nu applies to the plans without a deadline; a deadline plan "
                              "takes the smallest ratio that meets the deadline")
         return self
+
+    @model_validator(mode="after")
+    def _differential_privacy(self) -> SurveyConfig:
+        if self.epsilon is None:
+            if self.epsilon_budget is not None:
+                raise ValueError("epsilon_budget without epsilon: no release spends it")
+            return self
+        if self.l is not None or self.t is not None or self.strata:
+            raise ValueError("epsilon with l, t or strata: a differentially private release "
+                             "makes its own cells over the whole survey")
+        if self.epsilon_budget is not None and self.epsilon_budget < self.epsilon:
+            raise ValueError(f"epsilon_budget {self.epsilon_budget:g} is less than one "
+                             f"release's epsilon {self.epsilon:g}")
+        from streamanon import dp
+
+        try:  # the domain of every released column, from the schema alone
+            dp.attributes_of(self.schema, dp.released_columns(self.schema, self.dp_scope))
+        except StreamanonError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def privacy_budget(self) -> float | None:
+        """What the survey's releases may spend in all (None: not a private release)."""
+        return None if self.epsilon is None else (self.epsilon_budget or self.epsilon)
 
     @property
     def close_at(self) -> datetime | None:

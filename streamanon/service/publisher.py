@@ -194,6 +194,11 @@ def release_risk(frame: pd.DataFrame, release: pd.DataFrame, survey: SurveyConfi
     def made_again(rest: pd.DataFrame) -> pd.DataFrame:
         from streamanon import microaggregate
 
+        if survey.epsilon is not None:  # drawn again as the release was (its noise fresh)
+            from streamanon import dp
+
+            return dp.release(rest, kept, survey.k, survey.epsilon, survey.dp_mechanism,
+                              survey.dp_scope).table
         return microaggregate(
             rest, survey.k, None if engine == "auto" else engine, schema=kept,
             sensitive=list(survey.schema.sensitive), l=survey.l, t=survey.t, risk=False,
@@ -283,10 +288,14 @@ def read_written_release(files: dict[str, str]) -> pd.DataFrame:
 
 def release_manifest(report: ReleaseReport) -> dict[str, Any]:
     """The manifest message of the release ``report`` describes (the same for every run)."""
-    return {"type": "manifest", "survey": report.survey, "release_id": report.release_id,
-            "count": report.n, "sha256": report.files["sha256"], "k": report.k,
-            "engine": report.engine, "incremental": report.incremental,
-            "distortion": report.distortion}
+    manifest = {"type": "manifest", "survey": report.survey, "release_id": report.release_id,
+                "count": report.n, "sha256": report.files["sha256"], "k": report.k,
+                "engine": report.engine, "incremental": report.incremental,
+                "distortion": report.distortion}
+    if report.differential_privacy is not None:  # the guarantee, not the loss (raw data's)
+        manifest["differential_privacy"] = {key: report.differential_privacy[key] for key in (
+            "epsilon", "mechanism", "scope", "differentially_private", "guarantee")}
+    return manifest
 
 
 class ReleasePublisher:

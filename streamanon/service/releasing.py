@@ -51,6 +51,7 @@ from streamanon.service.engine_traits import engine_traits
 from streamanon.service.kafka_clients import KafkaSettings
 from streamanon.service.kept import forget, kept_release_partition
 from streamanon.service.offsets import broker_errors
+from streamanon.service.private_release import write_private
 from streamanon.service.publisher import (
     FileModes,
     read_written_release,
@@ -221,6 +222,9 @@ class Releaser:
         n = len(frame)
         if n < sc.k:
             raise StoreError(f"{n} valid records: no {sc.k}-anonymous release exists")
+        if sc.epsilon is not None:  # one sort and one draw: no base run, no stage
+            row, drawn = await write_private(self, rt, frame, ahead)
+            return row, Fresh(frame, drawn.table, drawn.messages, drawn.order)
         fits_deadline = (sc.deadline is not None
                          and base_model(n) <= 0.8 * live.compute_budget(sc.deadline, n))
         base = None

@@ -52,7 +52,7 @@ class ReleaseReport:
     base_seconds: float
     incremental_seconds: float
     compute_seconds_after_close: float
-    distortion: float
+    distortion: float | None  # None: a differentially private release (not published)
     information_loss: float
     rejected: dict[str, int]
     files: dict[str, str]
@@ -90,6 +90,9 @@ class ReleaseReport:
     # the records gated and serialised at close: those in cells the incremental stage made or
     # changed when the release was spliced into the base one, else all n (None: not counted)
     n_spanned: int | None = None
+    # [surveys] epsilon: the guarantee, the noise per attribute, the loss, the budget spent
+    # (streamanon.dp; streamanon.service.private_release)
+    differential_privacy: dict[str, Any] | None = None
     publication: Publication | None = None
 
     def published(self, publication: Publication) -> ReleaseReport:
@@ -123,7 +126,7 @@ class ReleaseStatus:
     mode: str
     nu: float
     n_base: int
-    distortion: float
+    distortion: float | None
     information_loss: float
     close_to_release_seconds: float | None
     one_shot_estimate_seconds: float

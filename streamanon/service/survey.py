@@ -230,6 +230,8 @@ class Survey:
 
     async def planned_base(self, plan: Plan) -> None:
         """The planner's trigger; if the snapshot is still too small, let it fire again."""
+        if self.config.epsilon is not None:
+            return  # a differentially private release has no base run: never again
         if not await self.start_base(plan):
             st = await self.stored_state()
             if self.planner is not None and st.state == OPEN and st.close_requested_at is None:
@@ -246,6 +248,10 @@ class Survey:
             log.info("survey %s: base run requested; handed to the leader", self.id)
             return False
         if self.base_task is not None:
+            return False
+        if self.config.epsilon is not None:
+            log.info("survey %s: no base run: its differentially private release is one sort "
+                     "and one draw at close", self.id)
             return False
         st = await self.stored_state()
         if st.state != OPEN or st.close_requested_at is not None:

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import orjson
 
-from streamanon.errors import StreamanonError
+from streamanon.errors import BudgetSpentError, StreamanonError
 from streamanon.service.states import OPEN, TRANSITIONS
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,9 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 CREATE TABLE IF NOT EXISTS releases (
     survey TEXT PRIMARY KEY, release_id TEXT NOT NULL, status TEXT NOT NULL,
     seed BIGINT NOT NULL, report TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS privacy_spent (
+    survey TEXT NOT NULL, release_id TEXT NOT NULL, epsilon DOUBLE PRECISION NOT NULL,
+    at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS close_marks (
     survey TEXT NOT NULL, kafka_partition INTEGER NOT NULL, kafka_offset BIGINT NOT NULL,
     PRIMARY KEY (survey, kafka_partition));
@@ -429,6 +432,33 @@ class Store(ABC):
                     "VALUES (?, ?, ?, ?, ?, ?)",
                     (survey, row.release_id, row.status, row.seed, json.dumps(row.report),
                      time.time()))
+
+    def spend_privacy(self, survey: str, release_id: str, epsilon: float,
+                      budget: float) -> float:
+        """Record that release ``release_id`` of ``survey`` spends ``epsilon`` of the survey's
+        privacy budget, before any of its noisy values leaves the process (a release drawn and
+        lost in a crash counts as spent: nobody can tell it was not seen); raises
+        :class:`BudgetSpentError`, recording nothing, when less than ``epsilon`` of ``budget``
+        is left. Returns what is spent with it."""
+        with self._lock, self._transaction():
+            rows = self._q("SELECT COALESCE(SUM(epsilon), 0), COUNT(*) FROM privacy_spent "
+                           "WHERE survey = ?", (survey,))
+            spent, releases = float(rows[0][0]), int(rows[0][1])
+            if spent + epsilon > budget * (1 + 1e-9):
+                raise BudgetSpentError(
+                    f"survey {survey}: a release with epsilon = {epsilon:g} would spend "
+                    f"{spent + epsilon:g} of its privacy budget of {budget:g} ({spent:g} "
+                    f"spent by {releases} release(s) drawn before); raise epsilon_budget "
+                    "to allow it, knowing that every release adds to what they tell together")
+            self._q("INSERT INTO privacy_spent (survey, release_id, epsilon, at) VALUES "
+                    "(?, ?, ?, ?)", (survey, release_id, epsilon, time.time()))
+            return spent + epsilon
+
+    def privacy_spent(self, survey: str) -> float:
+        """The epsilon the releases of ``survey`` have spent in all."""
+        rows = self._q("SELECT COALESCE(SUM(epsilon), 0) FROM privacy_spent WHERE survey = ?",
+                       (survey,))
+        return float(rows[0][0])
 
     def load_release(self, survey: str) -> ReleaseRow | None:
         rows = self._q("SELECT release_id, status, seed, report FROM releases WHERE survey = ?",

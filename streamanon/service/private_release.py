@@ -1,0 +1,116 @@
+"""A survey's differentially private release at close (``[surveys] epsilon``, streamanon.dp).
+
+Its cells are runs of one order fixed by the schema, so they need neither the base run nor the
+incremental stage: the whole release is a sort and one draw of noise, made at close from every
+stored record. In order:
+
+1. the survey's privacy budget is charged in the store (:meth:`Store.spend_privacy`) before
+   anything is drawn: a release drawn and then lost in a crash counts as spent, since nobody can
+   tell whether its values were seen; a release the budget cannot pay for is refused
+   (:class:`streamanon.errors.BudgetSpentError`, the survey's error) and nothing is drawn;
+2. the release is drawn from a generator seeded by the operating system's entropy, never
+   stored: a release written before a restart is published again from its files, not drawn
+   again;
+3. its files are written and it is noted as the survey's release, as a k-anonymous one is.
+
+The manifest on the release topic carries no distortion (a statistic of the raw answers); the
+report kept by the service has the guarantee, the noise per attribute, the loss and the
+budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from streamanon import dp
+from streamanon.release import decoded_original, prepare_stored
+from streamanon.service.publisher import (
+    record_messages,
+    release_columns,
+    risk_page_path,
+    write_release_files,
+)
+from streamanon.service.reports import ReleaseReport
+from streamanon.service.store import ReleaseRow
+
+if TYPE_CHECKING:
+    from streamanon.service.releasing import Releaser
+    from streamanon.service.runtime import RunningSurvey
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """The drawn release: the shuffled ``table``, its ``messages`` (one per row, in row
+    order) and ``order`` (row i is record ``order[i]``)."""
+
+    table: pd.DataFrame
+    messages: list[bytes]
+    order: np.ndarray
+
+
+async def write_private(releaser: Releaser, rt: RunningSurvey, frame: pd.DataFrame,
+                        ahead: int) -> tuple[ReleaseRow, Drawn]:
+    """Charge the budget, draw the release of the stored records ``frame``, write its files
+    and note it as written (the steps above)."""
+    sc = rt.config
+    sid = sc.id
+    n = len(frame)
+    release_id = uuid.uuid4().hex
+    budget = sc.privacy_budget
+    assert sc.epsilon is not None and budget is not None
+    spent = await releaser._in_store(releaser.store.spend_privacy, sid, release_id, sc.epsilon,
+                                     budget)
+    log.info("survey %s: drawing the differentially private release %s of %d records "
+             "(epsilon = %g, %s, %s; %g of the survey's budget of %g spent with it)", sid,
+             release_id, n, sc.epsilon, sc.dp_mechanism, sc.dp_scope, spent, budget)
+    started = time.time()
+    step = time.perf_counter()
+
+    def draw() -> dp.DPRelease:
+        original = decoded_original(frame, prepare_stored(frame, sc.schema, sc.k))
+        return dp.release(original, sc.schema, sc.k, sc.epsilon, sc.dp_mechanism, sc.dp_scope)
+
+    made = await releaser._in_thread(draw)
+    messages = await releaser._in_thread(record_messages, made.table)
+    rt.record("compute", time.perf_counter() - step)
+    step = time.perf_counter()
+    files = await releaser._in_thread(lambda: write_release_files(
+        made.table, releaser.config.output.directory, sid, releaser.config.output.formats,
+        schema=sc.schema, later=True, modes=releaser.modes))
+    rt.record("files", time.perf_counter() - step)
+    files["html"] = risk_page_path(files)
+    closed_at = (await releaser._in_store(releaser.store.survey_state, sid)).close_requested_at
+    guarantee = {**made.report, "budget": {"spent": spent, "total": budget,
+                                           "this_release": sc.epsilon}}
+    report = private_report(rt, n, release_id, files, guarantee, closed_at, started, ahead)
+    row = ReleaseRow(release_id, "written", 0, report.to_json())
+    await releaser._in_store(releaser.store.save_release, sid, row)
+    return row, Drawn(made.table, messages, made.order)
+
+
+def private_report(rt: RunningSurvey, n: int, release_id: str, files: dict[str, str],
+                   guarantee: dict[str, Any], closed_at: float | None, started: float,
+                   ahead: int) -> ReleaseReport:
+    """The release report of a drawn release: one-shot at close, no distortion, the
+    guarantee in ``differential_privacy``."""
+    sc = rt.config
+    loss = guarantee["information_loss"]
+    return ReleaseReport(
+        survey=sc.id, release_id=release_id, n=n, m=len(sc.quasi_identifiers), k=sc.k,
+        quasi_identifiers=list(sc.quasi_identifiers), columns=release_columns(sc),
+        engine=f"dp_{sc.dp_mechanism}", incremental=None, mode="one-shot", nu=0.0, n_base=0,
+        n_increment=n, arrival_coefficient=None, planned_nu=None,
+        predicted_seconds_after_close=None, one_shot_estimate_seconds=0.0,
+        base_started_at=None, closed_at=closed_at, base_seconds=0.0, incremental_seconds=0.0,
+        compute_seconds_after_close=time.time() - (closed_at or started), distortion=None,
+        information_loss=loss.get("il", 0.0), rejected=dict(rt.ingest.rejected), files=files,
+        read_ahead=ahead, n_spanned=n, differential_privacy=guarantee)
