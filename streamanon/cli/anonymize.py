@@ -7,8 +7,10 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from streamanon.cli import dp_release
 from streamanon.cli._args import columns, param, positive_int, share
+from streamanon.cli.dp_release import add_arguments as add_dp_arguments
+from streamanon.cli.dp_release import check as check_dp
+from streamanon.cli.dp_release import run as run_dp
 from streamanon.errors import InputError, ParameterError
 
 if TYPE_CHECKING:
@@ -120,7 +122,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "ordinal's codes in its order); names are made valid (letters, digits, "
                          "_; at most 64 bytes in SPSS, 32 in Stata). The report goes next to "
                          "it")
-    dp_release.add_arguments(an)
+    add_dp_arguments(an)
     an.add_argument("--seed", type=int, default=None,
                     help="seed of the row shuffle (default: fresh randomness)")
     an.add_argument("--no-progress", action="store_true",
@@ -143,7 +145,7 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
 
     table_format(args.out)
     if args.epsilon is not None:
-        dp_release.check(args)
+        check_dp(args)
     if same_file(args.input, args.out):
         raise InputError(f"--out {args.out} is the input file; the release would overwrite "
                          "the raw data: choose another output")
@@ -189,8 +191,7 @@ def _anonymize(args: argparse.Namespace, described: dict[str, Any], progress: Pr
         frame, outside = _within_schema(frame, described["schema"],
                                         args.out_of_bounds or "refuse", args)
     if args.epsilon is not None:
-        table, report, line = dp_release.run(args, frame, described["schema"], progress,
-                                             outside)
+        table, report, line = run_dp(args, frame, described["schema"], progress, outside)
         progress.enter(f"write {args.out}")
         write_table(table, args.out, schema=described["schema"])
         rpath = report_path(args.out)

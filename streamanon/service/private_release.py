@@ -24,7 +24,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,11 +38,8 @@ from streamanon.service.publisher import (
     write_release_files,
 )
 from streamanon.service.reports import ReleaseReport
+from streamanon.service.runtime import RunningSurvey
 from streamanon.service.store import ReleaseRow
-
-if TYPE_CHECKING:
-    from streamanon.service.releasing import Releaser
-    from streamanon.service.runtime import RunningSurvey
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +54,12 @@ class Drawn:
     order: np.ndarray
 
 
-async def write_private(releaser: Releaser, rt: RunningSurvey, frame: pd.DataFrame,
+async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
                         ahead: int) -> tuple[ReleaseRow, Drawn]:
     """Charge the budget, draw the release of the stored records ``frame``, write its files
-    and note it as written (the steps above)."""
+    and note it as written (the steps above). ``releaser``: the service's
+    :class:`~streamanon.service.releasing.Releaser` (its store, store thread, output settings
+    and file modes)."""
     sc = rt.config
     sid = sc.id
     n = len(frame)

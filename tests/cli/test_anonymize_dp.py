@@ -88,3 +88,31 @@ def test_an_epsilon_release_needs_a_schema_and_its_bounds(survey, tmp_path):
     status, _, stderr = run(["anonymize", str(data), "--schema", str(schema), "--k", "10",
                              "--epsilon", "1", "--out", str(out)])
     assert status == 2 and "income declares no max" in stderr and not out.exists()
+
+
+def test_the_documented_commands_run(tmp_path, monkeypatch):
+    """"Try it" in guide/differential-privacy.md, as written there: its schema, the synthetic
+    survey, the two releases and the guarantee each prints."""
+    from simulations.survey_data import main as survey_data
+    from tests.docs_pages import block, commands, page, section
+
+    shown = section(page("guide/differential-privacy.md"), "Try it")
+    (tmp_path / "private.toml").write_text(block(shown, "toml"))
+    lines = [line.split() for line in commands(block(shown, "sh"))]
+    assert [words[:3] for words in lines] == [["python", "-m", "simulations.survey_data"]] + [
+        ["streamanon", "anonymize", "survey.csv"]] * 2
+    monkeypatch.chdir(tmp_path)
+    assert survey_data(lines[0][3:]) in (0, None)
+    printed = []
+    for words in lines[1:]:
+        status, stdout, stderr = run([*words[1:], "--no-progress"])
+        assert status == 0, stderr
+        printed.append(stdout)
+    private = json.loads((tmp_path / "private.report.json").read_text())
+    ranked = json.loads((tmp_path / "ranked.report.json").read_text())
+    assert private["differential_privacy"]["differentially_private"] is True
+    assert ranked["differential_privacy"]["differentially_private"] is False
+    assert "guarantee: epsilon-differentially private" in printed[0]
+    assert "guarantee: not differentially private as a table" in printed[1]
+    assert private["outside_schema"]  # the two incomes top-coded, as the page says
+    assert len(pd.read_csv(tmp_path / "private.csv")) == 20_000
