@@ -27,28 +27,28 @@ shares, by sequential composition), and k-anonymous as well. The price: the nois
 which is what the paper found.
 
 **individual_ranking** (Sánchez, Domingo-Ferrer, Martínez and Soria-Comas, Information Fusion
-30, 2016; privlib's ``Differential_privacy``): each attribute is sorted by its own value and cut
-into cells of k. Changing one record from value a to value b shifts the cells between them by
-one record each, every replaced value by a larger one (or every one by a smaller one): the
+30, 2016; privlib's ``Differential_privacy``): each attribute is sorted by its own value and
+cut into cells of k. Changing one record from value a to value b shifts the cells between them
+by one record each, every replaced value by a larger one (or every one by a smaller one): the
 changes of the cells' sums add up to at most ``|b - a| <= w``, so the L1 sensitivity of the
 attribute's cell means is ``w / k`` whatever n is, and the noise scale is ``w / (k
-epsilon_a)``. The same sum bounds the exponential mechanism's utilities: an ordinal's cells
-share epsilon_a (rank distances over ``L - 1`` move by at most 1 in all), a category's cells
-take ``epsilon_a / (L - 1)`` each (the count utility moves by 1 where the sorted codes step up,
-at most ``L - 1`` times). Each attribute's released values, as a multiset, are then
-epsilon_a-differentially private. **The table is not**: which values share a row follows the
-data without noise. With two attributes, n = 2k, and the k records lowest in one the k lowest in
-the other, the table has two distinct rows; move one record to the top of the second attribute
-and it has four, whatever the noise. The report says so, and never calls such a table
-differentially private.
+epsilon_a)``. An ordinal or a category is sorted by its level's index in the declared order, a
+number of width ``L - 1``: its cells' mean indices get the same Laplace noise and are rounded
+to a level. This changes far fewer values than the exponential mechanism per cell, whose
+utilities the same telescoping sum bounds only loosely for a category (by ``L - 1``). Each
+attribute's released values, as a multiset, are then epsilon_a-differentially private. **The
+table is not**: which values share a row follows the data without noise. With two
+attributes, n = 2k, and the k records lowest in one the k lowest in the other, the table has
+two distinct rows; move one record to the top of the second attribute and it has four,
+whatever the noise. The report says so, and never calls such a table differentially private.
 
 **Post-processing** costs no privacy: every noisy mean is clamped to its declared bounds and an
-``int`` rounded; in individual ranking the cell means of an attribute are ordered (its cells are
-runs of its sorted values), so the noisy ones are projected back onto that order by isotonic
-regression (weighted by the cells' sizes), which removes much of the noise, and an ordinal's
-drawn ranks too. An optimal univariate partition (cells of k to 2k - 1 where the data's gaps
-are) would lose less before the noise, but its sizes follow the data: released, they would
-tell it without noise, so both mechanisms keep the fixed sizes.
+``int`` rounded; in individual ranking the cell means of an attribute are ordered (its cells
+are runs of its sorted values), so the noisy ones are projected back onto that order by
+isotonic regression (weighted by the cells' sizes), which removes much of the noise; a level's
+index is made monotone before it is rounded. An optimal univariate partition (cells of k to
+2k - 1 where the data's gaps are) would lose less before the noise, but its sizes follow the data:
+released, they would tell it without noise, so both mechanisms keep the fixed sizes.
 
 **The domain** comes only from the schema: a number needs its declared ``min`` and ``max``, a
 category its ``levels`` (a bool has two); free text, strings and times cannot go through either
@@ -257,37 +257,36 @@ def _utility(a: Attribute, counts: np.ndarray) -> np.ndarray:
 def _release_attribute(a: Attribute, values: np.ndarray, cells: list[np.ndarray],
                        epsilon: float, ranked: bool,
                        rng: np.random.Generator) -> tuple[np.ndarray, dict[str, Any]]:
-    """One attribute's released codes (per record) and its report: noisy cell means
-    (numbers) or levels drawn per cell (ordinals, categories)."""
+    """One attribute's released codes (per record) and its report: noisy cell means (numbers;
+    in individual ranking also a level's index, a number of width ``L - 1``), or levels drawn
+    per cell by the exponential mechanism (the insensitive cells' ordinals and categories)."""
     n, count = len(values), len(cells)
     labels = _labels(cells, n)
     sizes = np.bincount(labels, minlength=count).astype(float)
     k = int(sizes.min())
-    if a.kind == "number":
+    if a.kind == "number" or ranked:
         # one record moves the cell means by w / k in all (ranked) or per cell (insensitive)
         sensitivity = a.width / k * (1 if ranked else count)
         scale = sensitivity / epsilon
         noisy = laplace(np.bincount(labels, weights=values, minlength=count) / sizes, scale,
                         rng)
-        if ranked:
+        if ranked:  # the cells are runs of sorted values: their means are ordered
             noisy = isotonic_regression(noisy, weights=sizes).x
-        noisy = np.clip(noisy, a.low, a.high)
-        if a.integer:
+        low, high = (a.low, a.high) if a.kind == "number" else (0.0, a.width)
+        noisy = np.clip(noisy, low, high)
+        if a.integer or a.kind != "number":
             noisy = np.rint(noisy)
         info = {"kind": a.kind, "epsilon": epsilon, "noise": "laplace",
                 "sensitivity": sensitivity, "scale": scale}
+        if a.kind != "number":
+            info["levels"] = len(a.levels)
     else:
-        levels = len(a.levels)
-        # the utilities' total movement: 1 (ordinal, ranked), L - 1 (category, ranked), or 1
-        # in each of the C cells (insensitive)
-        moves = (1.0 if a.kind == "ordinal" else max(1.0, levels - 1.0)) if ranked else count
-        per_cell = epsilon / moves
-        utility = _utility(a, _level_counts(values, labels, count, levels))
+        # one record moves one member of each of at most the C cells: 1 per cell
+        per_cell = epsilon / count
+        utility = _utility(a, _level_counts(values, labels, count, len(a.levels)))
         noisy = exponential(utility, per_cell, rng).astype(float)
-        if ranked and a.kind == "ordinal":
-            noisy = np.rint(isotonic_regression(noisy, weights=sizes).x)
         info = {"kind": a.kind, "epsilon": epsilon, "noise": "exponential",
-                "epsilon_per_cell": per_cell, "levels": levels}
+                "epsilon_per_cell": per_cell, "levels": len(a.levels)}
     return noisy[labels], info
 
 

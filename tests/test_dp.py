@@ -168,6 +168,17 @@ def test_individual_ranking_noise_scale_is_the_range_over_k_epsilon_and_the_mean
     order = np.argsort(frame["income"].to_numpy(), kind="stable")
     released = out.table_in_input_order["income"].to_numpy()[order]
     assert (np.diff(released) >= -1e-9).all()
+    # a level's index is a number of width L - 1 to individual ranking: a Laplace mean, made
+    # monotone and rounded (far fewer values changed than the exponential mechanism per cell)
+    attrs = dp.attributes_of(SCHEMA, ["education", "region"])
+    codes = dp.encode(frame, attrs)
+    released = dp.encode(out.table_in_input_order, attrs)
+    for j, name in enumerate(["education", "region"]):
+        levels = len(attrs[j].levels)
+        assert out.report["attributes"][name]["scale"] == pytest.approx((levels - 1) / 20)
+        order = np.argsort(codes[:, j], kind="stable")
+        assert (np.diff(released[order, j]) >= 0).all()
+        assert (released[:, j] != codes[:, j]).mean() < 0.05
 
 
 def test_protecting_only_the_quasi_identifiers_is_never_called_differentially_private():
