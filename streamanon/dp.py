@@ -52,9 +52,14 @@ released, they would tell it without noise, so both mechanisms keep the fixed si
 
 **The domain** comes only from the schema: a number needs its declared ``min`` and ``max``, a
 category its ``levels`` (a bool has two); free text, strings and times cannot go through either
-mechanism and are refused. A missing value is coded, record by record and before the
-mechanism, as the middle of its domain (numbers, ordinals) or as a level of its own (categories
-whose field is not required). ``scope="quasi_identifiers"`` runs the mechanism on the
+mechanism and are refused. Where a field is not required, being missing is part of its
+domain, coded record by record before the mechanism: a number's missing answer one width
+(max - min) below its min, so that the cells of the missing sort apart from the answered (in
+individual ranking they come first), and a released value below half that width under the min
+is released as missing; an ordinal's is a level before the first, a category's a level after
+the last. The width the noise is scaled to is then twice the declared one, the price of not
+releasing a made-up answer for every missing one. ``scope="quasi_identifiers"`` runs the
+mechanism on the
 quasi-identifiers only and publishes the confidential answers as they are: privlib's setting,
 reported as not differentially private.
 
@@ -84,8 +89,10 @@ UNRELEASABLE = ("str", "text", "timestamp")
 @dataclass(frozen=True)
 class Attribute:
     """One released attribute's declared domain: a ``number`` in [low, high] (``integer``:
-    released rounded), or an ``ordinal`` or ``category`` over ``levels`` (a category whose
-    field is not required has the level None, its missing answers)."""
+    released rounded), or an ``ordinal`` or ``category`` over ``levels``. A field that is not
+    required (``missing``) has its missing answers in the domain: a number's are coded
+    :attr:`gap` below ``low`` (and released as missing below half of it), an ordinal's are the
+    level None before the first, a category's the level None after the last."""
 
     name: str
     kind: str
@@ -93,12 +100,23 @@ class Attribute:
     high: float = 0.0
     levels: tuple[Any, ...] = ()
     integer: bool = False
+    missing: bool = False
+
+    @property
+    def gap(self) -> float:
+        """How far below ``low`` a missing number is coded: max - min (1 for a constant)."""
+        return (self.high - self.low) or 1.0
+
+    @property
+    def floor(self) -> float:
+        """A number's lowest code: ``low``, or a missing answer's code."""
+        return self.low - self.gap if self.missing else self.low
 
     @property
     def width(self) -> float:
-        """max - min, or the number of levels less one (at least 1)."""
+        """The codes' range: max - floor, or the number of levels less one (at least 1)."""
         if self.kind == "number":
-            return self.high - self.low
+            return self.high - self.floor
         return float(max(1, len(self.levels) - 1))
 
 
@@ -134,15 +152,16 @@ def attributes_of(schema: Schema, columns: Sequence[str]) -> list[Attribute]:
             problems.append(f"{name} is {spec.type}: no mechanism releases it; give it role = "
                             f"\"ignore\" to leave it out")
         elif spec.type == "bool":
-            out.append(Attribute(name, "category", levels=(False, True)))
+            out.append(Attribute(name, "category", levels=(False, True) + (
+                () if spec.required else (None,)), missing=not spec.required))
         elif spec.type in ("category", "ordinal"):
             if not spec.levels:
                 problems.append(f"{name} declares no levels")
                 continue
             levels = tuple(spec.levels)
-            if spec.type == "category" and not spec.required:
-                levels += (None,)
-            out.append(Attribute(name, spec.type, levels=levels))
+            if not spec.required:  # missing: before an ordinal's first level, after the last
+                levels = (None, *levels) if spec.type == "ordinal" else (*levels, None)
+            out.append(Attribute(name, spec.type, levels=levels, missing=not spec.required))
         else:
             absent = [word for word, value in (("min", spec.min), ("max", spec.max))
                       if value is None]
@@ -150,7 +169,7 @@ def attributes_of(schema: Schema, columns: Sequence[str]) -> list[Attribute]:
                 problems.append(f"{name} declares no {' or '.join(absent)}")
                 continue
             out.append(Attribute(name, "number", low=float(spec.min), high=float(spec.max),
-                                 integer=spec.type == "int"))
+                                 integer=spec.type == "int", missing=not spec.required))
     if problems:
         raise InputError("an epsilon-differentially private release takes every attribute's "
                          "domain from the schema, never from the data (whose extremes would "
@@ -160,15 +179,19 @@ def attributes_of(schema: Schema, columns: Sequence[str]) -> list[Attribute]:
 
 def encode(frame: pd.DataFrame, attributes: Sequence[Attribute]) -> np.ndarray:
     """The records as an n x m float array: numbers as they are (clipped to their bounds, a
-    missing one the middle of them), ordinals and categories as the index of their level (a
-    missing ordinal the middle level, a missing category the level None)."""
+    missing one at its :attr:`Attribute.floor`), ordinals and categories as the index of
+    their level (a missing one the level None). A missing answer where the field is required
+    is an :class:`InputError`."""
     out = np.empty((len(frame), len(attributes)))
     for j, a in enumerate(attributes):
         column = frame[a.name]
         if a.kind == "number":
             values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float, copy=True)
-            values[np.isnan(values)] = (a.low + a.high) / 2
-            out[:, j] = np.clip(values, a.low, a.high)
+            absent = np.isnan(values)
+            if absent.any() and not a.missing:
+                raise InputError(f"{a.name}: {int(absent.sum())} missing answer(s) where the "
+                                 "field is required")
+            out[:, j] = np.where(absent, a.floor, np.clip(values, a.low, a.high))
         else:
             out[:, j] = _level_codes(column, a)
     return out
@@ -186,8 +209,7 @@ def _level_codes(column: pd.Series, a: Attribute) -> np.ndarray:
         if code is not None:
             codes[i] = code
     if missing.any():
-        codes[missing] = (len(a.levels) - 1) // 2 if a.kind == "ordinal" else (
-            a.levels.index(None) if None in a.levels else -1)
+        codes[missing] = a.levels.index(None) if None in a.levels else -1
     unknown = int((codes < 0).sum())
     if unknown:
         raise InputError(f"{a.name}: {unknown} value(s) are not among its declared levels "
@@ -207,8 +229,8 @@ def insensitive_cells(codes: np.ndarray, attributes: Sequence[Attribute],
     """The insensitive mechanism's cells (row indices): runs of k in the domain's fixed order,
     by distance to its lower corner, ties by the attributes' values in turn."""
     scaled = np.column_stack([
-        (codes[:, j] - a.low) / a.width if a.kind == "number" and a.width > 0
-        else codes[:, j] / a.width for j, a in enumerate(attributes)])
+        ((codes[:, j] - a.floor) / a.width if a.width > 0 else np.zeros(len(codes)))
+        if a.kind == "number" else codes[:, j] / a.width for j, a in enumerate(attributes)])
     distance = np.sqrt((scaled ** 2).sum(axis=1))
     # lexsort's last key is its first: the distance, then the attributes in turn
     keys = [scaled[:, j] for j in reversed(range(scaled.shape[1]))]
@@ -272,9 +294,9 @@ def _release_attribute(a: Attribute, values: np.ndarray, cells: list[np.ndarray]
                         rng)
         if ranked:  # the cells are runs of sorted values: their means are ordered
             noisy = isotonic_regression(noisy, weights=sizes).x
-        low, high = (a.low, a.high) if a.kind == "number" else (0.0, a.width)
+        low, high = (a.floor, a.high) if a.kind == "number" else (0.0, a.width)
         noisy = np.clip(noisy, low, high)
-        if a.integer or a.kind != "number":
+        if a.kind != "number":
             noisy = np.rint(noisy)
         info = {"kind": a.kind, "epsilon": epsilon, "noise": "laplace",
                 "sensitivity": sensitivity, "scale": scale}
@@ -291,13 +313,24 @@ def _release_attribute(a: Attribute, values: np.ndarray, cells: list[np.ndarray]
 
 
 def decode(codes: np.ndarray, a: Attribute) -> pd.Series:
-    """Released codes back to the attribute's values."""
+    """Released codes back to the attribute's values: a number below half its gap under
+    ``low`` is missing, the others clipped to the bounds (an ``int`` rounded); a level index
+    is its level (None: missing)."""
     if a.kind == "number":
-        return pd.Series(codes.astype(np.int64) if a.integer else codes, name=a.name)
+        absent = codes < a.low - a.gap / 2 if a.missing else np.zeros(len(codes), bool)
+        values = np.clip(codes, a.low, a.high)
+        if a.integer:
+            values = np.rint(values)
+        values[absent] = np.nan
+        if a.integer:
+            return pd.Series(pd.array(values, dtype="Int64") if a.missing
+                             else values.astype(np.int64), name=a.name)
+        return pd.Series(values, name=a.name)
     levels = np.array(a.levels, dtype=object)
     values = levels[codes.astype(np.int64)]
-    if a.levels == (False, True):
-        return pd.Series(values.astype(bool), name=a.name)
+    if a.levels[:2] == (False, True):
+        return pd.Series(pd.array(values, dtype="boolean") if a.missing
+                         else values.astype(bool), name=a.name)
     return pd.Series(values, name=a.name, dtype=object)
 
 
