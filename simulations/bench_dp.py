@@ -25,10 +25,11 @@ Methods, per data set and epsilon, each with its own guarantee:
   confidential attributes untouched. It runs in a virtual environment of its own
   (``--side-env``, made by ``simulations.bench_tcloseness.side_env`` when missing) on a CSV
   and an XML this script writes. privlib takes no missing value: every data set's values go to
-  it as :func:`streamanon.dp.encode` codes them (a missing number or ordinal the middle of its
-  domain, a missing category the level ``(missing)``), as streamanon codes them itself; an
-  ordinal goes as its rank (``numerical_discrete``, bounds 0 and L - 1), a category as
-  ``plain_categorical``. Its noise comes from NumPy generators seeded by the operating system.
+  it as :func:`streamanon.dp.encode` codes them (a missing number one width below its min, its
+  bounds from there; a missing ordinal or category a level of its own), as streamanon codes
+  them itself; an ordinal goes as its rank (``numerical_discrete``, bounds 0 and L - 1), a
+  category as ``plain_categorical``. Its noise comes from NumPy generators seeded by the
+  operating system.
 - **streamanon individual_ranking, quasi-identifiers** (``scope="quasi_identifiers"``): the
   same guarantee as privlib's; neither table is differentially private.
 - **streamanon individual_ranking, all**: every released column through individual ranking;
@@ -213,11 +214,11 @@ def privlib_input(frame: pd.DataFrame, schema: Schema) -> tuple[pd.DataFrame, st
         if a.kind == "ordinal":
             out[a.name], kind, low, high = codes[:, j].astype(int), "numerical_discrete", 0, \
                 len(a.levels) - 1
-        elif a.integer:
+        elif a.integer:  # from the floor: a missing answer's code is below the min
             out[a.name], kind, low, high = np.rint(codes[:, j]).astype(int), \
-                "numerical_discrete", int(a.low), int(a.high)
+                "numerical_discrete", int(a.floor), int(a.high)
         else:
-            out[a.name], kind, low, high = codes[:, j], "numerical_continuous", a.low, a.high
+            out[a.name], kind, low, high = codes[:, j], "numerical_continuous", a.floor, a.high
         lines.append(f'<attribute name="{a.name}" sensitivity_type="quasi_identifier" '
                      f'attribute_type="{kind}" min_value="{low!r}" max_value="{high!r}"/>')
     for name in kept_columns(frame, schema):

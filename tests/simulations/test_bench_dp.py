@@ -89,13 +89,16 @@ def test_a_gss_record_goes_to_privlib_coded_with_its_missing_answers():
     data, xml = bench_dp.privlib_input(frame, schema)
     assert list(data.columns) == ["year", "age", "gender", "educcat", "maritalcat", "childs",
                                   "realrinc", "prestg10"]
-    assert data["age"].tolist() == [30, 54]  # the middle of 18..89, rounded
-    assert data["educcat"].tolist() == [4, 2] and data["maritalcat"].tolist() == [
-        bench_dp.MISSING, "Widowed"]
+    assert data["age"].tolist() == [30, 18 - 71]  # missing: one width (89 - 18) below the min
+    assert 'name="age" sensitivity_type="quasi_identifier" attribute_type=' \
+           '"numerical_discrete" min_value="-53" max_value="89"' in xml
+    assert data["educcat"].tolist() == [5, 0] and data["maritalcat"].tolist() == [
+        bench_dp.MISSING, "Widowed"]  # missing: the ordinal's level before the first
     assert 'name="educcat" sensitivity_type="quasi_identifier" attribute_type=' \
-           '"numerical_discrete" min_value="0" max_value="4"' in xml
+           '"numerical_discrete" min_value="0" max_value="5"' in xml
     assert 'name="realrinc" sensitivity_type="confidential"' in xml
     back = bench_dp.privlib_release(data, frame, schema)
-    assert back["educcat"].tolist() == ["Graduate", "Junior College"]
+    assert back["age"].isna().tolist() == [False, True]
+    assert back["educcat"].iloc[0] == "Graduate" and pd.isna(back["educcat"].iloc[1])
     assert back["maritalcat"].isna().tolist() == [True, False]
     assert back["realrinc"].isna().tolist() == [False, True]
