@@ -65,6 +65,8 @@ RUN_BY = [
      "::test_the_xlsform_commands_release_a_real_form_k_anonymously", '"From an XLSForm"'),
     ("guide/privacy.md", r".*", "tests/test_commands.py::test_the_privacy_commands_run",
      '"guide/privacy.md"'),
+    ("guide/differential-privacy.md", r".*", "tests/cli/test_anonymize_dp.py"
+     "::test_the_documented_commands_run", '"guide/differential-privacy.md"'),
     ("benchmarks/mdav.md", r"make bench BENCH_ARGS=", "tests/test_commands.py"
      "::test_make_bench_runs_the_benchmark", '"bench"'),
     ("benchmarks/service.md", r"python -m simulations\.bench_service", "tests/test_commands.py"
