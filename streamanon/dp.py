@@ -377,9 +377,13 @@ def release(frame: pd.DataFrame, schema: Schema, k: int, epsilon: float,
     order = rng.permutation(len(out))
     shuffled = out.iloc[order].reset_index(drop=True)
     private = scope == "all" and not ranked
+    key = [name for name in schema.quasi_identifiers if name in out.columns]
+    smallest = int(out.groupby(key, dropna=False).size().min()) if key else len(out)
     report = {"epsilon": epsilon, "k": k, "mechanism": mechanism, "scope": scope,
               "differentially_private": private,
               "guarantee": guarantee(epsilon, mechanism, scope),
+              # measured on the released keys: the insensitive cells share one noisy tuple
+              "k_anonymous": smallest >= k, "smallest_group": smallest,
               "cells": len(cells) if cells is not None else len(frame) // k,
               "attributes": attrs,
               "information_loss": information_loss(codes, encode(out, attributes),

@@ -109,6 +109,10 @@ def verdict(measures: Mapping[str, Any], settings: Mapping[str, Any]) -> list[Se
     before, after = risk["before"], risk["after"]
     n = measures["n_release"]
     out: list[Sentence] = []
+    private = settings.get("differential privacy")
+    if private:  # the guarantee the release was drawn with, in its own words
+        out.append(Sentence(f"{private[0].upper()}{private[1:]}.",
+                            warning=private.startswith("not ")))
     below = after["records_in_groups_below_k"]
     uniques = (f"no respondent is unique (before: {_pct(before['sample_uniques'])})"
                if after["sample_uniques"] == 0 else None)

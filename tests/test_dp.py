@@ -154,6 +154,9 @@ def test_a_release_stays_in_the_domain_and_reports_its_guarantee(mechanism):
     if mechanism == "insensitive":
         # one noisy tuple per cell: k-anonymous as well
         assert table.value_counts().min() >= 10
+    key = ["age", "income", "education", "region"]
+    assert report["smallest_group"] == table.groupby(key).size().min()
+    assert report["k_anonymous"] == (report["smallest_group"] >= 10)
 
 
 def test_individual_ranking_noise_scale_is_the_range_over_k_epsilon_and_the_means_stay_ordered():

@@ -84,5 +84,7 @@ def run(args: argparse.Namespace, frame: Any, schema: Any, progress: Any,
     line = (f"{len(frame)} records, {guarantee['cells']} cells of {args.k}+, epsilon = "
             f"{args.epsilon:g} ({args.dp_mechanism}, {args.dp_scope}), "
             f"{', '.join(parts) or 'no loss measured'}, {seconds:.2f} s\n"
-            f"guarantee: {guarantee['guarantee']}")
+            f"guarantee: {guarantee['guarantee']}\n"
+            f"{args.k}-anonymous: {'yes' if guarantee['k_anonymous'] else 'no'} (smallest group "
+            f"of equal keys: {guarantee['smallest_group']:,})")
     return made.table, report, line

@@ -157,6 +157,12 @@ def write_risk_page(risk: dict[str, Any], frame: pd.DataFrame, release: pd.DataF
     settings = {"k": survey.k, "l": survey.l, "t": survey.t, "engine": survey.engine,
                 "original": f"the survey's {len(frame)} stored records",
                 "release": Path(files["parquet"]).name}
+    if survey.epsilon is not None:
+        from streamanon.dp import guarantee
+
+        settings["engine"] = f"dp_{survey.dp_mechanism}"
+        settings["differential privacy"] = guarantee(survey.epsilon, survey.dp_mechanism,
+                                                     survey.dp_scope)
     page = render(risk, decoded_original(frame, prepared), release, survey.schema, settings)
     path = Path(risk_page_path(files))
     atomic_write(path, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"), modes.file)

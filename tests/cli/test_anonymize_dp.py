@@ -62,6 +62,9 @@ def test_an_epsilon_release_says_which_guarantee_holds(survey, tmp_path, mechani
     assert f"guarantee: {got['guarantee']}" in stdout
     assert f"IL = {got['information_loss']['il']:.2f}%" in stdout
     assert ("not differentially private" in stdout) is not private
+    assert (f"10-anonymous: {'yes' if got['k_anonymous'] else 'no'} (smallest group of equal "
+            f"keys: {got['smallest_group']:,})") in stdout
+    assert got["k_anonymous"] or not private  # the private table is k-anonymous too
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -7,6 +7,7 @@ The service runs in this process, its compute pool in a thread."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import sqlite3
 import time
@@ -91,6 +92,9 @@ def test_a_private_release_records_its_budget_and_its_manifest_carries_the_guara
     assert got["budget"] == {"spent": 2.0, "total": 2.0, "this_release": 2.0}
     assert set(got["attributes"]) == {"age", "income", "height", "satisfaction", "ticket"}
     assert row.report["distortion"] is None and row.report["engine"] == "dp_insensitive"
+    assert row.report["risk"]["utility"] and Path(row.report["files"]["html"]).exists()
+    page = Path(row.report["files"]["html"]).read_text()
+    assert html.escape(got["guarantee"][1:]) in page and "dp_insensitive" in page
     on_disk = json.loads(Path(row.report["files"]["report"]).read_text())
     assert on_disk["differential_privacy"] == got
     table = pd.read_parquet(row.report["files"]["parquet"])
