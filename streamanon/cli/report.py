@@ -123,6 +123,10 @@ def _report(args: argparse.Namespace, schema: Any, out: Path, release_path: Path
                 "t": privacy.get("t") if args.t is None else args.t, "engine": _engine(made),
                 "original": args.original, "release": args.release, "schema": args.schema,
                 "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    private = made.get("differential_privacy")
+    if private:  # drawn with --epsilon: its guarantee, in the report's own words
+        settings["engine"] = f"dp_{private['mechanism']}"
+        settings["differential privacy"] = private["guarantee"]
     aligned, source = (_linkage(made, made_path, measures["key"]) if made_path
                        else (None, why))
     if aligned is None:
@@ -169,8 +173,12 @@ def _attacks(args: argparse.Namespace, original: Any, release: Any, schema: Any,
                                         "not released")
 
     def made_again(rest: Any) -> Any:
-        from streamanon import microaggregate
+        from streamanon import dp, microaggregate
 
+        private = made.get("differential_privacy")
+        if private:  # drawn again as the release was (its noise fresh)
+            return dp.release(rest, schema, args.k, private["epsilon"], private["mechanism"],
+                              private["scope"]).table
         return microaggregate(rest, args.k, made.get("engine"), schema=schema,
                               sensitive=sensitive, l=settings["l"], t=settings["t"],
                               risk=False, seed=0, engine_params=made.get("params")).data

@@ -119,3 +119,39 @@ def test_the_documented_commands_run(tmp_path, monkeypatch):
     assert "guarantee: not differentially private as a table" in printed[1]
     assert private["outside_schema"]  # the two incomes top-coded, as the page says
     assert len(pd.read_csv(tmp_path / "private.csv")) == 20_000
+
+
+def test_report_on_a_private_release_states_its_guarantee_and_attacks_one_drawn_alike(
+        survey, tmp_path, monkeypatch):
+    import html
+
+    from streamanon import dp
+
+    data, schema = survey
+    frame = pd.concat([pd.read_csv(data)] * 3, ignore_index=True)  # the attacks need 1,000
+    frame["respondent_id"] = [f"R{i}" for i in range(len(frame))]
+    frame.to_csv(data, index=False)
+    out = tmp_path / "release.csv"
+    status, _, _ = run(["anonymize", str(data), "--schema", str(schema), "--k", "10",
+                        "--epsilon", "2", "--dp-mechanism", "individual_ranking",
+                        "--out", str(out), "--no-progress"])
+    assert status == 0
+    drawn = []
+    release = dp.release
+
+    def spy(*args, **kwargs):
+        drawn.append(args[2:] + tuple(kwargs.values()))
+        return release(*args, **kwargs)
+
+    monkeypatch.setattr(dp, "release", spy)
+    status, _, stderr = run(["report", str(data), str(out), "--schema", str(schema),
+                                  "--k", "10", "--no-progress"])
+    guarantee = json.loads((tmp_path / "release.report.json").read_text())[
+        "differential_privacy"]["guarantee"]
+    page = (tmp_path / "release.report.html").read_text()
+    assert html.escape(guarantee[0].upper() + guarantee[1:]) in page
+    assert "dp_individual_ranking" in page
+    # not differential privacy as a table: a warning, and the exit status says so
+    assert status == 1 and f"warning: {guarantee[0].upper()}" in stderr
+    # the held-out release was drawn the same way: the mechanism, k, epsilon and scope
+    assert drawn == [(10, 2.0, "individual_ranking", "all")]
