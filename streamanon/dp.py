@@ -198,16 +198,17 @@ def encode(frame: pd.DataFrame, attributes: Sequence[Attribute]) -> np.ndarray:
 
 
 def _level_codes(column: pd.Series, a: Attribute) -> np.ndarray:
+    """Each value's level index (as it is, else as its text: a CSV's ``1`` for the level
+    1), the level None's for a missing one; -1 where there is none."""
     exact = {level: i for i, level in enumerate(a.levels) if level is not None}
     spelled = {str(level): i for level, i in exact.items()}
-    missing = column.isna().to_numpy()
-    codes = np.full(len(column), -1.0)
-    for i, value in enumerate(column.to_numpy(dtype=object)):
-        if missing[i]:
-            continue
-        code = exact.get(value, spelled.get(str(value)))
-        if code is not None:
-            codes[i] = code
+    values = pd.Series(column.to_numpy(dtype=object))
+    missing = values.isna().to_numpy()
+    found = values.map(exact)
+    unmatched = (found.isna().to_numpy() & ~missing)
+    if unmatched.any():
+        found[unmatched] = values[unmatched].astype(str).map(spelled)
+    codes = found.to_numpy(dtype=float, na_value=-1.0, copy=True)
     if missing.any():
         codes[missing] = a.levels.index(None) if None in a.levels else -1
     unknown = int((codes < 0).sum())
