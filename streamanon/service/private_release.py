@@ -4,10 +4,12 @@ Its cells are runs of one order fixed by the schema, so they need neither the ba
 incremental stage: the whole release is a sort and one draw of noise, made at close from every
 stored record. In order:
 
-1. the survey's privacy budget is charged in the store (:meth:`Store.spend_privacy`) before
-   anything is drawn: a release drawn and then lost in a crash counts as spent, since nobody can
-   tell whether its values were seen; a release the budget cannot pay for is refused
-   (:class:`streamanon.errors.BudgetSpentError`, the survey's error) and nothing is drawn;
+1. every stored value is checked against its declared domain (nothing is charged for a
+   release that cannot be drawn); the survey's privacy budget is charged in the store
+   (:meth:`Store.spend_privacy`) before anything is drawn: a release drawn and then lost in a
+   crash counts as spent, since nobody can tell whether its values were seen; a release the
+   budget cannot pay for is refused (:class:`streamanon.errors.BudgetSpentError`, the
+   survey's error) and nothing is drawn;
 2. the release is drawn from a generator seeded by the operating system's entropy, never
    stored: a release written before a restart is published again from its files, not drawn
    again;
@@ -66,16 +68,23 @@ async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
     release_id = uuid.uuid4().hex
     budget = sc.privacy_budget
     assert sc.epsilon is not None and budget is not None
+    started = time.time()
+    step = time.perf_counter()
+
+    def coded() -> pd.DataFrame:  # every value in its declared domain: checked before the
+        original = decoded_original(frame, prepare_stored(frame, sc.schema, sc.k))  # charge
+        dp.encode(original, dp.attributes_of(sc.schema,
+                                             dp.released_columns(sc.schema, sc.dp_scope)))
+        return original
+
+    original = await releaser._in_thread(coded)
     spent = await releaser._in_store(releaser.store.spend_privacy, sid, release_id, sc.epsilon,
                                      budget)
     log.info("survey %s: drawing the differentially private release %s of %d records "
              "(epsilon = %g, %s, %s; %g of the survey's budget of %g spent with it)", sid,
              release_id, n, sc.epsilon, sc.dp_mechanism, sc.dp_scope, spent, budget)
-    started = time.time()
-    step = time.perf_counter()
 
     def draw() -> dp.DPRelease:
-        original = decoded_original(frame, prepare_stored(frame, sc.schema, sc.k))
         return dp.release(original, sc.schema, sc.k, sc.epsilon, sc.dp_mechanism, sc.dp_scope)
 
     made = await releaser._in_thread(draw)
