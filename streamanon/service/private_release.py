@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,22 +45,13 @@ from streamanon.service.store import ReleaseRow
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Drawn:
-    """The drawn release: the shuffled ``table``, its ``messages`` (one per row, in row
-    order) and ``order`` (row i is record ``order[i]``)."""
-
-    table: pd.DataFrame
-    messages: list[bytes]
-    order: np.ndarray
-
-
 async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
-                        ahead: int) -> tuple[ReleaseRow, Drawn]:
+                        ahead: int) -> tuple[ReleaseRow, pd.DataFrame, list[bytes], np.ndarray]:
     """Charge the budget, draw the release of the stored records ``frame``, write its files
-    and note it as written (the steps above). ``releaser``: the service's
-    :class:`~streamanon.service.releasing.Releaser` (its store, store thread, output settings
-    and file modes)."""
+    and note it as written (the steps above). Returns the row, the shuffled table, its
+    messages (one per row, in row order) and its order (row i is record ``order[i]``).
+    ``releaser``: the service's :class:`~streamanon.service.releasing.Releaser` (its store,
+    store thread, output settings and file modes)."""
     sc = rt.config
     sid = sc.id
     n = len(frame)
@@ -102,7 +92,7 @@ async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
     report = private_report(rt, n, release_id, files, guarantee, closed_at, started, ahead)
     row = ReleaseRow(release_id, "written", 0, report.to_json())
     await releaser._in_store(releaser.store.save_release, sid, row)
-    return row, Drawn(made.table, messages, made.order)
+    return row, made.table, messages, made.order
 
 
 def private_report(rt: RunningSurvey, n: int, release_id: str, files: dict[str, str],

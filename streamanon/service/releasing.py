@@ -223,8 +223,8 @@ class Releaser:
         if n < sc.k:
             raise StoreError(f"{n} valid records: no {sc.k}-anonymous release exists")
         if sc.epsilon is not None:  # one sort and one draw: no base run, no stage
-            row, drawn = await write_private(self, rt, frame, ahead)
-            return row, Fresh(frame, drawn.table, drawn.messages, drawn.order)
+            row, table, messages, order = await write_private(self, rt, frame, ahead)
+            return row, Fresh(frame, table, messages, order)
         fits_deadline = (sc.deadline is not None
                          and base_model(n) <= 0.8 * live.compute_budget(sc.deadline, n))
         base = None
