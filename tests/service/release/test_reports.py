@@ -28,7 +28,7 @@ REPORT_KEYS = [
     "distortion", "information_loss", "rejected", "files", "information_loss_by_type",
     "values_withheld", "values_imputed", "strata_merged", "privacy", "risk", "spliced",
     "engine_choice", "incremental_choice", "predicted_release_seconds", "base_steps_seconds",
-    "base_plan", "read_ahead", "n_spanned"]
+    "base_plan", "read_ahead", "n_spanned", "differential_privacy"]
 PUBLISHED_KEYS = ["released_at", "close_to_release_seconds", "close_steps_seconds"]
 
 # The keys of /api/status that the dashboard (static/app.js), /metrics and the demo read.
