@@ -38,9 +38,11 @@ to a level. This changes far fewer values than the exponential mechanism per cel
 utilities the same telescoping sum bounds only loosely for a category (by ``L - 1``). Each
 attribute's released values, as a multiset, are then epsilon_a-differentially private. **The
 table is not**: which values share a row follows the data without noise. With two
-attributes, n = 2k, and the k records lowest in one the k lowest in the other, the table has
-two distinct rows; move one record to the top of the second attribute and it has four,
-whatever the noise. The report says so, and never calls such a table differentially private.
+attributes, n = 2k, and the k records lowest in one the k lowest in the other, the table never
+has more than two distinct rows; move one record to the top of the second attribute and it
+has four with a probability above 0 (isotonic pooling or clamping may still merge two noisy
+means): an outcome possible for one data set and impossible for its neighbour, so no epsilon
+bounds the ratio. The report says so, and never calls such a table differentially private.
 
 **Post-processing** costs no privacy: every noisy mean is clamped to its declared bounds and an
 ``int`` rounded; in individual ranking the cell means of an attribute are ordered (its cells
@@ -49,6 +51,18 @@ isotonic regression (weighted by the cells' sizes), which removes much of the no
 index is made monotone before it is rounded. An optimal univariate partition (cells of k to
 2k - 1 where the data's gaps are) would lose less before the noise, but its sizes follow the data:
 released, they would tell it without noise, so both mechanisms keep the fixed sizes.
+
+**The noise is an integer.** A textbook Laplace draw added to a float mean leaves low-order
+bits that tell which mean it was added to (Mironov, CCS 2012). So each record's value is first
+put on a grid of ``GRID_STEPS`` steps over its width (a function of the record alone; a level
+index is its own grid), the cells' sums of grid steps are integers, and each sum gets integer
+noise from the discrete Laplace distribution (:func:`discrete_laplace`) of scale ``C * units /
+epsilon_a`` (insensitive) or ``units / epsilon_a`` (individual ranking), ``units`` the grid's
+steps over the width: the same sensitivity as above, counted in steps and on sums rather than
+means. The released mean is that noisy sum over the cell's size, a function of the integer
+outputs; the report gives each attribute's scale as that of a k-record cell's mean, as above.
+The exponential mechanism's output is a level, discrete already (drawn by the Gumbel-max trick
+in floating point: its probabilities are exact to rounding).
 
 **The domain** comes only from the schema: a number needs its declared ``min`` and ``max``, a
 category its ``levels`` (a bool has two); free text, strings and times cannot go through either
@@ -81,6 +95,11 @@ from streamanon.errors import InputError, ParameterError
 from streamanon.schema import DROPPED_ROLES, Schema
 
 MECHANISMS = ("insensitive", "individual_ranking")
+#: A number's values are put on a grid of this many steps over its width before the cell sums
+#: get their integer noise (a level index is its own grid).
+GRID_STEPS = 2 ** 20
+#: The largest discrete Laplace scale drawn: its draws stay far inside 64-bit integers.
+MAX_NOISE_SCALE = 2.0 ** 52
 SCOPES = ("all", "quasi_identifiers")
 #: Field types no mechanism here can release.
 UNRELEASABLE = ("str", "text", "timestamp")
@@ -244,15 +263,24 @@ def ranked_cells(values: np.ndarray, k: int) -> list[np.ndarray]:
     return _cells(np.argsort(values, kind="stable"), k)
 
 
-def laplace(values: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
-    """``values`` with independent Laplace(0, ``scale``) noise added."""
-    return values + rng.laplace(0.0, scale, size=np.shape(values))
+def discrete_laplace(scale: float, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` integers z with probability proportional to ``exp(-|z| / scale)`` (the
+    discrete Laplace distribution, as the difference of two geometric draws). Added to
+    integer sums, the released values carry no trace of floating point: a float Laplace draw
+    added to a float mean leaves low-order bits that tell which mean it was added to
+    (Mironov, "On significance of the least significant bits for differential privacy",
+    CCS 2012)."""
+    p = -np.expm1(-1.0 / scale)
+    return rng.geometric(p, size) - rng.geometric(p, size)
 
 
 def exponential(utility: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
     """One choice per row of ``utility`` (cells x candidates) with probability proportional to
     ``exp(epsilon * utility / 2)``, by the Gumbel-max trick (exact)."""
-    return np.argmax(epsilon * utility / 2 + rng.gumbel(size=utility.shape), axis=1)
+    best = utility.max(axis=1, keepdims=True)  # 0 at the best: it never overflows, and a
+    with np.errstate(over="ignore"):  # worse one going to -inf has probability 0, as it should
+        scores = epsilon / 2 * (utility - best)
+    return np.argmax(scores + rng.gumbel(size=utility.shape), axis=1)
 
 
 def _labels(cells: list[np.ndarray], n: int) -> np.ndarray:
@@ -288,19 +316,25 @@ def _release_attribute(a: Attribute, values: np.ndarray, cells: list[np.ndarray]
     sizes = np.bincount(labels, minlength=count).astype(float)
     k = int(sizes.min())
     if a.kind == "number" or ranked:
-        # one record moves the cell means by w / k in all (ranked) or per cell (insensitive)
-        sensitivity = a.width / k * (1 if ranked else count)
-        scale = sensitivity / epsilon
-        noisy = laplace(np.bincount(labels, weights=values, minlength=count) / sizes, scale,
-                        rng)
+        # integer sums on a grid of ``units`` steps over the width (a level index is its own
+        # grid): one record moves the cell sums by ``units`` in all (ranked) or in each of the
+        # C cells (insensitive), the means by w / k as much
+        units = GRID_STEPS if a.kind == "number" else int(a.width)
+        step = a.width / units if a.width > 0 else 1.0
+        origin = a.floor if a.kind == "number" else 0.0
+        grid = np.rint((values - origin) / step)
+        sums = np.rint(np.bincount(labels, weights=grid, minlength=count)).astype(np.int64)
+        moved = units * (1 if ranked else count)
+        noisy = origin + step * (sums + discrete_laplace(moved / epsilon, count, rng)) / sizes
         if ranked:  # the cells are runs of sorted values: their means are ordered
             noisy = isotonic_regression(noisy, weights=sizes).x
-        low, high = (a.floor, a.high) if a.kind == "number" else (0.0, a.width)
+        low, high = (a.floor, a.high) if a.kind == "number" else (0.0, len(a.levels) - 1.0)
         noisy = np.clip(noisy, low, high)
         if a.kind != "number":
             noisy = np.rint(noisy)
-        info = {"kind": a.kind, "epsilon": epsilon, "noise": "laplace",
-                "sensitivity": sensitivity, "scale": scale}
+        sensitivity = moved * step / k
+        info = {"kind": a.kind, "epsilon": epsilon, "noise": "discrete laplace on cell sums",
+                "grid_step": step, "sensitivity": sensitivity, "scale": sensitivity / epsilon}
         if a.kind != "number":
             info["levels"] = len(a.levels)
     else:
@@ -335,14 +369,21 @@ def decode(codes: np.ndarray, a: Attribute) -> pd.Series:
     return pd.Series(values, name=a.name, dtype=object)
 
 
-def _check(n: int, k: int, epsilon: float, mechanism: str) -> None:
+def check(n: int, k: int, epsilon: float, mechanism: str, attributes: int = 1) -> None:
+    """Refuse what no release can be drawn with: an unknown mechanism, k outside 1..n, an
+    epsilon that is not a finite positive number, or one so small that an attribute's noise
+    (``n / k`` cells of ``GRID_STEPS`` steps over its share) would overflow its integers."""
     if mechanism not in MECHANISMS:
         raise ParameterError(f"the mechanism is one of {', '.join(MECHANISMS)}, not "
                              f"{mechanism!r}")
     if not (epsilon > 0 and np.isfinite(epsilon)):
-        raise ParameterError(f"epsilon must be a positive number, not {epsilon!r}")
+        raise ParameterError(f"epsilon must be a finite positive number, not {epsilon!r}")
     if not 1 <= k <= n:
         raise ParameterError(f"k = {k} needs 1 <= k <= n = {n} records")
+    if (n // k) * GRID_STEPS / (epsilon / attributes) > MAX_NOISE_SCALE:
+        raise ParameterError(f"epsilon = {epsilon:g} over {attributes} attribute(s) is too "
+                             f"small for a release of {n} records in cells of {k}: its noise "
+                             "would drown every value (and overflow)")
 
 
 def fresh_generator() -> np.random.Generator:
@@ -357,11 +398,12 @@ def release(frame: pd.DataFrame, schema: Schema, k: int, epsilon: float,
     """The release of ``frame`` (columns as ``schema`` declares them; identifiers and ignored
     columns dropped) through ``mechanism`` with budget ``epsilon``, shared equally among the
     released attributes. ``rng``: the noise's generator (default :func:`fresh_generator`)."""
-    _check(len(frame), k, epsilon, mechanism)
+    check(len(frame), k, epsilon, mechanism)
     columns = released_columns(schema, scope)
     if not columns:
         raise InputError("nothing to release: the schema declares no attribute in scope")
     attributes = attributes_of(schema, columns)
+    check(len(frame), k, epsilon, mechanism, len(attributes))
     rng = fresh_generator() if rng is None else rng
     codes = encode(frame, attributes)
     share = epsilon / len(attributes)
@@ -374,7 +416,7 @@ def release(frame: pd.DataFrame, schema: Schema, k: int, epsilon: float,
     for j, a in enumerate(attributes):
         mine = ranked_cells(codes[:, j], k) if ranked else cells
         released, attrs[a.name] = _release_attribute(a, codes[:, j], mine, share, ranked, rng)
-        out[a.name] = decode(released, a).to_numpy()
+        out[a.name] = decode(released, a).array  # nullable Int64 and boolean kept
     order = rng.permutation(len(out))
     shuffled = out.iloc[order].reset_index(drop=True)
     private = scope == "all" and not ranked

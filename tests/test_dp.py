@@ -91,13 +91,34 @@ def test_cells_have_k_to_2k_minus_1_records_and_cover_every_record_once():
             assert sorted(np.concatenate(cells).tolist()) == list(range(n))
 
 
-def test_the_laplace_noise_has_the_laplace_distribution_of_its_scale():
+def test_the_noise_is_an_integer_with_the_laplace_distribution_of_its_scale():
     rng = np.random.default_rng(7)
-    means = np.zeros(20_000)
-    noisy = dp.laplace(means, scale=3.5, rng=rng)
-    assert stats.kstest(noisy, stats.laplace(scale=3.5).cdf).pvalue > 0.01
+    noise = dp.discrete_laplace(1000.0, 20_000, rng)
+    assert noise.dtype == np.int64  # integers: no floating-point bits to read the data from
+    assert stats.kstest(noise / 1000.0, stats.laplace(scale=1.0).cdf).pvalue > 0.01
     # and not that of another scale: the test can tell them apart
-    assert stats.kstest(noisy, stats.laplace(scale=3.0).cdf).pvalue < 1e-6
+    assert stats.kstest(noise / 1000.0, stats.laplace(scale=0.85).cdf).pvalue < 1e-6
+
+
+def test_released_means_are_noisy_integer_sums_on_the_grid_never_raw_floating_point():
+    """A cell's released mean is (floor + step * (integer sum + integer noise) / size): the
+    low-order bits of a float Laplace draw would tell which true mean it was added to
+    (Mironov, CCS 2012); an integer sum on a fixed grid has none."""
+    frame = survey(500, 3)
+    attrs = dp.attributes_of(SCHEMA, ["income"])
+    out = dp.release(frame, SCHEMA, k=10, epsilon=50.0, rng=np.random.default_rng(4))
+    released = out.table_in_input_order["income"].to_numpy()
+    inside = (released > 0) & (released < 200_000)
+    assert inside.any()
+    step = attrs[0].width / dp.GRID_STEPS
+    cells = dp.insensitive_cells(dp.encode(frame, dp.attributes_of(
+        SCHEMA, dp.released_columns(SCHEMA, "all"))), dp.attributes_of(
+        SCHEMA, dp.released_columns(SCHEMA, "all")), 10)
+    sizes = np.empty(len(frame))
+    for rows in cells:
+        sizes[rows] = len(rows)
+    units = (released[inside] - attrs[0].floor) * sizes[inside] / step
+    assert np.abs(units - np.rint(units)).max() < 1e-3
 
 
 def test_the_exponential_mechanism_draws_in_proportion_to_exp_of_half_epsilon_times_utility():
@@ -253,3 +274,35 @@ def test_missing_answers_are_released_as_missing_not_as_the_middle_of_the_domain
     answered = released["income"].dropna()
     assert answered.between(0, 200_000).all()
     assert set(released["education"].dropna()) <= {"primary", "secondary", "tertiary"}
+
+
+def test_nullable_answers_keep_their_types_and_a_single_level_is_released():
+    schema = parse_schema({
+        "age": {"role": "quasi_identifier", "type": "int", "min": 16, "max": 99},
+        "smoker": {"role": "confidential", "type": "bool", "required": False},
+        "visits": {"role": "confidential", "type": "int", "min": 0, "max": 9,
+                   "required": False},
+        "country": {"role": "confidential", "type": "category", "levels": ["fr"]}})
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame({"age": rng.integers(16, 100, 200),
+                          "smoker": pd.array(rng.random(200) < 0.3, dtype="boolean"),
+                          "visits": pd.array(rng.integers(0, 10, 200), dtype="Int64"),
+                          "country": ["fr"] * 200})
+    frame.loc[::7, "smoker"] = pd.NA
+    frame.loc[::5, "visits"] = pd.NA
+    for mechanism in dp.MECHANISMS:
+        for seed in range(20):  # the single level is released whatever the noise
+            table = dp.release(frame, schema, k=5, epsilon=0.5, mechanism=mechanism,
+                               rng=np.random.default_rng(seed)).table
+            assert str(table["smoker"].dtype) == "boolean"
+            assert str(table["visits"].dtype) == "Int64"
+            assert set(table["country"]) == {"fr"}
+
+
+def test_a_huge_epsilon_draws_the_best_level_and_a_tiny_one_is_refused():
+    utility = np.array([[0.0, 150.0, 200.0]])
+    assert dp.exponential(utility, 1e308, np.random.default_rng(0)).tolist() == [2]
+    frame = survey(50, 0)
+    for epsilon in (5e-324, 1e-320, float("inf"), float("nan")):
+        with pytest.raises(ParameterError, match="epsilon"):
+            dp.release(frame, SCHEMA, k=5, epsilon=epsilon)
