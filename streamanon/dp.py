@@ -425,6 +425,8 @@ def release(frame: pd.DataFrame, schema: Schema, k: int, epsilon: float,
     report = {"epsilon": epsilon, "k": k, "mechanism": mechanism, "scope": scope,
               "differentially_private": private,
               "guarantee": guarantee(epsilon, mechanism, scope),
+              "covers": "the released table; this report's information_loss is measured on "
+                        "the raw answers, for the data holder, not for publication",
               # measured on the released keys: the insensitive cells share one noisy tuple
               "k_anonymous": smallest >= k, "smallest_group": smallest,
               "cells": len(cells) if cells is not None else len(frame) // k,

@@ -13,7 +13,8 @@ from streamanon.errors import ParameterError
 NOT_WITH_EPSILON = {
     "l": "--l", "t": "--t", "engine": "--engine", "incremental": "--incremental",
     "cluster": "--cluster", "part_size": "--part-size", "seed": "--seed", "param": "--param",
-    "strata": "--strata", "sensitive": "--sensitive",
+    "strata": "--strata", "sensitive": "--sensitive", "nu": "--nu",
+    "compare_one_shot": "--compare-one-shot", "incremental_param": "--incremental-param",
 }
 
 
@@ -26,7 +27,7 @@ def add_arguments(an: argparse.ArgumentParser) -> None:
                          "of the declared domain, Laplace noise on each cell's means and the "
                          "exponential mechanism on its levels, drawn from the operating "
                          "system's entropy; E is shared equally among the released columns. "
-                         "See docs/guide/privacy.md")
+                         "See docs/guide/differential-privacy.md")
     an.add_argument("--dp-mechanism", choices=("insensitive", "individual_ranking"),
                     default="insensitive",
                     help="insensitive (default): one order of the whole domain, a table that is "

@@ -177,8 +177,8 @@ def _attacks(args: argparse.Namespace, original: Any, release: Any, schema: Any,
 
         private = made.get("differential_privacy")
         if private:  # drawn again as the release was (its noise fresh)
-            return dp.release(rest, schema, args.k, private["epsilon"], private["mechanism"],
-                              private["scope"]).table
+            return dp.release(rest, schema, private["k"], private["epsilon"],
+                              private["mechanism"], private["scope"]).table
         return microaggregate(rest, args.k, made.get("engine"), schema=schema,
                               sensitive=sensitive, l=settings["l"], t=settings["t"],
                               risk=False, seed=0, engine_params=made.get("params")).data
@@ -235,6 +235,9 @@ def _linkage(report: dict[str, Any], path: Path, key: list[str]
     (None, why not) when the report has none on this key."""
     measured = report.get("risk") or {}
     aligned = measured.get("risk") or {}
+    if report.get("differential_privacy") and not measured:
+        return None, (f"{path.name} is of a differentially private release, drawn without "
+                      "measuring which released row is which record")
     if measured.get("key") != key:
         return None, (f"{path.name} measured them on another key: "
                       f"{', '.join(measured.get('key') or []) or 'none'}")

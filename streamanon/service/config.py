@@ -121,10 +121,10 @@ class SurveyConfig(_Strict):
     # close; the schema declares every released column's bounds or levels. epsilon_budget is
     # what the survey's releases may spend in all (default: epsilon, one release); the store
     # records each spending before its noisy values leave the process.
-    epsilon: float | None = Field(default=None, gt=0)
+    epsilon: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     dp_mechanism: Literal["insensitive", "individual_ranking"] = "insensitive"
     dp_scope: Literal["all", "quasi_identifiers"] = "all"
-    epsilon_budget: float | None = Field(default=None, gt=0)
+    epsilon_budget: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     webhook: WebhookConfig | None = None
 
     @field_validator("deadline", mode="before")

@@ -4,15 +4,15 @@ Its cells are runs of one order fixed by the schema, so they need neither the ba
 incremental stage: the whole release is a sort and one draw of noise, made at close from every
 stored record. In order:
 
-1. every stored value is checked against its declared domain (nothing is charged for a
-   release that cannot be drawn); the survey's privacy budget is charged in the store
-   (:meth:`Store.spend_privacy`) before anything is drawn: a release drawn and then lost in a
-   crash counts as spent, since nobody can tell whether its values were seen; a release the
-   budget cannot pay for is refused (:class:`streamanon.errors.BudgetSpentError`, the
-   survey's error) and nothing is drawn;
-2. the release is drawn from a generator seeded by the operating system's entropy, never
-   stored: a release written before a restart is published again from its files, not drawn
-   again;
+1. the release is drawn in memory from every stored record, with a generator seeded by the
+   operating system's entropy and never stored; a release that cannot be drawn (a value
+   outside its declared domain) spends nothing;
+2. the survey's privacy budget is charged in the store (:meth:`Store.spend_privacy`) before
+   any value leaves the process: a release drawn and then lost in a crash after the charge
+   counts as spent, since nobody can tell whether its values were seen; a release the budget
+   cannot pay for is refused (:class:`streamanon.errors.BudgetSpentError`, the survey's
+   error) and its values are dropped unseen. A release written before a restart is published
+   again from its files, never drawn again;
 3. its files are written and it is noted as the survey's release, as a k-anonymous one is.
 
 The manifest on the release topic carries no distortion (a statistic of the raw answers); the
@@ -61,24 +61,19 @@ async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
     started = time.time()
     step = time.perf_counter()
 
-    def coded() -> pd.DataFrame:  # every value in its declared domain: checked before the
-        original = decoded_original(frame, prepare_stored(frame, sc.schema, sc.k))  # charge
-        dp.encode(original, dp.attributes_of(sc.schema,
-                                             dp.released_columns(sc.schema, sc.dp_scope)))
-        return original
+    def draw() -> tuple[dp.DPRelease, list[bytes]]:  # in memory: nothing has left yet
+        original = decoded_original(frame, prepare_stored(frame, sc.schema, sc.k))
+        made = dp.release(original, sc.schema, sc.k, sc.epsilon, sc.dp_mechanism, sc.dp_scope)
+        return made, record_messages(made.table)
 
-    original = await releaser._in_thread(coded)
+    made, messages = await releaser._in_thread(draw)
+    # charged before any value leaves the process (files, the topic): a release that cannot
+    # be drawn spends nothing, one drawn and lost in a crash after this counts as spent
     spent = await releaser._in_store(releaser.store.spend_privacy, sid, release_id, sc.epsilon,
                                      budget)
-    log.info("survey %s: drawing the differentially private release %s of %d records "
-             "(epsilon = %g, %s, %s; %g of the survey's budget of %g spent with it)", sid,
-             release_id, n, sc.epsilon, sc.dp_mechanism, sc.dp_scope, spent, budget)
-
-    def draw() -> dp.DPRelease:
-        return dp.release(original, sc.schema, sc.k, sc.epsilon, sc.dp_mechanism, sc.dp_scope)
-
-    made = await releaser._in_thread(draw)
-    messages = await releaser._in_thread(record_messages, made.table)
+    log.info("survey %s: differentially private release %s of %d records drawn (epsilon = "
+             "%g, %s, %s; %g of the survey's budget of %g spent with it)", sid, release_id, n,
+             sc.epsilon, sc.dp_mechanism, sc.dp_scope, spent, budget)
     rt.record("compute", time.perf_counter() - step)
     step = time.perf_counter()
     files = await releaser._in_thread(lambda: write_release_files(

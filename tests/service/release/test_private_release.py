@@ -21,7 +21,8 @@ from streamanon.service.config import ConfigError, load_config
 from streamanon.service.lifecycle import Service
 from streamanon.service.states import CLOSING
 from tests.service.conftest import write_config
-from tests.service.kafka_helpers import produce, read_topic, response
+from tests.service.kafka_helpers import DROP, produce, read_topic
+from tests.service.kafka_helpers import response as plain_response
 from tests.service.lifecycle_helpers import ThreadComputePool
 
 SURVEY = "wellbeing"
@@ -34,8 +35,16 @@ income = { role = "quasi_identifier", type = "float", min = 0, max = 100000 }
 height = { role = "quasi_identifier", type = "float", min = 100, max = 220 }
 satisfaction = { role = "confidential", type = "int", min = 1, max = 5 }
 ticket = { role = "confidential", type = "int", min = 0, max = 1000 }
+smoker = { role = "confidential", type = "bool", required = false }
+visits = { role = "confidential", type = "int", min = 0, max = 20, required = false }
 comment = { role = "ignore", type = "str", required = false }
 """
+
+
+def response(i: int) -> bytes:
+    """A response with the nullable answers: a bool and an int each missing now and then."""
+    return plain_response(i, smoker=DROP if i % 7 == 0 else i % 3 == 0,
+                          visits=DROP if i % 5 == 0 else i % 21)
 
 
 def private_config(tmp_path: Path, bootstrap: str, extra: str) -> tuple[Path, dict[str, str]]:
@@ -90,7 +99,8 @@ def test_a_private_release_records_its_budget_and_its_manifest_carries_the_guara
     got = row.report["differential_privacy"]
     assert got["differentially_private"] is True and got["epsilon"] == 2.0
     assert got["budget"] == {"spent": 2.0, "total": 2.0, "this_release": 2.0}
-    assert set(got["attributes"]) == {"age", "income", "height", "satisfaction", "ticket"}
+    assert set(got["attributes"]) == {"age", "income", "height", "satisfaction", "ticket",
+                                      "smoker", "visits"}
     assert row.report["distortion"] is None and row.report["engine"] == "dp_insensitive"
     assert row.report["risk"]["utility"] and Path(row.report["files"]["html"]).exists()
     page = Path(row.report["files"]["html"]).read_text()
@@ -99,6 +109,7 @@ def test_a_private_release_records_its_budget_and_its_manifest_carries_the_guara
     assert on_disk["differential_privacy"] == got
     table = pd.read_parquet(row.report["files"]["parquet"])
     assert len(table) == N and table["age"].between(16, 110).all()
+    assert str(table["smoker"].dtype) == "boolean" and str(table["visits"].dtype) == "Int64"
     assert table.value_counts(["age", "income", "height"]).min() >= 5  # k-anonymous as well
     store = Path(config.store.url.removeprefix("sqlite:///"))
     with sqlite3.connect(store) as db:
@@ -134,6 +145,7 @@ def test_a_release_the_budget_cannot_pay_for_is_refused_and_nothing_is_published
     ("epsilon = 1.0\nl = 2", "epsilon with l, t or strata"),
     ("epsilon = 1.0\nepsilon_budget = 0.5", "less than one release's epsilon"),
     ("epsilon_budget = 3.0", "epsilon_budget without epsilon"),
+    ("epsilon = inf", "finite number"),
 ])
 def test_settings_a_private_release_cannot_honour_are_refused_at_start(tmp_path, extra,
                                                                       message):
