@@ -431,9 +431,32 @@ def release(frame: pd.DataFrame, schema: Schema, k: int, epsilon: float,
               "k_anonymous": smallest >= k, "smallest_group": smallest,
               "cells": len(cells) if cells is not None else len(frame) // k,
               "attributes": attrs,
+              "warnings": drowned(attributes, attrs, k),
               "information_loss": information_loss(codes, encode(out, attributes),
                                                    attributes)}
     return DPRelease(shuffled, out, report, order)
+
+
+def drowned(attributes: Sequence[Attribute], noise: dict[str, dict[str, Any]],
+            k: int) -> list[str]:
+    """The attributes whose noise drowns them, in words: a mean's Laplace scale as wide as the
+    attribute's whole domain, or an exponential mechanism that draws a cell's own level less
+    than twice as often as any other. From the settings alone (no data), so a warning tells
+    nothing about the answers."""
+    out = []
+    for a in attributes:
+        info = noise[a.name]
+        if info["noise"] == "exponential":
+            if info["epsilon_per_cell"] * k / 2 < np.log(2):
+                out.append(f"{a.name}: with epsilon {info['epsilon_per_cell']:.3g} per cell, a "
+                           "cell's own level is drawn less than twice as often as any other")
+        elif info["scale"] >= a.width:
+            out.append(f"{a.name}: the noise on a cell's mean (Laplace scale "
+                       f"{info['scale']:.3g}) is as wide as its whole domain ({a.width:.3g}): "
+                       "its released values are mostly noise")
+    if out:
+        out.append("larger cells (k), fewer released columns or a larger epsilon lose less")
+    return out
 
 
 def guarantee(epsilon: float, mechanism: str, scope: str) -> str:

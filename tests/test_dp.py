@@ -306,3 +306,12 @@ def test_a_huge_epsilon_draws_the_best_level_and_a_tiny_one_is_refused():
     for epsilon in (5e-324, 1e-320, float("inf"), float("nan")):
         with pytest.raises(ParameterError, match="epsilon"):
             dp.release(frame, SCHEMA, k=5, epsilon=epsilon)
+
+
+def test_noise_that_drowns_an_attribute_is_named_from_the_settings_alone():
+    frame = survey(600, 8)
+    drowned = dp.release(frame, SCHEMA, k=5, epsilon=0.5).report["warnings"]
+    names = {w.split(":")[0] for w in drowned}
+    assert {"age", "income", "education", "region"} <= names
+    assert "larger cells (k)" in drowned[-1]
+    assert dp.release(frame, SCHEMA, k=100, epsilon=1e4).report["warnings"] == []

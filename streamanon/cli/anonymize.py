@@ -197,6 +197,8 @@ def _anonymize(args: argparse.Namespace, described: dict[str, Any], progress: Pr
         rpath = report_path(args.out)
         write_json(report, rpath)
         print(f"wrote {args.out}: {line}\nreport {rpath}")
+        for warning in report["differential_privacy"]["warnings"]:
+            print(f"streamanon: warning: {warning}", file=sys.stderr)
         return 0
     params = dict(args.param)
     if (args.incremental is None) != (args.nu is None):

@@ -88,4 +88,5 @@ def run(args: argparse.Namespace, frame: Any, schema: Any, progress: Any,
             f"guarantee: {guarantee['guarantee']}\n"
             f"{args.k}-anonymous: {'yes' if guarantee['k_anonymous'] else 'no'} (smallest group "
             f"of equal keys: {guarantee['smallest_group']:,})")
+
     return made.table, report, line

@@ -74,6 +74,8 @@ async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
     log.info("survey %s: differentially private release %s of %d records drawn (epsilon = "
              "%g, %s, %s; %g of the survey's budget of %g spent with it)", sid, release_id, n,
              sc.epsilon, sc.dp_mechanism, sc.dp_scope, spent, budget)
+    for warning in made.report["warnings"]:  # from the settings alone: no answer in them
+        log.warning("survey %s: %s", sid, warning)
     rt.record("compute", time.perf_counter() - step)
     step = time.perf_counter()
     files = await releaser._in_thread(lambda: write_release_files(

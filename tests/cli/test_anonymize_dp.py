@@ -46,9 +46,9 @@ def survey(tmp_path: Path) -> tuple[Path, Path]:
 def test_an_epsilon_release_says_which_guarantee_holds(survey, tmp_path, mechanism, private):
     data, schema = survey
     out = tmp_path / "release.csv"
-    status, stdout, _ = run(["anonymize", str(data), "--schema", str(schema), "--k", "10",
-                             "--epsilon", "2", "--dp-mechanism", mechanism, "--out", str(out),
-                             "--no-progress"])
+    status, stdout, stderr = run(["anonymize", str(data), "--schema", str(schema), "--k",
+                                  "10", "--epsilon", "2", "--dp-mechanism", mechanism,
+                                  "--out", str(out), "--no-progress"])
     assert status == 0
     release = pd.read_csv(out)
     assert list(release.columns) == ["age", "region", "education", "income", "q1"]
@@ -65,6 +65,9 @@ def test_an_epsilon_release_says_which_guarantee_holds(survey, tmp_path, mechani
     assert (f"10-anonymous: {'yes' if got['k_anonymous'] else 'no'} (smallest group of equal "
             f"keys: {got['smallest_group']:,})") in stdout
     assert got["k_anonymous"] or not private  # the private table is k-anonymous too
+    # the attributes the noise drowns, named on standard error (500 records, cells of 10)
+    assert [line.removeprefix("streamanon: warning: ") for line in stderr.splitlines()
+            if line.startswith("streamanon: warning: ")] == got["warnings"]
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -118,6 +121,10 @@ def test_the_documented_commands_run(tmp_path, monkeypatch):
     assert "guarantee: epsilon-differentially private" in printed[0]
     assert "guarantee: not differentially private as a table" in printed[1]
     assert private["outside_schema"]  # the two incomes top-coded, as the page says
+    # the first command warns for every attribute, as the page says
+    drowned = private["differential_privacy"]["warnings"]
+    assert {w.split(":")[0] for w in drowned[:-1]} == set(
+        private["differential_privacy"]["attributes"])
     assert len(pd.read_csv(tmp_path / "private.csv")) == 20_000
 
 
