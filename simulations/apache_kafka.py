@@ -344,8 +344,10 @@ class ApacheKafka:
         (node.directory / "log4j2.properties").write_text(_LOG4J.format(log=node.log))
 
     def _format(self, node: Node, libs: Path, cluster_id: str) -> None:
+        # --cluster-id=ID, one word: an id may start with "-" (one in 64), which the tool
+        # would take for an option if it were the next argument
         command = [_java(), "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format",
-                   "-t", cluster_id, "-c", str(node.directory / "server.properties")]
+                   f"--cluster-id={cluster_id}", "-c", str(node.directory / "server.properties")]
         for user, password in (self.security.users.items() if self.security else ()):
             command += ["--add-scram",
                         f"{self.security.mechanism}=[name={user},password={password}]"]
