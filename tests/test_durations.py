@@ -25,3 +25,13 @@ def test_parse_rejects(text):
 ])
 def test_format(seconds, text):
     assert format_duration(seconds) == text
+
+
+def test_a_test_that_measures_a_speed_claim_runs_last():
+    from tests.durations import MEASURING, spread
+
+    demo = next(iter(MEASURING))
+    ids = ["a", demo, "b", "c", "slow"]
+    for seconds in ({"slow": 60.0}, {}):  # with slow tests spread, and without
+        order = spread(ids, ids, seconds, workers=2)
+        assert order[-1] == demo and sorted(order) == sorted(ids)
