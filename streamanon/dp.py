@@ -459,6 +459,11 @@ def drowned(attributes: Sequence[Attribute], noise: dict[str, dict[str, Any]],
     return out
 
 
+def engine_name(mechanism: str) -> str:
+    """How reports, pages and the manifest name a release drawn by ``mechanism``."""
+    return f"dp_{mechanism}"
+
+
 def guarantee(epsilon: float, mechanism: str, scope: str) -> str:
     """What the release guarantees, in one sentence for its report."""
     if scope == "quasi_identifiers":

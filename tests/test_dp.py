@@ -111,9 +111,8 @@ def test_released_means_are_noisy_integer_sums_on_the_grid_never_raw_floating_po
     inside = (released > 0) & (released < 200_000)
     assert inside.any()
     step = attrs[0].width / dp.GRID_STEPS
-    cells = dp.insensitive_cells(dp.encode(frame, dp.attributes_of(
-        SCHEMA, dp.released_columns(SCHEMA, "all"))), dp.attributes_of(
-        SCHEMA, dp.released_columns(SCHEMA, "all")), 10)
+    released_attrs = dp.attributes_of(SCHEMA, dp.released_columns(SCHEMA, "all"))
+    cells = dp.insensitive_cells(dp.encode(frame, released_attrs), released_attrs, 10)
     sizes = np.empty(len(frame))
     for rows in cells:
         sizes[rows] = len(rows)

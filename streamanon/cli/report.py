@@ -125,7 +125,9 @@ def _report(args: argparse.Namespace, schema: Any, out: Path, release_path: Path
                 "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
     private = made.get("differential_privacy")
     if private:  # drawn with --epsilon: its guarantee, in the report's own words
-        settings["engine"] = f"dp_{private['mechanism']}"
+        from streamanon.dp import engine_name
+
+        settings["engine"] = engine_name(private["mechanism"])
         settings["differential privacy"] = private["guarantee"]
     aligned, source = (_linkage(made, made_path, measures["key"]) if made_path
                        else (None, why))

@@ -102,7 +102,7 @@ def private_report(rt: RunningSurvey, n: int, release_id: str, files: dict[str, 
     return ReleaseReport(
         survey=sc.id, release_id=release_id, n=n, m=len(sc.quasi_identifiers), k=sc.k,
         quasi_identifiers=list(sc.quasi_identifiers), columns=release_columns(sc),
-        engine=f"dp_{sc.dp_mechanism}", incremental=None, mode="one-shot", nu=0.0, n_base=0,
+        engine=dp.engine_name(sc.dp_mechanism), incremental=None, mode="one-shot", nu=0.0, n_base=0,
         n_increment=n, arrival_coefficient=None, planned_nu=None,
         predicted_seconds_after_close=None, one_shot_estimate_seconds=0.0,
         base_started_at=None, closed_at=closed_at, base_seconds=0.0, incremental_seconds=0.0,

@@ -158,9 +158,9 @@ def write_risk_page(risk: dict[str, Any], frame: pd.DataFrame, release: pd.DataF
                 "original": f"the survey's {len(frame)} stored records",
                 "release": Path(files["parquet"]).name}
     if survey.epsilon is not None:
-        from streamanon.dp import guarantee
+        from streamanon.dp import engine_name, guarantee
 
-        settings["engine"] = f"dp_{survey.dp_mechanism}"
+        settings["engine"] = engine_name(survey.dp_mechanism)
         settings["differential privacy"] = guarantee(survey.epsilon, survey.dp_mechanism,
                                                      survey.dp_scope)
     page = render(risk, decoded_original(frame, prepared), release, survey.schema, settings)
