@@ -234,6 +234,12 @@ class Store(ABC):
             self._q("DROP TABLE records_v1")
             self._after_upgrade()
 
+    def _lock_ledger(self, survey: str) -> None:  # noqa: B027 - a hook: nothing for SQLite
+        """Inside a write transaction, before the ledger of ``survey`` is read: hold, until
+        the transaction ends, a lock that every other spend on ``survey`` (from any process)
+        must take first. SQLite's write transactions (``BEGIN IMMEDIATE``) already exclude
+        each other on the whole file."""
+
     def _after_upgrade(self) -> None:  # noqa: B027 - a hook: nothing to do for SQLite
         """Backend follow-up of :meth:`_upgrade` (inside its transaction)."""
 
@@ -439,8 +445,14 @@ class Store(ABC):
         privacy budget, before any of its noisy values leaves the process (a release drawn and
         lost in a crash counts as spent: nobody can tell it was not seen); raises
         :class:`BudgetSpentError`, recording nothing, when less than ``epsilon`` of ``budget``
-        is left. Returns what is spent with it."""
+        is left. Returns what is spent with it.
+
+        Atomic across processes, not only across the threads of this store object: the
+        transaction first takes the backend's lock on the survey's ledger
+        (:meth:`_lock_ledger`), so two service instances on one database never both read the
+        same sum and both pay from it."""
         with self._lock, self._transaction():
+            self._lock_ledger(survey)
             rows = self._q("SELECT COALESCE(SUM(epsilon), 0), COUNT(*) FROM privacy_spent "
                            "WHERE survey = ?", (survey,))
             spent, releases = float(rows[0][0]), int(rows[0][1])

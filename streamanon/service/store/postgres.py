@@ -159,6 +159,22 @@ class PostgresStore(Store):
         self._q("SELECT setval(pg_get_serial_sequence('records', 'seq'), "
                 "GREATEST((SELECT MAX(seq) FROM records), 1))")
 
+    #: The first key of the ledger's advisory locks (the second is the survey's hash): the
+    #: two-key space, apart from the one-key lock of the schema's creation.
+    LEDGER_LOCK = 7272
+
+    def _lock_ledger(self, survey: str) -> None:
+        """A transaction-level advisory lock on the survey, taken before its ledger is read.
+
+        Under READ COMMITTED two transactions can both read the sum spent before either
+        inserts, and the store's own lock only orders the threads of one process. The lock
+        is released by the commit or the rollback, or by the server when the connection is
+        lost, so a crashed instance never leaves it held; it needs no row to exist (a row
+        lock would, and a survey's first spend has none) and no retry loop (SERIALIZABLE
+        would fail one of two racing spends, to be tried again). Two surveys whose names
+        hash alike only wait for each other."""
+        self._q("SELECT pg_advisory_xact_lock(?, hashtext(?))", (self.LEDGER_LOCK, survey))
+
     # The staging table of :meth:`_insert_rows`: private to the connection, emptied at commit.
     _STAGING = ("CREATE TEMP TABLE IF NOT EXISTS records_in (position BIGINT NOT NULL, "
                 "arrived_at DOUBLE PRECISION NOT NULL, kafka_partition INTEGER NOT NULL, "
