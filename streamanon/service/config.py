@@ -171,6 +171,15 @@ class SurveyConfig(_Strict):
             raise ValueError(f"epsilon_budget {self.epsilon_budget:g} is less than one "
                              f"release's epsilon {self.epsilon:g}")
         from streamanon import dp
+        from streamanon.ledger import charged
+
+        if self.epsilon_budget is not None and not charged(self.dp_mechanism, self.dp_scope):
+            raise ValueError(
+                f"epsilon_budget with dp_mechanism = {self.dp_mechanism!r} and dp_scope = "
+                f"{self.dp_scope!r}: that release is not differentially private, so no "
+                "epsilon bounds what its releases tell together and it is charged nothing; "
+                "remove epsilon_budget, or use dp_mechanism = \"insensitive\" and dp_scope = "
+                "\"all\"")
 
         try:  # the domain of every released column, from the schema alone
             dp.attributes_of(self.schema, dp.released_columns(self.schema, self.dp_scope))
@@ -180,8 +189,13 @@ class SurveyConfig(_Strict):
 
     @property
     def privacy_budget(self) -> float | None:
-        """What the survey's releases may spend in all (None: not a private release)."""
-        return None if self.epsilon is None else (self.epsilon_budget or self.epsilon)
+        """What the survey's releases may spend in all (None: not a differentially private
+        release, which spends nothing)."""
+        from streamanon.ledger import charged
+
+        if self.epsilon is None or not charged(self.dp_mechanism, self.dp_scope):
+            return None
+        return self.epsilon_budget or self.epsilon
 
     @property
     def close_at(self) -> datetime | None:

@@ -56,8 +56,8 @@ async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
     sid = sc.id
     n = len(frame)
     release_id = uuid.uuid4().hex
-    budget = sc.privacy_budget
-    assert sc.epsilon is not None and budget is not None
+    budget = sc.privacy_budget  # None: not differentially private, charged nothing
+    assert sc.epsilon is not None
     started = time.time()
     step = time.perf_counter()
 
@@ -69,11 +69,19 @@ async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
     made, messages = await releaser._in_thread(draw)
     # charged before any value leaves the process (files, the topic): a release that cannot
     # be drawn spends nothing, one drawn and lost in a crash after this counts as spent
-    spent = await releaser._in_store(releaser.store.spend_privacy, sid, release_id, sc.epsilon,
-                                     budget)
-    log.info("survey %s: differentially private release %s of %d records drawn (epsilon = "
-             "%g, %s, %s; %g of the survey's budget of %g spent with it)", sid, release_id, n,
-             sc.epsilon, sc.dp_mechanism, sc.dp_scope, spent, budget)
+    if budget is not None:
+        spent = await releaser._in_store(releaser.store.spend_privacy, sid, release_id,
+                                         sc.epsilon, budget)
+        charge = {"spent": spent, "total": budget, "this_release": sc.epsilon}
+        log.info("survey %s: differentially private release %s of %d records drawn (epsilon = "
+                 "%g, %s, %s; %g of the survey's budget of %g spent with it)", sid, release_id,
+                 n, sc.epsilon, sc.dp_mechanism, sc.dp_scope, spent, budget)
+    else:  # a budget record would state a bound that does not hold
+        charge = {"applies": False, "why": "the release is not differentially private: no "
+                  "epsilon bounds what its releases tell together, so none is charged"}
+        log.info("survey %s: private release %s of %d records drawn (epsilon = %g, %s, %s; "
+                 "not differentially private, no budget charged)", sid, release_id, n,
+                 sc.epsilon, sc.dp_mechanism, sc.dp_scope)
     for warning in made.report["warnings"]:  # from the settings alone: no answer in them
         log.warning("survey %s: %s", sid, warning)
     rt.record("compute", time.perf_counter() - step)
@@ -84,8 +92,7 @@ async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
     rt.record("files", time.perf_counter() - step)
     files["html"] = risk_page_path(files)
     closed_at = (await releaser._in_store(releaser.store.survey_state, sid)).close_requested_at
-    guarantee = {**made.report, "budget": {"spent": spent, "total": budget,
-                                           "this_release": sc.epsilon}}
+    guarantee = {**made.report, "budget": charge}
     report = private_report(rt, n, release_id, files, guarantee, closed_at, started, ahead)
     row = ReleaseRow(release_id, "written", 0, report.to_json())
     await releaser._in_store(releaser.store.save_release, sid, row)

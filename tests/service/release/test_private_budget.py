@@ -1,0 +1,76 @@
+"""Which private releases the service charges to the survey's budget: a differentially
+private one spends its epsilon in the store; one that is not (``individual_ranking``, or the
+``quasi_identifiers`` scope) spends nothing, and its report says that no budget applies.
+
+``write_private`` is called directly, with the releaser's store, threads and output settings
+stood in for: no broker."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streamanon.service.config import parse_config
+from streamanon.service.private_release import write_private
+from streamanon.service.publisher import PRIVATE, records_frame
+from streamanon.service.store import Records, SQLiteStore
+
+ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
+N = 60
+
+
+def survey_config(tmp_path: Path, **dp: Any) -> Any:
+    survey = {"id": "s1", "k": 5, "close": "on-command", "epsilon": 1.0, **dp, "schema": {
+        "rid": {"role": "identifier"},
+        "age": {"role": "quasi_identifier", "type": "int", "min": 16, "max": 90},
+        "height": {"role": "quasi_identifier", "type": "float", "min": 100, "max": 220},
+        "answer": {"role": "confidential", "type": "int", "min": 0, "max": 10}}}
+    return parse_config({"surveys": [survey], "output": {"directory": str(tmp_path / "out")},
+                         "store": {"url": f"sqlite:///{tmp_path / 'store.db'}"}}, ENV)
+
+
+def release_with(tmp_path: Path, **dp: Any) -> tuple[dict[str, Any], float]:
+    """Draw and write the survey's release; its report's guarantee and what the store has
+    charged the survey."""
+    config = survey_config(tmp_path, **dp)
+    sc = config.surveys[0]
+    rng = np.random.default_rng(7)
+    qi = np.column_stack([rng.integers(16, 91, N), rng.uniform(100, 220, N)]).astype(float)
+    records = Records(seq=np.arange(1, N + 1), arrived_at=np.arange(N, dtype=float), qi=qi,
+                      confidential=[{"answer": int(v)} for v in rng.integers(0, 11, N)],
+                      labels=[None] * N)
+    store = SQLiteStore(tmp_path / "store.db")
+    store.ensure_survey(sc.id)
+
+    async def in_thread(fn: Any, *args: Any) -> Any:
+        return fn(*args)
+
+    releaser = SimpleNamespace(store=store, config=config, modes=PRIVATE,
+                               _in_thread=in_thread, _in_store=in_thread)
+    rt = SimpleNamespace(config=sc, record=lambda *_: None,
+                         ingest=SimpleNamespace(rejected={}))
+    try:
+        row, *_ = asyncio.run(write_private(releaser, rt, records_frame(records, sc), 0))
+        return row.report["differential_privacy"], store.privacy_spent(sc.id)
+    finally:
+        store.close()
+
+
+def test_a_differentially_private_release_spends_its_epsilon(tmp_path):
+    got, spent = release_with(tmp_path, epsilon_budget=3.0)
+    assert got["differentially_private"] is True and spent == 1.0
+    assert got["budget"] == {"spent": 1.0, "total": 3.0, "this_release": 1.0}
+
+
+@pytest.mark.parametrize("dp", [{"dp_mechanism": "individual_ranking"},
+                                {"dp_scope": "quasi_identifiers"}])
+def test_a_release_that_is_not_differentially_private_spends_nothing(tmp_path, dp):
+    got, spent = release_with(tmp_path, **dp)
+    assert got["differentially_private"] is False and spent == 0.0
+    assert got["budget"]["applies"] is False and "spent" not in got["budget"]
+    assert "not differentially private" in got["budget"]["why"]
