@@ -40,6 +40,18 @@ def add_arguments(an: argparse.ArgumentParser) -> None:
                          "quasi-identifiers: only they do and the confidential answers are "
                          "published as they are (privlib's setting; never called "
                          "differentially private)")
+    an.add_argument("--budget-ledger", metavar="FILE", default=None,
+                    help="charge the release's epsilon to the privacy budget kept in FILE (JSON, "
+                         "created private, mode 0600): each release is recorded (time, "
+                         "epsilon, mechanism, the input's SHA-256, the output), and one that "
+                         "would take the total over the budget is refused before anything is "
+                         "written; safe with several runs at once. Only a differentially "
+                         "private release (insensitive, all columns) is charged. Use one "
+                         "ledger per group of respondents")
+    an.add_argument("--epsilon-budget", type=float, default=None, metavar="B",
+                    help="with --budget-ledger: what all the ledger's releases may spend "
+                         "(default: what the ledger records, or for a new ledger this "
+                         "release's epsilon); a new value replaces the recorded one")
 
 
 def check(args: argparse.Namespace) -> None:
@@ -56,6 +68,50 @@ def check(args: argparse.Namespace) -> None:
     if args.out_of_bounds == "drop":
         raise ParameterError("--out-of-bounds drop and --epsilon: dropping records would "
                              "change n, which the release makes public; use clip or refuse")
+    _check_ledger(args)
+
+
+def _check_ledger(args: argparse.Namespace) -> None:
+    """``--budget-ledger`` and ``--epsilon-budget``: refused where a charge would state a bound
+    that does not hold, and a release the ledger cannot pay for refused now, before the input
+    is read (:func:`charge_ledger` checks again under the ledger's lock)."""
+    from streamanon.ledger import BudgetLedger, charged
+
+    budget = args.epsilon_budget
+    if args.budget_ledger is None:
+        if budget is not None:
+            raise ParameterError("--epsilon-budget needs --budget-ledger FILE: the file keeps "
+                                 "what the releases have spent")
+        return
+    if not charged(args.dp_mechanism, args.dp_scope.replace("-", "_")):
+        raise ParameterError(f"--budget-ledger with --dp-mechanism {args.dp_mechanism} and "
+                             f"--dp-scope {args.dp_scope}: that release is not differentially "
+                             "private, so no epsilon bounds it and the ledger would record a "
+                             "false bound; leave --budget-ledger out, or use the insensitive "
+                             "mechanism over all columns")
+    if budget is not None and not (budget > 0 and budget != float("inf")):
+        raise ParameterError(f"--epsilon-budget {budget:g}: give a positive, finite number")
+    if budget is not None and budget < args.epsilon:
+        raise ParameterError(f"--epsilon-budget {budget:g} is less than one release's epsilon "
+                             f"{args.epsilon:g}")
+    BudgetLedger(args.budget_ledger, budget).check(args.epsilon)
+
+
+def charge_ledger(args: argparse.Namespace, report: dict[str, Any]) -> str:
+    """Charge the drawn release to ``--budget-ledger`` (refused with
+    :class:`~streamanon.errors.BudgetSpentError`, recording nothing, when the budget cannot
+    pay for it), before its table is written: a release charged and then lost counts as spent.
+    Puts the charge in ``report`` and returns the line to print."""
+    from streamanon.ledger import BudgetLedger, sha256_of
+
+    ledger = BudgetLedger(args.budget_ledger, args.epsilon_budget)
+    spending = ledger.charge(args.epsilon, {
+        "mechanism": args.dp_mechanism, "scope": args.dp_scope.replace("-", "_"), "k": args.k,
+        "input": str(args.input), "input_sha256": sha256_of(args.input),
+        "output": str(args.out)})
+    report["budget"] = {**spending.to_json(), "ledger": str(args.budget_ledger)}
+    return (f"\nprivacy budget: {spending.spent:g} of {spending.budget:g} spent "
+            f"({spending.remaining:g} left), ledger {args.budget_ledger}")
 
 
 def run(args: argparse.Namespace, frame: Any, schema: Any, progress: Any,
@@ -88,5 +144,6 @@ def run(args: argparse.Namespace, frame: Any, schema: Any, progress: Any,
             f"guarantee: {guarantee['guarantee']}\n"
             f"{args.k}-anonymous: {'yes' if guarantee['k_anonymous'] else 'no'} (smallest group "
             f"of equal keys: {guarantee['smallest_group']:,})")
-
+    if args.budget_ledger is not None:  # charged before anything is written
+        line += charge_ledger(args, report)
     return made.table, report, line

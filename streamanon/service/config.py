@@ -38,6 +38,7 @@ from pydantic import (
 
 from streamanon.durations import parse_duration
 from streamanon.errors import StreamanonError
+from streamanon.ledger import charged
 from streamanon.schema import FieldSpec, Schema
 
 if sys.version_info >= (3, 11):
@@ -171,7 +172,6 @@ class SurveyConfig(_Strict):
             raise ValueError(f"epsilon_budget {self.epsilon_budget:g} is less than one "
                              f"release's epsilon {self.epsilon:g}")
         from streamanon import dp
-        from streamanon.ledger import charged
 
         if self.epsilon_budget is not None and not charged(self.dp_mechanism, self.dp_scope):
             raise ValueError(
@@ -191,8 +191,6 @@ class SurveyConfig(_Strict):
     def privacy_budget(self) -> float | None:
         """What the survey's releases may spend in all (None: not a differentially private
         release, which spends nothing)."""
-        from streamanon.ledger import charged
-
         if self.epsilon is None or not charged(self.dp_mechanism, self.dp_scope):
             return None
         return self.epsilon_budget or self.epsilon
