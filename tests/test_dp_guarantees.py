@@ -1,0 +1,331 @@
+"""What the epsilon-differentially private release (streamanon.dp) promises, measured on what it
+draws: the Laplace spread of the cell means, the exponential mechanism's odds, the cells of
+neighbouring data sets, and the privacy loss between two neighbours.
+
+Every release here is drawn unseeded, as a real one is (the noise cannot be replayed), so each
+check is statistical. Each states its false-failure probability beside the bound; all are
+below 1e-6. Each also states what a broken mechanism does to it: noise C = n // k times too
+small, or a cell's level drawn with epsilon_a instead of epsilon_a / C (a table C times less
+private than its report says), fails with a probability indistinguishable from 1.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from streamanon import dp
+from streamanon.schema import parse_schema
+
+#: Each two-sided statistical check fails a correct mechanism with probability at most
+#: 2 * TAIL (one TAIL per side).
+TAIL = 1e-7
+
+
+# -- the Laplace noise on a cell's mean --------------------------------------------------------
+
+NUMBERS = parse_schema({
+    "x": {"role": "quasi_identifier", "type": "float", "min": -1024, "max": 1024},
+    # not required: missing answers are in the domain, coded one width below min, so the
+    # noise is scaled to twice the declared width
+    "y": {"role": "confidential", "type": "float", "min": -1024, "max": 1024,
+          "required": False},
+})
+
+
+def cells_of_constant_tuples(cells: int, k: int) -> pd.DataFrame:
+    """``cells`` groups of k identical records, integer tuples in [-512, 512]: on the grid,
+    so every cell's true mean is its tuple exactly (the insensitive order keeps identical
+    records together, and each group fills one cell)."""
+    rng = np.random.default_rng(cells * 1000 + k)  # the data only; the releases are unseeded
+    x = rng.integers(-512, 513, cells).astype(float)
+    y = rng.integers(-512, 513, cells).astype(float)
+    return pd.DataFrame({"x": np.repeat(x, k), "y": np.repeat(y, k)})
+
+
+def deviations_per_cell(frame: pd.DataFrame, schema, k: int, epsilon: float,
+                        releases: int) -> tuple[dict[str, np.ndarray], dict]:
+    """Each attribute's released-minus-true cell means, one per cell and release (a cell's rows
+    share one noisy tuple), and the last release's report."""
+    attrs = dp.attributes_of(schema, dp.released_columns(schema, "all"))
+    cells = dp.insensitive_cells(dp.encode(frame, attrs), attrs, k)
+    first = np.array([rows[0] for rows in cells])
+    out: dict[str, list[np.ndarray]] = {a.name: [] for a in attrs}
+    for _ in range(releases):
+        drawn = dp.release(frame, schema, k=k, epsilon=epsilon)
+        released = drawn.table_in_input_order
+        for a in attrs:
+            values = released[a.name].to_numpy(dtype=float)
+            for rows in cells:  # one noisy value per cell, repeated for its members
+                assert (values[rows] == values[rows[0]]).all()
+            true = np.array([frame[a.name].to_numpy(dtype=float)[rows].mean() for rows in cells])
+            out[a.name].append(values[first] - true)
+    return {name: np.concatenate(d) for name, d in out.items()}, drawn.report
+
+
+def assert_laplace_of_scale(deviations: np.ndarray, scale: float) -> None:
+    """The deviations are Laplace(0, scale): for N of them, sum |d| / scale is Gamma(N, 1),
+    and the bounds below are its TAIL and 1 - TAIL quantiles (false failure 2e-7; the
+    discrete Laplace of the grid differs from the continuous one by a relative 1e-9 at the
+    scales here, thousands of grid steps). With N >= 2000 the band is within 12% of 1: noise
+    1.5 times too small (ratio 0.67) fails with probability below 1e-100. A Kolmogorov-Smirnov
+    test against Laplace(0, scale) adds the shape and the centre (p below TAIL with
+    probability TAIL under the null)."""
+    n = len(deviations)
+    ratio = np.abs(deviations).sum() / scale
+    low, high = stats.gamma.ppf(TAIL, n), stats.gamma.isf(TAIL, n)
+    assert low <= ratio <= high, (
+        f"mean |deviation| is {ratio / n:.3f} times the scale {scale:g} epsilon requires "
+        f"(a correct mechanism lies in [{low / n:.3f}, {high / n:.3f}])")
+    assert stats.kstest(deviations / scale, stats.laplace().cdf).pvalue > TAIL
+
+
+@pytest.mark.parametrize("cells, k, epsilon, releases", [
+    (1000, 10, 1e5, 1),  # C = 1000: the scales are 8.2 (x) and 16.4 (y)
+    (100, 50, 500.0, 10),  # C = 100: 16.4 and 32.8
+])
+def test_cell_means_get_laplace_noise_of_scale_c_w_over_k_epsilon_a(cells, k, epsilon,
+                                                                     releases):
+    """Every cell's mean gets Laplace noise of scale C * w / (k * epsilon_a) (the module's
+    docstring: one record moves each of the C cells' means by w / k), epsilon_a = epsilon / 2
+    for two attributes, w = 2048 for x and twice that for y (missing answers in its domain).
+    The true means lie in [-512, 512] and the scales below 33, so a draw reaches the clamps at
+    +-1024 (or y's missing code) with probability below exp(-15) per cell."""
+    frame = cells_of_constant_tuples(cells, k)
+    deviations, report = deviations_per_cell(frame, NUMBERS, k, epsilon, releases)
+    share = epsilon / 2
+    for name, width in (("x", 2048.0), ("y", 4096.0)):
+        assert len(deviations[name]) == cells * releases >= 1000
+        want = cells * width / (k * share)
+        assert want < 33
+        assert_laplace_of_scale(deviations[name], want)
+        # the report states the scale the noise was drawn with (checked above against the
+        # draws themselves, not against the variable the code drew from)
+        assert report["attributes"][name]["scale"] == pytest.approx(want)
+        assert report["attributes"][name]["epsilon"] == pytest.approx(share)
+    assert report["epsilon"] == epsilon and report["cells"] == cells
+    assert report["differentially_private"] is True
+
+
+def test_the_reported_scale_is_the_spread_of_what_was_drawn():
+    """The report's scale, read as a prediction, matches the empirical mean absolute deviation
+    of the released cell means: the same Gamma bound as above, with the report's number in
+    place of the formula (false failure 2e-7)."""
+    frame = cells_of_constant_tuples(2000, 5)
+    deviations, report = deviations_per_cell(frame, NUMBERS, 5, 4e5, 1)
+    for name in ("x", "y"):
+        assert_laplace_of_scale(deviations[name], report["attributes"][name]["scale"])
+
+
+# -- the exponential mechanism's odds ----------------------------------------------------------
+
+def two_level_cells(cells: int, k: int) -> pd.DataFrame:
+    """``cells`` cells of k records, the first half all "a", the others all "b"."""
+    half = cells // 2
+    return pd.DataFrame({"c": ["a"] * (half * k) + ["b"] * ((cells - half) * k)})
+
+
+CATEGORY = parse_schema({"c": {"role": "quasi_identifier", "type": "category",
+                               "levels": ["a", "b"]}})
+
+
+@pytest.mark.parametrize("k", [4, 10])
+def test_a_cells_own_level_is_drawn_with_odds_exp_of_its_share_of_epsilon_times_k_over_two(k):
+    """A cell whose k members all answer "a" has utility k for "a" and 0 for "b": the odds of
+    drawing "a" are exp(epsilon_cell * k / 2) with epsilon_cell = epsilon_a / C. The settings
+    make them 3 (own level drawn with p = 3/4): N = 4000 cells give a binomial count whose
+    TAIL and 1 - TAIL quantiles bound it (false failure 2e-7; the band is p +- 0.037, odds
+    2.5 to 3.7). With epsilon_a per cell instead (a table C times less private than
+    reported) the odds are 3^C and the count is N; a mechanism spending half its budget has
+    odds sqrt(3) (p = 0.63): both fail with probability below 1e-50."""
+    cells, releases = 1000, 4
+    per_cell = 2 * np.log(3.0) / k
+    epsilon = per_cell * cells  # one attribute: epsilon_a = epsilon
+    frame = two_level_cells(cells, k)
+    own, total = 0, 0
+    for _ in range(releases):
+        drawn = dp.release(frame, CATEGORY, k=k, epsilon=epsilon)
+        released = drawn.table_in_input_order["c"].to_numpy()
+        members = frame["c"].to_numpy()
+        own += int((released == members).sum()) // k  # a cell's members share one level
+        total += cells
+        assert drawn.report["attributes"]["c"]["epsilon_per_cell"] == pytest.approx(per_cell)
+    p = 3 / 4
+    low, high = stats.binom.ppf(TAIL, total, p), stats.binom.isf(TAIL, total, p)
+    odds = own / max(total - own, 1)
+    assert low <= own <= high, (
+        f"a cell's own level was drawn with odds {odds:.2f}: epsilon per cell "
+        f"{2 * np.log(odds) / k:.3g}, not {per_cell:.3g}")
+
+
+# -- neighbouring data sets --------------------------------------------------------------------
+
+SURVEY = parse_schema({
+    "age": {"role": "quasi_identifier", "type": "int", "min": 16, "max": 99},
+    "income": {"role": "quasi_identifier", "type": "float", "min": 0, "max": 200_000,
+               "required": False},
+    "education": {"role": "quasi_identifier", "type": "ordinal",
+                  "levels": ["primary", "secondary", "tertiary"], "required": False},
+    "region": {"role": "quasi_identifier", "type": "category",
+               "levels": ["north", "south", "east", "west"], "required": False},
+    "visits": {"role": "confidential", "type": "int", "min": 0, "max": 9, "required": False},
+    "smoker": {"role": "confidential", "type": "bool", "required": False},
+})
+EXTREMES = {  # the domain's lower and upper corners, and a record missing every answer it may
+    "low": {"age": 16, "income": 0.0, "education": "primary", "region": "north", "visits": 0,
+            "smoker": False},
+    "high": {"age": 99, "income": 200_000.0, "education": "tertiary", "region": "west",
+             "visits": 9, "smoker": True},
+    "missing": {"age": 16, "income": np.nan, "education": None, "region": None,
+                "visits": None, "smoker": None},
+}
+
+
+def skewed_survey(n: int, seed: int) -> pd.DataFrame:
+    """Real-survey-like answers: skewed income rounded to the thousand (ties), a mode on one
+    region, many exact duplicates, and missing answers in every field that allows them."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({
+        "age": rng.choice([25, 40, 41, 65], n, p=[.4, .3, .2, .1]),
+        "income": np.round(rng.lognormal(10, 1, n).clip(0, 200_000), -3),
+        "education": rng.choice(["primary", "secondary", "tertiary"], n, p=[.1, .7, .2]),
+        "region": rng.choice(["north", "south", "east", "west"], n, p=[.7, .1, .1, .1]),
+        "visits": rng.poisson(0.5, n).clip(0, 9),
+        "smoker": rng.random(n) < 0.2,
+    }).astype({"education": object, "region": object, "visits": "Int64",
+               "smoker": "boolean"})
+    for name in ("income", "education", "region", "visits", "smoker"):
+        frame.loc[rng.random(n) < 0.15, name] = None
+    copies, sources = rng.integers(0, n, (2, n // 4))  # a quarter copy another's answers
+    for name in frame.columns:
+        frame.loc[copies, name] = frame[name].to_numpy()[sources]
+    return frame
+
+
+def cell_multisets(frame: pd.DataFrame, k: int) -> list[Counter]:
+    attrs = dp.attributes_of(SURVEY, dp.released_columns(SURVEY, "all"))
+    codes = dp.encode(frame, attrs)
+    return [Counter(map(tuple, codes[rows])) for rows in dp.insensitive_cells(codes, attrs, k)]
+
+
+def assert_each_cell_moves_by_at_most_one_record(before: pd.DataFrame, after: pd.DataFrame,
+                                                 k: int) -> None:
+    one, two = cell_multisets(before, k), cell_multisets(after, k)
+    n = len(before)
+    sizes = [k] * (n // k - 1) + [k + n % k]  # from n and k alone
+    assert [sum(c.values()) for c in one] == [sum(c.values()) for c in two] == sizes
+    moved = [sum((a - b).values()) for a, b in zip(one, two, strict=True)]
+    assert max(moved) <= 1, f"cells moved by {moved}"
+
+
+def neighbour(frame: pd.DataFrame, row: int, answers: dict) -> pd.DataFrame:
+    out = frame.copy()
+    for name, value in answers.items():
+        out.loc[out.index[row], name] = value
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_random_neighbour_moves_each_cell_by_at_most_one_record_and_keeps_the_sizes(seed):
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(20, 300)), int(rng.integers(2, 12))
+    frame = skewed_survey(n, seed)
+    other = skewed_survey(n, seed + 1000).iloc[int(rng.integers(n))].to_dict()
+    assert_each_cell_moves_by_at_most_one_record(
+        frame, neighbour(frame, int(rng.integers(n)), other), k)
+
+
+@pytest.mark.parametrize("k", [2, 3, 7])
+@pytest.mark.parametrize("change", [
+    ("low", "high"), ("high", "low"), ("low", "missing"), ("missing", "high"),
+    ("high", "missing"), ("missing", "low"),
+])
+def test_an_adversarial_neighbour_moves_each_cell_by_at_most_one_record(k, change):
+    """One record jumps across the whole order (lower corner to upper corner), or between an
+    answer and missing every answer it may: into data that hold the corners' duplicates and
+    the missing record's (it lands among ties), and into data whose answers stay inside the
+    domain (it stretches the data's range: an order scaled by the data's own extremes instead
+    of the declared domain would reshuffle every cell)."""
+    start, end = change
+    inside = skewed_survey(60, 7)
+    inside["age"] = inside["age"].clip(17, 98)
+    inside["income"] = inside["income"].clip(1000, 150_000)
+    planted = inside.copy()
+    for i, name in enumerate(("low", "high", "missing", "low", "high", "missing")):
+        planted = neighbour(planted, 10 * i + 5, EXTREMES[name])
+    for frame in (neighbour(planted, 0, EXTREMES[start]), neighbour(inside, 0, EXTREMES[start])):
+        for row in (0, 35):  # the jumping record, and (planted) one of its duplicates
+            assert_each_cell_moves_by_at_most_one_record(
+                frame, neighbour(frame, row, EXTREMES[end]), k)
+
+
+def test_equidistant_records_are_ordered_by_their_values_not_by_their_rows():
+    """Records at the same distance from the lower corner (x and y swapped) are ordered by
+    their values: the cells do not depend on which row holds which record."""
+    schema = parse_schema({
+        "x": {"role": "quasi_identifier", "type": "int", "min": 0, "max": 10},
+        "y": {"role": "quasi_identifier", "type": "int", "min": 0, "max": 10}})
+    frame = pd.DataFrame({"x": [3, 4] * 6, "y": [4, 3] * 6})
+    attrs = dp.attributes_of(schema, ["x", "y"])
+    for rows in (np.arange(12), np.arange(12)[::-1], np.random.default_rng(0).permutation(12)):
+        shuffled = frame.iloc[rows].reset_index(drop=True)
+        codes = dp.encode(shuffled, attrs)
+        cells = dp.insensitive_cells(codes, attrs, 3)
+        assert [sorted(map(tuple, codes[c])) for c in cells] == (
+            [[(3.0, 4.0)] * 3] * 2 + [[(4.0, 3.0)] * 3] * 2)
+
+
+# -- the privacy loss between two neighbours ---------------------------------------------------
+
+def test_one_cells_privacy_loss_between_two_neighbours_is_at_most_its_share_of_epsilon():
+    """The end-to-end bound where it can be computed exactly. One category with L = C + 1
+    levels, cells of k = 2: in D1 cell j holds two answers j; D2 changes one answer 0 to C,
+    which moves every cell by one record (cell j holds j and j + 1). The outcome that tells
+    them apart most, cell j drawing j + 1, has probability
+        P1 = 1 / (e^x + L - 1)   and   P2 = e^(x/2) / (2 e^(x/2) + L - 2),
+    x = epsilon / C per cell: their ratio (1.29 at x = 0.5) must stay below e^x (1.65), and
+    the C cells' ratios multiply to at most e^epsilon (sequential composition). Pooled over
+    cells and releases the indicators are Bernoulli(P1) and Bernoulli(P2):
+    - each count lies within its binomial TAIL quantiles (the exact distribution; false
+      failure 4e-7 over both counts);
+    - the likelihood-ratio check is conditional: given m = n1 + n2 indicators that fired, n2 is
+      Binomial(m, P2 / (P1 + P2)), at most Binomial(m, e^x / (1 + e^x)) under ANY mechanism
+      within its bound, so n2 above that's 1 - TAIL quantile fails one with probability at
+      most 1e-7. With epsilon_a per cell instead, P1 = 0.006 and P2 = 0.37 (ratio 58): the
+      check fails with probability above 1 - 1e-30.
+    """
+    cells, releases, x = 10, 100, 0.5
+    levels = [f"l{j}" for j in range(cells + 1)]
+    schema = parse_schema({"c": {"role": "quasi_identifier", "type": "category",
+                                 "levels": levels}})
+    one = pd.DataFrame({"c": [levels[j] for j in range(cells) for _ in range(2)]})
+    two = one.copy()
+    two.loc[0, "c"] = levels[cells]
+    fired = []
+    for frame in (one, two):
+        attrs = dp.attributes_of(schema, ["c"])
+        codes = dp.encode(frame, attrs)[:, 0]
+        found = dp.insensitive_cells(dp.encode(frame, attrs), attrs, 2)
+        assert [sorted(codes[rows]) for rows in found] == (
+            [[j, j] for j in range(cells)] if frame is one
+            else [[j, j + 1] for j in range(cells)])
+        count = 0
+        for _ in range(releases):
+            released = dp.encode(dp.release(frame, schema, k=2, epsilon=x * cells)
+                                 .table_in_input_order, attrs)[:, 0]
+            count += sum(int(released[rows[0]] == min(codes[rows]) + 1) for rows in found)
+        fired.append(count)
+    n1, n2 = fired
+    total = cells * releases
+    p1 = 1 / (np.exp(x) + cells)
+    p2 = np.exp(x / 2) / (2 * np.exp(x / 2) + cells - 1)
+    for count, p in ((n1, p1), (n2, p2)):
+        assert stats.binom.ppf(TAIL, total, p) <= count <= stats.binom.isf(TAIL, total, p)
+    bound = np.exp(x) / (1 + np.exp(x))
+    assert n2 <= stats.binom.isf(TAIL, n1 + n2, bound), (
+        f"the neighbours' likelihood ratio is {n2 / max(n1, 1):.2f}, above e^{x:g} = "
+        f"{np.exp(x):.2f} per cell")
