@@ -82,7 +82,6 @@ Pure: arrays and frames in, a table and a report out; no I/O.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +90,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import isotonic_regression
 
+from streamanon import dp_noise, dp_zcdp
 from streamanon.errors import InputError, ParameterError
 from streamanon.schema import DROPPED_ROLES, Schema
 
@@ -103,6 +103,16 @@ MAX_NOISE_SCALE = 2.0 ** 52
 SCOPES = ("all", "quasi_identifiers")
 #: Field types no mechanism here can release.
 UNRELEASABLE = ("str", "text", "timestamp")
+#: The delta at which a release given by rho alone is also read as (epsilon, delta)-DP.
+REPORTED_DELTA = 1e-6
+#: The neighbouring relation every guarantee here is stated for (bounded differential
+#: privacy): n is public, and so is whether someone took part.
+NEIGHBOURS = ("two survey data sets of the same size that differ in one respondent's answers "
+              "(bounded differential privacy: the number of respondents is public, and "
+              "whether someone took part is not protected)")
+#: How the released table's rows are ordered (:func:`canonical_order`).
+ROW_ORDER = ("sorted by the released values, column by column, missing values first: a "
+             "function of the released values alone")
 
 
 @dataclass(frozen=True)
@@ -139,11 +149,40 @@ class Attribute:
         return float(max(1, len(self.levels) - 1))
 
 
+@dataclass(frozen=True)
+class Budget:
+    """A release's (or one attribute's share of its) privacy parameters: pure
+    epsilon-differential privacy (``rho`` None), or rho-zCDP, which is (epsilon,
+    delta)-differentially private with the ``epsilon`` and ``delta`` given (an attribute's
+    share of a zCDP budget has its rho alone)."""
+
+    epsilon: float | None
+    rho: float | None = None
+    delta: float | None = None
+
+    @property
+    def zcdp(self) -> bool:
+        return self.rho is not None
+
+    def share(self, attributes: int) -> Budget:
+        """Each of ``attributes`` attributes' equal share: epsilon (pure) or rho (zCDP) over
+        their number, both adding up again by composition (for rho: Bun and Steinke
+        2016)."""
+        if self.rho is None:
+            assert self.epsilon is not None
+            return Budget(self.epsilon / attributes)
+        return Budget(None, self.rho / attributes)
+
+    def to_json(self) -> dict[str, float]:
+        return {name: value for name, value in (("epsilon", self.epsilon), ("rho", self.rho),
+                                                ("delta", self.delta)) if value is not None}
+
+
 @dataclass
 class DPRelease:
-    """The released table (rows shuffled: row i is record ``order[i]``), the same rows in the
-    input's order (for measuring the loss beside the original; never published) and the
-    report."""
+    """The released table (rows in :func:`canonical_order`: row i is record ``order[i]``),
+    the same rows in the input's order (for measuring the loss beside the original; never
+    published) and the report."""
 
     table: pd.DataFrame
     table_in_input_order: pd.DataFrame
@@ -263,26 +302,6 @@ def ranked_cells(values: np.ndarray, k: int) -> list[np.ndarray]:
     return _cells(np.argsort(values, kind="stable"), k)
 
 
-def discrete_laplace(scale: float, size: int, rng: np.random.Generator) -> np.ndarray:
-    """``size`` integers z with probability proportional to ``exp(-|z| / scale)`` (the
-    discrete Laplace distribution, as the difference of two geometric draws). Added to
-    integer sums, the released values carry no trace of floating point: a float Laplace draw
-    added to a float mean leaves low-order bits that tell which mean it was added to
-    (Mironov, "On significance of the least significant bits for differential privacy",
-    CCS 2012)."""
-    p = -np.expm1(-1.0 / scale)
-    return rng.geometric(p, size) - rng.geometric(p, size)
-
-
-def exponential(utility: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """One choice per row of ``utility`` (cells x candidates) with probability proportional to
-    ``exp(epsilon * utility / 2)``, by the Gumbel-max trick (exact)."""
-    best = utility.max(axis=1, keepdims=True)  # 0 at the best: it never overflows, and a
-    with np.errstate(over="ignore"):  # worse one going to -inf has probability 0, as it should
-        scores = epsilon / 2 * (utility - best)
-    return np.argmax(scores + rng.gumbel(size=utility.shape), axis=1)
-
-
 def _labels(cells: list[np.ndarray], n: int) -> np.ndarray:
     labels = np.empty(n, dtype=np.int64)
     for j, rows in enumerate(cells):
@@ -291,59 +310,107 @@ def _labels(cells: list[np.ndarray], n: int) -> np.ndarray:
 
 
 def _level_counts(codes: np.ndarray, labels: np.ndarray, cells: int, levels: int) -> np.ndarray:
-    counts = np.zeros((cells, levels))
-    np.add.at(counts, (labels, codes.astype(np.int64)), 1.0)
+    counts = np.zeros((cells, levels), dtype=np.int64)
+    np.add.at(counts, (labels, codes.astype(np.int64)), 1)
     return counts
 
 
-def _utility(a: Attribute, counts: np.ndarray) -> np.ndarray:
-    """Each cell's utility of each level: its members' count (a category), or minus their rank
-    distances over ``L - 1`` (an ordinal)."""
+def utility(a: Attribute, counts: np.ndarray) -> np.ndarray:
+    """Each cell's integer utility of each level (cells x levels, from the members' level
+    ``counts``): the members' count of it (a category), or minus the sum of their rank
+    distances to it (an ordinal). One member changed moves a category's utilities by at most
+    1 and an ordinal's by at most ``L - 1``: :func:`utility_sensitivity`."""
     if a.kind == "category":
         return counts
     ranks = np.arange(len(a.levels))
-    return -(counts @ np.abs(ranks[:, None] - ranks[None, :])) / a.width
+    return -(counts @ np.abs(ranks[:, None] - ranks[None, :]))
+
+
+def utility_sensitivity(a: Attribute) -> int:
+    """How far one cell member changed moves a level's :func:`utility`: 1 or ``L - 1``."""
+    return 1 if a.kind == "category" else int(a.width)
+
+
+def grid_of(a: Attribute) -> tuple[int, float, float]:
+    """The integer grid a number's (or, in individual ranking, a level index's) cell sums are
+    counted on: its ``units`` (steps over the width), the step and the origin. A record's
+    grid value is ``rint((code - origin) / step)``, between 0 and ``units``."""
+    units = GRID_STEPS if a.kind == "number" else int(a.width)
+    step = a.width / units if a.width > 0 else 1.0
+    origin = a.floor if a.kind == "number" else 0.0
+    return units, step, origin
+
+
+def cell_sums(a: Attribute, values: np.ndarray, cells: list[np.ndarray]) -> np.ndarray:
+    """The cells' sums of the records' grid values (:func:`grid_of`): the integers the noise
+    is added to."""
+    _, step, origin = grid_of(a)
+    labels = _labels(cells, len(values))
+    grid = np.rint((values - origin) / step)
+    return np.rint(np.bincount(labels, weights=grid, minlength=len(cells))).astype(np.int64)
+
+
+def sum_sensitivity(cells: int, units: int, telescoped: bool) -> tuple[int, float]:
+    """The L1 and L2 sensitivities of an attribute's vector of cell sums (grid units) between
+    two data sets of the same size that differ in one record. ``telescoped``: the cells are
+    runs of that attribute's own sorted values (individual ranking, or the insensitive
+    mechanism releasing one attribute, whose domain order is then that attribute's order);
+    the record's change from a to b shifts the cells between by one record each, every
+    replaced value by a larger one (or every one by a smaller), so the changes telescope to
+    at most ``|b - a| <= units`` in all: L1 and L2 ``units``. Otherwise (the insensitive cells
+    of several attributes) each of the C cells differs in at most one record, whose grid value
+    moves by at most ``units``: L1 ``C * units``, L2 ``sqrt(C) * units``."""
+    if telescoped:
+        return units, float(units)
+    return cells * units, float(np.sqrt(cells)) * units
 
 
 def _release_attribute(a: Attribute, values: np.ndarray, cells: list[np.ndarray],
-                       epsilon: float, ranked: bool,
-                       rng: np.random.Generator) -> tuple[np.ndarray, dict[str, Any]]:
+                       budget: Budget, ranked: bool,
+                       telescoped: bool) -> tuple[np.ndarray, dict[str, Any]]:
     """One attribute's released codes (per record) and its report: noisy cell means (numbers;
     in individual ranking also a level's index, a number of width ``L - 1``), or levels drawn
-    per cell by the exponential mechanism (the insensitive cells' ordinals and categories)."""
+    per cell by the exponential mechanism (the insensitive cells' ordinals and categories).
+    ``budget``: this attribute's share."""
     n, count = len(values), len(cells)
     labels = _labels(cells, n)
     sizes = np.bincount(labels, minlength=count).astype(float)
     k = int(sizes.min())
+    info: dict[str, Any] = {"kind": a.kind, **budget.to_json()}
     if a.kind == "number" or ranked:
-        # integer sums on a grid of ``units`` steps over the width (a level index is its own
-        # grid): one record moves the cell sums by ``units`` in all (ranked) or in each of the
-        # C cells (insensitive), the means by w / k as much
-        units = GRID_STEPS if a.kind == "number" else int(a.width)
-        step = a.width / units if a.width > 0 else 1.0
-        origin = a.floor if a.kind == "number" else 0.0
-        grid = np.rint((values - origin) / step)
-        sums = np.rint(np.bincount(labels, weights=grid, minlength=count)).astype(np.int64)
-        moved = units * (1 if ranked else count)
-        noisy = origin + step * (sums + discrete_laplace(moved / epsilon, count, rng)) / sizes
+        # integer sums on a grid of ``units`` steps over the width, noised where no float
+        # bit can leak (Mironov 2012), then read back as means
+        units, step, origin = grid_of(a)
+        sums = cell_sums(a, values, cells)
+        l1, l2 = sum_sensitivity(count, units, telescoped)
+        if budget.rho is None:
+            scale = l1 / budget.epsilon
+            noisy_sums = dp_noise.discrete_laplace(sums, scale)
+            info.update(noise="discrete laplace on cell sums", norm="l1",
+                        sensitivity=l1 * step / k)
+        else:
+            scale = l2 / np.sqrt(2.0 * budget.rho)
+            noisy_sums = dp_noise.discrete_gaussian(sums, scale)
+            info.update(noise="discrete gaussian on cell sums", norm="l2",
+                        sensitivity=l2 * step / k, sigma=scale * step / k)
+        noisy = origin + step * noisy_sums / sizes
         if ranked:  # the cells are runs of sorted values: their means are ordered
             noisy = isotonic_regression(noisy, weights=sizes).x
         low, high = (a.floor, a.high) if a.kind == "number" else (0.0, len(a.levels) - 1.0)
         noisy = np.clip(noisy, low, high)
         if a.kind != "number":
             noisy = np.rint(noisy)
-        sensitivity = moved * step / k
-        info = {"kind": a.kind, "epsilon": epsilon, "noise": "discrete laplace on cell sums",
-                "grid_step": step, "sensitivity": sensitivity, "scale": sensitivity / epsilon}
-        if a.kind != "number":
             info["levels"] = len(a.levels)
+        info.update(grid_step=step, telescoped=telescoped, scale=scale * step / k)
     else:
-        # one record moves one member of each of at most the C cells: 1 per cell
-        per_cell = epsilon / count
-        utility = _utility(a, _level_counts(values, labels, count, len(a.levels)))
-        noisy = exponential(utility, per_cell, rng).astype(float)
-        info = {"kind": a.kind, "epsilon": epsilon, "noise": "exponential",
-                "epsilon_per_cell": per_cell, "levels": len(a.levels)}
+        # one record moves one member of each of at most the C cells: the C draws compose
+        # (pure: epsilon_a / C each; zCDP: C draws of epsilon_c**2 / 8 each add up to rho_a)
+        per_cell = (budget.epsilon / count if budget.rho is None
+                    else float(np.sqrt(8.0 * budget.rho / count)))
+        scores = utility(a, _level_counts(values, labels, count, len(a.levels)))
+        noisy = dp_noise.exponential_mechanism(scores, per_cell,
+                                               utility_sensitivity(a)).astype(float)
+        info.update(noise="exponential", epsilon_per_cell=per_cell, levels=len(a.levels))
     return noisy[labels], info
 
 
@@ -369,45 +436,95 @@ def decode(codes: np.ndarray, a: Attribute) -> pd.Series:
     return pd.Series(values, name=a.name, dtype=object)
 
 
-def check(n: int, k: int, epsilon: float, mechanism: str, attributes: int = 1) -> None:
+def check(n: int, k: int, epsilon: float | None, mechanism: str, attributes: int = 1,
+          rho: float | None = None) -> None:
     """Refuse what no release can be drawn with: an unknown mechanism, k outside 1..n, an
-    epsilon that is not a finite positive number, or one so small that an attribute's noise
-    (``n / k`` cells of ``GRID_STEPS`` steps over its share) would overflow its integers."""
+    epsilon (pure) or rho (zCDP) that is not a finite positive number, or one so small that
+    an attribute's noise (``n / k`` cells of ``GRID_STEPS`` steps over its share) would
+    overflow its integers."""
     if mechanism not in MECHANISMS:
         raise ParameterError(f"the mechanism is one of {', '.join(MECHANISMS)}, not "
                              f"{mechanism!r}")
-    if not (epsilon > 0 and np.isfinite(epsilon)):
+    if rho is None and not (epsilon is not None and epsilon > 0 and np.isfinite(epsilon)):
         raise ParameterError(f"epsilon must be a finite positive number, not {epsilon!r}")
+    if rho is not None:
+        dp_zcdp.check_rho(rho)
     if not 1 <= k <= n:
         raise ParameterError(f"k = {k} needs 1 <= k <= n = {n} records")
-    if (n // k) * GRID_STEPS / (epsilon / attributes) > MAX_NOISE_SCALE:
-        raise ParameterError(f"epsilon = {epsilon:g} over {attributes} attribute(s) is too "
-                             f"small for a release of {n} records in cells of {k}: its noise "
-                             "would drown every value (and overflow)")
+    if rho is None:
+        scale, what = (n // k) * GRID_STEPS / (epsilon / attributes), f"epsilon = {epsilon:g}"
+    else:
+        scale = np.sqrt(n // k) * GRID_STEPS / np.sqrt(2 * rho / attributes)
+        what = f"rho = {rho:g}"
+    if not scale <= MAX_NOISE_SCALE:
+        raise ParameterError(f"{what} over {attributes} attribute(s) is too small for a "
+                             f"release of {n} records in cells of {k}: its noise would drown "
+                             "every value (and overflow)")
 
 
-def fresh_generator() -> np.random.Generator:
-    """A generator seeded with 128 bits of the operating system's entropy (:mod:`secrets`):
-    nobody can replay the noise."""
-    return np.random.default_rng(secrets.randbits(128))
+def budget_of(epsilon: float | None = None, delta: float | None = None,
+              rho: float | None = None) -> Budget:
+    """A release's privacy parameters from what its caller gives: ``epsilon`` alone, pure
+    epsilon-differential privacy; ``epsilon`` and ``delta``, rho-zCDP with the largest rho
+    that is (epsilon, delta)-differentially private (:func:`streamanon.dp_zcdp.rho_for`);
+    ``rho``, rho-zCDP, reported as (epsilon, delta)-differential privacy at ``delta``
+    (default :data:`REPORTED_DELTA`). ``rho`` and ``epsilon`` together are refused."""
+    if rho is not None and epsilon is not None:
+        raise ParameterError("give epsilon (with delta for zCDP calibrated to (epsilon, "
+                             "delta)) or rho, not both")
+    if rho is not None:
+        dp_zcdp.check_rho(rho)
+        at = REPORTED_DELTA if delta is None else delta
+        return Budget(dp_zcdp.epsilon_of(rho, at), rho, at)
+    if epsilon is None:
+        raise ParameterError("a differentially private release needs epsilon (pure, or with "
+                             "delta for zCDP) or rho (zCDP)")
+    if not (epsilon > 0 and np.isfinite(epsilon)):
+        raise ParameterError(f"epsilon must be a finite positive number, not {epsilon!r}")
+    if delta is None:
+        return Budget(float(epsilon))
+    return Budget(float(epsilon), dp_zcdp.rho_for(epsilon, delta), float(delta))
 
 
-def release(frame: pd.DataFrame, schema: Schema, k: int, epsilon: float,
-            mechanism: str = "insensitive", scope: str = "all",
-            rng: np.random.Generator | None = None) -> DPRelease:
+def canonical_order(table: pd.DataFrame) -> np.ndarray:
+    """The published table's row order: the rows sorted by their released values, column by
+    column in the table's order, missing values first in every column (a stable sort: equal
+    rows, which nobody can tell apart, keep the input's order). A function of the released
+    values alone: unlike a shuffle it needs no randomness, and it tells nothing the values do
+    not. Returns ``order``: row i of the sorted table is row ``order[i]`` of ``table``."""
+    keys = [_sort_key(table[name]) for name in reversed(table.columns)]
+    return np.lexsort(keys) if keys else np.arange(len(table))
+
+
+def _sort_key(column: pd.Series) -> np.ndarray:
+    """Each value's rank among the column's distinct values, -1 for a missing one."""
+    try:
+        codes, _ = pd.factorize(column, sort=True)
+    except TypeError:  # values of several types (published as they are): by their text
+        codes, _ = pd.factorize(column.astype(str).where(column.notna()), sort=True)
+    return codes
+
+
+def release(frame: pd.DataFrame, schema: Schema, k: int, epsilon: float | None = None,
+            mechanism: str = "insensitive", scope: str = "all", *,
+            delta: float | None = None, rho: float | None = None) -> DPRelease:
     """The release of ``frame`` (columns as ``schema`` declares them; identifiers and ignored
-    columns dropped) through ``mechanism`` with budget ``epsilon``, shared equally among the
-    released attributes. ``rng``: the noise's generator (default :func:`fresh_generator`)."""
-    check(len(frame), k, epsilon, mechanism)
+    columns dropped) through ``mechanism``. The budget (:func:`budget_of`): ``epsilon``
+    alone for pure epsilon-differential privacy, ``epsilon`` and ``delta`` for zCDP
+    calibrated to (epsilon, delta), or ``rho`` for rho-zCDP; shared equally among the
+    released attributes. The noise is drawn by :mod:`streamanon.dp_noise`, never seeded."""
+    budget = budget_of(epsilon, delta, rho)
+    check(len(frame), k, budget.epsilon, mechanism, rho=budget.rho)
     columns = released_columns(schema, scope)
     if not columns:
         raise InputError("nothing to release: the schema declares no attribute in scope")
     attributes = attributes_of(schema, columns)
-    check(len(frame), k, epsilon, mechanism, len(attributes))
-    rng = fresh_generator() if rng is None else rng
+    check(len(frame), k, budget.epsilon, mechanism, len(attributes), rho=budget.rho)
     codes = encode(frame, attributes)
-    share = epsilon / len(attributes)
+    share = budget.share(len(attributes))
     ranked = mechanism == "individual_ranking"
+    # one attribute's insensitive cells are runs of its own sorted values: its sums telescope
+    telescoped = ranked or len(attributes) == 1
     cells = None if ranked else insensitive_cells(codes, attributes, k)
     kept = [c for c in frame.columns if c in schema.fields
             and schema.fields[c].role not in DROPPED_ROLES]
@@ -415,18 +532,22 @@ def release(frame: pd.DataFrame, schema: Schema, k: int, epsilon: float,
     attrs: dict[str, Any] = {}
     for j, a in enumerate(attributes):
         mine = ranked_cells(codes[:, j], k) if ranked else cells
-        released, attrs[a.name] = _release_attribute(a, codes[:, j], mine, share, ranked, rng)
+        released, attrs[a.name] = _release_attribute(a, codes[:, j], mine, share, ranked,
+                                                     telescoped)
         out[a.name] = decode(released, a).array  # nullable Int64 and boolean kept
-    order = rng.permutation(len(out))
-    shuffled = out.iloc[order].reset_index(drop=True)
+    order = canonical_order(out)
+    table = out.iloc[order].reset_index(drop=True)
     private = scope == "all" and not ranked
     key = [name for name in schema.quasi_identifiers if name in out.columns]
     smallest = int(out.groupby(key, dropna=False).size().min()) if key else len(out)
-    report = {"epsilon": epsilon, "k": k, "mechanism": mechanism, "scope": scope,
-              "differentially_private": private,
-              "guarantee": guarantee(epsilon, mechanism, scope),
+    report = {**budget.to_json(), "privacy": "zcdp" if budget.zcdp else "pure",
+              "k": k, "mechanism": mechanism, "scope": scope,
+              "differentially_private": private, "neighbours": NEIGHBOURS,
+              "guarantee": guarantee(budget.epsilon, mechanism, scope, budget.rho,
+                                     budget.delta),
               "covers": "the released table; this report's information_loss is measured on "
                         "the raw answers, for the data holder, not for publication",
+              "row_order": ROW_ORDER,
               # measured on the released keys: the insensitive cells share one noisy tuple
               "k_anonymous": smallest >= k, "smallest_group": smallest,
               "cells": len(cells) if cells is not None else len(frame) // k,
@@ -434,7 +555,18 @@ def release(frame: pd.DataFrame, schema: Schema, k: int, epsilon: float,
               "warnings": drowned(attributes, attrs, k),
               "information_loss": information_loss(codes, encode(out, attributes),
                                                    attributes)}
-    return DPRelease(shuffled, out, report, order)
+    return DPRelease(table, out, report, order)
+
+
+def release_as(frame: pd.DataFrame, schema: Schema, report: dict[str, Any]) -> DPRelease:
+    """A release of ``frame`` drawn as the one ``report`` describes (its k, mechanism, scope
+    and budget: epsilon, or rho for zCDP), with fresh noise: the held-out attacks' second
+    draw."""
+    zcdp = report.get("privacy") == "zcdp"
+    return release(frame, schema, report["k"], None if zcdp else report["epsilon"],
+                   report["mechanism"], report["scope"],
+                   rho=report["rho"] if zcdp else None,
+                   delta=report["delta"] if zcdp else None)
 
 
 def drowned(attributes: Sequence[Attribute], noise: dict[str, dict[str, Any]],
@@ -464,19 +596,31 @@ def engine_name(mechanism: str) -> str:
     return f"dp_{mechanism}"
 
 
-def guarantee(epsilon: float, mechanism: str, scope: str) -> str:
-    """What the release guarantees, in one sentence for its report."""
+def guarantee(epsilon: float, mechanism: str, scope: str, rho: float | None = None,
+              delta: float | None = None) -> str:
+    """What the release guarantees, in one sentence for its report, naming the neighbouring
+    relation (:data:`NEIGHBOURS`). ``rho`` (and the ``delta`` at which ``epsilon`` was read):
+    a zCDP release."""
+    budget = (f"epsilon = {epsilon:g}" if rho is None else
+              f"rho = {rho:.4g} (zero-concentrated), so epsilon = {epsilon:.4g} at delta = "
+              f"{delta:g}")
     if scope == "quasi_identifiers":
         return (f"not differentially private: the quasi-identifiers went through "
-                f"{mechanism.replace('_', ' ')} with epsilon = {epsilon:g}, and the "
-                f"confidential answers are published as they are")
+                f"{mechanism.replace('_', ' ')} with {budget}, and the confidential answers "
+                f"are published as they are")
     if mechanism == "individual_ranking":
         return (f"not differentially private as a table: each attribute's released values "
-                f"are differentially private (epsilon = {epsilon:g} over all of them), but "
-                f"which values share a row follows the data without noise")
-    return (f"epsilon-differentially private with epsilon = {epsilon:g}: changing one "
-            f"respondent's answers changes the probability of any release by a factor of at "
-            f"most e^{epsilon:g}; and k-anonymous")
+                f"are differentially private ({budget} over all of them) for {NEIGHBOURS}, "
+                f"but which values share a row follows the data without noise")
+    if rho is None:
+        return (f"epsilon-differentially private with epsilon = {epsilon:g} for {NEIGHBOURS}:"
+                f" changing one respondent's answers changes the probability of any release "
+                f"by a factor of at most e^{epsilon:g}; and k-anonymous")
+    return (f"rho-zero-concentrated differentially private with rho = {rho:.4g} (Bun and "
+            f"Steinke 2016), hence (epsilon, delta)-differentially private with epsilon = "
+            f"{epsilon:.4g} and delta = {delta:g}, for {NEIGHBOURS}: changing one "
+            f"respondent's answers changes the probability of any set of releases by a "
+            f"factor of at most e^{epsilon:.4g}, plus {delta:g}; and k-anonymous")
 
 
 def information_loss(original: np.ndarray, released: np.ndarray,
