@@ -33,6 +33,11 @@ class BudgetSpentError(StreamanonError):
     than is left: it is not drawn."""
 
 
+class DomainRefusedError(StreamanonError):
+    """An epsilon survey with ``out_of_domain = "refuse"`` dead-lettered answers outside their
+    declared domain: no release is drawn without them."""
+
+
 class WithheldError(StreamanonError):
     """Stands in for an exception whose message is withheld (see :func:`withheld`)."""
 

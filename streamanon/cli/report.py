@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "shuffled, so measures that need the row-to-row link (record linkage, interval "
             "disclosure) cannot be taken here: they are read from the report.json that "
             "anonymize or the service wrote beside the release, measured before shuffling "
-            "(RELEASE_STEM.report.json, or report.json in a service release's directory, when "
+            "(RELEASE_STEM.report.json, or a service release's report.json in the reports folder "
+            "beside its releases, when "
             "it has as many records and the same key), and the page says so; without one "
             "they are not measured. The engine, and l and t unless given, are read from the "
             "same report.json. "
@@ -209,13 +210,16 @@ def _interval(risk: dict[str, float]) -> str:
 
 def _release_report(release: Path, n: int) -> tuple[dict[str, Any], Path | None, str]:
     """The report.json written with the release: ``anonymize``'s RELEASE_STEM.report.json,
-    else the service's report.json in the release's directory; with its path. ({}, None,
-    why not) when there is none, or the one there is of another release (another number of
-    records)."""
+    else the service's report.json, in the default reports folder (``<output>/../reports/
+    <survey>/``, ``[output] reports_directory``) or, from earlier versions, in the release's
+    directory; with its path. ({}, None, why not) when there is none, or the one there is of
+    another release (another number of records)."""
     from streamanon.io import report_path
 
     own = report_path(release)
-    for path in (own, release.with_name("report.json")):
+    survey = release.parent
+    service = survey.parent.parent / "reports" / survey.name / "report.json"
+    for path in (own, service, release.with_name("report.json")):
         try:
             report = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):

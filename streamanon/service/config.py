@@ -39,7 +39,7 @@ from pydantic import (
 from streamanon.durations import parse_duration
 from streamanon.errors import StreamanonError
 from streamanon.ledger import charged
-from streamanon.schema import FieldSpec, Schema
+from streamanon.schema import DROPPED_ROLES, FieldSpec, Schema
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -49,6 +49,11 @@ else:  # pragma: no cover
 SECRET_KEYS = {"hmac_key", "http_token", "token", "secret", "hmac_key_file", "http_token_file",
                "password", "sasl_password", "sasl_password_file", "sasl_plain_password"}
 _SECTIONS = ("kafka", "store", "output", "http", "planner", "compute")
+
+
+#: The field types whose values are levels: an epsilon survey that clamps codes a value off
+#: them as missing (SurveyConfig.clamps).
+LEVEL_TYPES = ("category", "ordinal", "bool")
 
 
 class ConfigError(StreamanonError):
@@ -126,6 +131,12 @@ class SurveyConfig(_Strict):
     dp_mechanism: Literal["insensitive", "individual_ranking"] = "insensitive"
     dp_scope: Literal["all", "quasi_identifiers"] = "all"
     epsilon_budget: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # An epsilon survey's answer outside its declared domain: "clamp" (the default) puts a
+    # number at its nearest bound and codes a level that is not declared as missing, so that
+    # no answer's value decides whether it is released (dead-lettering it would change n and
+    # a counter: a deterministic leak); "refuse" dead-letters it and refuses the release
+    # (the survey's error says why). Only with epsilon.
+    out_of_domain: Literal["clamp", "refuse"] | None = None
     webhook: WebhookConfig | None = None
 
     @field_validator("deadline", mode="before")
@@ -164,6 +175,9 @@ class SurveyConfig(_Strict):
         if self.epsilon is None:
             if self.epsilon_budget is not None:
                 raise ValueError("epsilon_budget without epsilon: no release spends it")
+            if self.out_of_domain is not None:
+                raise ValueError("out_of_domain without epsilon: a k-anonymous survey "
+                                 "dead-letters an answer outside its declared domain")
             return self
         if self.l is not None or self.t is not None or self.strata:
             raise ValueError("epsilon with l, t or strata: a differentially private release "
@@ -211,9 +225,23 @@ class SurveyConfig(_Strict):
         return self.names("quasi_identifier")
 
     @property
+    def clamps(self) -> bool:
+        """An epsilon survey that clamps its answers into their declared domain
+        (``out_of_domain = "clamp"``, its default)."""
+        return self.epsilon is not None and (self.out_of_domain or "clamp") == "clamp"
+
+    @property
     def schema(self) -> Schema:
-        """The survey's schema as the core reads it (``streamanon.schema``)."""
-        return Schema(fields=self.fields, strata=tuple(self.strata))
+        """The survey's schema as the core reads it (``streamanon.schema``). A survey that
+        :attr:`clamps` codes an answer off a category's, ordinal's or bool's levels as
+        missing, so the domain of every such released field has the missing level: the
+        schema says the field is not required (from the settings alone, never the data)."""
+        fields = self.fields
+        if self.clamps:
+            fields = {name: spec.model_copy(update={"required": False})
+                      if spec.type in LEVEL_TYPES and spec.role not in DROPPED_ROLES
+                      else spec for name, spec in fields.items()}
+        return Schema(fields=fields, strata=tuple(self.strata))
 
 
 class KafkaConfig(_Strict):
@@ -270,6 +298,9 @@ class OutputConfig(_Strict):
     ``dta`` (Stata), as a list or, in the environment, separated by commas."""
 
     directory: Path = Path("releases")
+    # the data holder's reports (report.json, report.html: measures computed on the raw
+    # answers), never in the folder that is published; default: "reports" beside `directory`
+    reports_directory: Path | None = None
     formats: list[Literal["parquet", "csv", "sav", "dta"]] = Field(
         default_factory=lambda: ["parquet", "csv"])
     file_mode: int = 0o640
@@ -294,6 +325,25 @@ class OutputConfig(_Strict):
         if len(set(value)) != len(value):
             raise ValueError("a format is listed twice")
         return value
+
+    @model_validator(mode="after")
+    def _reports_apart(self) -> OutputConfig:
+        published = self.directory.resolve()
+        reports = self.reports.resolve()
+        if reports == published or published in reports.parents:
+            raise ValueError(f"reports_directory {str(self.reports)!r} is inside the published "
+                             f"directory {str(self.directory)!r}: the reports are computed on "
+                             "the raw answers and stay with the data holder; give "
+                             "reports_directory a folder of its own")
+        return self
+
+    @property
+    def reports(self) -> Path:
+        """Where each survey's reports go: ``reports_directory``, by default ``reports``
+        beside the releases' ``directory``."""
+        if self.reports_directory is not None:
+            return self.reports_directory
+        return self.directory.parent / "reports"
 
     @field_validator("file_mode", "directory_mode", mode="before")
     @classmethod

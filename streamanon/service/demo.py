@@ -480,7 +480,8 @@ def run_demo(n: int | None = None, m: int = M, k: int = K, out: str | Path = "de
                              reference="release", min_nu=scenario.min_nu,
                              bootstrap=bootstrap)
     print(side_by_side(summary))
-    print(f"\n  files: {out / SURVEY}/release.parquet, release.csv, report.json; "
+    print(f"\n  files: {out / 'releases' / SURVEY}/release.parquet, release.csv; the data "
+          f"holder's report {out / 'reports' / SURVEY}/report.json; "
           f"{out}/report.md (with arrivals.png); dashboard's final state: "
           f"{out / 'dashboard.html'}")
     return summary

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from streamanon import dp
+from streamanon.errors import DomainRefusedError
 from streamanon.release import decoded_original, prepare_stored
 from streamanon.service.publisher import (
     record_messages,
@@ -43,6 +44,9 @@ from streamanon.service.runtime import RunningSurvey
 from streamanon.service.store import ReleaseRow
 
 log = logging.getLogger(__name__)
+
+#: The dead-letter reasons of an answer outside its declared domain.
+OUT_OF_DOMAIN = ("out_of_bounds", "out_of_levels")
 
 
 async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
@@ -58,6 +62,13 @@ async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
     release_id = uuid.uuid4().hex
     budget = sc.privacy_budget  # None: not differentially private, charged nothing
     assert sc.epsilon is not None
+    refused = sum(rt.ingest.rejected.get(reason, 0) for reason in OUT_OF_DOMAIN)
+    if refused and sc.out_of_domain == "refuse":
+        raise DomainRefusedError(
+            f"{refused} answer(s) outside the declared domain were refused (out_of_domain = "
+            "\"refuse\"; see the dead-letter topic): a release without them would tell that "
+            "they were sent, so none is drawn; out_of_domain = \"clamp\" releases every answer "
+            "put in its domain")
     started = time.time()
     step = time.perf_counter()
 
@@ -88,7 +99,8 @@ async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
     step = time.perf_counter()
     files = await releaser._in_thread(lambda: write_release_files(
         made.table, releaser.config.output.directory, sid, releaser.config.output.formats,
-        schema=sc.schema, later=True, modes=releaser.modes))
+        schema=sc.schema, later=True, modes=releaser.modes,
+            reports=releaser.config.output.reports))
     rt.record("files", time.perf_counter() - step)
     files["html"] = risk_page_path(files)
     closed_at = (await releaser._in_store(releaser.store.survey_state, sid)).close_requested_at

@@ -8,9 +8,11 @@ timestamps, no stage or cell ids. It goes to
 - ``<output>/<survey>/release.parquet`` and, as ``[output] formats`` asks, ``release.csv``,
   ``release.sav`` (SPSS) and ``release.dta`` (Stata), written atomically (categories
   dictionary-encoded in Parquet, labelled in SPSS and Stata: :mod:`streamanon.spss_stata`),
-- ``<output>/<survey>/report.json`` (:class:`~streamanon.service.reports.ReleaseReport`: sizes,
-  engines, timings, distortion, and every schema field with its role and treatment; names and
-  numbers about the run, never a response value), written once the release is published,
+- ``<reports>/<survey>/report.json`` (:class:`~streamanon.service.reports.ReleaseReport`:
+  sizes, engines, timings, distortion, and every schema field with its role and treatment;
+  names and numbers about the run, never a response value, but measures computed on the raw
+  answers: for the data holder, in ``[output] reports_directory``, never in the published
+  folder), written once the release is published, and ``report.html`` beside it,
 - topic ``<prefix>.<survey>.release`` (one partition, so order holds): one JSON message per
   record, then one manifest message
   (``{"type": "manifest", "release_id", "count", "sha256", ...}``). A record's key is
@@ -141,8 +143,8 @@ def _typed_labels(labels: list[str | None], kind: str | None) -> Any:
 
 
 def risk_page_path(files: dict[str, str]) -> str:
-    """Where ``report.html`` goes: beside the release files."""
-    return str(Path(files["parquet"]).with_name("report.html"))
+    """Where ``report.html`` goes: beside ``report.json``, in the reports folder."""
+    return str(Path(files["report"]).with_name("report.html"))
 
 
 def write_risk_page(risk: dict[str, Any], frame: pd.DataFrame, release: pd.DataFrame,
@@ -246,17 +248,23 @@ def release_dir(output: Path, survey_id: str) -> Path:
 def write_release_files(frame: pd.DataFrame, output: Path, survey_id: str,
                         formats: Sequence[str] = ("parquet", "csv"), *,
                         schema: Schema | None = None, later: bool = False,
-                        modes: FileModes = PRIVATE) -> dict[str, str]:
+                        modes: FileModes = PRIVATE,
+                        reports: Path | None = None) -> dict[str, str]:
     """Write the Parquet file and (unless ``later``: :func:`write_release_formats` once the
     records are out) the release's other ``formats`` (``csv``, ``sav``, ``dta``); return their
     paths and checksums, and the report's path (the report is written once, when the release
-    is published: :func:`write_report`). ``schema`` gives the categories their levels and the
-    SPSS and Stata variables their labels (:mod:`streamanon.spss_stata`)."""
+    is published: :func:`write_report`) in ``<reports>/<survey>/`` (default: ``reports``
+    beside ``output``), never in the published folder: it is computed on the raw answers.
+    ``schema`` gives the categories their levels and the SPSS and Stata variables their
+    labels (:mod:`streamanon.spss_stata`)."""
     directory = release_dir(output, survey_id)
     _make_private_dirs(directory, modes.directory)
+    holder = release_dir(Path(output).parent / "reports" if reports is None else reports,
+                         survey_id)
+    _make_private_dirs(holder, modes.directory)
     parquet = directory / "release.parquet"
     write_table(frame, parquet, modes.file, schema=schema)
-    files = {"parquet": str(parquet), "report": str(directory / "report.json"),
+    files = {"parquet": str(parquet), "report": str(holder / "report.json"),
              "sha256": sha256_file(parquet)}
     files |= {fmt: str(directory / f"release.{fmt}") for fmt in formats if fmt != "parquet"}
     return files if later else write_release_formats(frame, files, schema, modes)
@@ -296,8 +304,9 @@ def release_manifest(report: ReleaseReport) -> dict[str, Any]:
     """The manifest message of the release ``report`` describes (the same for every run)."""
     manifest = {"type": "manifest", "survey": report.survey, "release_id": report.release_id,
                 "count": report.n, "sha256": report.files["sha256"], "k": report.k,
-                "engine": report.engine, "incremental": report.incremental,
-                "distortion": report.distortion}
+                "engine": report.engine, "incremental": report.incremental}
+    # no distortion, loss or dead-letter count: statistics of the raw answers stay with the
+    # data holder (report.json in the reports folder), never on a topic
     if report.differential_privacy is not None:  # the guarantee, not the loss (raw data's)
         manifest["differential_privacy"] = {key: report.differential_privacy[key] for key in (
             "epsilon", "mechanism", "scope", "differentially_private", "guarantee")}

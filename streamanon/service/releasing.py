@@ -327,7 +327,8 @@ class Releaser:
         step = time.perf_counter()
         files = await self._in_thread(lambda: write_release_files(
             release.table, self.config.output.directory, sid, self.config.output.formats,
-            schema=sc.schema, later=True, modes=self.modes))
+            schema=sc.schema, later=True, modes=self.modes,
+            reports=self.config.output.reports))
         rt.record("files", time.perf_counter() - step)
         files["html"] = risk_page_path(files)  # written once the release is out (publish)
         two_stage = partition.mode == "two-stage"

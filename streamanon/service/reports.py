@@ -200,7 +200,8 @@ class SurveyStatus:
     stored: int  # the survey's, every instance's (from the shared store with several)
     stored_here: int  # what this instance counts (with several, its share since its start)
     redelivered: int
-    dead_lettered: dict[str, int]
+    dead_lettered: dict[str, int]  # by reason: withheld from a reader without the token
+    dead_lettered_total: int
     dead_letters_unsent: int  # dead letters the broker never took after every retry
     releases: int  # published: 0 or 1
     pace: float
@@ -220,6 +221,25 @@ class SurveyStatus:
     progress: ProgressStatus | None
     plan: PlanStatus | None
     release: ReleaseStatus | None
+    #: the raw-derived fields this copy leaves out (:data:`RAW_DERIVED`): all of them for a
+    #: reader without the control token (:meth:`public`), none for the data holder
+    withheld: list[str] = field(default_factory=list)
+
+    def public(self) -> SurveyStatus:
+        """This status as a reader without the control token sees it: every field of
+        :data:`RAW_DERIVED` left out (None, or no reasons) and named in ``withheld``."""
+        release = self.release
+        if release is not None:
+            release = replace(release, distortion=None, information_loss=None)
+        return replace(self, dead_lettered={}, release=release, withheld=list(RAW_DERIVED))
+
+
+#: The status fields computed on the raw answers: the release's distortion and information
+#: loss (sums of squares of the answers against the released cells) and the dead letters by
+#: reason (how many answers were out of bounds, off the levels...). A statistic of the raw
+#: answers is raw data too: they reach only a reader with the control token (the data
+#: holder), never an unauthenticated one (``/api/status``, the dashboard, ``/metrics``).
+RAW_DERIVED = ("release.distortion", "release.information_loss", "dead_lettered")
 
 
 @dataclass(frozen=True)
@@ -237,3 +257,7 @@ class ServiceStatus:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def public(self) -> ServiceStatus:
+        """The status without its raw-derived fields (:meth:`SurveyStatus.public`)."""
+        return replace(self, surveys=[s.public() for s in self.surveys])

@@ -144,7 +144,7 @@ def service_config(bootstrap: str, out: Path, *, n: int, m: int, k: int, close: 
         "kafka": {"bootstrap_servers": bootstrap, "topic_prefix": prefix,
                   "group_id": f"{prefix}-collector", "partitions": 2},
         "store": {"url": f"sqlite:///{out / 'streamanon.db'}"},
-        "output": {"directory": str(out)},
+        "output": {"directory": str(out / "releases"), "reports_directory": str(out / "reports")},
         "http": {"bind": http},
         "planner": {"interval_seconds": 1.0, "arrival_bin_seconds": arrival_bin_seconds,
                     "arrival_bins": 10, "cost_models": str(out / "cost_models.json")},
@@ -154,11 +154,13 @@ def service_config(bootstrap: str, out: Path, *, n: int, m: int, k: int, close: 
 
 def fresh_output(out: Path, survey: str, progress: Progress = log.info) -> None:
     """Remove the store and release of a previous run in ``out`` (not the cost models)."""
-    if (out / "streamanon.db").exists() or (out / survey).exists():
+    folders = [out / "releases" / survey, out / "reports" / survey]
+    if (out / "streamanon.db").exists() or any(f.exists() for f in folders):
         progress(f"removing the previous run in {out}")
         for name in ("streamanon.db", "streamanon.db-wal", "streamanon.db-shm"):
             (out / name).unlink(missing_ok=True)
-        shutil.rmtree(out / survey, ignore_errors=True)
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
 
 
@@ -637,6 +639,7 @@ def _markdown(s: dict[str, Any]) -> str:
     dead = r.get("rejected") or {}
     lines += ["", f"Dead-lettered: {sum(dead.values())} "
               f"({', '.join(f'{key}: {v}' for key, v in sorted(dead.items())) or 'none'}). "
-              f"Release files: `{s['survey']}/release.parquet`, `{s['survey']}/release.csv`, "
-              f"`{s['survey']}/report.json`; the dashboard's final state: `dashboard.html`."]
+              f"Release files: `releases/{s['survey']}/release.parquet` and `release.csv`; "
+              f"the data holder's report: `reports/{s['survey']}/report.json`; the "
+              "dashboard's final state: `dashboard.html`."]
     return "\n".join(lines) + "\n"

@@ -57,6 +57,7 @@ def survey_status(rt: RunningSurvey, st: SurveyState, release: ReleaseRow | None
         stored=rt.ingest.stored if stored is None else stored, stored_here=rt.ingest.stored,
         redelivered=rt.ingest.redelivered,
         dead_lettered=dict(rt.ingest.rejected),
+        dead_lettered_total=sum(rt.ingest.rejected.values()),
         dead_letters_unsent=rt.ingest.dead_letters_unsent, releases=int(published),
         pace=pace, now=now,
         close_at=close_at, close_requested_at=st.close_requested_at,

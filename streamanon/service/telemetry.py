@@ -81,6 +81,10 @@ SERVICE_WIDE = frozenset({"streamanon_component_up", "streamanon_component_failu
 
 _SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
                     7200, 14400)
+#: The metric families computed on the raw answers: only a scrape with the control token gets
+#: them (streamanon.service.reports.RAW_DERIVED).
+RAW_DERIVED_METRICS = ("streamanon_release_distortion",)
+
 _DISTORTION_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 
 
@@ -160,16 +164,31 @@ class Telemetry:
             self.part_failures[part] = self.part_failures.get(part, 0) + 1
         self.parts_up[part] = True
 
-    def exposition(self, surveys: list[SurveyStatus]) -> bytes:
+    def exposition(self, surveys: list[SurveyStatus], *, raw_derived: bool = False) -> bytes:
         """The text exposition, with counters and gauges from ``surveys`` (the ``surveys``
-        of :meth:`Service.status`)."""
+        of :meth:`Service.status`, or their :meth:`~.reports.SurveyStatus.public` copies).
+        Without ``raw_derived`` (a scrape without the control token) the series computed on
+        the raw answers are left out: the distortion histogram, and the dead letters by
+        reason (counted under ``reason="withheld"`` instead)."""
         self._state.current = surveys
         for survey in surveys:  # each survey's series at 0 before its first failure
             self.publish_failures.labels(survey.id)
         try:
-            return generate_latest(self.registry)
+            return generate_latest(self.registry if raw_derived else _Public(self.registry))
         finally:
             self._state.current = []
+
+
+class _Public:
+    """A registry's metric families but those of :data:`RAW_DERIVED_METRICS` (what
+    ``generate_latest`` reads of a registry: ``collect``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        return (family for family in self.registry.collect()
+                if family.name not in RAW_DERIVED_METRICS)
 
 
 class _StateCollector:
@@ -212,6 +231,8 @@ class _StateCollector:
             received.add_metric([sid], s.received)
             stored.add_metric([sid], s.stored_here)  # a counter per instance: they add up
             redelivered.add_metric([sid], s.redelivered)
+            if s.withheld:  # a reader without the token: no reasons (raw-derived)
+                dead.add_metric([sid, "withheld"], s.dead_lettered_total)
             for reason, count in sorted(s.dead_lettered.items()):
                 dead.add_metric([sid, reason], count)
             unsent.add_metric([sid], s.dead_letters_unsent)

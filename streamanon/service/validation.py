@@ -197,8 +197,13 @@ class Validator:
                  else hashlib.sha256(hmac_key).digest()).ljust(64, b"\0")
         self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
         self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
-        self.fields = survey.fields
+        # the schema as the release reads it: a survey that clamps has its level fields'
+        # missing answer in their domain (SurveyConfig.schema)
+        self.fields = survey.schema.fields
         self.qi = survey.quasi_identifiers
+        # an epsilon survey that clamps (SurveyConfig.clamps): each answer outside its
+        # declared domain is put in it before the checks (_clamp), never dead-lettered for it
+        self._domain = _domains(self.fields) if survey.clamps else None
         self.identifier = survey.identifier
         # stored with the confidential answers: published unchanged
         self.confidential = [n for n, s in self.fields.items()
@@ -220,7 +225,8 @@ class Validator:
                              else lambda obj: (obj[names[0]],))
         # The schema compiled (compiled_schema): one C call parses and checks a response and
         # gives its values as attributes; None: every response goes the per-field way.
-        response = compiled_schema(survey, QI_MAX_MAGNITUDE)
+        response = None if self._domain is not None else compiled_schema(survey,
+                                                                          QI_MAX_MAGNITUDE)
         self._decode = None if response is None else msgspec.json.Decoder(response).decode
         attribute = {n: f"f{j}" for j, n in enumerate(names)}
         self._qi_of = _getter([attribute[n] for n in self.qi])
@@ -244,9 +250,33 @@ class Validator:
         """The record, or :class:`Invalid` with a reason from :data:`REASONS`: the checks of
         :meth:`_diagnose`, one message at a time (:meth:`validate_batch` is the fast path,
         tested to give the same outcome for every message)."""
-        obj = self.parse(raw)
+        obj = self._clamp(self.parse(raw))
         self._diagnose(obj)
         return self._record(obj)
+
+    def _clamp(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """``obj`` with every answer outside its declared domain put in it, for a survey that
+        clamps (else ``obj`` as it is): a number (not a bool, finite) at its nearest bound,
+        a scalar that is not one of its field's levels as missing (None). A value of another
+        type stays as it is, for the checks to name."""
+        if self._domain is None:
+            return obj
+        out = None
+        for name, low, high, levels in self._domain:
+            value = obj.get(name)
+            if value is None or isinstance(value, (dict, list)):
+                continue
+            if levels is not None:
+                fixed = value if (type(value), value) in levels else None
+            elif type(value) in (int, float) and math.isfinite(value):
+                fixed = value if low <= value <= high else type(value)(
+                    min(max(value, low), high))
+            else:
+                continue
+            if fixed is not value:
+                out = dict(obj) if out is None else out
+                out[name] = fixed
+        return obj if out is None else out
 
     def _record(self, obj: dict[str, Any]) -> Validated:
         """The stored form of a response that passed the checks."""
@@ -347,6 +377,7 @@ class Validator:
                 except Invalid as exc:
                     out[i] = exc
                     continue
+            obj = self._clamp(obj)
             if len(obj) == width:  # exactly the schema's fields, if every one is there
                 try:
                     rows.append(values(obj))
@@ -550,6 +581,22 @@ class Validator:
         if spec.role == "weight" and not value > 0:
             raise Invalid("out_of_bounds", f"{name}: a sampling weight is positive")
 
+
+
+def _domains(fields: dict[str, Any]) -> list[tuple[str, float, float, Any]]:
+    """Each field with a declared domain as (name, min, max, levels): a number's bounds (an
+    int's as ints, so that a clamped int stays an int) or the set of (type, value) of its
+    levels (a bool's two)."""
+    out: list[tuple[str, float, float, Any]] = []
+    for name, spec in fields.items():
+        if spec.type in ("category", "ordinal", "bool"):
+            levels = [False, True] if spec.type == "bool" else spec.levels or []
+            out.append((name, 0.0, 0.0, {(type(v), v) for v in levels}))
+        elif spec.min is not None and spec.max is not None and spec.role != "identifier":
+            integer = spec.type == "int"
+            out.append((name, math.ceil(spec.min) if integer else spec.min,
+                        math.floor(spec.max) if integer else spec.max, None))
+    return out
 
 
 def check_batch(messages: Sequence[Message], validator: Validator, closure: Closure | None,

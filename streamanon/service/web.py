@@ -9,6 +9,11 @@
   instance's role (``instance``: ``leader`` or ``follower``, and the leader's name and address;
   ``streamanon.service.leadership``).
 - ``GET /metrics``: Prometheus metrics (``streamanon.service.telemetry``).
+
+``/api/status`` and ``/metrics`` answer everyone with counts, times and plans; the fields
+computed on the raw answers (``reports.RAW_DERIVED``: the release's distortion and information
+loss, the dead letters by reason) only a request with the control token (``Authorization:
+Bearer TOKEN``) gets: a statistic of the raw answers is raw data too.
 - ``POST /api/surveys/{id}/close``: close now (``Authorization: Bearer TOKEN``); on a follower
   the close is stored and the leader carries it out (202, naming the leader). 202 means the
   close is recorded in the store; while the store cannot be reached the answer is 503 with
@@ -20,7 +25,8 @@
   a follower answers 409 with the leader's name and address; 503 with ``Retry-After`` while
   the store cannot be reached.
 
-Binds to loopback by default (``http.bind``). Responses never contain survey data.
+Binds to loopback by default (``http.bind``). Responses never contain a survey's values, and
+none without the token a statistic computed on them.
 :func:`start_http` also runs the :class:`~streamanon.service.health.HealthMonitor`, which feeds the
 systemd watchdog while the service is healthy, for as long as the HTTP server runs.
 """
@@ -119,13 +125,18 @@ def make_app(service: Any) -> web.Application:
         return {"role": "leader"} if coordinator is None else coordinator.describe()
 
     async def status(request: web.Request) -> web.Response:
-        body = (await service.status()).to_json()
+        current = await service.status()
+        if not _authorised(service, request):  # raw-derived fields for the data holder only
+            current = current.public()
+        body = current.to_json()
         body["instance"] = instance()
         return web.json_response(body, headers={"Cache-Control": "no-store"})
 
     async def metrics(request: web.Request) -> web.Response:
-        surveys = (await service.status()).surveys
-        return web.Response(body=service.telemetry.exposition(surveys),
+        current = await service.status()
+        holder = _authorised(service, request)  # raw-derived series for the data holder only
+        surveys = current.surveys if holder else current.public().surveys
+        return web.Response(body=service.telemetry.exposition(surveys, raw_derived=holder),
                             headers={"Content-Type": CONTENT_TYPE})
 
     async def dashboard(request: web.Request) -> web.FileResponse:

@@ -162,8 +162,13 @@ function update(view, s, now) {
              : ""));
   }
 
+  // fields computed on the raw answers come with the control token only (withheld)
+  const held = new Set(s.withheld || []);
+  const WITHHELD = "withheld: for the data holder (/api/status with the control token)";
   const dead = Object.entries(s.dead_lettered).sort();
-  rows(field(r, "dead"), dead.length ? dead.map(([k, v]) => [k, fmtInt(v)]) : [["none", "0"]]);
+  rows(field(r, "dead"), held.has("dead_lettered")
+    ? [["all reasons", fmtInt(s.dead_lettered_total)], ["by reason", WITHHELD]]
+    : dead.length ? dead.map(([k, v]) => [k, fmtInt(v)]) : [["none", "0"]]);
 
   const rel = s.release;
   field(r, "release-box").hidden = !rel;
@@ -175,8 +180,9 @@ function update(view, s, now) {
       ["engines", rel.mode === "two-stage" ? `${rel.engine} + ${rel.incremental}` :
                   `${rel.engine} (one-shot)`],
       ["nu (late records)", fmtNum(rel.nu, 4)],
-      ["distortion D", fmtNum(rel.distortion, 4)],
-      ["information loss IL", `${fmtNum(rel.information_loss, 2)} %`],
+      ["distortion D", held.has("release.distortion") ? WITHHELD : fmtNum(rel.distortion, 4)],
+      ["information loss IL", held.has("release.information_loss") ? WITHHELD
+                              : `${fmtNum(rel.information_loss, 2)} %`],
       ["close to release", fmtDuration(rel.close_to_release_seconds) +
                            ` (${fmtNum(rel.close_to_release_seconds, 2)} s)`],
       ["one-shot estimate", fmtDuration(rel.one_shot_estimate_seconds) +

@@ -50,20 +50,29 @@ def test_a_release_and_its_report_are_private_whatever_the_umask(open_umask, fra
     monkeypatch.setattr(streamanon.risk_page, "render", lambda *a, **kw: "<html></html>")
     write_risk_page({}, frame, frame, _survey(), files)
     written = sorted((output / "s1").iterdir())
-    assert [p.name for p in written] == ["release.csv", "release.parquet", "report.html",
-                                        "report.json"]
-    assert {p.name: oct(mode(p)) for p in written} == {p.name: "0o640" for p in written}
-    assert oct(mode(output / "s1")) == "0o750" and oct(mode(output)) == "0o750"
+    assert [p.name for p in written] == ["release.csv", "release.parquet"]
+    reports = tmp_path / "reports"
+    kept = sorted((reports / "s1").iterdir())
+    assert [p.name for p in kept] == ["report.html", "report.json"]
+    assert {p.name: oct(mode(p)) for p in written + kept} == {
+        p.name: "0o640" for p in written + kept}
+    for folder in (output / "s1", output, reports / "s1", reports):
+        assert oct(mode(folder)) == "0o750"
 
 
 def test_the_configured_modes_are_used(open_umask, frame, tmp_path):
     modes = FileModes(file=0o600, directory=0o700)
-    files = write_release_files(frame, tmp_path, "s1", modes=modes)
+    files = write_release_files(frame, tmp_path / "releases", "s1", modes=modes,
+                                reports=tmp_path / "kept")
     write_report(report(files).published(PUBLICATION), modes=modes)
-    for name in ("release.parquet", "release.csv", "report.json"):
-        assert oct(mode(tmp_path / "s1" / name)) == "0o600"
-    assert oct(mode(tmp_path / "s1")) == "0o700"
-    assert json.loads((tmp_path / "s1" / "report.json").read_text())["survey"] == "s1"
+    for path in (tmp_path / "releases" / "s1" / "release.parquet",
+                 tmp_path / "releases" / "s1" / "release.csv",
+                 tmp_path / "kept" / "s1" / "report.json"):
+        assert oct(mode(path)) == "0o600"
+    assert oct(mode(tmp_path / "releases" / "s1")) == "0o700"
+    assert oct(mode(tmp_path / "kept" / "s1")) == "0o700"
+    report_json = json.loads((tmp_path / "kept" / "s1" / "report.json").read_text())
+    assert report_json["survey"] == "s1"
 
 
 def _config(**output):

@@ -35,11 +35,11 @@ PUBLISHED_KEYS = ["released_at", "close_to_release_seconds", "close_steps_second
 STATUS_KEYS = ["surveys", "health", "started_at", "now", "stale", "unreachable"]
 SURVEY_KEYS = [
     "id", "state", "error", "k", "engine", "incremental", "received", "stored", "stored_here",
-    "redelivered", "dead_lettered", "dead_letters_unsent",
+    "redelivered", "dead_lettered", "dead_lettered_total", "dead_letters_unsent",
     "releases", "pace", "now", "close_at", "close_requested_at",
     "deadline_seconds", "deadline_at", "base_at", "base_started_at", "arrival_coefficient",
     "nu", "cost_model", "cost_model_measured", "arrivals", "forecast", "progress", "plan",
-    "release"]
+    "release", "withheld"]
 PLAN_KEYS = ["mode", "nu", "n_total", "head_start_seconds", "finish_after_close_seconds",
              "arrival_coefficient", "base_at", "refine_seconds", "engine", "expected_delta",
              "choice", "stage"]
@@ -91,7 +91,8 @@ def survey(**override) -> SurveyStatus:
     values = dict(
         id="s1", state="BASE_RUNNING", error=None, k=5, engine="mdav",
         incremental="nn_split_end", received=10, stored=9, stored_here=9, redelivered=1,
-        dead_lettered={"invalid_json": 1}, dead_letters_unsent=0, releases=0, pace=2.5,
+        dead_lettered={"invalid_json": 1}, dead_lettered_total=1, dead_letters_unsent=0,
+        releases=0, pace=2.5,
         now=50.0, close_at=100.0,
         close_requested_at=None, deadline_seconds=30.0, deadline_at=130.0, base_at=40.0,
         base_started_at=41.0, arrival_coefficient=1.5, nu=0.2, cost_model=("mdav", 1e-6, 2.0),
@@ -139,10 +140,14 @@ def test_dead_letters_the_broker_never_took_are_in_the_status_and_the_metrics():
 
 def test_writing_the_release_files_leaves_the_report_to_the_publication(tmp_path):
     frame = pd.DataFrame({"age": np.repeat([30.0, 40.0], 5), "answer": np.arange(10)})
-    files = write_release_files(frame, tmp_path, "s1")
-    assert sorted(p.name for p in (tmp_path / "s1").iterdir()) == ["release.csv",
-                                                                   "release.parquet"]
-    assert files["report"] == str(tmp_path / "s1" / "report.json")
+    files = write_release_files(frame, tmp_path / "releases", "s1")
+    assert sorted(p.name for p in (tmp_path / "releases" / "s1").iterdir()) == [
+        "release.csv", "release.parquet"]
+    # the report, computed on the raw answers, in the reports folder beside the releases
+    assert files["report"] == str(tmp_path / "reports" / "s1" / "report.json")
     final = report(files).published(PUBLICATION)
     write_report(final)
-    assert json.loads((tmp_path / "s1" / "report.json").read_text()) == final.to_json()
+    assert json.loads((tmp_path / "reports" / "s1" / "report.json").read_text()) == \
+        final.to_json()
+    assert sorted(p.name for p in (tmp_path / "releases" / "s1").iterdir()) == [
+        "release.csv", "release.parquet"]
