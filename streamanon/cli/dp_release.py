@@ -4,6 +4,7 @@ options and their checks, the report and the summary line."""
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from typing import Any
 
@@ -18,16 +19,46 @@ NOT_WITH_EPSILON = {
 }
 
 
+class _Rho(argparse.Action):
+    """``--rho R``: stores rho, and in ``epsilon`` the epsilon it implies (at
+    ``dp.REPORTED_DELTA``; :func:`check` reads it again at ``--delta``), so that every
+    ``--epsilon`` path takes it."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from streamanon import dp, dp_zcdp
+
+        if not (values > 0 and math.isfinite(values)):
+            parser.error(f"argument --rho: must be a finite positive number, not {values:g}")
+        namespace.rho = values
+        namespace.epsilon = dp_zcdp.epsilon_of(values, dp.REPORTED_DELTA)
+
+
 def add_arguments(an: argparse.ArgumentParser) -> None:
-    """``--epsilon``, ``--dp-mechanism``, ``--dp-scope``."""
-    an.add_argument("--epsilon", type=float, default=None, metavar="E",
-                    help="release with epsilon-differential privacy instead (needs --schema: "
-                         "every released number's min and max and every category's levels are "
-                         "declared there, never taken from the data): cells of k in an order "
-                         "of the declared domain, Laplace noise on each cell's means and the "
-                         "exponential mechanism on its levels, drawn from the operating "
-                         "system's entropy; E is shared equally among the released columns. "
-                         "See docs/guide/differential-privacy.md")
+    """``--epsilon``, ``--delta``, ``--rho``, ``--dp-mechanism``, ``--dp-scope``."""
+    budget = an.add_mutually_exclusive_group()
+    budget.add_argument("--epsilon", type=float, default=None, metavar="E",
+                        help="release with epsilon-differential privacy instead (needs "
+                             "--schema: every released number's min and max and every "
+                             "category's levels are declared there, never taken from the "
+                             "data): cells of k in an order of the declared domain, exact "
+                             "discrete Laplace noise on each cell's sums and the exponential "
+                             "mechanism on its levels (OpenDP's samplers, from a "
+                             "cryptographically secure generator); E is shared equally among "
+                             "the released columns. With --delta: zCDP calibrated to (E, "
+                             "delta) instead. See docs/guide/differential-privacy.md")
+    budget.add_argument("--rho", type=float, default=None, metavar="R", action=_Rho,
+                        help="release with rho-zero-concentrated differential privacy (zCDP, "
+                             "Bun and Steinke 2016) instead of --epsilon: discrete Gaussian "
+                             "noise on the cells' sums, the exponential mechanism on their "
+                             "levels; R is shared equally among the released columns, and the "
+                             "report gives the (epsilon, delta) it implies at --delta (default "
+                             "1e-6)")
+    an.add_argument("--delta", type=float, default=None, metavar="D",
+                    help="with --epsilon: draw a zCDP release with the largest rho that is "
+                         "(E, D)-differentially private (far less noise than pure epsilon "
+                         "wherever the cells are many; D in (0, 1), far below 1 / n, e.g. "
+                         "1e-6); with --rho: the delta its epsilon is reported at")
     an.add_argument("--dp-mechanism", choices=("insensitive", "individual_ranking"),
                     default="insensitive",
                     help="insensitive (default): one order of the whole domain, a table that is "
@@ -55,7 +86,22 @@ def add_arguments(an: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    """Refuse what an ``--epsilon`` release cannot honour, before reading anything."""
+    """Refuse what an ``--epsilon`` (or ``--rho``) release cannot honour, before reading
+    anything; with ``--rho``, ``args.epsilon`` becomes the epsilon it implies at ``--delta``."""
+    from streamanon import dp
+
+    rho, delta = getattr(args, "rho", None), args.delta
+    if delta is not None:
+        from streamanon import dp_zcdp
+
+        dp_zcdp.check_delta(delta)
+    if rho is not None:
+        args.epsilon = dp.budget_of(rho=rho, delta=delta).epsilon
+    if (rho is not None or delta is not None) and args.budget_ledger is not None:
+        raise ParameterError("--budget-ledger with a zCDP release (--rho or --delta): the "
+                             "ledger adds up epsilons and keeps no delta, so it would record "
+                             "a bound that does not hold; leave --budget-ledger out, or "
+                             "release with --epsilon alone")
     if args.schema is None:
         raise ParameterError("--epsilon needs --schema: a differentially private release "
                              "takes every column's bounds and levels from the schema, never "
@@ -120,15 +166,21 @@ def run(args: argparse.Namespace, frame: Any, schema: Any, progress: Any,
     from streamanon import dp
 
     scope = args.dp_scope.replace("-", "_")
-    progress.enter(f"draw the release (epsilon = {args.epsilon:g}, {args.dp_mechanism})")
+    rho = getattr(args, "rho", None)
+    budget = dp.budget_of(None if rho is not None else args.epsilon, args.delta, rho)
+    said = (f"epsilon = {budget.epsilon:g}" if budget.rho is None else
+            f"rho = {budget.rho:.4g}, epsilon = {budget.epsilon:.4g} at delta = "
+            f"{budget.delta:g}")
+    progress.enter(f"draw the release ({said}, {args.dp_mechanism})")
     started = time.perf_counter()
-    made = dp.release(frame, schema, args.k, args.epsilon, mechanism=args.dp_mechanism,
-                      scope=scope)
+    made = dp.release(frame, schema, args.k, budget.epsilon if rho is None else None,
+                      mechanism=args.dp_mechanism, scope=scope, delta=args.delta, rho=rho)
     seconds = time.perf_counter() - started
     guarantee = made.report
-    report = {"n": len(frame), "k": args.k, "epsilon": args.epsilon,
+    report = {"n": len(frame), "k": args.k, "epsilon": budget.epsilon,
               "differential_privacy": guarantee,
-              "budget": {"spent": args.epsilon},
+              "budget": {"spent": budget.epsilon, **({} if budget.rho is None else {
+                  "rho": budget.rho, "delta": budget.delta})},
               "columns": {name: {"role": spec.role, "type": spec.type}
                           for name, spec in schema.fields.items()},
               "input": str(args.input), "output": str(args.out), "seconds": seconds}
@@ -138,8 +190,8 @@ def run(args: argparse.Namespace, frame: Any, schema: Any, progress: Any,
     parts = [f"IL = {loss['il']:.2f}%"] if "il" in loss else []
     if "categories_changed" in loss:
         parts.append(f"{loss['categories_changed']:.1f}% of category values changed")
-    line = (f"{len(frame)} records, {guarantee['cells']} cells of {args.k}+, epsilon = "
-            f"{args.epsilon:g} ({args.dp_mechanism}, {args.dp_scope}), "
+    line = (f"{len(frame)} records, {guarantee['cells']} cells of {args.k}+, {said} "
+            f"({args.dp_mechanism}, {args.dp_scope}), "
             f"{', '.join(parts) or 'no loss measured'}, {seconds:.2f} s\n"
             f"guarantee: {guarantee['guarantee']}\n"
             f"{args.k}-anonymous: {'yes' if guarantee['k_anonymous'] else 'no'} (smallest group "

@@ -162,3 +162,65 @@ def test_report_on_a_private_release_states_its_guarantee_and_attacks_one_drawn_
     assert status == 1 and f"warning: {guarantee[0].upper()}" in stderr
     # the held-out release was drawn the same way: the mechanism, k, epsilon and scope
     assert drawn == [(10, 2.0, "individual_ranking", "all")]
+
+
+@pytest.mark.parametrize("budget", [["--epsilon", "1", "--delta", "1e-6"],
+                                    ["--rho", "0.05", "--delta", "1e-8"], ["--rho", "0.05"]])
+def test_a_zcdp_release_reports_rho_the_epsilon_and_delta_it_implies_and_sigma(
+        survey, tmp_path, budget):
+    from streamanon import dp_zcdp
+
+    data, schema = survey
+    out = tmp_path / "release.csv"
+    status, stdout, stderr = run(["anonymize", str(data), "--schema", str(schema), "--k",
+                                  "50", *budget, "--out", str(out), "--no-progress"])
+    assert status == 0, stderr
+    report = json.loads((tmp_path / "release.report.json").read_text())
+    got = report["differential_privacy"]
+    assert got["privacy"] == "zcdp" and got["differentially_private"] is True
+    if budget[0] == "--epsilon":
+        assert got["epsilon"] == 1.0 and got["delta"] == 1e-6
+        assert got["rho"] == pytest.approx(dp_zcdp.rho_for(1.0, 1e-6))
+    else:
+        delta = float(budget[3]) if len(budget) > 2 else 1e-6
+        assert got["rho"] == 0.05 and got["delta"] == delta
+        assert got["epsilon"] == pytest.approx(dp_zcdp.epsilon_of(0.05, delta))
+    assert report["epsilon"] == got["epsilon"]
+    assert report["budget"] == {"spent": got["epsilon"], "rho": got["rho"],
+                                "delta": got["delta"]}
+    assert got["attributes"]["income"]["noise"] == "discrete gaussian on cell sums"
+    assert got["attributes"]["income"]["sigma"] > 0
+    assert got["attributes"]["region"]["noise"] == "exponential"
+    assert f"rho = {got['rho']:.4g}" in stdout
+    assert f"guarantee: {got['guarantee']}" in stdout
+    assert "guarantee: rho-zero-concentrated differentially private" in stdout
+    assert "same size that differ in one respondent's answers" in stdout
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--epsilon", "1", "--rho", "0.1"], "argument --rho: not allowed with argument --epsilon"),
+    (["--rho", "-1"], "argument --rho: must be a finite positive number"),
+])
+def test_rho_with_epsilon_or_not_positive_is_a_usage_error(survey, tmp_path, capsys, extra,
+                                                            message):
+    from streamanon.cli import main
+
+    data, schema = survey
+    with pytest.raises(SystemExit) as stopped:  # argparse's own usage error
+        main(["anonymize", str(data), "--schema", str(schema), "--k", "10", "--out",
+             str(tmp_path / "release.csv"), *extra])
+    assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--epsilon", "1", "--delta", "0"], "delta must be a number in (0, 1)"),
+    (["--epsilon", "1", "--delta", "1.5"], "delta must be a number in (0, 1)"),
+    (["--rho", "0.1", "--budget-ledger", "ledger.json"], "keeps no delta"),
+    (["--rho", "0.1", "--seed", "3"], "--seed and --epsilon"),
+])
+def test_zcdp_options_are_checked(survey, tmp_path, extra, message):
+    data, schema = survey
+    out = tmp_path / "release.csv"
+    status, _, stderr = run(["anonymize", str(data), "--schema", str(schema), "--k", "10",
+                             "--out", str(out), *extra])
+    assert status == 2 and message in stderr and not out.exists()
