@@ -37,6 +37,10 @@ Methods, per data set and epsilon, each with its own guarantee:
 - **streamanon individual_ranking, all**: every released column through individual ranking;
   each column's values are differentially private, the table is not.
 - **streamanon insensitive, all**: the only epsilon-differentially private table.
+- **streamanon insensitive zCDP, all** (with ``--delta D``): the same cells under rho-zCDP
+  with the largest rho that is (epsilon, D)-differentially private: discrete Gaussian noise
+  on the cells' sums, the exponential mechanism with bounded-range accounting on the levels.
+  An (epsilon, delta)-differentially private table.
 
 Measures, the same for every method: *IL on QIs* and *categories changed* are
 ``dp.information_loss(dp.encode(original, attrs), dp.encode(released, attrs), attrs)`` over
@@ -134,6 +138,12 @@ class Method:
     mechanism: str
     scope: str
     guarantee: str
+    zcdp: bool = False
+
+    @property
+    def private(self) -> bool:
+        """Whether the table is differentially private (pure, or (epsilon, delta) by zCDP)."""
+        return self.mechanism == "insensitive" and self.scope == "all"
 
 
 PRIVLIB_METHOD = Method("privlib Differential_privacy", "individual_ranking",
@@ -146,6 +156,9 @@ METHODS = [
            "per-column DP, every column"),
     Method("streamanon insensitive, all", "insensitive", "all", "epsilon-DP table"),
 ]
+#: With ``--delta``: the insensitive table under zCDP calibrated to (epsilon, delta).
+ZCDP_METHOD = Method("streamanon insensitive zCDP, all", "insensitive", "all",
+                     "(epsilon, delta)-DP table (zCDP)", zcdp=True)
 
 #: Run by the side environment's Python: privlib's Differential_privacy on the CSV, once per
 #: epsilon and repeat, each published table written beside the seconds.
@@ -296,12 +309,15 @@ def run_privlib(python: Path, frame: pd.DataFrame, schema: Schema, k: int,
 
 
 def run_streamanon(method: Method, frame: pd.DataFrame, schema: Schema, k: int,
-                   epsilon: float, repeats: int, seed: int
+                   epsilon: float, repeats: int, delta: float | None = None
                    ) -> tuple[list[float], list[dp.DPRelease]]:
+    """``repeats`` releases, fresh noise each (never seeded), and their seconds; a zCDP
+    method calibrated to (``epsilon``, ``delta``)."""
     seconds, releases = [], []
     for _ in range(repeats):
         started = time.perf_counter()
-        release = dp.release(frame, schema, k, epsilon, method.mechanism, method.scope)
+        release = dp.release(frame, schema, k, epsilon, method.mechanism, method.scope,
+                             delta=delta if method.zcdp else None)
         seconds.append(time.perf_counter() - started)
         releases.append(release)
     return seconds, releases
@@ -352,7 +368,7 @@ def summary(method: Method, epsilon: float, seconds: list[float], original: pd.D
     losses = [loss_on_qis(original, r, schema) for r in releases]
     row: dict[str, Any] = {"method": method.label, "epsilon": epsilon,
                            "guarantee": method.guarantee,
-                           "differentially_private": method.guarantee == "epsilon-DP table",
+                           "differentially_private": method.private, "zcdp": method.zcdp,
                            "seconds": statistics.median(seconds), "repeats": len(releases)}
     for key in ("il", "categories_changed"):
         if key in losses[0]:
@@ -422,7 +438,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="releases per method and epsilon, fresh noise each; the median "
                              "(default 3)")
     parser.add_argument("--seed", type=int, default=7,
-                        help="of the draws, the control and streamanon's noise (default 7)")
+                        help="of the records drawn and the control (default 7; the noise is "
+                             "never seeded)")
+    parser.add_argument("--delta", type=float, default=None, metavar="D",
+                        help="also release the insensitive table under zCDP calibrated to "
+                             "(epsilon, D): a row 'streamanon insensitive zCDP, all'")
     parser.add_argument("--skip-privlib", action="store_true", help="streamanon's rows only")
     parser.add_argument("--no-attacks", action="store_true",
                         help="no control held out, no anonymeter attacks: every record "
@@ -445,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
         setup = {"side_env": str(args.side_env), "side_env_seconds": seconds}
         log(f"privlib side environment {args.side_env} ready in {seconds:.1f} s")
     methods = [m for m in METHODS if python is not None or m is not PRIVLIB_METHOD]
+    if args.delta is not None:
+        methods.append(ZCDP_METHOD)
     results: dict[str, list[dict[str, Any]]] = {}
     sizes = {}
     for name in names:
@@ -469,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
                     shuffled = tables[0]
                 else:
                     seconds, made = run_streamanon(method, released_from, schema, args.k,
-                                                   epsilon, args.repeats, args.seed)
+                                                   epsilon, args.repeats, args.delta)
                     tables = [m.table_in_input_order for m in made]
                     shuffled = made[0].table
                 row = summary(method, epsilon, seconds, released_from, tables, schema,
@@ -482,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
 
     provenance = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                   "commit": commit(), "machine": machine(), "command": command, "k": args.k,
-                  "repeats": args.repeats, "seed": args.seed, **setup}
+                  "repeats": args.repeats, "seed": args.seed, "delta": args.delta, **setup}
     print(f"k = {args.k}, median of {args.repeats} releases; {provenance['date']}, commit "
           f"{provenance['commit']}, {provenance['machine']}; command: {command}")
     for name, rows in results.items():

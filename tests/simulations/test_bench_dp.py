@@ -57,7 +57,22 @@ def test_only_the_insensitive_rows_are_the_epsilon_dp_table(run):
     for row in run[0]["results"]["census"]:
         insensitive = row["method"] == "streamanon insensitive, all"
         assert (row["guarantee"] == "epsilon-DP table") == insensitive
-        assert row["differentially_private"] == insensitive
+        assert row["differentially_private"] == insensitive and row["zcdp"] is False
+
+
+def test_delta_adds_the_zcdp_row_an_epsilon_delta_dp_table(subprocesses, tmp_path):
+    out = tmp_path / "dp.json"
+    done = subprocess.run([sys.executable, "-m", "simulations.bench_dp", *QUICK,
+                           "--skip-privlib", "--delta", "1e-6", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    rows = {r["method"]: r for r in report["results"]["census"]}
+    zcdp = rows[bench_dp.ZCDP_METHOD.label]
+    assert zcdp["zcdp"] is True and zcdp["differentially_private"] is True
+    assert zcdp["guarantee"] == "(epsilon, delta)-DP table (zCDP)"
+    assert math.isfinite(zcdp["il"]) and report["delta"] == 1e-6
+    assert rows["streamanon insensitive, all"]["zcdp"] is False
 
 
 def test_help_describes_the_options(subprocesses):
@@ -65,7 +80,7 @@ def test_help_describes_the_options(subprocesses):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     for option in ("--epsilons", "--k", "--datasets", "--n", "--repeats", "--skip-privlib",
-                   "--no-attacks", "--side-env", "--json"):
+                   "--no-attacks", "--side-env", "--json", "--delta"):
         assert option in done.stdout
 
 
