@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamanon.cli._args import columns, param, positive_int, share
@@ -121,7 +122,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "and categories and ordinals are codes 1 to L with value labels (an "
                          "ordinal's codes in its order); names are made valid (letters, digits, "
                          "_; at most 64 bytes in SPSS, 32 in Stata). The report goes next to "
-                         "it")
+                         "it unless --report says where")
+    an.add_argument("--report", default=None, metavar="FILE",
+                    help="the JSON report (default: OUTPUT_STEM.report.json beside the "
+                         "release). Its measures are computed on the raw answers: it is for "
+                         "you, the data holder; put it apart from the folder you publish")
     add_dp_arguments(an)
     an.add_argument("--seed", type=int, default=None,
                     help="seed of the row shuffle (default: fresh randomness)")
@@ -149,6 +154,10 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
     if same_file(args.input, args.out):
         raise InputError(f"--out {args.out} is the input file; the release would overwrite "
                          "the raw data: choose another output")
+    if args.report is not None and (same_file(args.report, args.out)
+                                    or same_file(args.report, args.input)):
+        raise InputError(f"--report {args.report} is the input or the release file: give the "
+                         "report a file of its own")
     quick = {"qi": args.qi, "confidential": args.confidential, "drop": args.drop,
              "missing": args.missing, "weight": args.weight}
     if args.schema is not None:
@@ -170,10 +179,17 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
         return _anonymize(args, described, progress)
 
 
+def _report_file(args: argparse.Namespace) -> Path:
+    """Where the report goes: ``--report``, else OUTPUT_STEM.report.json beside the release."""
+    from streamanon.io import report_path
+
+    return Path(args.report) if args.report is not None else report_path(args.out)
+
+
 def _anonymize(args: argparse.Namespace, described: dict[str, Any], progress: Progress) -> int:
     from streamanon.api import microaggregate
     from streamanon.cluster import check_cluster, part_runner
-    from streamanon.io import read_table, report_path, table_format, write_json, write_table
+    from streamanon.io import read_table, table_format, write_json, write_table
 
     progress.enter(f"read {args.input}")
     frame = read_table(args.input)
@@ -194,7 +210,7 @@ def _anonymize(args: argparse.Namespace, described: dict[str, Any], progress: Pr
         table, report, line = run_dp(args, frame, described["schema"], progress, outside)
         progress.enter(f"write {args.out}")
         write_table(table, args.out, schema=described["schema"])
-        rpath = report_path(args.out)
+        rpath = _report_file(args)
         write_json(report, rpath)
         print(f"wrote {args.out}: {line}\nreport {rpath}")
         for warning in report["differential_privacy"]["warnings"]:
@@ -243,7 +259,7 @@ def _anonymize(args: argparse.Namespace, described: dict[str, Any], progress: Pr
         print(f"streamanon: warning: {warning}", file=sys.stderr)
     progress.enter(f"write {args.out}")
     write_table(result.data, args.out, schema=described.get("schema"))
-    rpath = report_path(args.out)
+    rpath = _report_file(args)
     write_json(report, rpath)
     if args.incremental is None and args.engine != "partitioned":
         _record_timing(result)  # a partitioned run's time depends on its parts and workers

@@ -55,6 +55,24 @@ def test_anonymize_writes_a_verified_release_and_report(survey, tmp_path, suffix
     assert "5-anonymous" in capsys.readouterr().out
 
 
+def test_the_report_goes_where_report_says_apart_from_the_release(survey, tmp_path, capsys):
+    """The report is computed on the raw answers: ``--report`` keeps it out of the folder
+    that is published."""
+    published, kept = tmp_path / "publish", tmp_path / "kept"
+    published.mkdir()
+    kept.mkdir()
+    out, report = published / "release.csv", kept / "report.json"
+    assert main(["anonymize", str(survey), *ARGS, "--out", str(out),
+                 "--report", str(report)]) == 0
+    assert sorted(p.name for p in published.iterdir()) == ["release.csv"]
+    assert json.loads(report.read_text())["k"] == 5
+    assert f"report {report}" in capsys.readouterr().out
+    for clash in (out, survey):
+        assert main(["anonymize", str(survey), *ARGS, "--out", str(out),
+                     "--report", str(clash)]) == 2
+        assert "a file of its own" in capsys.readouterr().err
+
+
 def test_release_rows_are_shuffled(survey, tmp_path):
     out = tmp_path / "release.csv"
     main(["anonymize", str(survey), *ARGS, "--out", str(out), "--seed", "4"])

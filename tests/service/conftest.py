@@ -166,7 +166,12 @@ class ServiceProcess:
         raise TimeoutError(f"service did not start: {self.log.read_text()[-3000:]}")
 
     def status(self) -> dict:
-        with urllib.request.urlopen(f"{self.http}/api/status", timeout=5) as r:
+        """``/api/status`` as the data holder reads it: with the control token (the fields
+        computed on the raw answers included; tests/service/test_surfaces.py reads it
+        without)."""
+        request = urllib.request.Request(f"{self.http}/api/status",
+                                         headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(request, timeout=5) as r:
             return json.loads(r.read())
 
     def survey(self, sid: str) -> dict:

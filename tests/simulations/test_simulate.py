@@ -36,10 +36,10 @@ def test_simulate_runs_the_pipeline_and_reports_consistently(subprocesses, tmp_p
     assert "![arrivals](arrivals.png)" in report_md
     release = summary["release"]
     # the report's numbers are those of the release the service wrote
-    files = json.loads((out / "sim" / "report.json").read_text())
+    files = json.loads((out / "reports" / "sim" / "report.json").read_text())
     for key in ("n", "nu", "distortion", "close_to_release_seconds", "mode", "spliced"):
         assert release[key] == files[key], key
-    frame = pd.read_parquet(out / "sim" / "release.parquet")
+    frame = pd.read_parquet(out / "releases" / "sim" / "release.parquet")
     qi = [f"q{j}" for j in range(4)]
     late = (release["rejected"] or {}).get("closed", 0)  # sent after the close: not released
     assert len(frame) == release["n"] == 3000 - late
@@ -70,7 +70,7 @@ def test_dry_run_plans_without_producing(subprocesses, tmp_path):
     assert result.returncode == 0, result.stderr
     summary = json.loads((out / "simulation.json").read_text())
     assert summary["dry_run"] and "release" not in summary
-    assert not (out / "sim").exists() and not (out / "streamanon.db").exists()
+    assert not (out / "releases").exists() and not (out / "streamanon.db").exists()
     assert 0 <= summary["prediction"]["nu"] < 1
     assert "(dry run)" in (out / "report.md").read_text()
 

@@ -202,10 +202,19 @@ function render(status) {
   document.body.dataset.updated = String(status.now);
 }
 
+// The control token, if the data holder gives it: /api/status then includes the fields
+// computed on the raw answers. Kept in this tab's sessionStorage only, sent as a bearer token.
+const TOKEN_KEY = "streamanon-token";
+
+function statusHeaders() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? {Authorization: `Bearer ${token}`} : {};
+}
+
 async function poll() {
   const conn = document.getElementById("connection");
   try {
-    const resp = await fetch("/api/status", {cache: "no-store"});
+    const resp = await fetch("/api/status", {cache: "no-store", headers: statusHeaders()});
     if (!resp.ok) throw new Error(resp.statusText);
     const status = await resp.json();
     render(status);
@@ -230,6 +239,14 @@ if (window.STREAMANON_SNAPSHOT) {
   render(window.STREAMANON_SNAPSHOT);
   conn.textContent = `snapshot · ${clockTime(window.STREAMANON_SNAPSHOT.now)}`;
   conn.className = "connection snapshot";
+  document.getElementById("token-form").hidden = true;
 } else {
+  document.getElementById("token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const input = document.getElementById("token");
+    if (input.value) sessionStorage.setItem(TOKEN_KEY, input.value);
+    else sessionStorage.removeItem(TOKEN_KEY);
+    input.value = "";
+  });
   poll();
 }

@@ -4,7 +4,6 @@ release report appears after close. Saves a screenshot under tests/artifacts/.""
 
 from __future__ import annotations
 
-import json
 import urllib.request
 from pathlib import Path
 
@@ -39,6 +38,15 @@ def test_dashboard_shows_live_status_and_the_release(service_factory, broker, br
     assert _number(survey.locator('[data-field="received"]').inner_text()) \
         == status["received"] == 151
     assert survey.locator('[data-field="state"]').inner_text() == status["state"] == "OPEN"
+    # without the control token the dead letters' reasons are withheld (computed on the
+    # raw answers); with it, the page shows them
+    dead = survey.locator('[data-field="dead"]').inner_text()
+    assert "invalid_json" not in dead and "withheld" in dead and "all reasons" in dead
+    page.fill('[data-testid="token"]', svc.token)
+    page.click('#token-form button')
+    page.wait_for_function(
+        "document.querySelector('[data-survey=wellbeing] [data-field=dead]')"
+        "?.textContent.includes('invalid_json')", timeout=30_000)
     dead = survey.locator('[data-field="dead"]').inner_text()
     assert "invalid_json" in dead and dead.split()[-1] == "1"
     assert survey.locator("canvas").count() >= 1  # the arrivals chart is drawn
@@ -70,8 +78,7 @@ def test_dashboard_shows_live_status_and_the_release(service_factory, broker, br
     # without the service and fetches nothing
     from streamanon.service.simulate import write_dashboard_snapshot
 
-    with urllib.request.urlopen(f"{svc.http}/api/status") as r:
-        final = json.loads(r.read())
+    final = svc.status()  # the data holder's, with the token
     snapshot = write_dashboard_snapshot(ARTIFACTS / "dashboard.html", final, "wellbeing", 12.5)
     svc.stop()
     offline = browser.new_page(viewport={"width": 1366, "height": 900})

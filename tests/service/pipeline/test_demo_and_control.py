@@ -78,7 +78,9 @@ def test_make_demo_runs_the_scheduled_pipeline(tmp_path, subprocesses):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, stdout + stderr
-    report = json.loads((out / "demo" / "report.json").read_text())
+    report = json.loads((out / "reports" / "demo" / "report.json").read_text())
+    assert sorted(p.name for p in (out / "releases" / "demo").iterdir()) == [
+        "release.csv", "release.parquet"]  # the published folder: the release only
     summary = json.loads((out / "simulation.json").read_text())
     assert report["n"] == summary["n"] == n  # every valid response; the malformed ones not
     assert sum(report["rejected"].values()) == 4

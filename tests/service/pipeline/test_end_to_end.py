@@ -23,7 +23,9 @@ def scrape(svc) -> dict[tuple[str, tuple], float]:
     id or other raw text appears in it."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(f"{svc.http}/metrics", timeout=10) as r:
+    request = urllib.request.Request(  # the data holder's scrape: with the control token
+        f"{svc.http}/metrics", headers={"Authorization": f"Bearer {svc.token}"})
+    with urllib.request.urlopen(request, timeout=10) as r:
         assert r.headers["Content-Type"].startswith("text/plain")
         text = r.read().decode()
     assert "R0000" not in text and "Infinity" not in text.replace("+Inf", "")
@@ -111,7 +113,7 @@ def test_end_to_end_release_and_dead_letters(service_factory, broker, tmp_path):
     assert np.allclose(parquet[QI[1:]].mean().to_numpy(), originals[:, 1:].mean(axis=0))
     assert parquet["age"].dtype == np.int64
     assert abs(parquet["age"].mean() - originals[:, 0].mean()) <= 0.5
-    report_text = (release_dir / "report.json").read_text()
+    report_text = (tmp_path / "reports" / "wellbeing" / "report.json").read_text()
     report = json.loads(report_text)
     assert report["n"] == n_valid and report["k"] == 5
     for key in ("engine", "nu", "arrival_coefficient", "n_base", "base_seconds",

@@ -135,7 +135,8 @@ def test_a_t_close_survey_is_released_two_stage_l_diverse_and_t_close(
     assert status["release"]["n"] == n
 
     directory = Path(tmp_path / "releases" / "tclose")
-    report = json.loads((directory / "report.json").read_text())
+    reports = Path(tmp_path / "reports" / "tclose")  # the data holder's, apart
+    report = json.loads((reports / "report.json").read_text())
     assert report["mode"] == "two-stage" and report["n_base"] == n_first
     parquet = pd.read_parquet(directory / "release.parquet")
     _, rows, _ = read_release(broker.bootstrap, f"{svc.prefix}.tclose.release")
@@ -162,9 +163,9 @@ def test_a_t_close_survey_is_released_two_stage_l_diverse_and_t_close(
     assert risk["risk"]["sensitive"]["satisfaction"]["l"] == l_got
     assert risk["risk"]["sensitive"]["satisfaction"]["t"] == pytest.approx(t_got, abs=SLACK)
 
-    # report.html beside the release, with the verdict on the sensitive answer
-    page = (directory / "report.html").read_text(encoding="utf-8")
-    assert report["files"]["html"] == str(directory / "report.html")
+    # report.html beside report.json, with the verdict on the sensitive answer
+    page = (reports / "report.html").read_text(encoding="utf-8")
+    assert report["files"]["html"] == str(reports / "report.html")
     assert '<section id="verdict"' in page
     sentence = html.escape(
         f"On the sensitive answer satisfaction, every group holds at least {l_got} different "
