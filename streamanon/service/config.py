@@ -38,8 +38,8 @@ from pydantic import (
 
 from streamanon.durations import parse_duration
 from streamanon.errors import StreamanonError
-from streamanon.ledger import charged
-from streamanon.schema import DROPPED_ROLES, FieldSpec, Schema
+from streamanon.schema import FieldSpec, Schema
+from streamanon.service.private_settings import PrivateSettings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -49,11 +49,6 @@ else:  # pragma: no cover
 SECRET_KEYS = {"hmac_key", "http_token", "token", "secret", "hmac_key_file", "http_token_file",
                "password", "sasl_password", "sasl_password_file", "sasl_plain_password"}
 _SECTIONS = ("kafka", "store", "output", "http", "planner", "compute")
-
-
-#: The field types whose values are levels: an epsilon survey that clamps codes a value off
-#: them as missing (SurveyConfig.clamps).
-LEVEL_TYPES = ("category", "ordinal", "bool")
 
 
 class ConfigError(StreamanonError):
@@ -83,7 +78,10 @@ class WebhookConfig(_Strict):
     forwarded_for: bool = False
 
 
-class SurveyConfig(_Strict):
+class SurveyConfig(PrivateSettings, _Strict):
+    """One ``[[surveys]]`` table: the survey, its schema, its plan and its release (its
+    differential-privacy settings from :class:`PrivateSettings`)."""
+
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     close: datetime | Literal["on-command"] = "on-command"
     deadline: float | None = None  # seconds after close (a duration string in TOML)
@@ -123,20 +121,8 @@ class SurveyConfig(_Strict):
     # l-diversity and t-closeness of every cell, merged at close where needed; the gate checks.
     l: int | None = Field(default=None, ge=1)  # noqa: E741 (the model's name)
     t: float | None = Field(default=None, ge=0, le=1)
-    # Beyond k: an epsilon-differentially private release instead (streamanon.dp), drawn at
-    # close; the schema declares every released column's bounds or levels. epsilon_budget is
-    # what the survey's releases may spend in all (default: epsilon, one release); the store
-    # records each spending before its noisy values leave the process.
-    epsilon: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    dp_mechanism: Literal["insensitive", "individual_ranking"] = "insensitive"
-    dp_scope: Literal["all", "quasi_identifiers"] = "all"
-    epsilon_budget: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    # An epsilon survey's answer outside its declared domain: "clamp" (the default) puts a
-    # number at its nearest bound and codes a level that is not declared as missing, so that
-    # no answer's value decides whether it is released (dead-lettering it would change n and
-    # a counter: a deterministic leak); "refuse" dead-letters it and refuses the release
-    # (the survey's error says why). Only with epsilon.
-    out_of_domain: Literal["clamp", "refuse"] | None = None
+    # Beyond k: epsilon, delta, dp_mechanism, dp_scope, epsilon_budget, out_of_domain
+    # (streamanon.service.private_settings.PrivateSettings)
     webhook: WebhookConfig | None = None
 
     @field_validator("deadline", mode="before")
@@ -170,45 +156,6 @@ class SurveyConfig(_Strict):
                              "takes the smallest ratio that meets the deadline")
         return self
 
-    @model_validator(mode="after")
-    def _differential_privacy(self) -> SurveyConfig:
-        if self.epsilon is None:
-            if self.epsilon_budget is not None:
-                raise ValueError("epsilon_budget without epsilon: no release spends it")
-            if self.out_of_domain is not None:
-                raise ValueError("out_of_domain without epsilon: a k-anonymous survey "
-                                 "dead-letters an answer outside its declared domain")
-            return self
-        if self.l is not None or self.t is not None or self.strata:
-            raise ValueError("epsilon with l, t or strata: a differentially private release "
-                             "makes its own cells over the whole survey")
-        if self.epsilon_budget is not None and self.epsilon_budget < self.epsilon:
-            raise ValueError(f"epsilon_budget {self.epsilon_budget:g} is less than one "
-                             f"release's epsilon {self.epsilon:g}")
-        from streamanon import dp
-
-        if self.epsilon_budget is not None and not charged(self.dp_mechanism, self.dp_scope):
-            raise ValueError(
-                f"epsilon_budget with dp_mechanism = {self.dp_mechanism!r} and dp_scope = "
-                f"{self.dp_scope!r}: that release is not differentially private, so no "
-                "epsilon bounds what its releases tell together and it is charged nothing; "
-                "remove epsilon_budget, or use dp_mechanism = \"insensitive\" and dp_scope = "
-                "\"all\"")
-
-        try:  # the domain of every released column, from the schema alone
-            dp.attributes_of(self.schema, dp.released_columns(self.schema, self.dp_scope))
-        except StreamanonError as exc:
-            raise ValueError(str(exc)) from None
-        return self
-
-    @property
-    def privacy_budget(self) -> float | None:
-        """What the survey's releases may spend in all (None: not a differentially private
-        release, which spends nothing)."""
-        if self.epsilon is None or not charged(self.dp_mechanism, self.dp_scope):
-            return None
-        return self.epsilon_budget or self.epsilon
-
     @property
     def close_at(self) -> datetime | None:
         return self.close if isinstance(self.close, datetime) else None
@@ -225,23 +172,12 @@ class SurveyConfig(_Strict):
         return self.names("quasi_identifier")
 
     @property
-    def clamps(self) -> bool:
-        """An epsilon survey that clamps its answers into their declared domain
-        (``out_of_domain = "clamp"``, its default)."""
-        return self.epsilon is not None and (self.out_of_domain or "clamp") == "clamp"
-
-    @property
     def schema(self) -> Schema:
         """The survey's schema as the core reads it (``streamanon.schema``). A survey that
         :attr:`clamps` codes an answer off a category's, ordinal's or bool's levels as
         missing, so the domain of every such released field has the missing level: the
         schema says the field is not required (from the settings alone, never the data)."""
-        fields = self.fields
-        if self.clamps:
-            fields = {name: spec.model_copy(update={"required": False})
-                      if spec.type in LEVEL_TYPES and spec.role not in DROPPED_ROLES
-                      else spec for name, spec in fields.items()}
-        return Schema(fields=fields, strata=tuple(self.strata))
+        return Schema(fields=self.release_fields(self.fields), strata=tuple(self.strata))
 
 
 class KafkaConfig(_Strict):

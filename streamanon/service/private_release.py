@@ -74,7 +74,8 @@ async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
 
     def draw() -> tuple[dp.DPRelease, list[bytes]]:  # in memory: nothing has left yet
         original = decoded_original(frame, prepare_stored(frame, sc.schema, sc.k))
-        made = dp.release(original, sc.schema, sc.k, sc.epsilon, sc.dp_mechanism, sc.dp_scope)
+        made = dp.release(original, sc.schema, sc.k, sc.epsilon, sc.dp_mechanism, sc.dp_scope,
+                          delta=sc.delta)
         return made, record_messages(made.table)
 
     made, messages = await releaser._in_thread(draw)
@@ -84,6 +85,8 @@ async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
         spent = await releaser._in_store(releaser.store.spend_privacy, sid, release_id,
                                          sc.epsilon, budget)
         charge = {"spent": spent, "total": budget, "this_release": sc.epsilon}
+        if sc.delta is not None:  # zCDP calibrated to (epsilon, delta): its one release
+            charge["delta"] = sc.delta
         log.info("survey %s: differentially private release %s of %d records drawn (epsilon = "
                  "%g, %s, %s; %g of the survey's budget of %g spent with it)", sid, release_id,
                  n, sc.epsilon, sc.dp_mechanism, sc.dp_scope, spent, budget)

@@ -160,11 +160,12 @@ def write_risk_page(risk: dict[str, Any], frame: pd.DataFrame, release: pd.DataF
                 "original": f"the survey's {len(frame)} stored records",
                 "release": Path(files["parquet"]).name}
     if survey.epsilon is not None:
-        from streamanon.dp import engine_name, guarantee
+        from streamanon.dp import budget_of, engine_name, guarantee
 
+        budget = budget_of(survey.epsilon, survey.delta)
         settings["engine"] = engine_name(survey.dp_mechanism)
-        settings["differential privacy"] = guarantee(survey.epsilon, survey.dp_mechanism,
-                                                     survey.dp_scope)
+        settings["differential privacy"] = guarantee(
+            budget.epsilon, survey.dp_mechanism, survey.dp_scope, budget.rho, budget.delta)
     page = render(risk, decoded_original(frame, prepared), release, survey.schema, settings)
     path = Path(risk_page_path(files))
     atomic_write(path, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"), modes.file)
@@ -206,7 +207,7 @@ def release_risk(frame: pd.DataFrame, release: pd.DataFrame, survey: SurveyConfi
             from streamanon import dp
 
             return dp.release(rest, kept, survey.k, survey.epsilon, survey.dp_mechanism,
-                              survey.dp_scope).table
+                              survey.dp_scope, delta=survey.delta).table
         return microaggregate(
             rest, survey.k, None if engine == "auto" else engine, schema=kept,
             sensitive=list(survey.schema.sensitive), l=survey.l, t=survey.t, risk=False,
@@ -309,7 +310,8 @@ def release_manifest(report: ReleaseReport) -> dict[str, Any]:
     # data holder (report.json in the reports folder), never on a topic
     if report.differential_privacy is not None:  # the guarantee, not the loss (raw data's)
         manifest["differential_privacy"] = {key: report.differential_privacy[key] for key in (
-            "epsilon", "mechanism", "scope", "differentially_private", "guarantee")}
+            "epsilon", "delta", "rho", "mechanism", "scope", "differentially_private",
+            "guarantee") if key in report.differential_privacy}
     return manifest
 
 

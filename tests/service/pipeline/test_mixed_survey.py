@@ -280,7 +280,7 @@ def test_a_mixed_survey_is_released_two_stage_typed_and_k_anonymous(
     assert status["release"]["n"] == n
 
     directory = Path(tmp_path / "releases" / "mixed")
-    report = json.loads((directory / "report.json").read_text())
+    report = json.loads((tmp_path / "reports" / "mixed" / "report.json").read_text())
     assert report["mode"] == "two-stage" and report["n_base"] == n_first
     assert report["n_increment"] == n - n_first
     assert report["columns"] == [

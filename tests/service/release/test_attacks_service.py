@@ -35,7 +35,7 @@ def test_the_report_gives_the_attacks_when_asked(attacking, broker, tmp_path):
     assert svc.post("/api/surveys/wellbeing/close")[0] == 202
     svc.wait_for("wellbeing", lambda s: s["state"] == "RELEASED", what="the release",
                  timeout=300)
-    directory = Path(tmp_path / "releases" / "wellbeing")
+    directory = Path(tmp_path / "reports" / "wellbeing")  # the data holder's, apart
     attacks = json.loads((directory / "report.json").read_text())["risk"]["attacks"]
     assert attacks["measured"] is True, attacks["reason"]
     assert attacks["n_control"] >= 200 and attacks["n_original"] + attacks["n_control"] <= N

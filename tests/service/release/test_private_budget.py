@@ -74,3 +74,23 @@ def test_a_release_that_is_not_differentially_private_spends_nothing(tmp_path, d
     assert got["differentially_private"] is False and spent == 0.0
     assert got["budget"]["applies"] is False and "spent" not in got["budget"]
     assert "not differentially private" in got["budget"]["why"]
+
+
+def test_a_survey_with_delta_releases_under_zcdp_and_spends_its_epsilon(tmp_path):
+    """``[surveys] delta``: the release is zCDP calibrated to (epsilon, delta), its numbers get
+    discrete Gaussian noise, the report gives rho and delta, and the store charges epsilon."""
+    got, spent = release_with(tmp_path, delta=1e-6)
+    assert got["privacy"] == "zcdp" and got["delta"] == 1e-6 and got["rho"] > 0
+    assert got["differentially_private"] is True and "delta = 1e-06" in got["guarantee"]
+    assert got["attributes"]["height"]["noise"] == "discrete gaussian on cell sums"
+    assert spent == 1.0 and got["budget"] == {"spent": 1.0, "total": 1.0, "this_release": 1.0,
+                                              "delta": 1e-6}
+
+
+@pytest.mark.parametrize("dp, why", [({"epsilon_budget": 2.0, "delta": 1e-6}, "delta would add"),
+                                     ({"delta": 2.0}, "less than 1")])
+def test_delta_settings_the_service_cannot_keep_are_refused(tmp_path, dp, why):
+    from streamanon.service.config import ConfigError
+
+    with pytest.raises(ConfigError, match=why):
+        survey_config(tmp_path, **dp)

@@ -50,7 +50,7 @@ def test_a_two_stage_release_is_spliced_from_the_base_release(service_factory, b
     assert (f"{n - n_base} records after the base snapshot sent to the compute process, the "
             f"snapshot's {n_base} kept there") in log
     directory = Path(tmp_path / "releases" / "wellbeing")
-    report = json.loads((directory / "report.json").read_text())
+    report = json.loads((tmp_path / "reports" / "wellbeing" / "report.json").read_text())
     assert report["mode"] == "two-stage" and report["spliced"] is True
     assert report["n_base"] == n_base and report["n"] == n
     # the records gated again at close: the late ones, and the members of the base cells they
