@@ -1,9 +1,12 @@
-"""An epsilon-differentially private release through microaggregation.
+"""An epsilon-differentially private (or rho-zCDP) release through microaggregation.
 
 Two mechanisms, both from the same group's papers, both with cells whose sizes follow from n
 and k alone (``n // k`` cells, k records each, the last one also taking the ``n mod k`` left
-over), and both drawing their noise once, here, from a generator seeded by the operating
-system's entropy unless a generator is given (tests):
+over), and both drawing their noise exactly, through :mod:`streamanon.dp_noise` (OpenDP's
+samplers, from a cryptographically secure generator, never seeded: tests and production draw
+the same way). Every guarantee is for bounded differential privacy: the neighbours are two
+survey data sets of the same size that differ in one respondent's answers (:data:`NEIGHBOURS`);
+n is public, and so is whether someone took part.
 
 **insensitive** (Soria-Comas, Domingo-Ferrer, Sánchez and Martínez, VLDB Journal 23(5), 2014):
 the records are put in one total order of the declared domain, fixed before any data is seen:
@@ -18,13 +21,28 @@ an attribute of width ``w`` (max - min) then moves by at most ``w / k``, and at 
 ``C * w / k``, and Laplace noise of scale ``C * w / (k * epsilon_a)`` on each mean makes the
 list epsilon_a-differentially private. An ordinal or a category is drawn per cell by the
 exponential mechanism over its declared levels (utility: minus the members' rank distances
-over ``L - 1`` for an ordinal, the members' count for a category; one record moves either by at
-most 1), with ``epsilon_a / C`` per cell, epsilon_a in all. The released table repeats each
-cell's noisy tuple once per member, its rows shuffled: a function of the noisy cell tuples
+for an ordinal, which one record moves by at most ``L - 1``, the members' count for a
+category, at most 1: integers, :func:`utility`), with ``epsilon_a / C`` per cell, epsilon_a in
+all. The released table repeats each cell's noisy tuple once per member, its rows in
+:func:`canonical_order` (sorted by the released values): a function of the noisy cell tuples
 alone, so the **table is epsilon-differentially private** (epsilon the sum of the attributes'
 shares, by sequential composition), and k-anonymous as well. The price: the noise grows with
 ``C = n / k``; it is smaller than each record's own noise only where k exceeds about sqrt(n),
-which is what the paper found.
+which is what the paper found. With **one released attribute** the domain's order is that
+attribute's own sorted order, so its cells are runs of its sorted values and its cell sums
+telescope as in individual ranking below: L1 sensitivity ``w`` (``units`` on the grid), not
+``C * w`` (:func:`sum_sensitivity`); a single ordinal or category still draws per cell.
+
+**zCDP** (``rho``, or ``epsilon`` with ``delta``: :func:`budget_of`; Bun and Steinke, TCC
+2016): the same cells, each attribute's cell sums with discrete Gaussian noise of sigma
+``Delta_2 / sqrt(2 rho_a)``, ``Delta_2`` their L2 sensitivity: ``sqrt(C) * units`` for the
+insensitive cells (each of the C sums moves by at most ``units``), ``units`` where they
+telescope; rho is shared equally among the m attributes, which is the same as one Gaussian on
+the joint vector of L2 sensitivity ``sqrt(C m) * units``. Ordinals and categories keep the
+exponential mechanism per cell under bounded-range accounting (Cesar and Rogers 2021: an
+epsilon_c draw is ``epsilon_c**2 / 8``-zCDP), C cells composing: ``epsilon_c = sqrt(8 rho_a /
+C)``. The release is then (epsilon, delta)-differentially private by OpenDP's conversion
+(:mod:`streamanon.dp_zcdp`).
 
 **individual_ranking** (Sánchez, Domingo-Ferrer, Martínez and Soria-Comas, Information Fusion
 30, 2016; privlib's ``Differential_privacy``): each attribute is sorted by its own value and
@@ -52,17 +70,18 @@ index is made monotone before it is rounded. An optimal univariate partition (ce
 2k - 1 where the data's gaps are) would lose less before the noise, but its sizes follow the data:
 released, they would tell it without noise, so both mechanisms keep the fixed sizes.
 
-**The noise is an integer.** A textbook Laplace draw added to a float mean leaves low-order
-bits that tell which mean it was added to (Mironov, CCS 2012). So each record's value is first
-put on a grid of ``GRID_STEPS`` steps over its width (a function of the record alone; a level
-index is its own grid), the cells' sums of grid steps are integers, and each sum gets integer
-noise from the discrete Laplace distribution (:func:`discrete_laplace`) of scale ``C * units /
-epsilon_a`` (insensitive) or ``units / epsilon_a`` (individual ranking), ``units`` the grid's
-steps over the width: the same sensitivity as above, counted in steps and on sums rather than
-means. The released mean is that noisy sum over the cell's size, a function of the integer
-outputs; the report gives each attribute's scale as that of a k-record cell's mean, as above.
-The exponential mechanism's output is a level, discrete already (drawn by the Gumbel-max trick
-in floating point: its probabilities are exact to rounding).
+**The noise is an integer, drawn exactly.** A textbook Laplace draw added to a float mean
+leaves low-order bits that tell which mean it was added to (Mironov, CCS 2012). So each
+record's value is first put on a grid of ``GRID_STEPS`` steps over its width (a function of the
+record alone; a level index is its own grid), the cells' sums of grid steps are integers, and
+each sum gets integer noise from the discrete Laplace distribution
+(:func:`streamanon.dp_noise.discrete_laplace`) of scale ``C * units / epsilon_a`` (insensitive)
+or ``units / epsilon_a`` (individual ranking, or one attribute), ``units`` the grid's steps
+over the width: the same sensitivity as above, counted in steps and on sums rather than means.
+The released mean is that noisy sum over the cell's size, a function of the integer outputs;
+the report gives each attribute's scale as that of a k-record cell's mean, as above. The
+exponential mechanism's output is a level, drawn by OpenDP's exact Gumbel noisy max on the
+integer utilities.
 
 **The domain** comes only from the schema: a number needs its declared ``min`` and ``max``, a
 category its ``levels`` (a bool has two); free text, strings and times cannot go through either

@@ -126,6 +126,20 @@ def test_the_documented_commands_run(tmp_path, monkeypatch):
     assert {w.split(":")[0] for w in drowned[:-1]} == set(
         private["differential_privacy"]["attributes"])
     assert len(pd.read_csv(tmp_path / "private.csv")) == 20_000
+    # the zCDP section's two releases, on the same survey and schema
+    zcdp = [line.split() for line in commands(block(section(
+        page("guide/differential-privacy.md"), "zCDP: epsilon and delta with less noise"),
+        "sh"))]
+    assert [words[:3] for words in zcdp] == [["streamanon", "anonymize", "survey.csv"]] * 2
+    for words in zcdp:
+        status, stdout, stderr = run([*words[1:], "--no-progress"])
+        assert status == 0, stderr
+        assert "guarantee: rho-zero-concentrated differentially private" in stdout
+    calibrated = json.loads((tmp_path / "zcdp.report.json").read_text())["differential_privacy"]
+    given = json.loads((tmp_path / "rho.report.json").read_text())["differential_privacy"]
+    assert (calibrated["privacy"], calibrated["epsilon"], calibrated["delta"]) == (
+        "zcdp", 1.0, 1e-6)
+    assert (given["privacy"], given["rho"], given["delta"]) == ("zcdp", 0.02, 1e-6)
 
 
 def test_report_on_a_private_release_states_its_guarantee_and_attacks_one_drawn_alike(
