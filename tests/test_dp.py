@@ -576,3 +576,17 @@ def test_a_category_of_levels_0_and_1_is_released_as_0_and_1_not_as_booleans():
     table = dp.release(frame, schema, k=10, epsilon=1.0).table
     assert set(table["female"]) <= {0, 1}
     assert not any(isinstance(value, (bool, np.bool_)) for value in table["female"])
+
+
+@pytest.mark.parametrize("kwargs", [{"epsilon": 2.0}, {"epsilon": 1.0, "delta": 1e-7},
+                                    {"rho": 0.05}])
+def test_a_release_is_drawn_again_as_its_report_describes(kwargs):
+    frame = survey(300, 9)
+    first = dp.release(frame, SCHEMA, k=10, mechanism="individual_ranking", **kwargs).report
+    again = dp.release_as(frame, SCHEMA, first).report
+    settings = ("privacy", "k", "mechanism", "scope")
+    assert {key: again[key] for key in settings} == {key: first[key] for key in settings}
+    for key in ("epsilon", "rho", "delta"):
+        assert (key in again) == (key in first)
+        if key in first:
+            assert again[key] == pytest.approx(first[key])
