@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from streamanon.cli._args import columns, param, positive_int, share
 from streamanon.cli.dp_release import add_arguments as add_dp_arguments
 from streamanon.cli.dp_release import check as check_dp
+from streamanon.cli.dp_release import check_unused
 from streamanon.cli.dp_release import run as run_dp
 from streamanon.errors import InputError, ParameterError
 
@@ -151,6 +152,8 @@ def cmd_anonymize(args: argparse.Namespace) -> int:
     table_format(args.out)
     if args.epsilon is not None:
         check_dp(args)
+    else:
+        check_unused(args)
     if same_file(args.input, args.out):
         raise InputError(f"--out {args.out} is the input file; the release would overwrite "
                          "the raw data: choose another output")

@@ -85,6 +85,25 @@ def add_arguments(an: argparse.ArgumentParser) -> None:
                          "release's epsilon); a new value replaces the recorded one")
 
 
+#: Options that only a differentially private release (``--epsilon`` or ``--rho``) takes.
+ONLY_WITH_EPSILON = {"delta": "--delta", "budget_ledger": "--budget-ledger",
+                     "epsilon_budget": "--epsilon-budget"}
+
+
+def check_unused(args: argparse.Namespace) -> None:
+    """Refuse, in a release that is not differentially private, the options that only such a
+    release takes: silently ignored, they would leave the user believing a budget was kept."""
+    given = [flag for name, flag in ONLY_WITH_EPSILON.items()
+             if getattr(args, name, None) is not None]
+    given += [flag for flag, value, default in (
+        ("--dp-mechanism", args.dp_mechanism, "insensitive"),
+        ("--dp-scope", args.dp_scope, "all")) if value != default]
+    if given:
+        raise ParameterError(f"{', '.join(given)} without --epsilon or --rho: "
+                             f"{'it applies' if len(given) == 1 else 'they apply'} to a "
+                             "differentially private release only")
+
+
 def check(args: argparse.Namespace) -> None:
     """Refuse what an ``--epsilon`` (or ``--rho``) release cannot honour, before reading
     anything; with ``--rho``, ``args.epsilon`` becomes the epsilon it implies at ``--delta``."""

@@ -179,9 +179,8 @@ def _attacks(args: argparse.Namespace, original: Any, release: Any, schema: Any,
         from streamanon import dp, microaggregate
 
         private = made.get("differential_privacy")
-        if private:  # drawn again as the release was (its noise fresh)
-            return dp.release(rest, schema, private["k"], private["epsilon"],
-                              private["mechanism"], private["scope"]).table
+        if private:  # drawn again as the release was (its budget: pure or zCDP; fresh noise)
+            return dp.release_as(rest, schema, private).table
         return microaggregate(rest, args.k, made.get("engine"), schema=schema,
                               sensitive=sensitive, l=settings["l"], t=settings["t"],
                               risk=False, seed=0, engine_params=made.get("params")).data

@@ -175,7 +175,36 @@ def test_report_on_a_private_release_states_its_guarantee_and_attacks_one_drawn_
     # not differential privacy as a table: a warning, and the exit status says so
     assert status == 1 and f"warning: {guarantee[0].upper()}" in stderr
     # the held-out release was drawn the same way: the mechanism, k, epsilon and scope
-    assert drawn == [(10, 2.0, "individual_ranking", "all")]
+    assert drawn == [(10, 2.0, "individual_ranking", "all", None, None)]
+
+
+def test_report_attacks_a_zcdp_release_drawn_with_its_own_rho_and_delta(survey, tmp_path,
+                                                                        monkeypatch):
+    """A zCDP release's held-out attacks are drawn under the same zCDP budget, not as a pure
+    epsilon release (the test failed first: they were drawn with epsilon alone)."""
+    from streamanon import dp
+
+    data, schema = survey
+    frame = pd.concat([pd.read_csv(data)] * 3, ignore_index=True)  # the attacks need 1,000
+    frame["respondent_id"] = [f"R{i}" for i in range(len(frame))]
+    frame.to_csv(data, index=False)
+    out = tmp_path / "release.csv"
+    assert run(["anonymize", str(data), "--schema", str(schema), "--k", "10", "--epsilon",
+                "2", "--delta", "1e-6", "--out", str(out), "--no-progress"])[0] == 0
+    made = json.loads((tmp_path / "release.report.json").read_text())["differential_privacy"]
+    drawn = []
+    release = dp.release
+
+    def spy(*args, **kwargs):
+        drawn.append((args[2:], kwargs))
+        return release(*args, **kwargs)
+
+    monkeypatch.setattr(dp, "release", spy)
+    run(["report", str(data), str(out), "--schema", str(schema), "--k", "10", "--no-progress"])
+    assert len(drawn) == 1
+    args, kwargs = drawn[0]
+    assert args[0] == 10 and args[2:] == ("insensitive", "all")
+    assert kwargs == {"rho": made["rho"], "delta": 1e-6} and made["privacy"] == "zcdp"
 
 
 @pytest.mark.parametrize("budget", [["--epsilon", "1", "--delta", "1e-6"],
@@ -238,3 +267,19 @@ def test_zcdp_options_are_checked(survey, tmp_path, extra, message):
     status, _, stderr = run(["anonymize", str(data), "--schema", str(schema), "--k", "10",
                              "--out", str(out), *extra])
     assert status == 2 and message in stderr and not out.exists()
+
+
+@pytest.mark.parametrize("given", [["--delta", "1e-6"], ["--budget-ledger", "b.json"],
+                                   ["--epsilon-budget", "2"],
+                                   ["--dp-mechanism", "individual_ranking"],
+                                   ["--dp-scope", "quasi-identifiers"]])
+def test_a_private_releases_options_without_epsilon_are_refused(survey, tmp_path, given):
+    """Silently ignored, they let a user believe a budget was kept or a mechanism used (the
+    test failed first: the k-anonymous release was written)."""
+    data, schema = survey
+    out = tmp_path / "release.csv"
+    status, _, stderr = run(["anonymize", str(data), "--schema", str(schema), "--k", "10",
+                             *[str(tmp_path / g) if g == "b.json" else g for g in given],
+                             "--out", str(out), "--no-progress"])
+    assert status == 2 and f"{given[0]} without --epsilon or --rho" in stderr
+    assert not out.exists() and not (tmp_path / "b.json").exists()
