@@ -155,6 +155,71 @@ def test_enforce_merges_as_the_papers_rule_says_until_every_cell_is_private(seed
     assert firsts == sorted(firsts) and set(out.tolist()) == set(range(len(firsts)))
 
 
+@pytest.mark.parametrize("Z, labels, S, t, l", [
+    # a cell violating l only, with a smaller EMD than a cell that is private: only the
+    # violating cells are candidates
+    ([3, 3, 1, 1, 0, 0, 0, 1, 4, 3, 5, 3, 3, 5], [4, 3, 5, 4, 2, 0, 0, 1, 3, 5, 2, 0, 1, 1],
+     [1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 1, 2, 3], 0.5988839743156844, 2),
+    # without t, a merged cell that still violates l is picked by its fewest values like
+    # any other, not first because it was merged
+    ([2, 4, 4, 2, 4, 4, 4, 1, 2, 4], [4, 2, 0, 0, 2, 1, 3, 3, 4, 1],
+     [2, 0, 2, 3, 0, 2, 1, 1, 0, 0], None, 3),
+])
+def test_enforce_picks_the_violating_cell_by_its_emd_then_its_fewest_values(Z, labels, S, t, l):  # noqa: E741
+    Z, labels, S = np.array(Z, float)[:, None], np.array(labels), np.array(S)[:, None]
+    out = privacy.enforce(Z, labels, S, "ordered", t=t, l=l)
+    got = sorted(frozenset(np.flatnonzero(out == c).tolist()) for c in np.unique(out))
+    assert got == reference_enforce(Z, labels, S, ["ordered"], t, l)
+
+
+def test_a_cell_exactly_at_t_plus_the_tolerance_is_t_close():
+    """EMD <= t + TOLERANCE is t-close: at the boundary itself nothing is merged."""
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    S = np.array([0, 0, 1, 2, 1, 2])
+    worst = privacy.cell_emds(labels, S, "ordered").max()
+    t = worst - privacy.TOLERANCE
+    while t + privacy.TOLERANCE < worst:
+        t = np.nextafter(t, 1.0)
+    while t + privacy.TOLERANCE > worst:
+        t = np.nextafter(t, 0.0)
+    assert t + privacy.TOLERANCE == worst
+    Z = np.arange(6.0)[:, None]
+    assert privacy.enforce(Z, labels, S, "ordered", t=t, l=None).tolist() == labels.tolist()
+    assert privacy.enforce(Z, labels, S, "ordered", t=np.nextafter(t, 0.0),
+                           l=None).tolist() != labels.tolist()
+
+
+def test_enforce_takes_any_sortable_answers_and_ordered_by_default():
+    Z = np.arange(6.0)[:, None]
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    S = np.array([0, 0, 1, 2, 1, 2])
+    by_default = privacy.enforce(Z, labels, S, None, t=0.2, l=None)
+    assert by_default.tolist() == privacy.enforce(Z, labels, S, "ordered", t=0.2,
+                                                  l=None).tolist()
+    as_text = np.array(["a", "a", "b", "c", "b", "c"])
+    assert privacy.enforce(Z, labels, as_text, "equal", t=0.2, l=2).tolist() == (
+        privacy.enforce(Z, labels, S, "equal", t=0.2, l=2).tolist())
+    with pytest.raises(InputError, match="vector or an n x s"):
+        privacy.enforce(Z, labels, np.empty((6, 0)), "ordered", t=0.2, l=None)
+    with pytest.raises(InputError, match="vector or an n x s"):
+        privacy.enforce(Z, labels, np.zeros((6, 1, 1)), "ordered", t=0.2, l=None)
+    with pytest.raises(InputError, match="NaN"):
+        privacy.enforce(Z, labels, np.array([0, 1, np.nan, 1, 0, 1]), "ordered", t=0.2,
+                        l=None)
+    with pytest.raises(InputError, match="6 records"):
+        privacy.enforce(Z, labels, S[:5], "ordered", t=0.2, l=None)
+
+
+def test_a_column_of_one_value_is_t_close_and_an_empty_one_is_refused():
+    assert privacy.cell_emds([3], [7.0], "ordered").tolist() == [0.0]
+    assert privacy.cell_emds([0, 1], [7.0, 7.0], "equal").tolist() == [0.0, 0.0]
+    assert privacy.emd([7.0], [7.0], "ordered") == 0.0
+    with pytest.raises(InputError, match="at least one value"):
+        privacy.cell_emds([], [], "ordered")
+    with pytest.raises(InputError, match="at least one value"):
+        privacy.emd([1], [], "ordered")
+
+
 def test_enforce_leaves_a_private_partition_alone_and_always_ends():
     Z = np.arange(8.0)[:, None]
     labels = np.array([3, 3, 5, 5, 9, 9, 11, 11])
@@ -199,6 +264,32 @@ def test_the_gate_measures_l_and_t_on_the_groups_a_reader_sees(seed):
             Privacy(("s",), S, ("ordered",), t=t - 1e-9).gate(frame, key)
 
 
+def test_the_gate_passes_t_exactly_at_its_slack_and_enforce_merges_with_its_settings():
+    frame = pd.DataFrame({"a": ["x", "x", "y", "y", "z", "z"], "s": [0, 0, 1, 2, 1, 2]})
+    S = frame[["s"]].to_numpy()
+    achieved = Privacy(("s",), S, ("ordered",)).achieved(key_groups(frame, ["a"]))["s"]["t"]
+    t = achieved - 1e-12
+    while t + 1e-12 < achieved:
+        t = np.nextafter(t, 1.0)
+    while t + 1e-12 > achieved:
+        t = np.nextafter(t, 0.0)
+    assert t + 1e-12 == achieved
+    Privacy(("s",), S, ("ordered",), t=t).gate(frame, ["a"])  # at the slack: passes
+    with pytest.raises(KAnonymityError):
+        Privacy(("s",), S, ("ordered",), t=np.nextafter(t, 0.0)).gate(frame, ["a"])
+    # Privacy.enforce is privacy.enforce with the privacy's own kinds, t and l
+    Z = np.arange(6.0)[:, None]
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    assert Privacy(("s",), S, ("ordered",)).enforce(Z, labels) is labels
+    for kinds, t, l in ((("ordered",), 0.2, None), (("equal",), 0.3, None),  # noqa: E741
+                        (("ordered",), None, 2), (("equal",), 0.3, 2), (("ordered",), 0.5, 3)):
+        want = privacy.enforce(Z, labels, S, list(kinds), t=t, l=l)
+        assert Privacy(("s",), S, kinds, l=l, t=t).enforce(Z, labels).tolist() == want.tolist()
+    # the settings above are told apart: each gives another partition than its neighbours
+    assert privacy.enforce(Z, labels, S, "equal", t=0.3, l=None).tolist() != (
+        privacy.enforce(Z, labels, S, "ordered", t=0.3, l=None).tolist())
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_the_k_anonymity_gate_counts_every_group_a_missing_value_a_value_of_its_own(seed):
     frame = frame_with_groups(seed)
@@ -232,6 +323,12 @@ def test_the_numeric_gate_compares_tuples_exactly(seed):
     with pytest.raises(KAnonymityError):
         metrics.require_k_anonymous(Q, k + 1)
     assert metrics.require_k_anonymous(Q, k).smallest_group == k
+    # the general path (not floats: np.unique over rows) counts the same tuples
+    as_integers = np.rint(Q * 1e16).astype(np.int64)
+    report = metrics.check_k_anonymity(as_integers, k)
+    assert (report.n_groups, report.smallest_group, report.ok) == (len(sizes), k, True)
+    one_column = metrics.check_k_anonymity(np.array([1, 1, 2, 2, 2]), 2)
+    assert (one_column.n_groups, one_column.smallest_group) == (2, 2)
     with_nan = Q.copy()
     with_nan[0, 0] = np.nan  # np.unique's path: NaN rows compared as they are
     assert metrics.check_k_anonymity(with_nan, 1).n_records == 30
@@ -239,7 +336,22 @@ def test_the_numeric_gate_compares_tuples_exactly(seed):
 
 def test_an_empty_or_too_small_table_is_never_k_anonymous():
     empty = pd.DataFrame({"a": pd.Series([], dtype=object)})
+    assert metrics.check_table_k_anonymity(empty, ["a"], 1) == metrics.KAnonymityReport(
+        1, 0, 0, 0, 0, 0)
     assert not metrics.check_table_k_anonymity(empty, ["a"], 1).ok
     assert not metrics.check_table_k_anonymity(pd.DataFrame({"a": [1, 1]}), ["a"], 3).ok
     with pytest.raises(InputError, match="unknown column"):
         metrics.check_table_k_anonymity(pd.DataFrame({"a": [1]}), ["b"], 1)
+
+
+def test_verify_requires_k_and_explains_a_failure_at_exactly_k_records(tmp_path, capsys):
+    from streamanon.cli import main
+
+    path = tmp_path / "release.csv"
+    pd.DataFrame({"a": ["x", "x", "y"]}).to_csv(path, index=False)
+    with pytest.raises(SystemExit) as stopped:
+        main(["verify", str(path), "--qi", "a"])
+    assert stopped.value.code == 2 and "--k" in capsys.readouterr().err
+    assert main(["verify", str(path), "--qi", "a", "--k", "3"]) == 1
+    assert "2 of 2 quasi-identifier groups (3 of 3 records) occur fewer than 3 times" in (
+        capsys.readouterr().err)
