@@ -10,10 +10,15 @@ n is public, and so is whether someone took part.
 
 **insensitive** (Soria-Comas, Domingo-Ferrer, Sánchez and Martínez, VLDB Journal 23(5), 2014):
 the records are put in one total order of the declared domain, fixed before any data is seen:
-their distance to the domain's lower corner (every attribute scaled to [0, 1] by its declared
-bounds or levels), ties broken by the attributes' values in turn; the cells are consecutive
-runs of that order. Changing one record (the neighbouring data sets of bounded differential
-privacy: n is public) removes it from one place of the order and inserts its new value at
+the Z-order (Morton) curve through it (every attribute scaled to [0, 1] by its declared bounds
+or levels and cut into ``2^b`` steps, the steps' bits interleaved: :func:`morton_keys`), ties
+broken by the attributes' values in turn; the cells are consecutive runs of that order. The
+paper orders by the distance to the domain's lower corner; any order fixed by the domain
+alone keeps the argument below, and the curve keeps a cell's records close in every attribute
+where the distance gathers records of one radius from all over the domain (on the GSS and CCES
+extracts the cells alone lose about half as much: docs/benchmarks/differential-privacy.md).
+Changing one record (the neighbouring data sets of bounded differential privacy: n is public)
+removes it from one place of the order and inserts its new value at
 another; every cell between the two loses one record to one neighbour and takes one from the
 other, so each cell differs in at most one record, and no cell changes size. A cell's mean of
 an attribute of width ``w`` (max - min) then moves by at most ``w / k``, and at most all
@@ -305,15 +310,40 @@ def _cells(order: np.ndarray, k: int) -> list[np.ndarray]:
 def insensitive_cells(codes: np.ndarray, attributes: Sequence[Attribute],
                       k: int) -> list[np.ndarray]:
     """The insensitive mechanism's cells (row indices): runs of k in the domain's fixed order,
-    by distance to its lower corner, ties by the attributes' values in turn."""
+    the Z-order curve through it (:func:`morton_keys`), ties by the attributes' values in
+    turn. With one attribute that is its own sorted order."""
     scaled = np.column_stack([
         ((codes[:, j] - a.floor) / a.width if a.width > 0 else np.zeros(len(codes)))
         if a.kind == "number" else codes[:, j] / a.width for j, a in enumerate(attributes)])
-    distance = np.sqrt((scaled ** 2).sum(axis=1))
-    # lexsort's last key is its first: the distance, then the attributes in turn
+    # lexsort's last key is its first: the curve, then the attributes in turn
     keys = [scaled[:, j] for j in reversed(range(scaled.shape[1]))]
-    order = np.lexsort((*keys, distance))
+    order = np.lexsort((*keys, morton_keys(scaled)))
     return _cells(order, k)
+
+
+#: The most bits of one attribute in a Z-order key (:func:`morton_keys`).
+MORTON_BITS = 20
+
+
+def morton_keys(scaled: np.ndarray) -> np.ndarray:
+    """Each row's place on the Z-order (Morton) curve through the unit cube: every coordinate
+    of ``scaled`` (n x m, in [0, 1]) cut into ``2^b`` steps, ``b = 63 // m`` (at most
+    :data:`MORTON_BITS`, at least 1), and the steps' bits interleaved from the most
+    significant, the first attribute's first, into one unsigned 64-bit key (past 63
+    attributes, the first 63). A function of each record's values and the declared domain
+    alone; monotone in each coordinate, so with one attribute it is that attribute's order."""
+    n, m = scaled.shape
+    used = min(m, 63)
+    bits = max(1, min(MORTON_BITS, 63 // used))
+    steps = np.minimum(np.floor(scaled[:, :used] * (1 << bits)), (1 << bits) - 1)
+    steps = steps.astype(np.uint64)
+    key = np.zeros(n, dtype=np.uint64)
+    one = np.uint64(1)
+    for bit in range(bits - 1, -1, -1):
+        shift = np.uint64(bit)
+        for j in range(used):
+            key = (key << one) | ((steps[:, j] >> shift) & one)
+    return key
 
 
 def ranked_cells(values: np.ndarray, k: int) -> list[np.ndarray]:

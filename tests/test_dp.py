@@ -234,7 +234,7 @@ def test_a_declared_constant_keeps_the_domain_order_finite():
     attrs = dp.attributes_of(schema, ["wave", "age"])
     with np.errstate(all="raise"):  # no division by a zero width
         cells = dp.insensitive_cells(dp.encode(frame, attrs), attrs, 5)
-    # the order is still by distance to the corner: age, the one that varies
+    # the order is still the domain's: by age, the one that varies
     assert [frame["age"].to_numpy()[c].max() for c in cells] == list(range(24, 60, 5))
 
 
@@ -590,3 +590,26 @@ def test_a_release_is_drawn_again_as_its_report_describes(kwargs):
         assert (key in again) == (key in first)
         if key in first:
             assert again[key] == pytest.approx(first[key])
+
+
+@pytest.mark.parametrize("m", [1, 2, 8, 15, 70])
+def test_the_z_order_key_is_monotone_in_every_attribute_and_fixed_by_the_domain(m):
+    """The insensitive order needs a total order of the domain fixed before the data: the
+    Z-order key of a record depends on its scaled values alone, and raising any one of them
+    never lowers it (so one attribute's order is its sorted order)."""
+    rng = np.random.default_rng(m)
+    scaled = rng.random((500, m))
+    scaled[:5] = 0.0
+    scaled[5:10] = 1.0
+    keys = dp.morton_keys(scaled)
+    assert keys.dtype == np.uint64
+    assert np.array_equal(dp.morton_keys(scaled[::-1]), keys[::-1])  # row by row
+    j = rng.integers(min(m, 63), size=500)
+    raised = scaled.copy()
+    raised[np.arange(500), j] = np.minimum(1.0, raised[np.arange(500), j]
+                                           + rng.random(500) * 0.5)
+    assert (dp.morton_keys(raised) >= keys).all()
+    if m == 1:
+        assert np.array_equal(np.argsort(keys, kind="stable"),
+                              np.argsort(np.floor(scaled[:, 0] * 2 ** dp.MORTON_BITS),
+                                         kind="stable"))

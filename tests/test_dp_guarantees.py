@@ -264,8 +264,8 @@ def test_an_adversarial_neighbour_moves_each_cell_by_at_most_one_record(k, chang
 
 
 def test_equidistant_records_are_ordered_by_their_values_not_by_their_rows():
-    """Records at the same distance from the lower corner (x and y swapped) are ordered by
-    their values: the cells do not depend on which row holds which record."""
+    """Records of two values (x and y swapped), each many times, are ordered by their values:
+    the cells do not depend on which row holds which record."""
     schema = parse_schema({
         "x": {"role": "quasi_identifier", "type": "int", "min": 0, "max": 10},
         "y": {"role": "quasi_identifier", "type": "int", "min": 0, "max": 10}})
