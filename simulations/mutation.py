@@ -73,9 +73,9 @@ NAMED = (
         (r"share = epsilon / len\(attributes\)", "share = epsilon"),
         (r"share = budget\.share\(len\(attributes\)\)", "share = budget"))),
     Named("cells ordered by the data's own range, not the declared domain", DP, (
-        (r"distance = np\.sqrt\(\(scaled \*\* 2\)\.sum\(axis=1\)\)",
-         "scaled = (scaled - scaled.min(axis=0)) / np.maximum(np.ptp(scaled, axis=0), 1e-12)"
-         "\n    distance = np.sqrt((scaled ** 2).sum(axis=1))"),)),
+        (r"(\n    )keys = \[scaled\[:, j\]",
+         r"\1scaled = (scaled - scaled.min(axis=0)) / np.maximum(np.ptp(scaled, axis=0), 1e-12)"
+         r"\1keys = [scaled[:, j]"),)),
 )
 
 
