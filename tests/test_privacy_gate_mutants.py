@@ -355,3 +355,46 @@ def test_verify_requires_k_and_explains_a_failure_at_exactly_k_records(tmp_path,
     assert main(["verify", str(path), "--qi", "a", "--k", "3"]) == 1
     assert "2 of 2 quasi-identifier groups (3 of 3 records) occur fewer than 3 times" in (
         capsys.readouterr().err)
+
+
+def released(frame: pd.DataFrame, schema_fields: dict, labels, k: int, **options):
+    from streamanon.release import prepare, release_prepared
+    from streamanon.schema import parse_schema
+
+    schema = parse_schema(schema_fields)
+    return release_prepared(frame, prepare(frame, schema, k), np.asarray(labels), k, seed=3,
+                            **options)
+
+
+NUMERIC = {"x": {"role": "quasi_identifier", "type": "float"},
+           "y": {"role": "quasi_identifier", "type": "float"},
+           "s": {"role": "confidential", "type": "int"}}
+MIXED = {**NUMERIC, "c": {"role": "quasi_identifier", "type": "category",
+                          "levels": ["a", "b"]}}
+
+
+@pytest.mark.parametrize("fields", [NUMERIC, MIXED], ids=["plain numeric", "mixed"])
+def test_release_prepared_never_returns_a_table_that_fails_the_gate(fields):
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"x": rng.normal(size=12), "y": rng.normal(size=12),
+                          "s": [0, 1, 2] * 4, "c": ["a"] * 12})
+    good = np.repeat(np.arange(4), 3)
+    out = released(frame, fields, good, 3)
+    key = [c for c in ("x", "y", "c") if c in fields]
+    assert oracle.k_of(out.table, key) == 3
+    unshuffled = released(frame, fields, good, 3, shuffle=False)
+    assert not out.table.equals(unshuffled.table)  # shuffled unless told not to
+    assert out.privacy is None and out.risk is None
+    small = good.copy()
+    small[-1] = 4
+    with pytest.raises(KAnonymityError, match="not 3-anonymous"):
+        released(frame, fields, small, 3)
+    # the l/t part of the gate, on the released groups
+    S = frame[["s"]].to_numpy()
+    cells_of_one_answer = np.empty(12, dtype=np.int64)  # the first cell: three answers 0
+    cells_of_one_answer[np.argsort(frame["s"].to_numpy(), kind="stable")] = good
+    with pytest.raises(KAnonymityError, match="s: l = 1 < 2"):
+        released(frame, fields, cells_of_one_answer, 3,
+                 privacy=Privacy(("s",), S, ("ordered",), l=2))
+    diverse = released(frame, fields, good, 3, privacy=Privacy(("s",), S, ("ordered",), l=3))
+    assert diverse.privacy["s"]["l"] == 3
