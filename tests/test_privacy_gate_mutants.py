@@ -398,3 +398,17 @@ def test_release_prepared_never_returns_a_table_that_fails_the_gate(fields):
                  privacy=Privacy(("s",), S, ("ordered",), l=2))
     diverse = released(frame, fields, good, 3, privacy=Privacy(("s",), S, ("ordered",), l=3))
     assert diverse.privacy["s"]["l"] == 3
+
+
+def test_a_cell_that_mixes_missing_and_answered_withholds_the_answer_for_every_member():
+    """Every member of a cell gets one released tuple: where any member's group withholds an
+    attribute (its answer is missing), the whole cell's is withheld, never a mean of the
+    others' answers shown for a record that gave none."""
+    fields = {"x": {"role": "quasi_identifier", "type": "float"},
+              "y": {"role": "quasi_identifier", "type": "float", "required": False}}
+    frame = pd.DataFrame({"x": np.arange(12.0),
+                          "y": [1.0, 2, 3, np.nan, np.nan, np.nan, 4, 5, 6, 7, 8, 9]})
+    labels = [0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 0]
+    table = released(frame, fields, labels, 3, shuffle=False).table
+    assert table["y"].isna().tolist() == [False] * 2 + [True] * 6 + [False] * 4
+    assert table["x"].tolist() == [4.0, 4.0] + [3.0] * 3 + [6.0] * 3 + [9.0] * 3 + [4.0]
