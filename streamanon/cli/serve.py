@@ -72,7 +72,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "close for the comparison. Prints the planned against the achieved schedule (nu, "
             "head start, close-to-release), the one-shot release measured on the same records, "
             "D and delta; writes OUT/report.md, OUT/simulation.json, OUT/dashboard.html (the "
-            "dashboard's final state) and the release under OUT/demo/. About three minutes on "
+            "dashboard's final state, the data holder's, with its measures), the release under "
+            "OUT/releases/demo/ and its report under OUT/reports/demo/. About three minutes on "
             "two cores after set-up (--budget), plus about a minute of calibration and kernel "
             "compilation on the first run."
         ),

@@ -267,10 +267,12 @@ class OutputConfig(_Strict):
         published = self.directory.resolve()
         reports = self.reports.resolve()
         if reports == published or published in reports.parents:
-            raise ValueError(f"reports_directory {str(self.reports)!r} is inside the published "
+            which = ("reports_directory" if self.reports_directory is not None
+                     else "the default reports folder (\"reports\" beside directory)")
+            raise ValueError(f"{which}, {str(self.reports)!r}, is inside the published "
                              f"directory {str(self.directory)!r}: the reports are computed on "
-                             "the raw answers and stay with the data holder; give "
-                             "reports_directory a folder of its own")
+                             "the raw answers and stay with the data holder; set "
+                             "reports_directory to a folder of its own")
         return self
 
     @property

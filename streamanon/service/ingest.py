@@ -38,6 +38,7 @@ from streamanon.service.validation import (
     Validator,
     check_batch,
     check_columns,
+    refuses_for_domain,
     unprocessable,
 )
 
@@ -180,6 +181,8 @@ def process_batch(messages: Sequence[Message], validator: Validator, store: Stor
     rejected, candidates = check_batch(messages, validator, closure, now)
     result = store_batch(candidates, validator.survey, store, now)
     result.rejected = rejected + result.rejected
+    if refuses_for_domain(validator.survey, [r.reason for r in rejected]):
+        store.note_refused(validator.survey.id)
     return result
 
 
@@ -330,6 +333,10 @@ def _ingest(validator: Validator, store: Store, columns: Columns, closure: Closu
         raise
     chunks.put(None)
     stored, redelivered, rejected_at_store = writing.result()
+    if refuses_for_domain(validator.survey, [reason for _, _, reason, _ in rejections]):
+        # before the batch's offsets are committed: a crash here reads it again, and notes
+        # it again (a flag)
+        store.note_refused(validator.survey.id)
     return stored, redelivered, rejections + rejected_at_store
 
 

@@ -45,8 +45,6 @@ from streamanon.service.store import ReleaseRow
 
 log = logging.getLogger(__name__)
 
-#: The dead-letter reasons of an answer outside its declared domain.
-OUT_OF_DOMAIN = ("out_of_bounds", "out_of_levels")
 
 
 async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
@@ -62,13 +60,13 @@ async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
     release_id = uuid.uuid4().hex
     budget = sc.privacy_budget  # None: not differentially private, charged nothing
     assert sc.epsilon is not None
-    refused = sum(rt.ingest.rejected.get(reason, 0) for reason in OUT_OF_DOMAIN)
-    if refused and sc.out_of_domain == "refuse":
+    if sc.out_of_domain == "refuse" and await releaser._in_store(releaser.store.refused, sid):
+        # no count in the message: the survey's error is on the public status
         raise DomainRefusedError(
-            f"{refused} answer(s) outside the declared domain were refused (out_of_domain = "
-            "\"refuse\"; see the dead-letter topic): a release without them would tell that "
-            "they were sent, so none is drawn; out_of_domain = \"clamp\" releases every answer "
-            "put in its domain")
+            "answers outside the declared domain were refused (out_of_domain = \"refuse\"; "
+            "see the dead-letter topic): a release without them would tell that they were "
+            "sent, so none is drawn; out_of_domain = \"clamp\" releases every answer put in "
+            "its domain")
     started = time.time()
     step = time.perf_counter()
 

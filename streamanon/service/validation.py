@@ -44,6 +44,22 @@ REASONS = (
     "unprocessable",  # the collector failed on it: a bug, dead-lettered instead of stopping
 )
 
+#: The reasons of an answer outside its declared domain: what an epsilon survey with
+#: ``out_of_domain = "refuse"`` notes in the store (``Store.note_refused``) and refuses its
+#: release for.
+OUT_OF_DOMAIN = ("out_of_bounds", "out_of_levels", "not_finite")
+
+
+
+def refuses_for_domain(survey: SurveyConfig, reasons: Sequence[str]) -> bool:
+    """Whether dead letters with ``reasons`` refuse ``survey``'s release: a survey with
+    ``out_of_domain = "refuse"`` that refused an answer outside its declared domain. Every
+    intake notes it in the store (``Store.note_refused``) before its offsets are committed or
+    its answer sent, so that the release reads it whatever restarted or which instance took
+    the answer."""
+    return survey.out_of_domain == "refuse" and any(r in OUT_OF_DOMAIN for r in reasons)
+
+
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # what an int column of the release holds
 # Largest quasi-identifier magnitude: standardisation sums squares, which must stay finite
@@ -218,6 +234,10 @@ class Validator:
         self._levels = {n: {(type(v), v): float(i) for i, v in enumerate(
             [False, True] if self.fields[n].type == "bool" else self.fields[n].levels or [])}
             for n in self.qi if self.fields[n].type in ("category", "ordinal", "bool")}
+        # every category's and ordinal's levels, whatever its role, as (type, value)
+        self._level_sets = {n: {(type(v), v) for v in spec.levels or []}
+                            for n, spec in self.fields.items()
+                            if spec.type in ("category", "ordinal")}
         # a response's values of every field in schema order, in one C call
         names = tuple(self.fields)
         self._names = names
@@ -256,9 +276,12 @@ class Validator:
 
     def _clamp(self, obj: dict[str, Any]) -> dict[str, Any]:
         """``obj`` with every answer outside its declared domain put in it, for a survey that
-        clamps (else ``obj`` as it is): a number (not a bool, finite) at its nearest bound,
-        a scalar that is not one of its field's levels as missing (None). A value of another
-        type stays as it is, for the checks to name."""
+        clamps (else ``obj`` as it is): a number (an int or a float, infinite included: JSON's
+        1e400) at its nearest bound, as the field's type (an integer beyond 64 bits, which
+        JSON gives as a float, included); any scalar that is not one of a level field's
+        levels as missing (None). A number's value of another type (a string, a bool) stays
+        as it is, for the checks to name (``wrong_type``: the message's shape, not its
+        value)."""
         if self._domain is None:
             return obj
         out = None
@@ -268,9 +291,10 @@ class Validator:
                 continue
             if levels is not None:
                 fixed = value if (type(value), value) in levels else None
-            elif type(value) in (int, float) and math.isfinite(value):
-                fixed = value if low <= value <= high else type(value)(
-                    min(max(value, low), high))
+            elif type(value) in (int, float) and not math.isnan(value):
+                fixed = value if low <= value <= high else min(max(value, low), high)
+                if fixed is not value:  # the field's own type: an int's bounds are ints
+                    fixed = int(fixed) if self.fields[name].type == "int" else float(fixed)
             else:
                 continue
             if fixed is not value:
@@ -471,6 +495,14 @@ class Validator:
                        if spec.type in ("category", "ordinal") else {int, float})
             if not spec.required:
                 allowed = allowed | {type(None)}
+        elif spec.type in ("category", "ordinal"):  # a confidential or ignored level field
+            allowed = {type(v) for v in spec.levels or []} | {type(None)}
+            if spec.required:
+                allowed = allowed - {type(None)}
+            levels = self._level_sets[name]
+            for j, v in enumerate(values):
+                if v is not None and (type(v), v) not in levels:
+                    ok[j] = False  # off its levels: the slow path names it
         else:
             allowed = {None: {str, int, float, bool, type(None)}, "int": {int, type(None)},
                        "float": {int, float, type(None)}, "str": {str, type(None)},
@@ -566,9 +598,9 @@ class Validator:
         elif kind in ("category", "ordinal"):
             if isinstance(value, (dict, list)):
                 raise Invalid("wrong_type", f"{name}: expected one of its levels")
-            if (type(value), value) not in self._levels[name]:
+            if (type(value), value) not in self._level_sets[name]:
                 raise Invalid("out_of_levels", f"{name}: not one of its "
-                                               f"{len(self._levels[name])} levels")
+                                               f"{len(self._level_sets[name])} levels")
         elif kind == "bool":
             if not isinstance(value, bool):
                 raise Invalid("wrong_type", f"{name}: expected true or false")
@@ -589,10 +621,12 @@ def _domains(fields: dict[str, Any]) -> list[tuple[str, float, float, Any]]:
     levels (a bool's two)."""
     out: list[tuple[str, float, float, Any]] = []
     for name, spec in fields.items():
+        if spec.role in ("identifier", "ignore"):  # not released: checked as declared
+            continue
         if spec.type in ("category", "ordinal", "bool"):
             levels = [False, True] if spec.type == "bool" else spec.levels or []
             out.append((name, 0.0, 0.0, {(type(v), v) for v in levels}))
-        elif spec.min is not None and spec.max is not None and spec.role != "identifier":
+        elif spec.min is not None and spec.max is not None:
             integer = spec.type == "int"
             out.append((name, math.ceil(spec.min) if integer else spec.min,
                         math.floor(spec.max) if integer else spec.max, None))

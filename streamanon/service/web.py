@@ -79,6 +79,10 @@ def _authorised(service: Any, request: web.Request) -> bool:
     return scheme.lower() == "bearer" and service.check_token(token.strip())
 
 
+#: Headers of an answer that depends on the token: never cached, nor served to another
+#: reader by a cache.
+PRIVATE_ANSWER = {"Cache-Control": "no-store", "Vary": "Authorization"}
+
 #: What a command answered 503 tells the client to wait before it tries again, in seconds.
 RETRY_AFTER_SECONDS = 5
 
@@ -130,14 +134,14 @@ def make_app(service: Any) -> web.Application:
             current = current.public()
         body = current.to_json()
         body["instance"] = instance()
-        return web.json_response(body, headers={"Cache-Control": "no-store"})
+        return web.json_response(body, headers=PRIVATE_ANSWER)
 
     async def metrics(request: web.Request) -> web.Response:
         current = await service.status()
         holder = _authorised(service, request)  # raw-derived series for the data holder only
         surveys = current.surveys if holder else current.public().surveys
         return web.Response(body=service.telemetry.exposition(surveys, raw_derived=holder),
-                            headers={"Content-Type": CONTENT_TYPE})
+                            headers={"Content-Type": CONTENT_TYPE, **PRIVATE_ANSWER})
 
     async def dashboard(request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
@@ -185,7 +189,8 @@ def make_app(service: Any) -> web.Application:
 
     async def submissions(request: web.Request) -> web.Response:
         if not intakes:
-            intakes.append(WebhookIntake(service.config, service.producer, service.telemetry))
+            intakes.append(WebhookIntake(service.config, service.producer, service.telemetry,
+                                         store=service.store))
         intake = intakes[0]
         sid = request.match_info["survey"]
         if sid not in intake.surveys:

@@ -39,7 +39,13 @@ import orjson
 
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.deadletters import KafkaDeadLetters, redact_dead_letter
-from streamanon.service.validation import Invalid, Message, Rejection, Validator
+from streamanon.service.validation import (
+    Invalid,
+    Message,
+    Rejection,
+    Validator,
+    refuses_for_domain,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +115,8 @@ def _typed(name: str, value: Any, survey: SurveyConfig) -> Any:
     if kind == "bool":
         if value.strip().lower() in _TRUE | _FALSE:
             return value.strip().lower() in _TRUE
+        if survey.clamps:  # a level off its levels: the validator codes it missing
+            return value
         raise Invalid("wrong_type", f"{name}: expected true or false")
     if kind in ("category", "ordinal") and spec.levels and value not in spec.levels:
         # levels given as numbers arrive as text
@@ -138,7 +146,7 @@ def from_kobo(submission: Any, survey: SurveyConfig) -> dict[str, Any]:
         elif key in choices and isinstance(value, str):
             picked = set(value.split())
             unknown = picked - set(choices[key])
-            if unknown:
+            if unknown and not survey.clamps:  # clamped: a choice it does not know, unpicked
                 raise Invalid("out_of_levels", f"{key}: {len(unknown)} choice(s) not in the "
                                                "schema")
             out.update({field: choice in picked for choice, field in choices[key].items()})
@@ -151,8 +159,10 @@ class WebhookIntake:
     """The submissions endpoint's work for every survey with a webhook: checks, then the
     responses topic (or the dead-letter topic), answered once the brokers acknowledge."""
 
-    def __init__(self, config: Config, producer: Any, telemetry: Any = None) -> None:
+    def __init__(self, config: Config, producer: Any, telemetry: Any = None,
+                 store: Any = None) -> None:
         self.config, self.producer, self.telemetry = config, producer, telemetry
+        self.store = store  # notes an out_of_domain = "refuse" survey's refusals
         self.surveys = {s.id: s for s in config.surveys if s.webhook is not None}
         self.validators = {sid: Validator(s, config.hmac_key,
                                           max_message_bytes=config.kafka.max_message_bytes)
@@ -222,6 +232,8 @@ class WebhookIntake:
             return self._answer(sid, "unavailable", 503, {
                 "error": "the submission is invalid and could not be dead-lettered; retry "
                          "later", "reason": why.reason}, {"Retry-After": RETRY_AFTER})
+        if self.store is not None and refuses_for_domain(self.surveys[sid], [why.reason]):
+            await asyncio.to_thread(self.store.note_refused, sid)  # the release reads it
         return self._answer(sid, "invalid", 422, {"survey": sid, "reason": why.reason,
                                                   "detail": why.detail}, {})
 

@@ -173,6 +173,8 @@ CREATE TABLE IF NOT EXISTS releases (
 CREATE TABLE IF NOT EXISTS privacy_spent (
     survey TEXT NOT NULL, release_id TEXT NOT NULL, epsilon DOUBLE PRECISION NOT NULL,
     at DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS out_of_domain_refused (
+    survey TEXT PRIMARY KEY, first_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS close_marks (
     survey TEXT NOT NULL, kafka_partition INTEGER NOT NULL, kafka_offset BIGINT NOT NULL,
     PRIMARY KEY (survey, kafka_partition));
@@ -465,6 +467,20 @@ class Store(ABC):
             self._q("INSERT INTO privacy_spent (survey, release_id, epsilon, at) VALUES "
                     "(?, ?, ?, ?)", (survey, release_id, epsilon, time.time()))
             return spent + epsilon
+
+    def note_refused(self, survey: str) -> None:
+        """Record that ``survey`` (``out_of_domain = "refuse"``) dead-lettered an answer
+        outside its declared domain: every intake (each instance's collector, the webhook)
+        notes it here, and the release reads it (:meth:`refused`), whatever restarted since.
+        A flag: noting it again changes nothing."""
+        with self._lock, self._transaction():
+            self._q("INSERT INTO out_of_domain_refused (survey, first_at) VALUES (?, ?) "
+                    "ON CONFLICT DO NOTHING", (survey, time.time()))
+
+    def refused(self, survey: str) -> bool:
+        """Whether an answer of ``survey`` outside its declared domain was refused
+        (:meth:`note_refused`)."""
+        return bool(self._q("SELECT 1 FROM out_of_domain_refused WHERE survey = ?", (survey,)))
 
     def privacy_spent(self, survey: str) -> float:
         """The epsilon the releases of ``survey`` have spent in all."""

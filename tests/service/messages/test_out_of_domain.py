@@ -21,9 +21,11 @@ import pytest
 
 from streamanon.errors import DomainRefusedError
 from streamanon.service.config import ConfigError, parse_config
+from streamanon.service.ingest import process_batch
 from streamanon.service.private_release import write_private
 from streamanon.service.publisher import PRIVATE
-from streamanon.service.validation import Invalid, Validated, Validator
+from streamanon.service.store import SQLiteStore
+from streamanon.service.validation import Invalid, Message, Validated, Validator
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
 SCHEMA = {
@@ -112,16 +114,79 @@ def test_out_of_domain_needs_epsilon():
 
 
 def test_refuse_refuses_the_release_when_an_answer_was_dead_lettered_for_its_domain(tmp_path):
+    """The refusal is noted in the store by the intake that dead-lettered the answer, so the
+    release refuses whatever restarted since or whichever instance took the answer (the
+    review found it counted in memory only, and a restart published without the answer)."""
     cfg = config(tmp_path, epsilon=1.0, out_of_domain="refuse")
     sc = cfg.surveys[0]
+    store = SQLiteStore(tmp_path / "store.db")
+    store.ensure_survey(sc.id)
+    try:
+        validator = Validator(sc, b"k" * 32)
+        in_domain = [Message("t", 0, i, None, message(rid=f"R{i}"), None) for i in range(6)]
+        process_batch(in_domain, validator, store, None)
+        assert not store.refused(sc.id)  # answers in the domain refuse nothing
+        process_batch([Message("t", 0, 9, None, message(rid="R9", income=350000.0), None)],
+                      validator, store, None)
+        assert store.refused(sc.id)
 
-    async def in_thread(fn: Any, *args: Any) -> Any:
-        raise AssertionError("nothing is drawn, charged or written")
+        async def in_thread(fn: Any, *args: Any) -> Any:
+            if fn != store.refused:
+                raise AssertionError("nothing is drawn, charged or written")
+            return fn(*args)
 
-    releaser = SimpleNamespace(store=None, config=cfg, modes=PRIVATE, _in_thread=in_thread,
-                               _in_store=in_thread)
-    rt = SimpleNamespace(config=sc, record=lambda *_: None,
-                         ingest=SimpleNamespace(rejected={"out_of_bounds": 1, "closed": 2}))
-    with pytest.raises(DomainRefusedError, match="1 answer"):
-        asyncio.run(write_private(releaser, rt, pd.DataFrame(), 0))
-    assert not (tmp_path / "out").exists()
+        releaser = SimpleNamespace(store=store, config=cfg, modes=PRIVATE,
+                                   _in_thread=in_thread, _in_store=in_thread)
+        restarted = SimpleNamespace(config=sc, record=lambda *_: None,
+                                    ingest=SimpleNamespace(rejected={}))  # counts lost
+        with pytest.raises(DomainRefusedError, match="outside the declared domain") as refused:
+            asyncio.run(write_private(releaser, restarted, pd.DataFrame(), 0))
+        assert not any(c.isdigit() for c in str(refused.value))  # the error is public
+        assert not (tmp_path / "out").exists()
+    finally:
+        store.close()
+
+
+def test_clamp_notes_no_refusal(tmp_path):
+    cfg = config(tmp_path, epsilon=1.0)
+    store = SQLiteStore(tmp_path / "store.db")
+    try:
+        store.ensure_survey("s1")
+        validator = Validator(cfg.surveys[0], b"k" * 32)
+        process_batch([Message("t", 0, 1, None, message(income=350000.0), None)], validator,
+                      store, None)
+        assert not store.refused("s1")
+    finally:
+        store.close()
+
+
+def test_clamping_keeps_each_fields_type_and_takes_infinite_and_huge_numbers():
+    """A float field with fractional bounds takes a JSON integer below them as its bound (it
+    was cut to int(0.5) = 0 and dead-lettered); an integer beyond 64 bits (a float to JSON's
+    parser) is a number outside the domain like any other (it was dead-lettered wrong_type).
+    A number no 64-bit float holds (1e400) is dead-lettered not_finite, its value unread."""
+    schema = {**SCHEMA, "score": {"role": "confidential", "type": "float", "min": 0.5,
+                                  "max": 9.5}}
+    validator = Validator(config(epsilon=1.0, schema=schema).surveys[0], b"k" * 32)
+    for raw, answer, score in ((message(score=0), 3, 0.5), (message(score=-3), 3, 0.5),
+                               (message(answer=2 ** 64, score=12), 10, 9.5)):
+        got = both_paths(validator, raw)
+        assert isinstance(got, Validated), (raw, got)
+        assert got.confidential["score"] == score and type(got.confidential["score"]) is float
+        assert got.confidential["answer"] == answer and type(got.confidential["answer"]) is int
+    got = both_paths(validator, message(age=2 ** 64, score=1))
+    assert isinstance(got, Validated) and got.qi[0] == 90
+    raw = message(score=1).replace(b'"score": 1', b'"score": 1e400')
+    assert both_paths(validator, raw).reason == "not_finite"
+
+
+def test_a_level_field_left_out_of_the_release_is_checked_as_declared():
+    """An ignored category of an epsilon survey (the compiled fast path is off there) was
+    dead-lettered for every message, unprocessable (found in review): it is checked as
+    declared, and not clamped, since it is not released."""
+    schema = {**SCHEMA, "channel": {"role": "ignore", "type": "category",
+                                    "levels": ["web", "phone"]}}
+    for survey in ({"epsilon": 1.0}, {}):
+        validator = Validator(config(schema=schema, **survey).surveys[0], b"k" * 32)
+        assert isinstance(both_paths(validator, message(channel="web")), Validated)
+        assert both_paths(validator, message(channel="fax")).reason == "out_of_levels"
