@@ -106,6 +106,7 @@ def test_cell_means_get_laplace_noise_of_scale_c_w_over_k_epsilon_a(cells, k, ep
         # the report states the scale the noise was drawn with (checked above against the
         # draws themselves, not against the variable the code drew from)
         assert report["attributes"][name]["scale"] == pytest.approx(want)
+        assert report["attributes"][name]["sensitivity"] == pytest.approx(cells * width / k)
         assert report["attributes"][name]["epsilon"] == pytest.approx(share)
     assert report["epsilon"] == epsilon and report["cells"] == cells
     assert report["differentially_private"] is True
@@ -123,43 +124,54 @@ def test_the_reported_scale_is_the_spread_of_what_was_drawn():
 
 # -- the exponential mechanism's odds ----------------------------------------------------------
 
-def two_level_cells(cells: int, k: int) -> pd.DataFrame:
-    """``cells`` cells of k records, the first half all "a", the others all "b"."""
+def one_level_cells(cells: int, k: int, first: str, last: str) -> pd.DataFrame:
+    """``cells`` cells of k records, the first half all ``first``, the others all ``last``."""
     half = cells // 2
-    return pd.DataFrame({"c": ["a"] * (half * k) + ["b"] * ((cells - half) * k)})
+    return pd.DataFrame({"c": [first] * (half * k) + [last] * ((cells - half) * k)})
 
 
-CATEGORY = parse_schema({"c": {"role": "quasi_identifier", "type": "category",
-                               "levels": ["a", "b"]}})
+#: (kind, levels, the odds of a cell's own level over the nearest other, the probability of
+#: drawing its own level) under the exponential mechanism with epsilon_cell = epsilon_a / C.
+#: A category: utility the members' count (k for its own level, 0 for the others), one
+#: member moving it by 1, weights exp(epsilon_cell * u / 2). An ordinal of L levels: utility
+#: minus the members' rank distances (0, -k, -2k, ... from an end), one member moving it by
+#: L - 1, weights exp(epsilon_cell * u / (2 (L - 1))).
+ODDS = [("category", ["a", "b"], 3.0, 3 / 4),
+        ("category", ["a", "b", "c", "d"], 3.0, 1 / 2),
+        ("ordinal", ["low", "mid", "high"], 3.0, 9 / 13)]
 
 
+@pytest.mark.parametrize("kind, levels, odds, p", ODDS)
 @pytest.mark.parametrize("k", [4, 10])
-def test_a_cells_own_level_is_drawn_with_odds_exp_of_its_share_of_epsilon_times_k_over_two(k):
-    """A cell whose k members all answer "a" has utility k for "a" and 0 for "b": the odds of
-    drawing "a" are exp(epsilon_cell * k / 2) with epsilon_cell = epsilon_a / C. The settings
-    make them 3 (own level drawn with p = 3/4): N = 4000 cells give a binomial count whose
-    TAIL and 1 - TAIL quantiles bound it (false failure 2e-7; the band is p +- 0.037, odds
-    2.5 to 3.7). With epsilon_a per cell instead (a table C times less private than
-    reported) the odds are 3^C and the count is N; a mechanism spending half its budget has
-    odds sqrt(3) (p = 0.63): both fail with probability below 1e-50."""
+def test_a_cells_own_level_is_drawn_with_odds_exp_of_its_share_of_epsilon_times_k_over_two(
+        kind, levels, odds, p, k):
+    """A cell whose k members all answer the first level (or all the last) draws it with the
+    odds over the nearest other level that epsilon_cell = epsilon_a / C gives (:data:`ODDS`):
+    the settings make them 3. N = 4000 cells give a binomial count of own levels whose TAIL
+    and 1 - TAIL quantiles bound it (false failure 2e-7; the band is p +- 0.04). With
+    epsilon_a per cell instead (a table C times less private than reported) the odds are 3^C
+    and the count is N; a mechanism spending half its budget has odds sqrt(3) (p = 0.63,
+    0.37, 0.55); an ordinal drawn with a category's sensitivity 1 has odds 9 (p = 0.89), a
+    category drawn with an ordinal's L - 1 odds 3^(1/3) (p = 0.32): all fail with
+    probability below 1e-20."""
     cells, releases = 1000, 4
-    per_cell = 2 * np.log(3.0) / k
+    ordinal = kind == "ordinal"
+    per_cell = 2 * np.log(odds) * (len(levels) - 1 if ordinal else 1) / k
     epsilon = per_cell * cells  # one attribute: epsilon_a = epsilon
-    frame = two_level_cells(cells, k)
+    schema = parse_schema({"c": {"role": "quasi_identifier", "type": kind,
+                                 "levels": levels}})
+    frame = one_level_cells(cells, k, levels[0], levels[-1])
     own, total = 0, 0
     for _ in range(releases):
-        drawn = dp.release(frame, CATEGORY, k=k, epsilon=epsilon)
+        drawn = dp.release(frame, schema, k=k, epsilon=epsilon)
         released = drawn.table_in_input_order["c"].to_numpy()
-        members = frame["c"].to_numpy()
-        own += int((released == members).sum()) // k  # a cell's members share one level
+        own += int((released == frame["c"].to_numpy()).sum()) // k  # one level per cell
         total += cells
         assert drawn.report["attributes"]["c"]["epsilon_per_cell"] == pytest.approx(per_cell)
-    p = 3 / 4
     low, high = stats.binom.ppf(TAIL, total, p), stats.binom.isf(TAIL, total, p)
-    odds = own / max(total - own, 1)
     assert low <= own <= high, (
-        f"a cell's own level was drawn with odds {odds:.2f}: epsilon per cell "
-        f"{2 * np.log(odds) / k:.3g}, not {per_cell:.3g}")
+        f"a cell's own level was drawn {own} times in {total}, not about {p * total:.0f}: "
+        f"epsilon per cell is not {per_cell:.3g}")
 
 
 # -- neighbouring data sets --------------------------------------------------------------------
@@ -332,3 +344,40 @@ def test_one_cells_privacy_loss_between_two_neighbours_is_at_most_its_share_of_e
     assert n2 <= stats.binom.isf(TAIL, n1 + n2, bound), (
         f"the neighbours' likelihood ratio is {n2 / max(n1, 1):.2f}, above e^{x:g} = "
         f"{np.exp(x):.2f} per cell")
+
+
+def test_the_published_rows_follow_the_released_values_not_the_input_order():
+    """The published table is a function of the noisy cell tuples alone: with an epsilon so
+    large that every draw is 0 (a discrete Laplace draw of scale s is nonzero with probability
+    below 2 exp(-1 / s); here s < 1e-3 grid steps, so below 1e-400, and the exponential
+    mechanism's runner-up has weight exp(-1e9)), the same records in another input order
+    publish the same table, row for row."""
+    rng = np.random.default_rng(1)
+    schema = parse_schema({
+        "x": {"role": "quasi_identifier", "type": "float", "min": 0, "max": 100},
+        "c": {"role": "quasi_identifier", "type": "category", "levels": ["a", "b", "c"]},
+        "y": {"role": "confidential", "type": "int", "min": 0, "max": 9, "required": False}})
+    frame = pd.DataFrame({"x": rng.integers(0, 100, 60).astype(float),
+                          "c": rng.choice(["a", "b", "c"], 60),
+                          "y": pd.array(rng.integers(0, 10, 60), dtype="Int64")})
+    frame.loc[::7, "y"] = pd.NA
+    one = dp.release(frame, schema, k=5, epsilon=1e13)
+    other = frame.iloc[rng.permutation(60)].reset_index(drop=True)
+    two = dp.release(other, schema, k=5, epsilon=1e13)
+    pd.testing.assert_frame_equal(one.table, two.table)
+    assert not one.table.equals(one.table_in_input_order)
+
+
+def test_a_declared_constant_and_a_unit_domain_are_released_on_their_grid():
+    """A number declared with min = max is released as that constant; one of width 1 or less
+    on a grid of its own width (not of whole units). The epsilon makes the noise on a cell's
+    mean Laplace of scale 1e-5 of the width (5e-6): it exceeds 1e-4 with probability
+    exp(-20) = 2e-9 per cell, below 1e-8 for the four."""
+    schema = parse_schema({
+        "wave": {"role": "quasi_identifier", "type": "float", "min": 3, "max": 3},
+        "share": {"role": "quasi_identifier", "type": "float", "min": 0, "max": 0.5}})
+    frame = pd.DataFrame({"wave": [3.0] * 40, "share": np.repeat([0.1, 0.2, 0.3, 0.4], 10)})
+    out = dp.release(frame, schema, k=10, epsilon=2 * 4 * 0.5 / (10 * 0.5 * 1e-5))
+    assert (out.table["wave"] == 3.0).all()
+    released = out.table_in_input_order["share"].to_numpy()
+    assert np.abs(released - frame["share"].to_numpy()).max() < 1e-4
