@@ -43,15 +43,6 @@ height = { role = "quasi_identifier", type = "float", min = 100, max = 220 }
 satisfaction = { role = "confidential", type = "int", min = 1, max = 5 }
 ticket = { role = "confidential", type = "int", min = 0, max = 1000 }
 """
-KANON_SCHEMA = """
-[surveys.schema]
-respondent_id = { role = "identifier" }
-age = { role = "quasi_identifier", type = "int", min = 16, max = 110 }
-income = { role = "quasi_identifier", type = "float", min = 0 }
-height = { role = "quasi_identifier", type = "float" }
-satisfaction = { role = "confidential", type = "int", min = 1, max = 5 }
-ticket = { role = "confidential", type = "int" }
-"""
 
 
 def get(url: str, token: str | None = None) -> tuple[int, bytes]:
@@ -68,8 +59,7 @@ def get(url: str, token: str | None = None) -> tuple[int, bytes]:
 def released(apache_kafka_broker, tmp_path_factory):
     """Both surveys released by one service; yields (service, config text, tmp folder)."""
     tmp = tmp_path_factory.mktemp("surfaces")
-    path, env = write_config(tmp, apache_kafka_broker.bootstrap, survey=KANON,
-                             schema=KANON_SCHEMA)
+    path, env = write_config(tmp, apache_kafka_broker.bootstrap, survey=KANON)
     # [output] reports_directory left to its default: "reports" beside the releases
     path.write_text(path.read_text() + PRIVATE_SURVEY)
     svc = ServiceProcess(path, env, tmp / "service.log")

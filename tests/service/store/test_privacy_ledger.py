@@ -12,21 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from simulations.postgres import postgres_server, why_unavailable
 from streamanon.errors import BudgetSpentError
 from streamanon.service.store import PostgresStore, SQLiteStore, Store
 
-_PG_REASON = why_unavailable()
 _SUM = "SELECT COALESCE(SUM(epsilon), 0), COUNT(*) FROM privacy_spent"
 
 
-@pytest.fixture(scope="module")
-def postgres_url():
-    if _PG_REASON:  # `make test` installs Debian's postgresql; never skip these silently
-        pytest.fail(f"PostgreSQL store tests cannot run: {_PG_REASON} "
-                    "(`make test` installs Debian's postgresql package)")
-    with postgres_server() as url:
-        yield url
 
 
 class _Rendezvous:

@@ -10,7 +10,6 @@ import threading
 import numpy as np
 import pytest
 
-from simulations.postgres import postgres_server, why_unavailable
 from streamanon.service.states import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
 from streamanon.service.store import (
     Checkpoint,
@@ -22,17 +21,6 @@ from streamanon.service.store import (
     open_store,
     record_digest,
 )
-
-_PG_REASON = why_unavailable()
-
-
-@pytest.fixture(scope="module")
-def postgres_url():
-    if _PG_REASON:  # `make test` installs Debian's postgresql; never skip these silently
-        pytest.fail(f"PostgreSQL store tests cannot run: {_PG_REASON} "
-                    "(`make test` installs Debian's postgresql package)")
-    with postgres_server() as url:
-        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
