@@ -381,3 +381,39 @@ def test_a_declared_constant_and_a_unit_domain_are_released_on_their_grid():
     assert (out.table["wave"] == 3.0).all()
     released = out.table_in_input_order["share"].to_numpy()
     assert np.abs(released - frame["share"].to_numpy()).max() < 1e-4
+
+
+def test_answers_published_as_they_are_are_ordered_by_value_even_of_mixed_types():
+    """With scope="quasi_identifiers" the confidential answers are published as they are, a
+    column of several types included (ordered by its text): their order follows the values,
+    not the input's order. The epsilon makes every draw 0 (as above)."""
+    rng = np.random.default_rng(2)
+    schema = parse_schema({
+        "x": {"role": "quasi_identifier", "type": "float", "min": 0, "max": 100},
+        "note": {"role": "confidential", "type": "str"}})
+    frame = pd.DataFrame({"x": np.repeat(np.arange(6.0) * 10, 5),
+                          "note": pd.Series([1, "b", 2.5, None, "a", 3] * 5, dtype=object)})
+    tables = [dp.release(frame.iloc[rows].reset_index(drop=True), schema, k=5,
+                         epsilon=1e13, scope="quasi_identifiers").table
+              for rows in (np.arange(30), rng.permutation(30), rng.permutation(30))]
+    for table in tables[1:]:
+        pd.testing.assert_frame_equal(table, tables[0])
+
+
+def test_a_cell_mostly_answered_is_released_as_an_answer_inside_the_domain():
+    """A cell mean between the missing code (min - width) and min is released as min when it
+    is nearer the answers (above min - width / 2), as missing below that: never outside the
+    declared domain. The noise on a cell's mean has scale at most C w / (k epsilon) = 1e-6:
+    it moves a mean by 1e-3 with probability exp(-1000)."""
+    schema = parse_schema({
+        "x": {"role": "quasi_identifier", "type": "float", "min": 10, "max": 20,
+              "required": False}})
+    epsilon = 3 * 20 / (3 * 1e-6)  # C = 3 cells, coded width w = 20, k = 3
+    # coded 0 (missing), 10, 10 | 10, 10, 10 | 15, 15, 15: the first cell's mean is 6.67
+    mostly_answered = pd.DataFrame({"x": [np.nan, 10, 10, 10, 10, 10, 15, 15, 15]})
+    released = dp.release(mostly_answered, schema, k=3, epsilon=epsilon).table_in_input_order
+    assert released["x"].tolist() == pytest.approx([10.0] * 6 + [15.0] * 3, abs=1e-3)
+    # coded 0, 0, 10 | ...: the first cell's mean is 3.33, released as missing
+    mostly_missing = pd.DataFrame({"x": [np.nan, np.nan, 10, 10, 10, 10, 15, 15, 15]})
+    released = dp.release(mostly_missing, schema, k=3, epsilon=epsilon).table_in_input_order
+    assert released["x"].isna().tolist() == [True] * 3 + [False] * 6
