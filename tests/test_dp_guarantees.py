@@ -19,6 +19,7 @@ import pytest
 from scipy import stats
 
 from streamanon import dp
+from streamanon.errors import InputError, ParameterError
 from streamanon.schema import parse_schema
 
 #: Each two-sided statistical check fails a correct mechanism with probability at most
@@ -417,3 +418,39 @@ def test_a_cell_mostly_answered_is_released_as_an_answer_inside_the_domain():
     mostly_missing = pd.DataFrame({"x": [np.nan, np.nan, 10, 10, 10, 10, 15, 15, 15]})
     released = dp.release(mostly_missing, schema, k=3, epsilon=epsilon).table_in_input_order
     assert released["x"].isna().tolist() == [True] * 3 + [False] * 6
+
+
+def test_the_overflow_guard_refuses_exactly_the_budgets_whose_noise_would_not_fit():
+    """An attribute's noise scale in grid steps is (n // k) * GRID_STEPS / epsilon_a (pure) or
+    sqrt(n // k) * GRID_STEPS / sqrt(2 rho_a) (zCDP): a budget is refused when that exceeds
+    MAX_NOISE_SCALE, and only then (k from 1 to n)."""
+    n, k, attributes = 54, 5, 2  # n // k = 10 cells, n / k = 10.8
+    edge = (n // k) * dp.GRID_STEPS * attributes / dp.MAX_NOISE_SCALE  # the smallest epsilon
+    dp.check(n, k, edge * 1.01, "insensitive", attributes)
+    with pytest.raises(ParameterError, match="too small"):
+        dp.check(n, k, edge * 0.99, "insensitive", attributes)
+    rho_edge = attributes * ((n // k) * dp.GRID_STEPS ** 2 / dp.MAX_NOISE_SCALE ** 2) / 2
+    dp.check(n, k, None, "insensitive", attributes, rho=rho_edge * 1.01)
+    with pytest.raises(ParameterError, match="too small"):
+        dp.check(n, k, None, "insensitive", attributes, rho=rho_edge * 0.99)
+    for good_k in (1, n):
+        dp.check(n, good_k, 1.0, "insensitive", attributes)
+    for bad_k in (0, n + 1):
+        with pytest.raises(ParameterError, match="k = "):
+            dp.check(n, bad_k, 1.0, "insensitive", attributes)
+    # a release checks its budget per attribute: two attributes halve each one's share
+    schema = parse_schema({name: {"role": "quasi_identifier", "type": "float", "min": 0,
+                                  "max": 1} for name in ("x", "y")})
+    frame = pd.DataFrame({"x": np.linspace(0, 1, n), "y": np.linspace(1, 0, n)})
+    with pytest.raises(ParameterError, match="too small"):
+        dp.release(frame, schema, k=k, epsilon=edge * 0.99)
+
+
+def test_answers_outside_the_declared_levels_or_missing_where_required_are_refused():
+    schema = parse_schema({"c": {"role": "quasi_identifier", "type": "category",
+                                 "levels": [1, 2, 3]}})
+    attrs = dp.attributes_of(schema, ["c"])
+    assert dp.encode(pd.DataFrame({"c": [1, "2", 3]}), attrs)[:, 0].tolist() == [0, 1, 2]
+    for bad in ([1, 4, 2], [1, None, 2], [1, "x", 2]):
+        with pytest.raises(InputError, match="not among its declared levels"):
+            dp.encode(pd.DataFrame({"c": bad}, dtype=object), attrs)
