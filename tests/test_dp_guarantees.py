@@ -350,18 +350,19 @@ def test_one_cells_privacy_loss_between_two_neighbours_is_at_most_its_share_of_e
 def test_the_published_rows_follow_the_released_values_not_the_input_order():
     """The published table is a function of the noisy cell tuples alone: with an epsilon so
     large that every draw is 0 (a discrete Laplace draw of scale s is nonzero with probability
-    below 2 exp(-1 / s); here s < 1e-3 grid steps, so below 1e-400, and the exponential
-    mechanism's runner-up has weight exp(-1e9)), the same records in another input order
-    publish the same table, row for row."""
+    below 2 exp(-1 / s); here s < 1e-3 grid steps, so below 1e-400) and cells whose members
+    agree on their level (so that the exponential mechanism has one best level, the runner-up
+    weighing exp(-1e11) as much), the same records in another input order publish the same
+    table, row for row."""
     rng = np.random.default_rng(1)
     schema = parse_schema({
-        "x": {"role": "quasi_identifier", "type": "float", "min": 0, "max": 100},
-        "c": {"role": "quasi_identifier", "type": "category", "levels": ["a", "b", "c"]},
-        "y": {"role": "confidential", "type": "int", "min": 0, "max": 9, "required": False}})
-    frame = pd.DataFrame({"x": rng.integers(0, 100, 60).astype(float),
-                          "c": rng.choice(["a", "b", "c"], 60),
-                          "y": pd.array(rng.integers(0, 10, 60), dtype="Int64")})
-    frame.loc[::7, "y"] = pd.NA
+        "x": {"role": "quasi_identifier", "type": "float", "min": 0, "max": 100,
+              "required": False},
+        "c": {"role": "quasi_identifier", "type": "category", "levels": ["a", "b", "c"]}})
+    groups = pd.DataFrame({"x": rng.integers(0, 100, 12).astype(float),
+                           "c": rng.choice(["a", "b", "c"], 12)})
+    groups.loc[3, "x"] = np.nan
+    frame = groups.loc[np.repeat(np.arange(12), 5)].reset_index(drop=True)  # cells of 5
     one = dp.release(frame, schema, k=5, epsilon=1e13)
     other = frame.iloc[rng.permutation(60)].reset_index(drop=True)
     two = dp.release(other, schema, k=5, epsilon=1e13)
