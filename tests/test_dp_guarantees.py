@@ -455,3 +455,17 @@ def test_answers_outside_the_declared_levels_or_missing_where_required_are_refus
     for bad in ([1, 4, 2], [1, None, 2], [1, "x", 2]):
         with pytest.raises(InputError, match="not among its declared levels"):
             dp.encode(pd.DataFrame({"c": bad}, dtype=object), attrs)
+
+
+def test_answers_outside_the_declared_bounds_count_as_the_nearest_bound():
+    """A number outside its declared [min, max] enters the cells and their sums clamped to
+    the bound: a record can move a cell's sum by at most the width, which is what the noise is
+    scaled to. Every draw is 0 at this epsilon (as above), so the released means are the
+    clamped ones exactly."""
+    schema = parse_schema({"x": {"role": "quasi_identifier", "type": "float", "min": 0,
+                                 "max": 100}})
+    for answers, means in (([-1e6, 100, 100, 100, 100] + [50] * 5, [40.0, 90.0]),
+                           ([1e6, 0, 0, 0, 0] + [50] * 5, [10.0, 60.0])):
+        released = dp.release(pd.DataFrame({"x": answers}), schema, k=5,
+                              epsilon=1e13).table["x"]
+        assert sorted(set(released.round(6))) == means
