@@ -49,16 +49,17 @@ def cells_of_constant_tuples(cells: int, k: int) -> pd.DataFrame:
     return pd.DataFrame({"x": np.repeat(x, k), "y": np.repeat(y, k)})
 
 
-def deviations_per_cell(frame: pd.DataFrame, schema, k: int, epsilon: float,
-                        releases: int) -> tuple[dict[str, np.ndarray], dict]:
+def deviations_per_cell(frame: pd.DataFrame, schema, k: int, epsilon: float | None,
+                        releases: int, rho: float | None = None
+                        ) -> tuple[dict[str, np.ndarray], dict]:
     """Each attribute's released-minus-true cell means, one per cell and release (a cell's rows
-    share one noisy tuple), and the last release's report."""
+    share one noisy tuple), and the last release's report; ``rho``: a zCDP release."""
     attrs = dp.attributes_of(schema, dp.released_columns(schema, "all"))
     cells = dp.insensitive_cells(dp.encode(frame, attrs), attrs, k)
     first = np.array([rows[0] for rows in cells])
     out: dict[str, list[np.ndarray]] = {a.name: [] for a in attrs}
     for _ in range(releases):
-        drawn = dp.release(frame, schema, k=k, epsilon=epsilon)
+        drawn = dp.release(frame, schema, k=k, epsilon=epsilon, rho=rho)
         released = drawn.table_in_input_order
         for a in attrs:
             values = released[a.name].to_numpy(dtype=float)
@@ -112,6 +113,34 @@ def test_cell_means_get_laplace_noise_of_scale_c_w_over_k_epsilon_a(cells, k, ep
         assert report["attributes"][name]["epsilon"] == pytest.approx(share)
     assert report["epsilon"] == epsilon and report["cells"] == cells
     assert report["differentially_private"] is True
+
+
+def test_zcdp_cell_means_get_gaussian_noise_of_sigma_sqrt_c_w_over_k_sqrt_2_rho_a():
+    """Under rho-zCDP every cell's mean gets (discrete) Gaussian noise of standard deviation
+    sqrt(C) * w / (k * sqrt(2 rho_a)) (one record moves each of the C cells' sums by at most
+    w: L2 sensitivity sqrt(C) w), rho_a = rho / 2 for two attributes. For N deviations,
+    sum d^2 / sigma^2 is chi-square with N degrees of freedom: the bounds are its TAIL and
+    1 - TAIL quantiles (false failure 2e-7; the discrete Gaussian on a grid of thousands of
+    steps per sigma has the continuous one's variance to a relative 1e-6). With N = 1000 the
+    band is within 25 % of 1 in variance: sigma 1.5 times too small (variance 0.44) fails
+    with probability below 1e-100, and so does the L1 sensitivity's C in place of sqrt(C)
+    (the noise sqrt(C) = 32 times larger). Sigmas below 11, so clamping at +-1024 has
+    probability below exp(-1000)."""
+    cells, k, rho = 1000, 10, 2e6
+    frame = cells_of_constant_tuples(cells, k)
+    deviations, report = deviations_per_cell(frame, NUMBERS, k, None, 1, rho=rho)
+    assert report["privacy"] == "zcdp" and report["rho"] == rho
+    for name, width in (("x", 2048.0), ("y", 4096.0)):
+        sigma = np.sqrt(cells) * width / (k * np.sqrt(2 * rho / 2))
+        assert sigma < 11
+        d = deviations[name]
+        ratio = (d ** 2).sum() / sigma ** 2
+        low, high = stats.chi2.ppf(TAIL, len(d)), stats.chi2.isf(TAIL, len(d))
+        assert low <= ratio <= high, (
+            f"{name}: variance {ratio / len(d):.3f} times the one rho requires (a correct "
+            f"mechanism lies in [{low / len(d):.3f}, {high / len(d):.3f}])")
+        assert stats.kstest(d / sigma, stats.norm().cdf).pvalue > TAIL
+        assert report["attributes"][name]["sigma"] == pytest.approx(sigma)
 
 
 def test_the_reported_scale_is_the_spread_of_what_was_drawn():
