@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from streamanon.errors import describe_error, withheld
+from streamanon.errors import KAnonymityError, describe_error, withheld
 from streamanon.service.collector import KafkaCollector
 from streamanon.service.offsets import broker_errors
 from streamanon.service.runtime import RunningSurvey, StoreCall
@@ -77,4 +77,14 @@ async def close_survey(rt: RunningSurvey, *, store: Store, in_store: StoreCall,
     except Exception as exc:
         log.error("survey %s: close failed (%s)", sid, describe_error(exc),
                   exc_info=withheld(exc))
-        await in_store(store.set_error, sid, f"close failed: {describe_error(exc)}")
+        await in_store(store.set_error, sid, f"close failed: {public_error(exc)}")
+
+
+def public_error(exc: BaseException) -> str:
+    """A failed close as the survey's error says it, on the public status: a failed privacy
+    gate without the values it achieved (l and t of the unpublished cells, statistics of the
+    raw answers: the log, the data holder's, has them), anything else as it is."""
+    if isinstance(exc, KAnonymityError):
+        return ("the release did not pass its privacy gate (k, l or t; the values it reached "
+                "are in the service's log) and is not published")
+    return describe_error(exc)
