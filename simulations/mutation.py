@@ -1,10 +1,13 @@
 """Mutation testing of the privacy-critical code (docs/benchmarks/mutation.md), always in a copy
 of the working tree, never in it.
 
-    python -m simulations.mutation copy --to /tmp/mut        # the copy (no .venv, no .git)
-    python -m simulations.mutation named --copy /tmp/mut     # the reviewer's mutants of dp.py
-    python -m simulations.mutation mutmut privacy --copy /tmp/mut \\
-        --python /tmp/mutvenv/bin/python                      # a mutmut run over one target
+    python -m simulations.mutation copy --to COPY            # the copy (no .venv, no .git)
+    python -m simulations.mutation named --copy COPY         # the reviewer's mutants of dp.py
+    python -m simulations.mutation mutmut privacy --copy COPY \\
+        --python MUTVENV/bin/python                           # a mutmut run over one target
+
+COPY defaults to ``streamanon-mutants`` in the system's temporary folder; MUTVENV is the side
+environment with mutmut (docs/benchmarks/mutation.md).
 
 ``named``: each of :data:`NAMED` is a textual change of ``streamanon/dp.py`` (noise C = n // k
 times too small, a cell's level drawn with epsilon_a instead of epsilon_a / C, ...); the copy's
@@ -25,12 +28,13 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-COPY = Path("/tmp/mut")
+COPY = Path(tempfile.gettempdir()) / "streamanon-mutants"
 
 
 @dataclass(frozen=True)

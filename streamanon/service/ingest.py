@@ -29,6 +29,7 @@ import orjson
 
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.health import pool_health
+from streamanon.service.out_of_domain import refuses_for_domain
 from streamanon.service.store import Store, StoreUnavailable, record_digest
 from streamanon.service.validation import (
     Closure,
@@ -38,7 +39,6 @@ from streamanon.service.validation import (
     Validator,
     check_batch,
     check_columns,
-    refuses_for_domain,
     unprocessable,
 )
 

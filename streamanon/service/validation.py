@@ -25,6 +25,7 @@ import orjson
 
 from streamanon.service.compiled_schema import compiled_schema
 from streamanon.service.config import SurveyConfig
+from streamanon.service.out_of_domain import clamp, domains
 
 log = logging.getLogger(__name__)
 
@@ -43,22 +44,6 @@ REASONS = (
     "too_large",  # longer than kafka.max_message_bytes
     "unprocessable",  # the collector failed on it: a bug, dead-lettered instead of stopping
 )
-
-#: The reasons of an answer outside its declared domain: what an epsilon survey with
-#: ``out_of_domain = "refuse"`` notes in the store (``Store.note_refused``) and refuses its
-#: release for.
-OUT_OF_DOMAIN = ("out_of_bounds", "out_of_levels", "not_finite")
-
-
-
-def refuses_for_domain(survey: SurveyConfig, reasons: Sequence[str]) -> bool:
-    """Whether dead letters with ``reasons`` refuse ``survey``'s release: a survey with
-    ``out_of_domain = "refuse"`` that refused an answer outside its declared domain. Every
-    intake notes it in the store (``Store.note_refused``) before its offsets are committed or
-    its answer sent, so that the release reads it whatever restarted or which instance took
-    the answer."""
-    return survey.out_of_domain == "refuse" and any(r in OUT_OF_DOMAIN for r in reasons)
-
 
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # what an int column of the release holds
@@ -219,7 +204,7 @@ class Validator:
         self.qi = survey.quasi_identifiers
         # an epsilon survey that clamps (SurveyConfig.clamps): each answer outside its
         # declared domain is put in it before the checks (_clamp), never dead-lettered for it
-        self._domain = _domains(self.fields) if survey.clamps else None
+        self._domain = domains(self.fields) if survey.clamps else None
         self.identifier = survey.identifier
         # stored with the confidential answers: published unchanged
         self.confidential = [n for n, s in self.fields.items()
@@ -276,31 +261,8 @@ class Validator:
 
     def _clamp(self, obj: dict[str, Any]) -> dict[str, Any]:
         """``obj`` with every answer outside its declared domain put in it, for a survey that
-        clamps (else ``obj`` as it is): a number (an int or a float, infinite included: JSON's
-        1e400) at its nearest bound, as the field's type (an integer beyond 64 bits, which
-        JSON gives as a float, included); any scalar that is not one of a level field's
-        levels as missing (None). A number's value of another type (a string, a bool) stays
-        as it is, for the checks to name (``wrong_type``: the message's shape, not its
-        value)."""
-        if self._domain is None:
-            return obj
-        out = None
-        for name, low, high, levels in self._domain:
-            value = obj.get(name)
-            if value is None or isinstance(value, (dict, list)):
-                continue
-            if levels is not None:
-                fixed = value if (type(value), value) in levels else None
-            elif type(value) in (int, float) and not math.isnan(value):
-                fixed = value if low <= value <= high else min(max(value, low), high)
-                if fixed is not value:  # the field's own type: an int's bounds are ints
-                    fixed = int(fixed) if self.fields[name].type == "int" else float(fixed)
-            else:
-                continue
-            if fixed is not value:
-                out = dict(obj) if out is None else out
-                out[name] = fixed
-        return obj if out is None else out
+        clamps (:func:`~.out_of_domain.clamp`); else ``obj`` as it is."""
+        return obj if self._domain is None else clamp(self._domain, self.fields, obj)
 
     def _record(self, obj: dict[str, Any]) -> Validated:
         """The stored form of a response that passed the checks."""
@@ -613,24 +575,6 @@ class Validator:
         if spec.role == "weight" and not value > 0:
             raise Invalid("out_of_bounds", f"{name}: a sampling weight is positive")
 
-
-
-def _domains(fields: dict[str, Any]) -> list[tuple[str, float, float, Any]]:
-    """Each field with a declared domain as (name, min, max, levels): a number's bounds (an
-    int's as ints, so that a clamped int stays an int) or the set of (type, value) of its
-    levels (a bool's two)."""
-    out: list[tuple[str, float, float, Any]] = []
-    for name, spec in fields.items():
-        if spec.role in ("identifier", "ignore"):  # not released: checked as declared
-            continue
-        if spec.type in ("category", "ordinal", "bool"):
-            levels = [False, True] if spec.type == "bool" else spec.levels or []
-            out.append((name, 0.0, 0.0, {(type(v), v) for v in levels}))
-        elif spec.min is not None and spec.max is not None:
-            integer = spec.type == "int"
-            out.append((name, math.ceil(spec.min) if integer else spec.min,
-                        math.floor(spec.max) if integer else spec.max, None))
-    return out
 
 
 def check_batch(messages: Sequence[Message], validator: Validator, closure: Closure | None,

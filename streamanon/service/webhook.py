@@ -39,12 +39,12 @@ import orjson
 
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.deadletters import KafkaDeadLetters, redact_dead_letter
+from streamanon.service.out_of_domain import refuses_for_domain
 from streamanon.service.validation import (
     Invalid,
     Message,
     Rejection,
     Validator,
-    refuses_for_domain,
 )
 
 log = logging.getLogger(__name__)
