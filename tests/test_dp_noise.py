@@ -94,6 +94,7 @@ def test_discrete_gaussian_draws_integers_with_probability_proportional_to_exp_o
                                        cut))
 
 
+@pytest.mark.heavy  # seconds of computation: make test runs it, make check leaves it out
 @pytest.mark.parametrize("sensitivity", [1, 2])
 def test_the_exponential_mechanism_draws_in_proportion_to_exp_of_epsilon_u_over_2_delta(
         sensitivity):

@@ -245,6 +245,7 @@ def test_lda_mdav_takes_its_label_column_by_name(survey, tmp_path, capsys):
     assert "unknown column(s) nope" in capsys.readouterr().err
 
 
+@pytest.mark.heavy  # seconds of computation: make test runs it, make check leaves it out
 def test_dependence_wraps_an_engine_with_json_parameters(survey, tmp_path):
     out = tmp_path / "dep.csv"
     assert main(["anonymize", str(survey), *ARGS, "--out", str(out), "--engine", "dependence",

@@ -168,6 +168,7 @@ def test_calibrate_and_plan_with_engine_parameters_use_their_own_model(capsys, t
     assert "calibrating" not in out
 
 
+@pytest.mark.heavy  # seconds of computation: make test runs it, make check leaves it out
 def test_calibrate_a_t_closeness_engine_at_a_given_t(capsys, tmp_path):
     """The made-up calibration inputs include t = 0.2; a given --param t replaces it."""
     store = tmp_path / "models.json"

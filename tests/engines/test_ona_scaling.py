@@ -42,6 +42,7 @@ def test_indexed_mdav_star_equals_the_exhaustive_one(seed, shape):
     assert np.array_equal(mdav_star_labels(X, k), mdav_star_labels_exhaustive(X, k))
 
 
+@pytest.mark.heavy  # seconds of computation: make test runs it, make check leaves it out
 @pytest.mark.parametrize(("seed", "shape"), list(enumerate(SHAPES)))
 def test_indexed_ona_star_equals_the_exhaustive_one(seed, shape):
     n, m, k, ties = shape

@@ -5,9 +5,12 @@ from __future__ import annotations
 import contextlib
 import io
 
+import pytest
+
 from simulations import bench_ona
 
 
+@pytest.mark.heavy  # seconds of computation: make test runs it, make check leaves it out
 def test_the_benchmark_prints_every_variant_and_exact_equals_exhaustive():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
