@@ -214,10 +214,11 @@ def _release_report(release: Path, n: int) -> tuple[dict[str, Any], Path | None,
     directory; with its path. ({}, None, why not) when there is none, or the one there is of
     another release (another number of records)."""
     from streamanon.io import report_path
+    from streamanon.service.config import reports_beside
 
     own = report_path(release)
     survey = release.parent
-    service = survey.parent.parent / "reports" / survey.name / "report.json"
+    service = reports_beside(survey.parent) / survey.name / "report.json"
     for path in (own, service, release.with_name("report.json")):
         try:
             report = json.loads(path.read_text(encoding="utf-8"))

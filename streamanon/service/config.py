@@ -51,6 +51,12 @@ SECRET_KEYS = {"hmac_key", "http_token", "token", "secret", "hmac_key_file", "ht
 _SECTIONS = ("kafka", "store", "output", "http", "planner", "compute")
 
 
+def reports_beside(directory: Path) -> Path:
+    """The default reports folder of releases written to ``directory``: ``reports`` beside it
+    (``[output] reports_directory`` unset; ``streamanon report`` looks there too)."""
+    return Path(directory).parent / "reports"
+
+
 class ConfigError(StreamanonError):
     """The configuration is invalid; the message lists every problem with its key."""
 
@@ -281,7 +287,7 @@ class OutputConfig(_Strict):
         beside the releases' ``directory``."""
         if self.reports_directory is not None:
             return self.reports_directory
-        return self.directory.parent / "reports"
+        return reports_beside(self.directory)
 
     @field_validator("file_mode", "directory_mode", mode="before")
     @classmethod

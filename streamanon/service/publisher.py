@@ -56,7 +56,7 @@ from streamanon.release import (
     prepare_stored,
 )
 from streamanon.schema import DROPPED_ROLES, Schema
-from streamanon.service.config import Config, SurveyConfig
+from streamanon.service.config import Config, SurveyConfig, reports_beside
 from streamanon.service.kafka_clients import LIBRDKAFKA_LOGGER, KafkaSettings, ProducerKeeper
 from streamanon.service.reports import ReleaseReport
 from streamanon.service.store import Records
@@ -260,8 +260,7 @@ def write_release_files(frame: pd.DataFrame, output: Path, survey_id: str,
     labels (:mod:`streamanon.spss_stata`)."""
     directory = release_dir(output, survey_id)
     _make_private_dirs(directory, modes.directory)
-    holder = release_dir(Path(output).parent / "reports" if reports is None else reports,
-                         survey_id)
+    holder = release_dir(reports_beside(output) if reports is None else reports, survey_id)
     _make_private_dirs(holder, modes.directory)
     parquet = directory / "release.parquet"
     write_table(frame, parquet, modes.file, schema=schema)
