@@ -186,16 +186,21 @@ def test_a_report_json_of_another_release_is_not_read(survey, tmp_path):
 
 
 @pytest.mark.heavy
-def test_a_service_releases_report_json_in_its_directory_is_read(survey, tmp_path):
+@pytest.mark.parametrize("reports", ["s1", "reports/s1"])
+def test_a_service_releases_report_json_is_read(survey, tmp_path, reports):
+    """In the default reports folder beside the releases (``reports/<survey>/``), or, as an
+    earlier version wrote it, in the release's own folder."""
     made = json.loads(survey["release"].with_name("release.report.json").read_text())
     service = {"survey": "s1", "release_id": "s1-1", "n": made["n"], "k": K,
                "engine": made["engine"], "incremental": None, "privacy": made["privacy"],
                "risk": made["risk"]}
-    folder = tmp_path / "s1"
-    folder.mkdir()
+    folder = tmp_path / "releases" / "s1"
+    folder.mkdir(parents=True)
     release = folder / "release.csv"
     shutil.copyfile(survey["release"], release)
-    (folder / "report.json").write_text(json.dumps(service), encoding="utf-8")
+    kept = tmp_path / ("releases" if reports == "s1" else "") / reports
+    kept.mkdir(parents=True, exist_ok=True)
+    (kept / "report.json").write_text(json.dumps(service), encoding="utf-8")
     status, stdout, _, page = _report(survey, release)
     assert status == 0
     linkage = made["risk"]["risk"]["record_linkage"]
