@@ -16,12 +16,12 @@ that every row is in the regime the schedule is for. ``--max-open-seconds`` caps
 (s is then smaller than asked, as the table shows); ``--open-seconds`` fixes it.
 
 For each size, engine and arrival profile, a survey runs through the real pipeline
-(:func:`streamanon.service.simulate.run_simulation`: the embedded broker, the service with its
+(:func:`streamanon.simulation.simulate.run_simulation`: the embedded broker, the service with its
 defaults, ``objective = "balanced"`` and ``incremental = "auto"``, the live planner, the close
 on time, the release), on i.i.d. Gaussian records (m = 15, k = 10) arriving over
 the survey's window of wall clock. Once per size and engine, before the surveys, the same
 records are released one-shot at close through the same service
-(:func:`~streamanon.service.simulate.one_shot_release`: every response stored, then closed, no
+(:func:`~streamanon.simulation.simulate.one_shot_release`: every response stored, then closed, no
 base run), so both sides pay the same release steps; the surveys start from the cost-model
 file that release left (the engine's calibration and the release's close steps, to which the
 planner scales its release overhead, as a service that has released before on this machine).
@@ -49,7 +49,7 @@ from typing import Any
 from simulations.apache_kafka import ApacheKafka
 from simulations.apache_kafka import version as kafka_version
 from simulations.common import RESULTS, commit, machine
-from streamanon.service.simulate import (
+from streamanon.simulation.simulate import (
     calibrated_model,
     make_data,
     one_shot_release,

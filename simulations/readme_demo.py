@@ -6,7 +6,7 @@ real run, never edited by hand.
 
 The block between ``<!-- demo-sample:start -->`` and ``<!-- demo-sample:end -->`` in
 docs/getting-started.md is the demo's closing table
-(:func:`streamanon.service.demo.side_by_side`) of the run's ``simulation.json``, under a line
+(:func:`streamanon.simulation.demo.side_by_side`) of the run's ``simulation.json``, under a line
 that says when, on which commit and machine, and with which command it ran. The summary it was
 made from is kept in ``docs/demo-sample.json``, so a test remakes the block from it and checks
 that the page shows exactly that.
@@ -24,7 +24,7 @@ from typing import Any
 
 from simulations.bench_default_plan import commit, machine
 from simulations.common import ROOT
-from streamanon.service.demo import side_by_side
+from streamanon.simulation.demo import side_by_side
 
 #: The page that shows the sample.
 PAGE = ROOT / "docs" / "getting-started.md"

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("streamanon", "scheduler")
 
 #: The floors, bottom up. The core is ``streamanon`` minus the three shells below it.
-SHELLS = ("streamanon.service", "streamanon.cli", "streamanon.cluster", "streamanon.__main__")
+SHELLS = ("streamanon.service", "streamanon.simulation", "streamanon.cli", "streamanon.cluster",
+          "streamanon.__main__")
 SCHEDULER = ("scheduler",)
 ENGINES = ("streamanon.engines", "streamanon.incremental")
 #: What an engine or an incremental stage may not import: ours that read or write files or
@@ -117,6 +118,14 @@ def cli_importers(root: Path = ROOT) -> dict[str, list[str]]:
                      lambda n: under(n, cli))
 
 
+def service_importers_of_simulation(root: Path = ROOT) -> dict[str, list[str]]:
+    """The service imports nothing of the simulation wing: the wing drives the service from
+    outside, as a user would."""
+    wing = ("streamanon.simulation",)
+    return crossings(root, lambda m: under(m, ("streamanon.service",)),
+                     lambda n: under(n, wing))
+
+
 def engine_io(root: Path = ROOT) -> dict[str, list[str]]:
     """Engines and incremental stages import no module that does I/O."""
     return crossings(root, lambda m: under(m, ENGINES), lambda n: under(n, IO_MODULES))
@@ -165,7 +174,8 @@ def long_modules(root: Path = ROOT) -> dict[str, int]:
             if not p.name.endswith(KERNEL) and (n := len(p.read_text().splitlines())) > MAX_LINES}
 
 
-RULES = [core_crossings, scheduler_crossings, cli_importers, engine_io, cycles, long_modules]
+RULES = [core_crossings, scheduler_crossings, cli_importers, service_importers_of_simulation,
+         engine_io, cycles, long_modules]
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
@@ -181,6 +191,8 @@ PLANTED = {
     "scheduler_crossings": {"scheduler/planner.py":
                             "if False:\n    import streamanon.engines.mdav\n"},
     "cli_importers": {"streamanon/service/store.py": "def f():\n    import streamanon.cli\n"},
+    "service_importers_of_simulation": {
+        "streamanon/service/store.py": "def f():\n    from streamanon.simulation import demo\n"},
     "engine_io": {"streamanon/engines/mdav.py": "def f():\n    import confluent_kafka\n"},
     "cycles": {"streamanon/a.py": "def f():\n    from streamanon import b\n",
                "streamanon/b.py": "from streamanon.a import f\n"},

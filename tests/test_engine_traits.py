@@ -25,7 +25,7 @@ from streamanon.service.engine_traits import (
 )
 from streamanon.service.planning import SurveyPlanner
 from streamanon.service.runtime import PlanState
-from streamanon.service.simulate import service_config
+from streamanon.simulation.simulate import service_config
 
 TOY = "toy_quality"
 #: The toy's traits: better than ONA* (0.86) and its own cost model, far from MDAV's.

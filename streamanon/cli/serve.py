@@ -13,7 +13,7 @@ from streamanon.errors import StreamanonError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from streamanon.service import demo
+    from streamanon.simulation import demo
 
     se = sub.add_parser(
         "serve",
@@ -232,7 +232,7 @@ def cmd_close(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from streamanon.engines import get_engine
     from streamanon.incremental import get_stage
-    from streamanon.service.demo import run_demo
+    from streamanon.simulation.demo import run_demo
 
     if (args.n is not None and args.n < 3 * args.k) or args.m < 1 or args.k < 1 or (
             args.open_seconds is not None and args.open_seconds <= 0):

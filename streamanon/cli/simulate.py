@@ -79,7 +79,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from streamanon.incremental import get_stage
     from streamanon.refine import parse_refine
     from streamanon.service.logs import setup_logging
-    from streamanon.service.simulate import run_simulation
+    from streamanon.simulation.simulate import run_simulation
 
     if args.engine != "auto":  # else the planner chooses (scheduler.choice)
         get_engine(args.engine)

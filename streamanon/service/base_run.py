@@ -72,11 +72,11 @@ def read_ahead_seconds(replan_seconds: float) -> float:
     return max(READ_AHEAD_SECONDS, 2 * replan_seconds + 1)
 
 
-async def read_ahead(rt: RunningSurvey, *, clean_cut: Callable[[], Awaitable[int]],
+async def read_ahead(survey: RunningSurvey, *, clean_cut: Callable[[], Awaitable[int]],
                      still_open: Callable[[], Awaitable[bool]], store: Store,
                      in_store: StoreCall, once: bool = False,
                      measured: Callable[[float], None] | None = None) -> None:
-    """Read the survey's records after those already read ahead (``rt.read_ahead``) up to a
+    """Read the survey's records after those already read ahead (``survey.read_ahead``) up to a
     clean cut (``clean_cut()``: every record with a smaller ``seq`` is stored), in steps of
     :data:`READ_AHEAD_STEP`, and keep them for the base run, or for the release made whole at
     close when the plan has none (:func:`.releasing.stored_records`). Nothing is kept once the
@@ -87,17 +87,17 @@ async def read_ahead(rt: RunningSurvey, *, clean_cut: Callable[[], Awaitable[int
     run on (:func:`streamanon.engines.distinct.work_share`: with repeated keys, the rare
     tuples' respondents), so that the plan prices the base run as the problem it is before
     the run starts."""
-    ahead = rt.read_ahead
+    ahead = survey.read_ahead
     if ahead.task is not None or (once and ahead.parts):
         return
     ahead.task = asyncio.current_task()
     epoch = ahead.epoch
 
     def current() -> bool:
-        return ahead.epoch == epoch and rt.base_task is None and rt.close_task is None
+        return ahead.epoch == epoch and survey.base_task is None and survey.close_task is None
 
-    sid = rt.config.id
-    m = len(rt.config.quasi_identifiers)
+    sid = survey.config.id
+    m = len(survey.config.quasi_identifiers)
     try:
         if not (current() and await still_open()):
             return
@@ -116,7 +116,7 @@ async def read_ahead(rt: RunningSurvey, *, clean_cut: Callable[[], Awaitable[int
 
             parts = list(ahead.parts)
             measured(await asyncio.to_thread(
-                lambda: work_share(np.concatenate([p.qi for p in parts]), rt.config.k)))
+                lambda: work_share(np.concatenate([p.qi for p in parts]), survey.config.k)))
     except Exception as exc:  # costs only the time it would have saved
         ahead.drop()
         log.warning("survey %s: the base snapshot's records were not read ahead (%s); the base "
@@ -125,7 +125,7 @@ async def read_ahead(rt: RunningSurvey, *, clean_cut: Callable[[], Awaitable[int
         ahead.task = None
 
 
-async def run_base(rt: RunningSurvey, snapshot_seq: int, started: float, *, store: Store,
+async def run_base(survey: RunningSurvey, snapshot_seq: int, started: float, *, store: Store,
                    in_store: StoreCall, pool: Executor, compute: ComputeConfig,
                    planner: SurveyPlanner, releaser: Releaser | None,
                    result: BaseRunResult | None = None) -> BaseRunResult:
@@ -136,14 +136,14 @@ async def run_base(rt: RunningSurvey, snapshot_seq: int, started: float, *, stor
     release is made one-shot at close."""
     from streamanon.engines.distinct import engine_rows
 
-    sc = rt.config
+    sc = survey.config
     sid = sc.id
     loop = asyncio.get_running_loop()
     result = BaseRunResult() if result is None else result
     steps = result.steps
     try:
         step = time.perf_counter()
-        records, ahead = await stored_records(rt, snapshot_seq, store=store, in_store=in_store)
+        records, ahead = await stored_records(survey, snapshot_seq, store=store, in_store=in_store)
         steps["load"] = time.perf_counter() - step
         step = time.perf_counter()
         frame = await asyncio.to_thread(records_frame, records, sc)
@@ -159,7 +159,7 @@ async def run_base(rt: RunningSurvey, snapshot_seq: int, started: float, *, stor
 
             labels, seconds = await loop.run_in_executor(
                 pool, partitioned_base, release_run(sc), prepared, compute.cluster,
-                compute.part_size, rt.auto_engine and not sc.engine_params)
+                compute.part_size, survey.auto_engine and not sc.engine_params)
         steps["engine"] = time.perf_counter() - step
         step = time.perf_counter()
         scaling = prepared.scaling
@@ -169,12 +169,12 @@ async def run_base(rt: RunningSurvey, snapshot_seq: int, started: float, *, stor
         await in_store(store.save_checkpoint, sid, cp)
         if compute.cluster == "local":  # a cluster's time is its parts' and workers'
             await in_store(planner.observe_base, sc, len(records), seconds, work)
-        await rt.move(BASE_DONE, f"base run took {seconds:.2f} s")
+        await survey.move(BASE_DONE, f"base run took {seconds:.2f} s")
         steps["checkpoint"] = time.perf_counter() - step
         result.seconds = seconds
         if releaser is not None:
             step = time.perf_counter()
-            base = await releaser.prepare_base(rt, frame, labels, prepared)
+            base = await releaser.prepare_base(survey, frame, labels, prepared)
             steps["prepare_release"] = result.prepare_seconds = time.perf_counter() - step
             result.base_release = None if base is None else (snapshot_seq, base)
         log.info("survey %s: base run on %d records (%d read ahead) done in %.2f s (%s)", sid,
@@ -187,6 +187,6 @@ async def run_base(rt: RunningSurvey, snapshot_seq: int, started: float, *, stor
                   describe_error(exc), exc_info=withheld(exc))
         await in_store(store.set_error, sid, f"base run failed: {describe_error(exc)}")
         with contextlib.suppress(StoreError):
-            await rt.move(OPEN, "base run failed")
+            await survey.move(OPEN, "base run failed")
         planner.unresolve_engine(sid)
     return result

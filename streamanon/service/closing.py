@@ -25,11 +25,11 @@ from streamanon.service.validation import Closure
 log = logging.getLogger(__name__)
 
 
-async def close_survey(rt: RunningSurvey, *, store: Store, in_store: StoreCall,
+async def close_survey(survey: RunningSurvey, *, store: Store, in_store: StoreCall,
                        collector: KafkaCollector, release: Callable[[], Awaitable[None]],
                        before_marks: Callable[[str, float], Awaitable[None]] | None = None
                        ) -> None:
-    """The close sequence of ``rt``'s survey, from wherever it stopped before a restart: the
+    """The close sequence of ``survey``'s survey, from wherever it stopped before a restart: the
     close request stored, the planner stopped, the close marks taken (or those stored), the
     drain, the base run waited for, ``CLOSING``, then ``release()``. Store calls go through
     ``in_store``. A failure is logged and stored as the survey's error, never raised.
@@ -38,15 +38,15 @@ async def close_survey(rt: RunningSurvey, *, store: Store, in_store: StoreCall,
     with several instances collecting, until every other one has stopped taking the
     survey's responses unjudged (:meth:`.leadership.Coordinator.followers_closed`); the drain
     then waits for the group's committed offsets, whichever instance committed them."""
-    sid = rt.config.id
+    sid = survey.config.id
     try:
         st = await in_store(store.survey_state, sid)
         if st.state == RELEASED:
-            rt.released()
+            survey.released()
             return
         if st.close_requested_at is None:
             st = await in_store(store.request_close, sid, time.time())
-        rt.closing(st.close_requested_at)
+        survey.closing(st.close_requested_at)
         step = time.perf_counter()
         marks = await in_store(store.close_marks, sid)
         if marks is None and before_marks is not None:
@@ -63,16 +63,16 @@ async def close_survey(rt: RunningSurvey, *, store: Store, in_store: StoreCall,
         log.info("survey %s: close: draining the responses sent before it (end offsets %s)",
                  sid, marks)
         await collector.drain(sid, marks)
-        rt.drained(Closure(st.close_requested_at, marks, final=True),
+        survey.drained(Closure(st.close_requested_at, marks, final=True),
                    time.perf_counter() - step)
         log.info("survey %s: close: drained", sid)
         step = time.perf_counter()
-        if rt.base_task is not None:
-            await asyncio.shield(rt.base_task)
-        rt.record("wait_for_base", time.perf_counter() - step)
-        st = await rt.stored_state()
+        if survey.base_task is not None:
+            await asyncio.shield(survey.base_task)
+        survey.record("wait_for_base", time.perf_counter() - step)
+        st = await survey.stored_state()
         if st.state in (OPEN, BASE_DONE):
-            await rt.move(CLOSING, "closing")
+            await survey.move(CLOSING, "closing")
         await release()
     except Exception as exc:
         log.error("survey %s: close failed (%s)", sid, describe_error(exc),

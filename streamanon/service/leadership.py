@@ -497,12 +497,12 @@ class Coordinator:
         for sid, command in await self._call(self.coordination.take_requests):
             if sid in service.surveys and command == "start_base":
                 await service.start_base(sid, None)
-        for sid, rt in service.surveys.items():
+        for sid, survey in service.surveys.items():
             st = await service.survey_state(sid)
             if st.close_requested_at is not None and sid not in self._closes_seen:
                 self._closes_seen.add(sid)  # once: a close that failed is not retried here
-                if (st.state != RELEASED and rt.close_task is None
-                        and not rt.closed_event.is_set()):
+                if (st.state != RELEASED and survey.close_task is None
+                        and not survey.closed_event.is_set()):
                     log.info("survey %s: a close was requested through another instance", sid)
                     await service.close(sid)
             n = await self._count(sid)
@@ -524,25 +524,25 @@ class Coordinator:
         requested, acknowledged; the leader's marks once they are stored (see the module
         docstring). And the survey's count, for the status."""
         service = self.service
-        for sid, rt in service.surveys.items():
+        for sid, survey in service.surveys.items():
             await self._count(sid)
             st = await service.survey_state(sid)
             if st.close_requested_at is None:
                 continue
-            rt.ingest.closed_at = st.close_requested_at
+            survey.ingest.closed_at = st.close_requested_at
             marks = await service.close_marks(sid)
             final = st.state in (CLOSING, RELEASED)
-            closure = rt.ingest.closure
+            closure = survey.ingest.closure
             if marks is not None:
                 if closure is None or closure.marks != marks or closure.final != final:
-                    rt.ingest.closure = Closure(st.close_requested_at, marks, final=final)
+                    survey.ingest.closure = Closure(st.close_requested_at, marks, final=final)
             elif closure is None:
                 ends = await service.take_closure(sid, st.close_requested_at)
                 log.info("survey %s: closed on this instance at end offsets %s; waiting for "
                          "the leader's close marks", sid, ends)
             await self._call(self.coordination.ack_closure, sid, st.close_requested_at)
             if st.state == RELEASED:
-                rt.closed_event.set()
+                survey.closed_event.set()
 
     async def followers_closed(self, sid: str, closed_at: float) -> None:
         """Wait until every other live instance has set its closure of the close at

@@ -224,7 +224,7 @@ class Service:
         # The collector exists before recovery: a close taken up again reads the partitions'
         # offsets through it at once, while its consumer is still joining the group.
         self.collector = self.parts.collector = KafkaCollector(
-            cfg, {sid: rt.ingest for sid, rt in self.surveys.items()},
+            cfg, {sid: survey.ingest for sid, survey in self.surveys.items()},
             KafkaDeadLetters(self.producer), on_stored=self._on_stored,
             on_control=self._on_control, on_restart=self.telemetry.count_restart)
         await self._recover()
@@ -258,21 +258,22 @@ class Service:
 
     async def _start_planners(self) -> None:
         cfg = self.config
-        for sid, rt in self.surveys.items():
+        for sid, survey in self.surveys.items():
             state = (await self._in_store(self.store.survey_state, sid)).state
-            if state == RELEASED or rt.ingest.closed_at is not None:
+            if state == RELEASED or survey.ingest.closed_at is not None:
                 continue
-            rt.planner = PlanningJob(
-                self.scheduler, survey_id=sid, close_at=rt.config.close_at,
+            survey.planner = PlanningJob(
+                self.scheduler, survey_id=sid, close_at=survey.config.close_at,
                 plan=lambda now, sid=sid: self.survey_planner.plan(sid, now),
-                on_base_start=lambda plan, rt=rt: self._threadsafe(rt.planned_base(plan)),
+                on_base_start=lambda plan, survey=survey: self._threadsafe(
+                    survey.planned_base(plan)),
                 on_close=lambda sid=sid: self._threadsafe(self.close(sid)),
                 interval_seconds=cfg.planner.interval_seconds,
                 ready=lambda now, sid=sid: self.survey_planner.forecast_ready(sid, now),
-                on_base_soon=lambda plan, rt=rt: self._threadsafe(rt.read_ahead_soon()),
+                on_base_soon=lambda plan, survey=survey: self._threadsafe(survey.read_ahead_soon()),
                 soon_seconds=read_ahead_seconds(cfg.planner.interval_seconds))
-            rt.planner.base_started = state != OPEN
-            rt.planner.start()
+            survey.planner.base_started = state != OPEN
+            survey.planner.start()
 
     async def stop(self) -> None:
         if self.coordinator is not None:
@@ -281,8 +282,8 @@ class Service:
             self.scheduler.shutdown(wait=False)
         for measuring in self._measuring.values():  # and the calibration's reach
             measuring.cancel()
-        for rt in self.surveys.values():
-            await rt.stop_tasks()
+        for survey in self.surveys.values():
+            await survey.stop_tasks()
         if self.collector is not None:
             await self.collector.stop()
         if self.producer is not None:
@@ -391,41 +392,41 @@ class Service:
 
     # -- recovery ------------------------------------------------------------------------------
     async def _recover(self) -> None:
-        for rt in self.surveys.values():
-            await rt.recover()
+        for survey in self.surveys.values():
+            await survey.recover()
             if self.leading:
-                await rt.resume()
+                await survey.resume()
 
     # -- leadership (the LeaderHost a leadership.Coordinator drives) ---------------------------
     async def take_over(self) -> None:
         """This follower took the lifecycle lease (its holder died or stopped): carry on
         from the stored state as a restart would."""
         cfg = self.config.planner
-        for sid, rt in self.surveys.items():
+        for sid, survey in self.surveys.items():
             times = await self._in_store(self.store.arrival_times, sid)
             estimator = ArrivalEstimator(cfg.arrival_bin_seconds, cfg.arrival_bins)
             estimator.observe(times)
-            with rt.lock:
-                rt.estimator = estimator
-            await rt.resume()
+            with survey.lock:
+                survey.estimator = estimator
+            await survey.resume()
         await self._start_planners()
 
     async def step_down(self) -> None:
         """The lease was lost (its connection cut): stop every lifecycle task at once; the
         new leader carries them on from the store."""
-        for rt in self.surveys.values():
-            if rt.planner is not None:
-                rt.planner.stop()
-                rt.planner = None
-            await rt.stop_tasks()
-            rt.base_task = rt.close_task = None
+        for survey in self.surveys.values():
+            if survey.planner is not None:
+                survey.planner.stop()
+                survey.planner = None
+            await survey.stop_tasks()
+            survey.base_task = survey.close_task = None
 
     def observe_shared(self, sid: str, new_records: int) -> None:
         """Records stored by every instance since the last count (the leader's view of the
         arrivals when several instances collect)."""
-        rt = self.surveys[sid]
-        with rt.lock:
-            rt.estimator.observe([time.time()] * new_records)
+        survey = self.surveys[sid]
+        with survey.lock:
+            survey.estimator.observe([time.time()] * new_records)
 
     def counted(self, sid: str, here: int) -> int:
         """Every instance's count of the survey's stored records (the leader's, read from the
@@ -446,11 +447,11 @@ class Service:
 
     # -- the collector's callbacks -----------------------------------------------------------
     def _on_stored(self, sid: str, arrival_times: list[float]) -> None:
-        rt = self.surveys[sid]
-        with rt.lock:
+        survey = self.surveys[sid]
+        with survey.lock:
             if self.coordinator is None:  # else the store's count says (observe_shared)
-                rt.estimator.observe(arrival_times)
-            rt.history.add(time.time(), rt.ingest.stored)
+                survey.estimator.observe(arrival_times)
+            survey.history.add(time.time(), survey.ingest.stored)
 
     def _on_control(self, raw: bytes | None) -> asyncio.Task | None:
         """A signed control message (:mod:`streamanon.service.control`): close or start the
@@ -492,15 +493,15 @@ class Service:
         parts, unreachable = await within(wait, self.health(), read_stored(
             list(self.surveys), self._in_store, self.store, self._known), self._last_health)
         surveys = []
-        for sid, rt in self.surveys.items():
+        for sid, survey in self.surveys.items():
             st, release = self._known.get(sid) or (never_read(sid), None)
-            with rt.lock:
-                pace = rt.estimator.pace(now)
-                arrivals = list(rt.history.points)
-                model = (rt.plans.models or (None, None))[0]
-                measured = not rt.plans.provisional
+            with survey.lock:
+                pace = survey.estimator.pace(now)
+                arrivals = list(survey.history.points)
+                model = (survey.plans.models or (None, None))[0]
+                measured = not survey.plans.provisional
             surveys.append(survey_status(
-                rt, st, release, model, pace=pace, arrivals=arrivals, now=now,
+                survey, st, release, model, pace=pace, arrivals=arrivals, now=now,
                 measured=measured, stored=None if
                 self.coordinator is None else self.coordinator.survey_counts.get(sid)))
         return ServiceStatus(surveys=surveys, health=parts, started_at=self.started_at,

@@ -115,15 +115,15 @@ class SurveyPlanner:
               *, measured: bool = True) -> None:
         """Plan survey ``sid`` with ``models`` (and the candidates ``options``) from now on;
         an engine ``engine = "auto"`` has chosen keeps its own models."""
-        rt = self.surveys[sid]
-        with rt.lock:
+        survey = self.surveys[sid]
+        with survey.lock:
             if options is not None:
-                rt.plans.options = options
-            chosen = rt.auto_engine and rt.config.engine != "auto"
-            rt.plans.models = (self._option_models(sid, rt.config.engine) if chosen
-                               and rt.config.engine in {o.engine.name for o in options or []}
+                survey.plans.options = options
+            chosen = survey.auto_engine and survey.config.engine != "auto"
+            survey.plans.models = (self._option_models(sid, survey.config.engine) if chosen
+                               and survey.config.engine in {o.engine.name for o in options or []}
                                else models)
-            rt.plans.provisional = not measured
+            survey.plans.provisional = not measured
 
     async def measure(self, sc: SurveyConfig, pool: Executor) -> None:
         """Calibrate the engines whose models are not stored and time the incremental stages,
@@ -183,13 +183,13 @@ class SurveyPlanner:
         """(engine, size, model parameters) of the next timing, or None: enough, or no time."""
         from streamanon.engines import model_parameters
 
-        rt = self.surveys.get(sc.id)
-        plan = None if rt is None else rt.last_plan
+        survey = self.surveys.get(sc.id)
+        plan = None if survey is None else survey.last_plan
         close_at = sc.close_at
-        if rt is None or plan is None or close_at is None or rt.base_task is not None \
-                or rt.ingest.closed_at is not None or plan.mode == "one-shot":
+        if survey is None or plan is None or close_at is None or survey.base_task is not None \
+                or survey.ingest.closed_at is not None or plan.mode == "one-shot":
             return None
-        engine = rt.config.engine if rt.config.engine != "auto" else plan.engine
+        engine = survey.config.engine if survey.config.engine != "auto" else plan.engine
         if engine is None or engine == "auto":
             return None
         selects = model_parameters(engine, sc.engine_params if engine == sc.engine else {})
@@ -234,10 +234,10 @@ class SurveyPlanner:
     def stage_models(self, sid: str) -> dict[str, Any]:
         """``incremental = "auto"``: the candidate stages' cost models after the survey's
         (chosen) engine, in order of preference; empty otherwise."""
-        rt = self.surveys[sid]
-        if rt.config.incremental != "auto":
+        survey = self.surveys[sid]
+        if survey.config.incremental != "auto":
             return {}
-        engine = rt.config.engine if rt.config.engine != "auto" else "mdav"
+        engine = survey.config.engine if survey.config.engine != "auto" else "mdav"
         return {o.stage: o.incremental_cost for o in self.surveys[sid].plans.options or []
                 if o.engine.name == engine and o.stage is not None}
 
@@ -276,46 +276,46 @@ class SurveyPlanner:
     def resolve_engine(self, sid: str, engine: str, why: str,
                        expected: float | None = None) -> None:
         """``engine = "auto"``: run ``engine`` from now on (its cost models too)."""
-        rt = self.surveys[sid]
-        if not rt.auto_engine or rt.config.engine == engine:
+        survey = self.surveys[sid]
+        if not survey.auto_engine or survey.config.engine == engine:
             return
-        known = engine in {o.engine.name for o in rt.plans.options or []}
+        known = engine in {o.engine.name for o in survey.plans.options or []}
         if not known:  # stored by a run under another configuration: it stays that run's engine
             log.warning("survey %s: the stored run used %s, which engine = \"auto\" does not "
                         "choose; it is kept (planned with MDAV's cost model)", sid, engine)
-        with rt.lock:
+        with survey.lock:
             if known:
-                rt.plans.models = self._option_models(sid, engine)
-            rt.config = rt.config.model_copy(update={"engine": engine})
-            rt.ingest.config = rt.config
-        rt.engine_choice = {"configured": "auto", "chosen": engine, "reason": why,
+                survey.plans.models = self._option_models(sid, engine)
+            survey.config = survey.config.model_copy(update={"engine": engine})
+            survey.ingest.config = survey.config
+        survey.engine_choice = {"configured": "auto", "chosen": engine, "reason": why,
                             "expected_delta": expected}
         log.info("survey %s: base engine %s (%s)", sid, engine, why)
 
     def unresolve_engine(self, sid: str) -> None:
         """``engine = "auto"`` with no stored base run (it failed, or never ran): the choice
         is open again (the planner's next base run, or the one-shot run at close)."""
-        rt = self.surveys[sid]
-        if rt.auto_engine and rt.config.engine != "auto":
-            with rt.lock:
-                rt.config = rt.config.model_copy(update={"engine": "auto"})
-                rt.ingest.config = rt.config
-                rt.plans.models = self._option_models(sid, "mdav")
-            rt.engine_choice = None
+        survey = self.surveys[sid]
+        if survey.auto_engine and survey.config.engine != "auto":
+            with survey.lock:
+                survey.config = survey.config.model_copy(update={"engine": "auto"})
+                survey.ingest.config = survey.config
+                survey.plans.models = self._option_models(sid, "mdav")
+            survey.engine_choice = None
             log.info("survey %s: no base run stored: the base engine will be chosen again", sid)
 
     def forecast_ready(self, sid: str, now: datetime) -> bool:
         """Whether the survey's arrivals so far are enough to act on its plan: the pace has
         been measured (:func:`scheduler.live.forecast_ready`), and the plan's base snapshot
         has its records (:func:`scheduler.live.snapshot_ready`)."""
-        rt = self.surveys[sid]
-        close = rt.config.close_at
+        survey = self.surveys[sid]
+        close = survey.config.close_at
         t = now.timestamp()
         left = (close.timestamp() - t) if close else 0.0
-        with rt.lock:
-            bins = rt.estimator.complete_bins(t)
-            width = rt.estimator.bin_seconds
-            plan, received = rt.last_plan, rt.ingest.stored
+        with survey.lock:
+            bins = survey.estimator.complete_bins(t)
+            width = survey.estimator.bin_seconds
+            plan, received = survey.last_plan, survey.ingest.stored
         received = self._counted(sid, received)
         return (live.forecast_ready(bins, left, width)
                 and live.snapshot_ready(plan, received, left))
@@ -323,28 +323,28 @@ class SurveyPlanner:
     def plan(self, sid: str, now: datetime) -> Plan:
         """The survey's plan at ``now`` from its arrivals so far (the planner jobs' call),
         kept as its latest plan with the choice it made."""
-        rt = self.surveys[sid]
-        sc = rt.config
+        survey = self.surveys[sid]
+        sc = survey.config
         t = now.timestamp()
         close = sc.close_at.timestamp() if sc.close_at else t
-        with rt.lock:
-            pace = rt.estimator.pace(t)
-            received = rt.ingest.stored
-            measured = live.forecast_ready(rt.estimator.complete_bins(t), close - t,
-                                           rt.estimator.bin_seconds)
+        with survey.lock:
+            pace = survey.estimator.pace(t)
+            received = survey.ingest.stored
+            measured = live.forecast_ready(survey.estimator.complete_bins(t), close - t,
+                                           survey.estimator.bin_seconds)
         received = self._counted(sid, received)  # every instance's, not only this one's
         arrivals = live.forecast(received, pace, close - t, sc.expected_records)
         plan, choice = self._plan_for(sid, arrivals, close - t)
-        with rt.lock:  # the plan and its choice together (the loop reads both)
-            rt.last_plan = plan
+        with survey.lock:  # the plan and its choice together (the loop reads both)
+            survey.last_plan = plan
             if choice is not None:
-                rt.choice = choice
+                survey.choice = choice
         # said once the pace is measured (a plan on the first seconds' handful of records
         # may be one-shot and late where the measured pace leaves time for a base run)
-        if rt.plans.first_plan is None:
-            rt.plans.first_plan = t
-        first = rt.plans.first_plan
-        if rt.window_warning is None and sc.close_at is not None and (
+        if survey.plans.first_plan is None:
+            survey.plans.first_plan = t
+        first = survey.plans.first_plan
+        if survey.window_warning is None and sc.close_at is not None and (
                 measured or sc.expected_records):
             self._warn_of_window(sid, plan, close - first)
         return plan
@@ -355,43 +355,43 @@ class SurveyPlanner:
         this service's first plan of the survey to the close), or the plan releases more than
         a minute after close (:func:`scheduler.live.window_warning`), with the engine stored
         here that would run one-shot in seconds."""
-        rt = self.surveys[sid]
-        sc = rt.config
-        if rt.base_task is not None or rt.ingest.closed_at is not None:
+        survey = self.surveys[sid]
+        sc = survey.config
+        if survey.base_task is not None or survey.ingest.closed_at is not None:
             return
         engine = plan.engine or sc.engine
         if engine == "auto":
             return
         base = (self._option_models(sid, engine)[0]
-                if engine in {o.engine.name for o in rt.plans.options or []}
-                else rt.plans.models[0])
+                if engine in {o.engine.name for o in survey.plans.options or []}
+                else survey.plans.models[0])
         m = len(sc.quasi_identifiers)
         others = {name: model for name in auto_engine_names() if name != engine
                   and (model := self.cost_models.get(name, m, sc.k)) is not None}
         warning = live.window_warning(engine, base, plan, window, others)
         if warning is not None:
-            rt.window_warning = warning
+            survey.window_warning = warning
             log.warning("survey %s: %s", sid, warning, extra={"survey": sid})
 
     def _plan_for(self, sid: str, arrivals: Any,
                   seconds_to_close: float) -> tuple[Plan, Choice | None]:
         """The plan for the forecast ``arrivals``; with ``engine = "auto"`` not chosen yet,
         the planner's choice of engine too."""
-        rt = self.surveys[sid]
-        sc = rt.config
+        survey = self.surveys[sid]
+        sc = survey.config
         slowdown = live.load_slowdown(*machine_load())
         if sc.engine == "auto" or sc.incremental == "auto":  # the planner's: the candidates
-            options = self._at_work_share(sid, rt.plans.options or [])
+            options = self._at_work_share(sid, survey.plans.options or [])
         else:
-            base, incremental = rt.plans.models
+            base, incremental = survey.plans.models
             options = [Option(engine_traits(sc.engine),
-                              base.on_work_share(rt.plans.work_share), incremental)]
+                              base.on_work_share(survey.plans.work_share), incremental)]
         plan, choice = plan_survey(plan_request(sc), arrivals, options,
                                    seconds_to_close=seconds_to_close, slowdown=slowdown,
                                    overhead_model=self.overhead)
         if sc.engine != "auto":  # the stage's choice, or none: no engine choice to keep
             choice = None
-        if rt.auto_engine and sc.incremental != "auto" and sc.engine != "auto":
+        if survey.auto_engine and sc.incremental != "auto" and sc.engine != "auto":
             # chosen: the plans go on saying which engine, and its quality
             plan = dataclasses.replace(plan, engine=sc.engine, expected_delta=expected_delta(
                 engine_traits(sc.engine), sc.incremental, plan.nu))
@@ -412,12 +412,12 @@ class SurveyPlanner:
 
         A survey that closes on command has no close time to plan against: its plans, and
         so its choice, are between the one-shot runs on the records stored."""
-        rt = self.surveys[sid]
-        if not rt.auto_engine or rt.config.engine != "auto":
+        survey = self.surveys[sid]
+        if not survey.auto_engine or survey.config.engine != "auto":
             return
-        with rt.lock:
-            latest, choice = rt.last_plan, rt.choice
-            n = rt.ingest.stored
+        with survey.lock:
+            latest, choice = survey.last_plan, survey.choice
+            n = survey.ingest.stored
         plan = None if one_shot_records is not None else plan or latest
         if plan is None or plan.engine is None:
             n = self._counted(sid, n)

@@ -47,14 +47,14 @@ log = logging.getLogger(__name__)
 
 
 
-async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
+async def write_private(releaser: Any, survey: RunningSurvey, frame: pd.DataFrame,
                         ahead: int) -> tuple[ReleaseRow, pd.DataFrame, list[bytes], np.ndarray]:
     """Charge the budget, draw the release of the stored records ``frame``, write its files
     and note it as written (the steps above). Returns the row, the shuffled table, its
     messages (one per row, in row order) and its order (row i is record ``order[i]``).
     ``releaser``: the service's :class:`~streamanon.service.releasing.Releaser` (its store,
     store thread, output settings and file modes)."""
-    sc = rt.config
+    sc = survey.config
     sid = sc.id
     n = len(frame)
     release_id = uuid.uuid4().hex
@@ -96,28 +96,28 @@ async def write_private(releaser: Any, rt: RunningSurvey, frame: pd.DataFrame,
                  sc.epsilon, sc.dp_mechanism, sc.dp_scope)
     for warning in made.report["warnings"]:  # from the settings alone: no answer in them
         log.warning("survey %s: %s", sid, warning)
-    rt.record("compute", time.perf_counter() - step)
+    survey.record("compute", time.perf_counter() - step)
     step = time.perf_counter()
     files = await releaser._in_thread(lambda: write_release_files(
         made.table, releaser.config.output.directory, sid, releaser.config.output.formats,
         schema=sc.schema, later=True, modes=releaser.modes,
             reports=releaser.config.output.reports))
-    rt.record("files", time.perf_counter() - step)
+    survey.record("files", time.perf_counter() - step)
     files["html"] = risk_page_path(files)
     closed_at = (await releaser._in_store(releaser.store.survey_state, sid)).close_requested_at
     guarantee = {**made.report, "budget": charge}
-    report = private_report(rt, n, release_id, files, guarantee, closed_at, started, ahead)
+    report = private_report(survey, n, release_id, files, guarantee, closed_at, started, ahead)
     row = ReleaseRow(release_id, "written", 0, report.to_json())
     await releaser._in_store(releaser.store.save_release, sid, row)
     return row, made.table, messages, made.order
 
 
-def private_report(rt: RunningSurvey, n: int, release_id: str, files: dict[str, str],
+def private_report(survey: RunningSurvey, n: int, release_id: str, files: dict[str, str],
                    guarantee: dict[str, Any], closed_at: float | None, started: float,
                    ahead: int) -> ReleaseReport:
     """The release report of a drawn release: one-shot at close, no distortion, the
     guarantee in ``differential_privacy``."""
-    sc = rt.config
+    sc = survey.config
     loss = guarantee["information_loss"]
     return ReleaseReport(
         survey=sc.id, release_id=release_id, n=n, m=len(sc.quasi_identifiers), k=sc.k,
@@ -127,5 +127,5 @@ def private_report(rt: RunningSurvey, n: int, release_id: str, files: dict[str, 
         predicted_seconds_after_close=None, one_shot_estimate_seconds=0.0,
         base_started_at=None, closed_at=closed_at, base_seconds=0.0, incremental_seconds=0.0,
         compute_seconds_after_close=time.time() - (closed_at or started), distortion=None,
-        information_loss=loss.get("il", 0.0), rejected=dict(rt.ingest.rejected), files=files,
+        information_loss=loss.get("il", 0.0), rejected=dict(survey.ingest.rejected), files=files,
         read_ahead=ahead, n_spanned=n, differential_privacy=guarantee)

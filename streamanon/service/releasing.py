@@ -101,17 +101,17 @@ def fresh_release(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray, k
     return replace(release, table=table), messages, order
 
 
-async def stored_records(rt: RunningSurvey, upto_seq: int | None = None, *, store: Store,
+async def stored_records(survey: RunningSurvey, upto_seq: int | None = None, *, store: Store,
                          in_store: StoreCall) -> tuple[Records, int]:
-    """The stored records of ``rt``'s survey with ``seq <= upto_seq`` (a base snapshot's) or,
-    with None, every one (a release made whole at close): those read ahead (taken from ``rt``,
+    """The stored records of ``survey``'s survey with ``seq <= upto_seq`` (a base snapshot's) or,
+    with None, every one (a release made whole at close): those read ahead (taken from ``survey``,
     :func:`.base_run.read_ahead`: a read in progress keeps nothing more), then the rest from
     the store; and how many had been read ahead. Stored records never change while the
     survey is open, so this is what one read at that moment gives. The parts are joined in a
     thread."""
-    sid = rt.config.id
-    m = len(rt.config.quasi_identifiers)
-    parts, cut = rt.read_ahead.take()
+    sid = survey.config.id
+    m = len(survey.config.quasi_identifiers)
+    parts, cut = survey.read_ahead.take()
     if not parts:
         return await in_store(lambda: store.load_records(sid, m, upto_seq=upto_seq)), 0
     if upto_seq is not None and cut > upto_seq:  # read past the snapshot: its first records
@@ -162,30 +162,30 @@ class Releaser:
         self.modes = FileModes(config.output.file_mode, config.output.directory_mode)
         self.cost_models = CostModelStore(config.planner.cost_models)
 
-    async def release(self, rt: RunningSurvey, base_model: PowerLaw,
+    async def release(self, survey: RunningSurvey, base_model: PowerLaw,
                       stages: Mapping[str, Any] | None = None) -> None:
         """Publish the survey's one release: compute it and write its files, unless a release
         was written before (a restart, a failed publish), which is published again from its
         files as written, never computed again. ``base_model`` is the survey's base cost model;
         ``stages`` the candidate stages' cost models of ``incremental = "auto"``."""
-        sid = rt.config.id
+        sid = survey.config.id
         row = await self._in_store(self.store.load_release, sid)
         if row is not None and row.status == "published":
             if (await self._in_store(self.store.survey_state, sid)).state != RELEASED:
-                await rt.move(RELEASED, "already published")
-            rt.released()
+                await survey.move(RELEASED, "already published")
+            survey.released()
             return
         resumed = row is not None
         fresh = None
         if row is None:
-            row, fresh = await self.write(rt, base_model, stages)
-            rt.base_release_used()  # its records are in ``fresh`` now
+            row, fresh = await self.write(survey, base_model, stages)
+            survey.base_release_used()  # its records are in ``fresh`` now
         else:
             log.info("survey %s: release %s was written before; publishing its files again",
                      sid, row.release_id)
-        await self.publish(rt, row, resumed, fresh)
+        await self.publish(survey, row, resumed, fresh)
 
-    async def write(self, rt: RunningSurvey, base_model: PowerLaw,
+    async def write(self, survey: RunningSurvey, base_model: PowerLaw,
                     stages: Mapping[str, Any] | None = None) -> tuple[ReleaseRow, Fresh]:
         """Compute the release, apply the k-anonymity gate, write its Parquet file, and note
         it as written: from then on it is the survey's release, whatever happens.
@@ -195,13 +195,13 @@ class Releaser:
         incremental stage left as they were are reused (:func:`streamanon.splicing.splice`);
         the compute process gets only those records when it kept the snapshot's values from
         the base run (:mod:`streamanon.service.kept`)."""
-        sc = rt.config
+        sc = survey.config
         sid = sc.id
         m = len(sc.quasi_identifiers)
         overhead = await self._overhead(sid)
         step = time.perf_counter()
         cp = await self._in_store(self.store.load_checkpoint, sid)
-        held = rt.base_release
+        held = survey.base_release
         if held is not None and (cp is None or held[0] != cp.snapshot_seq):
             held = None  # made from another snapshot: not this release's base
         ahead = 0
@@ -212,18 +212,18 @@ class Releaser:
                 lambda: pd.concat([held[1].frame, records_frame(late, sc)],  # frame's dtypes
                                   ignore_index=True))  # would change the base's JSON kinds
         else:
-            records, ahead = await stored_records(rt, store=self.store, in_store=self._in_store)
+            records, ahead = await stored_records(survey, store=self.store, in_store=self._in_store)
             if ahead:
                 log.info("survey %s: %d of the %d records read ahead of the close", sid, ahead,
                          len(records))
             frame = await self._in_thread(records_frame, records, sc)
-        rt.read_ahead.drop()  # read ahead of a base run the release does not use
-        rt.record("load", time.perf_counter() - step)
+        survey.read_ahead.drop()  # read ahead of a base run the release does not use
+        survey.record("load", time.perf_counter() - step)
         n = len(frame)
         if n < sc.k:
             raise StoreError(f"{n} valid records: no {sc.k}-anonymous release exists")
         if sc.epsilon is not None:  # one sort and one draw: no base run, no stage
-            row, table, messages, order = await write_private(self, rt, frame, ahead)
+            row, table, messages, order = await write_private(self, survey, frame, ahead)
             return row, Fresh(frame, table, messages, order)
         fits_deadline = (sc.deadline is not None
                          and base_model(n) <= 0.8 * live.compute_budget(sc.deadline, n))
@@ -302,7 +302,7 @@ class Releaser:
             log.info("survey %s: refinement: %d moves, %d dissolves, %d splits in %d rounds, "
                      "%.2f s (%s)", sid, r.moves, r.dissolves, r.splits, r.rounds, r.seconds,
                      r.stopped)
-        rt.record("compute", compute_done - stage_started)
+        survey.record("compute", compute_done - stage_started)
         step = time.perf_counter()
         seed = secrets.randbits(62)
         release_id = uuid.uuid4().hex
@@ -318,9 +318,9 @@ class Releaser:
         else:
             release, messages, order = await self._in_thread(
                 fresh_release, frame, own, labels, sc.k, seed, privacy)
-        rt.record("gate_and_table", time.perf_counter() - step)
+        survey.record("gate_and_table", time.perf_counter() - step)
         closed_at = (await self._in_store(self.store.survey_state, sid)).close_requested_at
-        plan = rt.last_plan
+        plan = survey.last_plan
         log.info("survey %s: writing the files of release %s (%s)", sid, release_id,
                  "spliced into the base release made before close" if spliced
                  else "made at close")
@@ -329,7 +329,7 @@ class Releaser:
             release.table, self.config.output.directory, sid, self.config.output.formats,
             schema=sc.schema, later=True, modes=self.modes,
             reports=self.config.output.reports))
-        rt.record("files", time.perf_counter() - step)
+        survey.record("files", time.perf_counter() - step)
         files["html"] = risk_page_path(files)  # written once the release is out (publish)
         two_stage = partition.mode == "two-stage"
         report = ReleaseReport(
@@ -347,7 +347,7 @@ class Releaser:
             incremental_seconds=partition.incremental_seconds,
             compute_seconds_after_close=compute_done - (closed_at or stage_started),
             distortion=release.distortion, information_loss=release.information_loss,
-            rejected=dict(rt.ingest.rejected), files=files,
+            rejected=dict(survey.ingest.rejected), files=files,
             information_loss_by_type={
                 kind: (None if release.loss.get(kind) is None else 100.0 * release.loss[kind])
                 for kind in ("numeric", "ordinal", "nominal")},
@@ -357,20 +357,20 @@ class Releaser:
             privacy=None if privacy is None else {"l": sc.l, "t": sc.t,
                                                   "sensitive": release.privacy},
             risk=None, spliced=spliced,  # the risk is measured once the release is out
-            engine_choice=rt.engine_choice, incremental_choice=stage_choice,
+            engine_choice=survey.engine_choice, incremental_choice=stage_choice,
             predicted_release_seconds=(plan.finish_after_close + live.release_overhead(
                 n, overhead) if plan else None),
-            base_steps_seconds=({key: round(value, 3) for key, value in rt.base_steps.items()}
-                                if two_stage and rt.base_steps else None),
-            base_plan=(base_plan_summary(rt.base_plan)
-                       if two_stage and rt.base_steps and rt.base_plan else None),
+            base_steps_seconds=({key: round(value, 3) for key, value in survey.base_steps.items()}
+                                if two_stage and survey.base_steps else None),
+            base_plan=(base_plan_summary(survey.base_plan)
+                       if two_stage and survey.base_steps and survey.base_plan else None),
             read_ahead=ahead if not two_stage else 0,
             n_spanned=len(messages.new) if isinstance(messages, Messages) else n)
         row = ReleaseRow(release_id, "written", seed, report.to_json())
         await self._in_store(self.store.save_release, sid, row)
         return row, Fresh(frame, release.table, messages, order)
 
-    async def publish(self, rt: RunningSurvey, row: ReleaseRow, resumed: bool,
+    async def publish(self, survey: RunningSurvey, row: ReleaseRow, resumed: bool,
                       fresh: Fresh | None = None) -> None:
         """Send the release to the release topic, record by record in its row order, then the
         manifest; on a broker fault send it all again (the manifest marks the complete run),
@@ -378,7 +378,7 @@ class Releaser:
         are those of its file; without it (a restart) the written file is read and checked.
         Once it is out: the CSV, SPSS and Stata files, the risk measures, report.json and
         report.html."""
-        sid = rt.config.id
+        sid = survey.config.id
         report = ReleaseReport.from_json(row.report)
         if fresh is None:
             table = await self._in_thread(read_written_release, report.files)
@@ -415,29 +415,29 @@ class Releaser:
                                      f"publishing failed ({describe_error(exc)}); retrying")
                 resumed = True
                 await asyncio.sleep(delay)
-        rt.record("publish", time.perf_counter() - step)
+        survey.record("publish", time.perf_counter() - step)
         released_at = time.time()
         del messages
-        report = await self._after_publish(rt, report, table, fresh)
+        report = await self._after_publish(survey, report, table, fresh)
         published = Publication(
             released_at=released_at,
             close_to_release_seconds=released_at - (report.closed_at or released_at),
-            close_steps_seconds={key: round(rt.timings[key], 3) for key in (
+            close_steps_seconds={key: round(survey.timings[key], 3) for key in (
                 "drain", "wait_for_base", "load", "compute", "gate_and_table", "files",
-                "publish") if key in rt.timings})
+                "publish") if key in survey.timings})
         report = report.published(published)
         await self._in_thread(write_report, report, self.modes)
         await self._in_store(self.store.save_release, sid,
                              ReleaseRow(row.release_id, "published", row.seed, report.to_json()))
-        await rt.move(RELEASED, f"{report.n} records published")
+        await survey.move(RELEASED, f"{report.n} records published")
         if failures:
             await self._in_store(self.store.set_error, sid, None)
-        rt.record("released_at", released_at)
-        self.telemetry.observe_release(sid, report, rt.timings["publish"])
+        survey.record("released_at", released_at)
+        self.telemetry.observe_release(sid, report, survey.timings["publish"])
         log.info("survey %s: released %d records (%s), %.2f s after close", sid, report.n,
                  report.mode, published.close_to_release_seconds)
         await self._record_steps(report, published.close_steps_seconds)  # for later plans
-        rt.released()
+        survey.released()
 
     async def _overhead(self, sid: str) -> ReleaseOverhead:
         """The steps after close as this machine ran them (the recorded releases' close steps,
@@ -473,13 +473,13 @@ class Releaser:
         ensure_topics(KafkaSettings.from_config(cfg), {topic: 1}, configs=cfg.topic_configs(),
                       replicas=cfg.topic_replicas())
 
-    async def _after_publish(self, rt: RunningSurvey, report: ReleaseReport,
+    async def _after_publish(self, survey: RunningSurvey, report: ReleaseReport,
                              table: pd.DataFrame, fresh: Fresh | None) -> ReleaseReport:
         """What is not on the close-to-release path, done once the records are out: the files
         of ``[output] formats`` besides Parquet (those not written before a restart), the risk
         measures and ``report.html``. A
         failure of the measures or the page is logged and leaves the release as it is."""
-        sc = rt.config
+        sc = survey.config
         step = time.perf_counter()
         files = report.files
         files = await self._in_thread(write_release_formats, table, files, sc.schema,
@@ -497,10 +497,10 @@ class Releaser:
         except Exception as exc:
             log.error("survey %s: the risk measures or report.html were not made (%s)", sc.id,
                       describe_error(exc), exc_info=withheld(exc))
-        rt.record("after_publish", time.perf_counter() - step)
+        survey.record("after_publish", time.perf_counter() - step)
         return report
 
-    async def prepare_base(self, rt: RunningSurvey, frame: pd.DataFrame, labels: np.ndarray,
+    async def prepare_base(self, survey: RunningSurvey, frame: pd.DataFrame, labels: np.ndarray,
                            prepared: Prepared) -> BaseRelease | None:
         """The base records' release messages, made right after the base run while the survey
         is open (:func:`streamanon.splicing.prepare_base`), for the survey to keep for the
@@ -508,7 +508,7 @@ class Releaser:
         ``prepared`` is the base run's own input (``prepare_stored`` of ``frame``). Only where
         the close can splice them (no sensitive fields, complete data, no strata); a failure is
         logged: the release is then made whole at close."""
-        sc = rt.config
+        sc = survey.config
         if sc.schema.sensitive or sc.schema.strata:
             return None
         step = time.perf_counter()

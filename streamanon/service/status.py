@@ -33,7 +33,7 @@ from streamanon.service.states import BASE_RUNNING, CLOSING
 from streamanon.service.store import ReleaseRow, SurveyState
 
 
-def survey_status(rt: RunningSurvey, st: SurveyState, release: ReleaseRow | None,
+def survey_status(survey: RunningSurvey, st: SurveyState, release: ReleaseRow | None,
                   model: PowerLaw | None, *, pace: float,
                   arrivals: list[tuple[float, int]], now: float,
                   measured: bool = True, stored: int | None = None) -> SurveyStatus:
@@ -41,24 +41,24 @@ def survey_status(rt: RunningSurvey, st: SurveyState, release: ReleaseRow | None
     cost model in use (``measured`` False while it is provisional), ``pace`` and ``arrivals``
     the arrival estimate and history as read under the service's lock; ``stored`` the
     survey's count of every instance (default: this instance's)."""
-    sid = rt.config.id
-    sc = rt.config
-    plan = rt.last_plan
+    sid = survey.config.id
+    sc = survey.config
+    plan = survey.last_plan
     close_at = sc.close_at.timestamp() if sc.close_at else None
     close_ref = st.close_requested_at or close_at
     deadline_at = (close_ref + sc.deadline
                    if close_ref is not None and sc.deadline is not None else None)
-    base_at = rt.planner.base_at if rt.planner else None
+    base_at = survey.planner.base_at if survey.planner else None
     published = release is not None and release.status == "published"
     return SurveyStatus(
         id=sid, state=st.state, error=st.error, k=sc.k,
         engine=sc.engine, incremental=sc.incremental,
-        received=rt.ingest.received,
-        stored=rt.ingest.stored if stored is None else stored, stored_here=rt.ingest.stored,
-        redelivered=rt.ingest.redelivered,
-        dead_lettered=dict(rt.ingest.rejected),
-        dead_lettered_total=sum(rt.ingest.rejected.values()),
-        dead_letters_unsent=rt.ingest.dead_letters_unsent, releases=int(published),
+        received=survey.ingest.received,
+        stored=survey.ingest.stored if stored is None else stored, stored_here=survey.ingest.stored,
+        redelivered=survey.ingest.redelivered,
+        dead_lettered=dict(survey.ingest.rejected),
+        dead_lettered_total=sum(survey.ingest.rejected.values()),
+        dead_letters_unsent=survey.ingest.dead_letters_unsent, releases=int(published),
         pace=pace, now=now,
         close_at=close_at, close_requested_at=st.close_requested_at,
         deadline_seconds=sc.deadline, deadline_at=deadline_at,
@@ -70,8 +70,8 @@ def survey_status(rt: RunningSurvey, st: SurveyState, release: ReleaseRow | None
             "mdav" if sc.engine == "auto" else sc.engine, model.a, model.b),
         cost_model_measured=measured,
         arrivals=arrivals,
-        forecast=forecast_points(rt, now, close_at),
-        progress=progress(rt, st, model, now),
+        forecast=forecast_points(survey, now, close_at),
+        progress=progress(survey, st, model, now),
         plan=None if plan is None else PlanStatus(
             mode=plan.mode, nu=plan.nu, n_total=plan.n_total,
             head_start_seconds=_finite(plan.head_start),
@@ -80,35 +80,36 @@ def survey_status(rt: RunningSurvey, st: SurveyState, release: ReleaseRow | None
             base_at=base_at.isoformat() if base_at else None,
             refine_seconds=plan.refine_seconds, engine=plan.engine,
             expected_delta=plan.expected_delta,
-            choice=None if rt.choice is None else rt.choice.reason,
+            choice=None if survey.choice is None else survey.choice.reason,
             stage=plan.stage),
         release=None if release is None else ReleaseStatus.of(
             release.status, ReleaseReport.from_json(release.report)),
     )
 
 
-def forecast_points(rt: RunningSurvey, now: float,
+def forecast_points(survey: RunningSurvey, now: float,
                     close_at: float | None) -> list[tuple[float, float]]:
     """The forecast arrival curve from now to the scheduled close (two points: uniform
     arrivals at the planned total), or nothing when there is no scheduled close."""
-    plan = rt.last_plan
-    if close_at is None or close_at <= now or plan is None or rt.ingest.closed_at:
+    plan = survey.last_plan
+    if close_at is None or close_at <= now or plan is None or survey.ingest.closed_at:
         return []
-    return [(now, float(rt.ingest.stored)), (close_at, float(max(plan.n_total,
-                                                                rt.ingest.stored)))]
+    return [(now, float(survey.ingest.stored)), (close_at, float(max(plan.n_total,
+                                                                survey.ingest.stored)))]
 
 
-def progress(rt: RunningSurvey, st: SurveyState, model: PowerLaw | None,
+def progress(survey: RunningSurvey, st: SurveyState, model: PowerLaw | None,
              now: float) -> ProgressStatus | None:
     """The running stage: its start and the cost model's estimate of its length."""
     if st.state == BASE_RUNNING and st.base_started_at:
-        n = rt.last_plan.n_total * (1 - rt.last_plan.nu) if rt.last_plan else rt.ingest.stored
+        plan = survey.last_plan
+        n = plan.n_total * (1 - plan.nu) if plan else survey.ingest.stored
         expected = model(max(n, 1)) if model is not None else None
         return ProgressStatus(stage="base", started_at=st.base_started_at,
                               elapsed_seconds=now - st.base_started_at,
                               expected_seconds=expected)
     if st.state == CLOSING and st.close_requested_at:
-        plan = rt.last_plan
+        plan = survey.last_plan
         return ProgressStatus(stage="release", started_at=st.close_requested_at,
                               elapsed_seconds=now - st.close_requested_at,
                               expected_seconds=plan.finish_after_close if plan else None,

@@ -20,7 +20,7 @@ from streamanon.service.config import parse_config
 from streamanon.service.engine_traits import engine_traits
 from streamanon.service.planning import SurveyPlanner, plan_request
 from streamanon.service.runtime import PlanState
-from streamanon.service.simulate import predict, service_config, simulated_request
+from streamanon.simulation.simulate import predict, service_config, simulated_request
 
 N, M, K = 40_000, 15, 10
 OPEN = 600.0  # seconds the survey is open

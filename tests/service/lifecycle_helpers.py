@@ -65,9 +65,9 @@ def planner_for(tmp_path: Path, survey: dict[str, Any], m: int, close_in: float)
             **{f"q{i}": {"role": "quasi_identifier", "type": "float"} for i in range(m)}}}]},
         {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
     sc = config.surveys[0]
-    rt = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
-                       ArrivalEstimator(1.0, 10))
-    planner = SurveyPlanner(config, {"s": rt}, lambda sid, here: here)
+    running = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
+                     ArrivalEstimator(1.0, 10))
+    planner = SurveyPlanner(config, {"s": running}, lambda sid, here: here)
     planner.load_models(sc, measure=False)  # the stored models; nothing timed
     return planner
 

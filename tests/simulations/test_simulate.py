@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from streamanon.metrics import check_k_anonymity
-from streamanon.service.simulate import make_data
+from streamanon.simulation.simulate import make_data
 
 
 def test_simulate_runs_the_pipeline_and_reports_consistently(subprocesses, tmp_path):
@@ -91,7 +91,7 @@ def test_data_description_names_the_seed(kind):
 def test_a_dry_run_prints_nothing_and_reports_progress_and_plan_warnings(tmp_path, capsys):
     """The library returns data and reports progress through a callback; the CLI prints."""
     from scheduler.cost_model import CostModelStore, PowerLaw
-    from streamanon.service.simulate import run_simulation
+    from streamanon.simulation.simulate import run_simulation
 
     out = tmp_path / "dry"
     out.mkdir()
@@ -114,7 +114,7 @@ def test_the_last_response_is_due_a_producer_lag_before_the_close_not_a_share(op
     broker's append), a second at most: a share of the window left 86 s of silence before
     the close of a 4279 s survey, so the rush up to the close was not simulated."""
     from scheduler.profiles import resolve
-    from streamanon.service.simulate import (
+    from streamanon.simulation.simulate import (
         PRODUCER_LINGER_MS,
         PRODUCER_MARGIN_SECONDS,
         send_times,
@@ -183,7 +183,7 @@ def test_the_demo_times_its_engine_up_to_near_the_base_runs_size(tmp_path):
     scenario the engine is timed at doubling sizes up to within EXTEND_REACH of the base run
     (each timing a calibration sample), within the budget; with nothing stored, nothing."""
     from scheduler.cost_model import CostModelStore
-    from streamanon.service.calibration import extend_calibration
+    from streamanon.simulation.calibration import extend_calibration
     from streamanon.service.planning import EXTEND_REACH
     from tests.service.lifecycle_helpers import put_model
 

@@ -41,11 +41,11 @@ def test_the_base_run_prepares_its_snapshot_off_the_event_loop(broker, tmp_path,
         try:
             plan = await collect(service, broker.bootstrap, config, SURVEY, 60)
             await run_base(service, SURVEY, plan)
-            rt = service.surveys[SURVEY]
-            await until(lambda: asyncio.sleep(0, rt.base_task is None),
+            survey = service.surveys[SURVEY]
+            await until(lambda: asyncio.sleep(0, survey.base_task is None),
                         "the base release was not prepared")
-            assert rt.base_release is not None and rt.base_release[1].n_base == 60
-            return threading.get_ident(), dict(rt.base_steps)
+            assert survey.base_release is not None and survey.base_release[1].n_base == 60
+            return threading.get_ident(), dict(survey.base_steps)
         finally:
             await service.stop()
 
@@ -58,7 +58,7 @@ def test_the_base_run_prepares_its_snapshot_off_the_event_loop(broker, tmp_path,
 
 def read_ahead_then(broker, tmp_path, n: int, then) -> None:
     """A service with ``n`` records stored and read ahead as the planner would before the
-    snapshot; then ``then(service, rt, plan)``."""
+    snapshot; then ``then(service, survey, plan)``."""
     path, env = write_config(tmp_path, broker.bootstrap, survey=SURVEY, k=5)
     config = load_config(path, env)
 
@@ -67,10 +67,10 @@ def read_ahead_then(broker, tmp_path, n: int, then) -> None:
         await service.start()
         try:
             plan = await collect(service, broker.bootstrap, config, SURVEY, n)
-            rt = service.surveys[SURVEY]
+            survey = service.surveys[SURVEY]
             await service.surveys[SURVEY].read_ahead_soon()
-            assert sum(len(part) for part in rt.read_ahead.parts) == n
-            await then(service, rt, plan)
+            assert sum(len(part) for part in survey.read_ahead.parts) == n
+            await then(service, survey, plan)
         finally:
             await service.stop()
 
@@ -91,16 +91,16 @@ def watch_reads(service) -> list[tuple[int, int | None]]:
 
 
 def test_the_service_reads_the_snapshot_ahead_and_the_base_run_takes_it(broker, tmp_path):
-    async def then(service, rt, plan) -> None:
-        cut = rt.read_ahead.cut
+    async def then(service, survey, plan) -> None:
+        cut = survey.read_ahead.cut
         reads = watch_reads(service)
         await run_base(service, SURVEY, plan)
-        await until(lambda: asyncio.sleep(0, rt.base_task is None), "the base run did not end")
-        assert rt.read_ahead.parts == []  # taken, not kept beside the base run's records
+        await until(lambda: asyncio.sleep(0, survey.base_task is None), "the base run did not end")
+        assert survey.read_ahead.parts == []  # taken, not kept beside the base run's records
         assert reads[0] == (cut, cut)  # only what came after the cut (here: nothing)
-        assert rt.base_release is not None and rt.base_release[1].n_base == 60
+        assert survey.base_release is not None and survey.base_release[1].n_base == 60
         await service.surveys[SURVEY].read_ahead_soon()  # after the base run started: nothing read
-        assert rt.read_ahead.parts == []
+        assert survey.read_ahead.parts == []
 
     read_ahead_then(broker, tmp_path, 60, then)
 
@@ -108,13 +108,13 @@ def test_the_service_reads_the_snapshot_ahead_and_the_base_run_takes_it(broker, 
 def test_a_release_made_whole_at_close_takes_what_was_read_ahead(broker, tmp_path):
     """No base run (one-shot at close): the records read ahead of the close are the
     release's, which reads only those stored after the cut."""
-    async def then(service, rt, plan) -> None:
-        cut = rt.read_ahead.cut
+    async def then(service, survey, plan) -> None:
+        cut = survey.read_ahead.cut
         reads = watch_reads(service)
         await service.close(SURVEY)
         await service.closed(SURVEY, timeout=120)
         assert cut > 0 and (cut, None) in reads and (0, None) not in reads
-        assert rt.read_ahead.parts == []  # taken, not kept
+        assert survey.read_ahead.parts == []  # taken, not kept
         release = await service._in_store(service.store.load_release, SURVEY)
         assert release is not None and release.report["n"] == 40
         assert release.report["read_ahead"] == 40 and release.report["mode"] == "one-shot"

@@ -53,11 +53,11 @@ async def yes() -> bool:
     return True
 
 
-def ahead_of(rt, store, cut=None, in_store=direct, still_open=yes, once=False):
+def ahead_of(survey, store, cut=None, in_store=direct, still_open=yes, once=False):
     async def clean_cut() -> int:
         return store.max_seq("s") if cut is None else cut
 
-    return base_run.read_ahead(rt, clean_cut=clean_cut, still_open=still_open, store=store,
+    return base_run.read_ahead(survey, clean_cut=clean_cut, still_open=still_open, store=store,
                                in_store=in_store, once=once)
 
 
@@ -73,32 +73,32 @@ def test_records_read_ahead_then_the_rest_are_the_snapshot_read_at_once(tmp_path
                                                                          step):
     monkeypatch.setattr(base_run, "READ_AHEAD_STEP", step)
     store = store_with(tmp_path, 40)
-    rt = runtime()
+    survey = runtime()
 
     async def run():
-        await ahead_of(rt, store)
-        assert sum(len(p) for p in rt.read_ahead.parts) == 40
+        await ahead_of(survey, store)
+        assert sum(len(p) for p in survey.read_ahead.parts) == 40
         store.insert_records("s", rows(25, start=40))
-        await ahead_of(rt, store, cut=store.max_seq("s") - 5)
-        assert sum(len(p) for p in rt.read_ahead.parts) == 60
+        await ahead_of(survey, store, cut=store.max_seq("s") - 5)
+        assert sum(len(p) for p in survey.read_ahead.parts) == 60
         store.insert_records("s", rows(10, start=65))  # after the last read ahead
         snapshot = store.max_seq("s") - 2
-        records, ahead = await stored_records(rt, snapshot, store=store, in_store=direct)
+        records, ahead = await stored_records(survey, snapshot, store=store, in_store=direct)
         return snapshot, records, ahead
 
     snapshot, records, ahead = asyncio.run(run())
     assert ahead == 60 and len(records) == 73
     same(records, store.load_records("s", M, upto_seq=snapshot))
-    assert rt.read_ahead.parts == []  # taken by the base run, not kept
+    assert survey.read_ahead.parts == []  # taken by the base run, not kept
 
 
 def test_a_read_ahead_past_the_snapshot_gives_its_first_records(tmp_path):
     store = store_with(tmp_path, 30)
-    rt = runtime()
+    survey = runtime()
 
     async def run():
-        await ahead_of(rt, store)
-        return await stored_records(rt, 10, store=store, in_store=direct)
+        await ahead_of(survey, store)
+        return await stored_records(survey, 10, store=store, in_store=direct)
 
     records, ahead = asyncio.run(run())
     assert ahead == 10
@@ -109,62 +109,62 @@ def test_a_read_ahead_past_the_snapshot_gives_its_first_records(tmp_path):
 def test_nothing_is_kept_once_the_base_run_or_the_close_has_started_or_it_was_dropped(
         tmp_path, started):
     store = store_with(tmp_path, 30)
-    rt = runtime()
+    survey = runtime()
 
     async def starts_during_the_read(fn):
         if started == "dropped":  # e.g. a base run or the release took what was read
-            rt.read_ahead.drop()
+            survey.read_ahead.drop()
         else:
-            setattr(rt, started, object())  # started while the store was being read
+            setattr(survey, started, object())  # started while the store was being read
         return fn()
 
-    asyncio.run(ahead_of(rt, store, in_store=starts_during_the_read))
-    assert rt.read_ahead.parts == [] and rt.read_ahead.cut == 0
-    assert rt.read_ahead.task is None
+    asyncio.run(ahead_of(survey, store, in_store=starts_during_the_read))
+    assert survey.read_ahead.parts == [] and survey.read_ahead.cut == 0
+    assert survey.read_ahead.task is None
 
 
 def test_a_drop_while_the_cut_is_taken_keeps_nothing(tmp_path):
     """A base run that starts (and takes what was read) while the clean cut waits."""
     store = store_with(tmp_path, 30)
-    rt = runtime()
+    survey = runtime()
 
     async def run():
         async def slow_cut() -> int:
-            rt.read_ahead.drop()
+            survey.read_ahead.drop()
             return store.max_seq("s")
 
-        await base_run.read_ahead(rt, clean_cut=slow_cut, still_open=yes, store=store,
+        await base_run.read_ahead(survey, clean_cut=slow_cut, still_open=yes, store=store,
                                   in_store=direct)
 
     asyncio.run(run())
-    assert rt.read_ahead.parts == []
+    assert survey.read_ahead.parts == []
 
 
 def test_a_survey_no_longer_open_is_not_read_and_a_shared_store_is_cut_once(tmp_path):
     store = store_with(tmp_path, 30)
-    rt = runtime()
+    survey = runtime()
 
     async def no() -> bool:
         return False
 
-    asyncio.run(ahead_of(rt, store, still_open=no))
-    assert rt.read_ahead.parts == []
-    asyncio.run(ahead_of(rt, store, once=True))
-    assert rt.read_ahead.cut == store.max_seq("s")
+    asyncio.run(ahead_of(survey, store, still_open=no))
+    assert survey.read_ahead.parts == []
+    asyncio.run(ahead_of(survey, store, once=True))
+    assert survey.read_ahead.cut == store.max_seq("s")
     store.insert_records("s", rows(5, start=30))
-    asyncio.run(ahead_of(rt, store, once=True))  # another cut would lock a shared table
-    assert rt.read_ahead.cut == store.max_seq("s") - 5
+    asyncio.run(ahead_of(survey, store, once=True))  # another cut would lock a shared table
+    assert survey.read_ahead.cut == store.max_seq("s") - 5
 
 
 def test_a_failed_read_keeps_nothing_and_says_so(tmp_path, caplog):
     store = store_with(tmp_path, 30)
-    rt = runtime()
+    survey = runtime()
 
     async def broken(fn):
         raise OSError("disk")
 
-    asyncio.run(ahead_of(rt, store, in_store=broken))
-    assert rt.read_ahead.parts == [] and rt.read_ahead.task is None
+    asyncio.run(ahead_of(survey, store, in_store=broken))
+    assert survey.read_ahead.parts == [] and survey.read_ahead.task is None
     assert "not read ahead" in caplog.text
 
 
@@ -199,14 +199,14 @@ def test_a_read_ahead_measures_the_share_the_base_engine_would_run_on(tmp_path):
         RecordRow(arrived_at=1000.0 + i, partition=0, offset=i, rid_hash=i.to_bytes(32, "big"),
                   digest=record_digest(q.tobytes(), "{}", None), qi=q.tobytes(),
                   confidential="{}", label=None) for i, q in enumerate(codes)])
-    rt = runtime()
-    rt.config.k = 5
+    survey = runtime()
+    survey.config.k = 5
     said = []
 
     async def clean_cut() -> int:
         return store.max_seq("s")
 
-    asyncio.run(base_run.read_ahead(rt, clean_cut=clean_cut, still_open=yes, store=store,
+    asyncio.run(base_run.read_ahead(survey, clean_cut=clean_cut, still_open=yes, store=store,
                                     in_store=direct, measured=said.append))
     assert said == [engine_rows(codes, 5) / len(codes)]
     assert 40 / len(codes) <= said[0] < 0.02
@@ -219,23 +219,23 @@ def test_a_release_made_whole_at_close_takes_what_was_read_ahead_and_reads_the_r
     drain), are every record, as one read at the close gives them."""
     monkeypatch.setattr(base_run, "READ_AHEAD_STEP", step)
     store = store_with(tmp_path, 40)
-    rt = runtime()
+    survey = runtime()
 
     async def run():
-        await ahead_of(rt, store, cut=store.max_seq("s") - 3)
-        assert sum(len(p) for p in rt.read_ahead.parts) == 37
+        await ahead_of(survey, store, cut=store.max_seq("s") - 3)
+        assert sum(len(p) for p in survey.read_ahead.parts) == 37
         store.insert_records("s", rows(20, start=40))  # the rush before the close, drained
-        return await stored_records(rt, store=store, in_store=direct)
+        return await stored_records(survey, store=store, in_store=direct)
 
     records, ahead = asyncio.run(run())
     assert ahead == 37 and len(records) == 60
     same(records, store.load_records("s", M))
-    assert rt.read_ahead.parts == [] and rt.read_ahead.cut == 0  # taken, not kept
+    assert survey.read_ahead.parts == [] and survey.read_ahead.cut == 0  # taken, not kept
 
 
 def test_a_release_with_nothing_read_ahead_reads_every_record(tmp_path):
     store = store_with(tmp_path, 25)
-    rt = runtime()
-    records, ahead = asyncio.run(stored_records(rt, store=store, in_store=direct))
+    survey = runtime()
+    records, ahead = asyncio.run(stored_records(survey, store=store, in_store=direct))
     assert ahead == 0
     same(records, store.load_records("s", M))

@@ -76,7 +76,7 @@ def test_dashboard_shows_live_status_and_the_release(service_factory, broker, br
 
     # the same final state as one self-contained page (what the demo writes): it renders
     # without the service and fetches nothing
-    from streamanon.service.simulate import write_dashboard_snapshot
+    from streamanon.simulation.simulate import write_dashboard_snapshot
 
     final = svc.status()  # the data holder's, with the token
     snapshot = write_dashboard_snapshot(ARTIFACTS / "dashboard.html", final, "wellbeing", 12.5)

@@ -215,14 +215,14 @@ class StandIn:
 
     def __init__(self) -> None:
         self.state = {"state": "OPEN", "close": None, "marks": None}
-        self.rt = SimpleNamespace(ingest=SimpleNamespace(closed_at=None, closure=None),
+        self.survey = SimpleNamespace(ingest=SimpleNamespace(closed_at=None, closure=None),
                                   closed_event=asyncio.Event(), close_task=None)
-        self.surveys = {"s": self.rt}
+        self.surveys = {"s": self.survey}
         self.calls: list[tuple[str, str]] = []
 
     async def take_closure(self, sid, closed_at):
         marks = {0: 7, 1: 9}  # the end offsets now
-        self.rt.ingest.closure = Closure(closed_at, marks)
+        self.survey.ingest.closure = Closure(closed_at, marks)
         return marks
 
     async def survey_state(self, sid):
@@ -265,14 +265,14 @@ def test_a_follower_closes_before_the_leader_takes_the_marks(pg_server):
         await asyncio.sleep(0.5)
         assert not waiting.done()  # the follower still stores unjudged responses
         await follower.step()
-        assert follow.rt.ingest.closure == Closure(100.0, {0: 7, 1: 9})  # its own end offsets
+        assert follow.survey.ingest.closure == Closure(100.0, {0: 7, 1: 9})  # its own end offsets
         await asyncio.wait_for(waiting, HANG_GUARD)
         follow.state["marks"] = {0: 8, 1: 9}  # the leader's, stored
         await follower.step()
-        assert follow.rt.ingest.closure == Closure(100.0, {0: 8, 1: 9})
+        assert follow.survey.ingest.closure == Closure(100.0, {0: 8, 1: 9})
         follow.state["state"] = "RELEASED"
         await follower.step()
-        assert follow.rt.ingest.closure.final and follow.rt.closed_event.is_set()
+        assert follow.survey.ingest.closure.final and follow.survey.closed_event.is_set()
 
     try:
         asyncio.run(run())

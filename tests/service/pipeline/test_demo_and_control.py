@@ -138,7 +138,7 @@ def test_on_a_machine_four_times_faster_the_demo_sizes_a_larger_survey_that_show
     timed beside the suite's other workers it once left no arrival coefficient within the
     budget the room below (1.5 x 19.7 s of base run against a 29.3 s head start). A dry run
     only plans, so its budget is that of a long demo."""
-    from streamanon.service import demo
+    from streamanon.simulation import demo
 
     out = tmp_path / "demo"
     out.mkdir()
@@ -171,8 +171,8 @@ def test_on_a_busy_machine_the_demo_keeps_a_margin_of_late_records(slower):
     scenario keeps a margin over MIN_LATE and at least MIN_N responses, taking longer than
     its budget rather than showing too small an increment."""
     from scheduler.cost_model import PowerLaw
-    from streamanon.service.calibration import candidates
-    from streamanon.service.demo import LATE_MARGIN, MIN_LATE, MIN_N, K, M, choose_scenario
+    from streamanon.simulation.calibration import candidates
+    from streamanon.simulation.demo import LATE_MARGIN, MIN_LATE, MIN_N, K, M, choose_scenario
 
     model = PowerLaw(a=1.0e-7 * slower, b=1.78)  # ONA* at m = 15, k = 10, slowed
     scenario = choose_scenario(model, candidates({"ona_star": model}, "auto", M, K), k=K,
@@ -192,8 +192,8 @@ def test_a_demo_sized_on_a_busy_machine_still_shows_the_gain_when_the_reference_
     slow-down, the survey is large enough that its one-shot release on the quiet machine takes
     at least three times a 2-second close."""
     from scheduler.cost_model import PowerLaw
-    from streamanon.service.calibration import candidates
-    from streamanon.service.demo import K, M, choose_scenario, one_shot_release_model
+    from streamanon.simulation.calibration import candidates
+    from streamanon.simulation.demo import K, M, choose_scenario, one_shot_release_model
 
     quiet = PowerLaw(a=1.0e-7, b=1.78)  # ONA* at m = 15, k = 10 on this machine, quiet
     model = PowerLaw(a=1.0e-7 * slower, b=1.78)
@@ -210,8 +210,8 @@ def test_the_demo_leaves_the_base_run_room_to_run_slower_than_predicted(slower):
     the calibration, the scenario's plan ends the base run before the close even DEMO_ROOM
     times slower than predicted."""
     from scheduler.cost_model import PowerLaw
-    from streamanon.service.calibration import candidates
-    from streamanon.service.demo import DEMO_ROOM, K, M, choose_scenario
+    from streamanon.simulation.calibration import candidates
+    from streamanon.simulation.demo import DEMO_ROOM, K, M, choose_scenario
 
     assert DEMO_ROOM >= 2.4
     model = PowerLaw(a=1.0e-7 * slower, b=1.78)
@@ -233,9 +233,9 @@ def test_the_demo_keeps_its_increment_when_the_machine_is_faster_during_the_surv
     the floor made the live plan leave 21 % late where 10 % were safe)."""
     from scheduler.cost_model import PowerLaw
     from scheduler.profiles import resolve
-    from streamanon.service.calibration import candidates
-    from streamanon.service.demo import LATE_MARGIN, MIN_LATE, K, M, choose_scenario
-    from streamanon.service.simulate import predict, simulated_request
+    from streamanon.simulation.calibration import candidates
+    from streamanon.simulation.demo import LATE_MARGIN, MIN_LATE, K, M, choose_scenario
+    from streamanon.simulation.simulate import predict, simulated_request
 
     calibrated = PowerLaw(a=4.4e-7, b=1.78)  # the busy calibration
     scenario = choose_scenario(calibrated, candidates({"ona_star": calibrated}, "auto", M, K),
@@ -259,7 +259,7 @@ def test_the_demo_keeps_its_increment_when_the_machine_is_faster_during_the_surv
 def test_the_demo_survey_is_planned_with_the_demos_floor(tmp_path, monkeypatch):
     """``run_demo`` hands its scenario's floor to the survey as ``min_nu``."""
     from scheduler.cost_model import PowerLaw
-    from streamanon.service import calibration, demo, simulate
+    from streamanon.simulation import calibration, demo, simulate
 
     seen = {}
     monkeypatch.setattr(calibration, "calibrated_model",
@@ -277,7 +277,7 @@ def test_the_demo_survey_is_planned_with_the_demos_floor(tmp_path, monkeypatch):
 
 
 def test_the_verdict_says_sooner_only_when_it_was_sooner():
-    from streamanon.service.demo import verdict
+    from streamanon.simulation.demo import verdict
 
     steps = {"drain": 0.1, "load": 0.2, "compute": 5.0, "files": 0.1, "publish": 0.2}
     assert "12.0x sooner" in verdict(12.0, 1.0, steps)
@@ -300,7 +300,7 @@ def test_the_verdict_names_what_held_the_release_back_from_the_measurements():
     """Issue 49: the demo blamed 'another load on the machine' where there was none (the
     small-size cost model was wrong). The verdict says which of the quality bound, a cost
     model's error (with its size) or a measured load it was."""
-    from streamanon.service.demo import verdict
+    from streamanon.simulation.demo import verdict
 
     waited = {"wait_for_base": 10.0, "compute": 1.0, "publish": 1.0}
     model = verdict(40.0, 14.0, waited, release=_release())

@@ -1,5 +1,5 @@
 """The simulated respondents keep the wall clock whatever the service's process does: they
-produce from a process of their own (streamanon.service.respondents)."""
+produce from a process of their own (streamanon.simulation.respondents)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from streamanon.service.respondents import start_respondents
+from streamanon.simulation.respondents import start_respondents
 from tests.service.kafka_helpers import read_topic
 
 N = 200

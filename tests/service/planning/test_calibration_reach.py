@@ -38,11 +38,11 @@ def planner(tmp_path, samples, *, close_in: float, base_of: int, head_start: flo
                             for i in range(M)}}}]},
         {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
     sc = config.surveys[0]
-    rt = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
+    survey = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
                        ArrivalEstimator(1.0, 10))
-    rt.last_plan = Plan(mode="optimal", nu=0.1, n_total=base_of / 0.9, t_ref=1.0,
+    survey.last_plan = Plan(mode="optimal", nu=0.1, n_total=base_of / 0.9, t_ref=1.0,
                         head_start=head_start, base_seconds=1.0, incremental_seconds=0.1)
-    return SurveyPlanner(config, {"s": rt}, lambda sid, here: here), sc, rt
+    return SurveyPlanner(config, {"s": survey}, lambda sid, here: here), sc, survey
 
 
 def calibrated(planner) -> list[int]:
@@ -69,12 +69,12 @@ def test_no_timing_without_the_time_or_after_the_base_run_started(tmp_path):
     with ThreadPoolExecutor(1) as pool:
         asyncio.run(slow.extend(sc, pool))
         assert calibrated(slow) == [1000, 2000]
-        fast, sc, rt = planner(tmp_path / "b", [(1000, 0.01), (2000, 0.03)], close_in=3600,
+        fast, sc, survey = planner(tmp_path / "b", [(1000, 0.01), (2000, 0.03)], close_in=3600,
                                base_of=18_000)
-        rt.base_task = object()  # the base run started: the compute process is taken
+        survey.base_task = object()  # the base run started: the compute process is taken
         asyncio.run(fast.extend(sc, pool))
         assert calibrated(fast) == [1000, 2000]
-        rt.base_task = None
-        rt.last_plan = None  # no plan yet: nothing to aim at
+        survey.base_task = None
+        survey.last_plan = None  # no plan yet: nothing to aim at
         asyncio.run(fast.extend(sc, pool))
         assert calibrated(fast) == [1000, 2000]

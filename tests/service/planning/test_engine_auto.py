@@ -136,8 +136,8 @@ def test_a_restart_keeps_the_engine_of_the_stored_base_run(broker, tmp_path):
         service = Service(config, compute_pool=ThreadComputePool())
         await service.start()  # (the release path with a chosen engine: the test above)
         try:
-            rt = service.surveys[SURVEY]
-            return rt.config.engine, rt.engine_choice, release_run(rt.config).engine
+            survey = service.surveys[SURVEY]
+            return survey.config.engine, survey.engine_choice, release_run(survey.config).engine
         finally:
             await service.stop()
 

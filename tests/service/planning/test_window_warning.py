@@ -77,16 +77,16 @@ def test_without_an_expected_total_the_warning_waits_for_a_measured_pace(tmp_pat
     put_model(models, "ona_star", M, K, [(10_000, t / 16), (20_000, t / 4), (40_000, t)])
     planner = planner_for(tmp_path, {"k": K, "engine": "ona_star",
                                      "incremental": "nn_split_end"}, M, 90)
-    rt = planner.surveys["s"]
+    survey = planner.surveys["s"]
     now = datetime.now(timezone.utc)
     start = now.timestamp()
-    rt.ingest.stored = 5_000
-    rt.estimator.observe([start + 0.5] * 5_000)  # one bin's arrivals
+    survey.ingest.stored = 5_000
+    survey.estimator.observe([start + 0.5] * 5_000)  # one bin's arrivals
     with caplog.at_level(logging.WARNING, logger="streamanon.service.planning"):
         planner.plan("s", now + timedelta(seconds=1))
-        assert rt.window_warning is None  # one bin: not measured yet
-        rt.ingest.stored = 20_000
-        rt.estimator.observe([start + 1.5] * 5_000 + [start + 2.5] * 5_000
+        assert survey.window_warning is None  # one bin: not measured yet
+        survey.ingest.stored = 20_000
+        survey.estimator.observe([start + 1.5] * 5_000 + [start + 2.5] * 5_000
                              + [start + 3.5] * 5_000)
         planner.plan("s", now + timedelta(seconds=4.2))
-    assert rt.window_warning is not None and "longer than the 89 s" in rt.window_warning
+    assert survey.window_warning is not None and "longer than the 89 s" in survey.window_warning

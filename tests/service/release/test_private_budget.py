@@ -52,10 +52,10 @@ def release_with(tmp_path: Path, **dp: Any) -> tuple[dict[str, Any], float]:
 
     releaser = SimpleNamespace(store=store, config=config, modes=PRIVATE,
                                _in_thread=in_thread, _in_store=in_thread)
-    rt = SimpleNamespace(config=sc, record=lambda *_: None,
+    survey = SimpleNamespace(config=sc, record=lambda *_: None,
                          ingest=SimpleNamespace(rejected={}))
     try:
-        row, *_ = asyncio.run(write_private(releaser, rt, records_frame(records, sc), 0))
+        row, *_ = asyncio.run(write_private(releaser, survey, records_frame(records, sc), 0))
         return row.report["differential_privacy"], store.privacy_spent(sc.id)
     finally:
         store.close()

@@ -1,7 +1,7 @@
 """The cost models a simulation and the demo plan with, kept in their output folder.
 
-``streamanon simulate`` and ``streamanon demo`` (:mod:`streamanon.service.simulate`,
-:mod:`streamanon.service.demo`) plan their surveys up front as the service will live: with its
+``streamanon simulate`` and ``streamanon demo`` (:mod:`streamanon.simulation.simulate`,
+:mod:`streamanon.simulation.demo`) plan their surveys up front as the service will live: with its
 base engine's model, calibrated in ``OUT/cost_models.json`` when missing and timed up to near
 the base run's size (:func:`extend_calibration`), and with the candidate incremental stages'
 models (:func:`candidates`), timed here.

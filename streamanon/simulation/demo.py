@@ -1,6 +1,6 @@
 """The end-to-end demo: embedded broker, a synthetic survey, the scheduled base run, the release.
 
-``streamanon demo`` (``make demo``) is :func:`streamanon.service.simulate.run_simulation` on
+``streamanon demo`` (``make demo``) is :func:`streamanon.simulation.simulate.run_simulation` on
 a scenario it sizes for this machine. It first reads (or calibrates) the cost model of its
 base engine, then chooses the number of responses and how long the survey stays open so that
 the arrival coefficient s (time for all responses to arrive / one-shot time) is where the
@@ -94,7 +94,7 @@ MIN_N, MAX_N = 25_000, 1_000_000
 REFERENCE_INGEST = 15_000.0
 
 #: Seconds the demo may spend timing its engine nearer the base run's size before it sizes
-#: the scenario (:func:`streamanon.service.calibration.extend_calibration`): MDAV up to 640,000
+#: the scenario (:func:`streamanon.simulation.calibration.extend_calibration`): MDAV up to 640,000
 #: records for a million-record survey takes about 50 s on two cores.
 EXTEND_BUDGET = 75.0
 
@@ -106,7 +106,7 @@ CLEAR_GAIN = 5.0
 @dataclass(frozen=True)
 class Scenario:
     """The demo's survey: ``n`` responses over ``open_seconds``, and what the planner
-    predicts for it (``prediction``: :func:`streamanon.service.simulate.predict`)."""
+    predicts for it (``prediction``: :func:`streamanon.simulation.simulate.predict`)."""
 
     n: int
     open_seconds: float
@@ -182,7 +182,7 @@ def choose_scenario(model: Callable[[float], float], options: list[Any], *, k: i
     budget, the one predicted to gain most, with ``shows_the_idea`` False. ``slowdown`` is
     how many times slower than its cost model the base run may run and still end before the
     close (planned as the service plans at that slow-down)."""
-    from streamanon.service.simulate import predict, simulated_request
+    from streamanon.simulation.simulate import predict, simulated_request
 
     request = simulated_request(k=k, engine=engine, incremental=incremental,
                                 max_delta=max_delta)
@@ -417,13 +417,13 @@ def run_demo(n: int | None = None, m: int = M, k: int = K, out: str | Path = "de
     if speed != 1.0 and not dry_run:
         raise ValueError("a machine faster than this one can only be planned (dry run)")
     from streamanon.io import write_json
-    from streamanon.service.calibration import (
+    from streamanon.simulation.calibration import (
         calibrated_model,
         candidates,
         extend_calibration,
         store_reach,
     )
-    from streamanon.service.simulate import run_simulation
+    from streamanon.simulation.simulate import run_simulation
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -49,12 +49,12 @@ from streamanon.engines import run_engine
 from streamanon.io import atomic_write, write_json
 from streamanon.metrics import distortion, standardise
 from streamanon.service.broker import EmbeddedBroker, free_port, wait_for_kafka
-from streamanon.service.calibration import calibrated_model, candidates
+from streamanon.simulation.calibration import calibrated_model, candidates
 from streamanon.service.config import parse_config
 from streamanon.service.engine_traits import auto_engine_names
 from streamanon.service.lifecycle import serve
 from streamanon.service.planning import plan_request
-from streamanon.service.respondents import PRODUCER_LINGER_MS, start_respondents
+from streamanon.simulation.respondents import PRODUCER_LINGER_MS, start_respondents
 from streamanon.service.web import snapshot_html
 
 SURVEY = "sim"
@@ -354,7 +354,7 @@ def predict(profile: Any, n: int, duration: float, request: PlanRequest,
     """The service's plan (:func:`scheduler.choice.plan_survey` of the survey's ``request``,
     its deadline after close) on the profile's expected arrival curve (compressed seconds):
     what the planner would choose if the forecast were exact. ``options`` are the candidates
-    with their cost models (:func:`streamanon.service.calibration.candidates`: the engines
+    with their cost models (:func:`streamanon.simulation.calibration.candidates`: the engines
     and stages the request leaves to the planner, or its one engine); ``slowdown`` the
     machine's expected slow-down of the base run (:func:`scheduler.live.load_slowdown`)."""
 
