@@ -22,7 +22,7 @@ import numpy as np
 
 from streamanon.engines import get_engine, run_engine, validate_input
 from streamanon.errors import InputError, ParameterError
-from streamanon.mixed import partition_groups, sensitive_codes
+from streamanon.mixed import sensitive_codes
 from streamanon.progress import Progress
 from streamanon.release import (  # noqa: F401 (shuffle_rows: API)
     Privacy,
@@ -31,6 +31,7 @@ from streamanon.release import (  # noqa: F401 (shuffle_rows: API)
     shuffle_rows,
 )
 from streamanon.schema import Schema, as_schema, quick_schema
+from streamanon.strata import partition_groups
 
 try:  # pandas is a dependency, but keep the numerical API importable without it
     import pandas as pd

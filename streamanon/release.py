@@ -40,18 +40,15 @@ from streamanon.metrics import (
 )
 from streamanon.mixed import (
     Encoding,
-    Groups,
     check_engine,
     embed,
     encoding_for,
     fit_embedding,
-    loss_by_type,
-    make_groups,
-    partition_groups,
-    release_codes,
-    stratum_ids,
 )
+from streamanon.released_values import release_codes
 from streamanon.schema import Schema
+from streamanon.strata import Groups, make_groups, partition_groups, stratum_ids
+from streamanon.type_loss import loss_by_type
 
 
 def shuffle_rows(data: Any, seed: int | None = None, *, keep_index: bool = False) -> Any:

@@ -47,7 +47,7 @@ Per quasi-identifier and numeric or ordinal confidential attribute (an ordinal b
 rank): the means and population variances before and after (None for a nominal attribute) and,
 aligned, the information loss ``il`` and the ``changed_share`` (records whose value changed, a
 value withheld or filled counting as changed). ``il`` is, as in
-:func:`streamanon.mixed.loss_by_type`: numeric, SSE / SST over the observed original values
+:func:`streamanon.type_loss.loss_by_type`: numeric, SSE / SST over the observed original values
 (a withheld value counted as released at the mean; standardising does not change the ratio);
 ordinal, the mean rank shift over ``levels - 1``; nominal, the share of values changed (both
 over the values observed before and after).

@@ -72,7 +72,7 @@ class FieldSpec(BaseModel):
     #: ``ordinal`` (required).
     levels: list[Level] | None = None
     required: bool = True
-    #: What a missing quasi-identifier value becomes (see ``streamanon.mixed``): ``group``
+    #: What a missing quasi-identifier value becomes (see ``streamanon.strata``): ``group``
     #: (kept missing; microaggregated with records of the same missingness pattern) or
     #: ``impute`` (filled with its cell's value).
     missing: Literal["group", "impute"] = "group"

@@ -27,7 +27,6 @@ import orjson
 import pandas as pd
 
 from streamanon.errors import InputError, KAnonymityError
-from streamanon.mixed import release_codes
 from streamanon.release import (
     Prepared,
     Release,
@@ -35,6 +34,7 @@ from streamanon.release import (
     release_prepared,
     released_table,
 )
+from streamanon.released_values import release_codes
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ from streamanon.mixed import (
     embed,
     encoding_for,
     fit_embedding,
-    loss_by_type,
     mixed_distance,
     mixed_engines,
-    release_codes,
 )
+from streamanon.released_values import release_codes
 from streamanon.schema import parse_schema
+from streamanon.type_loss import loss_by_type
 
 LEVELS = ("none", "primary", "secondary", "tertiary")  # an ordinal, in order
 REGIONS = ("north", "south", "east", "west")

@@ -121,7 +121,7 @@ class SurveyConfig(PrivateSettings, _Strict):
     # (pseudonyms instead, see ``deadletters.redact_dead_letter``).
     dead_letter_identifier: Literal["keep", "redact"] = "keep"
     fields: dict[str, FieldSpec] = Field(alias="schema")
-    # Microaggregate within each stratum of these fields (streamanon.mixed).
+    # Microaggregate within each stratum of these fields (streamanon.strata).
     strata: list[str] = Field(default_factory=list)
     # Beyond k-anonymity, on the fields marked sensitive = true (streamanon.privacy): distinct
     # l-diversity and t-closeness of every cell, merged at close where needed; the gate checks.

@@ -56,7 +56,7 @@ class ReleaseReport:
     information_loss: float
     rejected: dict[str, int]
     files: dict[str, str]
-    # mixed data (streamanon.mixed): IL per type in percent, values withheld or imputed by
+    # mixed data (streamanon.type_loss): IL per type in percent, values withheld or imputed by
     # the missing-value policy, strata under k merged into others
     information_loss_by_type: dict[str, float | None] | None = None
     values_withheld: int = 0
