@@ -152,11 +152,12 @@ def ols(frame: pd.DataFrame, survey: Survey) -> tuple[pd.Series, pd.Series]:
 
 def analysts(frame: pd.DataFrame, schema: Path, name: str, k: int) -> dict[str, Any]:
     """The release made in this process, unshuffled, against the original."""
-    from streamanon import microaggregate
+    from streamanon import Output, microaggregate
 
     spec = load_schema(schema)
     started = time.perf_counter()
-    result = microaggregate(frame, k, "mdav", schema=spec, shuffle=False, risk=False, seed=1)
+    result = microaggregate(frame, k, "mdav", schema=spec,
+                            output=Output(shuffle=False, risk=False, seed=1))
     seconds = time.perf_counter() - started
     released = result.data.reset_index(drop=True)
     original = frame.reset_index(drop=True)

@@ -59,15 +59,16 @@ def release(n: int, k: int, seed: int, engine: str, hurried: bool = False) -> di
     """One timed release of the ``n``-response survey drawn from ``seed``, in this process:
     its sample-unique shares, smallest group, losses per type and seconds."""
     from simulations.survey_data import SURVEY_SCHEMA, SURVEY_STRATA, make_survey
-    from streamanon.api import microaggregate
+    from streamanon.api import Output, microaggregate
     from streamanon.metrics import check_table_k_anonymity, sample_unique_share
 
     described: dict[str, Any] = (dict(HURRIED_FORM) if hurried else
                                  {"schema": {"schema": SURVEY_SCHEMA, "strata": SURVEY_STRATA}})
-    microaggregate(make_survey(200, seed), k, engine, seed=seed, **described)  # compile, load
+    microaggregate(make_survey(200, seed), k, engine, output=Output(seed=seed),
+                   **described)  # compile, load
     frame = make_survey(n, seed)
     started = time.perf_counter()
-    result = microaggregate(frame, k, engine, seed=seed, **described)
+    result = microaggregate(frame, k, engine, output=Output(seed=seed), **described)
     seconds = time.perf_counter() - started
     key = [c for c in KEY if c in result.data.columns]
     return {

@@ -1,6 +1,7 @@
 """streamanon: streaming, incremental k-anonymous microaggregation for large e-surveys.
 
-The library part: :func:`microaggregate` for one-shot releases, the engine registry in
+The library part: :func:`microaggregate` for one-shot releases (its options:
+:class:`BeyondK`, :class:`TwoStage`, :class:`Output`), the engine registry in
 :mod:`streamanon.engines`, and the metrics in :mod:`streamanon.metrics`.
 """
 
@@ -24,14 +25,21 @@ from streamanon.errors import (
 )
 
 if TYPE_CHECKING:
-    from streamanon.api import Microaggregation, microaggregate, shuffle_rows
+    from streamanon.api import (
+        BeyondK,
+        Microaggregation,
+        Output,
+        TwoStage,
+        microaggregate,
+        shuffle_rows,
+    )
 
 __version__ = "0.1.0"
 
 # The numerical core (numpy, numba and every engine) loads on first use of these names, not
 # on ``import streamanon``: the service's ingest worker and most CLI commands never need it.
-_LAZY = {"Microaggregation": "streamanon.api", "microaggregate": "streamanon.api",
-         "shuffle_rows": "streamanon.api"}
+_LAZY = {name: "streamanon.api" for name in (
+    "BeyondK", "Microaggregation", "Output", "TwoStage", "microaggregate", "shuffle_rows")}
 
 
 def __getattr__(name: str) -> Any:
@@ -44,11 +52,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'streamanon' has no attribute {name!r}")
 
 __all__ = [
+    "BeyondK",
     "InputError",
     "KAnonymityError",
     "Microaggregation",
+    "Output",
     "ParameterError",
     "StreamanonError",
+    "TwoStage",
     "__version__",
     "microaggregate",
     "shuffle_rows",

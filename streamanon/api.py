@@ -1,4 +1,7 @@
-"""The Python API for one-shot microaggregation: :func:`microaggregate`.
+"""The Python API for one-shot microaggregation: :func:`microaggregate`, and its three option
+values: :class:`BeyondK` (l-diversity and t-closeness on the sensitive answers),
+:class:`TwoStage` (a two-stage release) and :class:`Output` (the row order, the index and
+the risk measures of what comes back).
 
 >>> import numpy as np
 >>> from streamanon import microaggregate
@@ -37,6 +40,85 @@ try:  # pandas is a dependency, but keep the numerical API importable without it
     import pandas as pd
 except ImportError:  # pragma: no cover
     pd = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BeyondK:
+    """Beyond k-anonymity (:mod:`streamanon.privacy`): the sensitive answers and the distinct
+    l-diversity and the t-closeness every cell must have.
+
+    Parameters
+    ----------
+    sensitive
+        Confidential columns whose answers are protected, besides those a schema marks
+        ``sensitive = true``. A single name is one column.
+    l
+        Distinct answers per cell, on each sensitive column.
+    t
+        The largest Earth Mover's Distance of a cell's answers to the whole release's.
+    """
+
+    sensitive: Sequence[str] | str = ()
+    l: int | None = None  # noqa: E741 (the privacy model's name)
+    t: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TwoStage:
+    """A two-stage release (paper 001): row order is arrival order, the first ``1 - nu`` of the
+    rows are the base snapshot microaggregated by the engine, the rest join through the
+    incremental stage.
+
+    Parameters
+    ----------
+    incremental
+        The incremental stage's name (:mod:`streamanon.incremental`).
+    nu
+        The late share: the last ``nu`` of the rows join through the stage.
+    incremental_params
+        The stage's parameters.
+    compare_one_shot
+        Also run the one-shot reference, for delta and the relative times.
+    """
+
+    incremental: str
+    nu: float = 0.0
+    incremental_params: dict[str, Any] | None = None
+    compare_one_shot: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Output:
+    """What comes back besides the cells: the row order, the index and the risk measures.
+
+    Parameters
+    ----------
+    shuffle
+        A DataFrame comes back in a random row order with a fresh index (the default, None:
+        shuffled for a DataFrame, not for a matrix, which is the quasi-identifiers only and
+        whose ``labels`` follow its rows).
+    seed
+        The shuffle's seed.
+    keep_index
+        Keep the DataFrame's index (which may be a respondent id).
+    risk
+        Measure disclosure risk and utility before and after (:mod:`streamanon.risk`).
+    """
+
+    shuffle: bool | None = None
+    seed: int | None = None
+    keep_index: bool = False
+    risk: bool = True
+
+
+#: The keywords :func:`microaggregate` took before its options were grouped, and where each
+#: is now: such a keyword is refused with this place, never taken as an engine parameter.
+MOVED = {
+    **{name: f"privacy=BeyondK({name}=...)" for name in ("sensitive", "l", "t")},
+    **{name: f"two_stage=TwoStage({name}=...)"
+       for name in ("incremental", "nu", "incremental_params", "compare_one_shot")},
+    **{name: f"output=Output({name}=...)" for name in ("shuffle", "seed", "keep_index", "risk")},
+}
 
 
 @dataclass
@@ -130,18 +212,10 @@ def microaggregate(
     strata: Sequence[str] | str = (),
     weight: str | None = None,
     missing: str | None = None,
-    sensitive: Sequence[str] | str = (),
-    l: int | None = None,  # noqa: E741 (the privacy model's name)
-    t: float | None = None,
-    shuffle: bool | None = None,
-    seed: int | None = None,
-    keep_index: bool = False,
-    risk: bool = True,
+    privacy: BeyondK | None = None,
+    two_stage: TwoStage | None = None,
+    output: Output | None = None,
     progress: Progress | None = None,
-    incremental: str | None = None,
-    nu: float = 0.0,
-    incremental_params: dict[str, Any] | None = None,
-    compare_one_shot: bool = False,
     engine_params: dict[str, Any] | None = None,
     **params: Any,
 ) -> Microaggregation:
@@ -155,7 +229,7 @@ def microaggregate(
         Minimum number of records per cell.
     engine
         Registered engine name (``streamanon engines``); default ``mdav``, or
-        ``tclose_kfirst`` when ``l`` or ``t`` is asked: of the three t-closeness engines it
+        ``tclose_kfirst`` when ``privacy`` asks ``l`` or ``t``: of the three t-closeness engines it
         has the lowest information loss on the benchmark files (the t-closeness benchmark
         page), it takes ``t``, ``l`` or both, on any number of sensitive columns, and with
         ``t`` alone it runs compiled (faster and with less loss than privlib's t-closeness on
@@ -175,33 +249,42 @@ def microaggregate(
         a sampling-weight column (weighted cell values and losses, published unchanged); the
         quick form's policy for missing quasi-identifier values (``"group"`` or ``"impute"``;
         default: a missing value is an error).
-    sensitive, l, t
-        Beyond k-anonymity (:mod:`streamanon.privacy`): the sensitive answers (confidential
-        columns; a schema marks them ``sensitive = true``), and the distinct l-diversity and
-        the t-closeness (Earth Mover's Distance of each cell's answers to the whole release's)
-        every cell must have. Cells are merged where needed (Soria-Comas et al. 2015), or the
-        ``tclose_*`` engines build them so; the gate checks the release.
-    shuffle, seed, keep_index
-        A DataFrame comes back in a random row order (``seed``) with a fresh index, so that
-        neither order nor index (which may be a respondent id) tells anything; ``shuffle=False``
-        keeps the input order, ``keep_index=True`` the index. A matrix is not shuffled by
-        default (it is the quasi-identifiers only; ``labels`` follow its rows).
-    risk
-        Measure disclosure risk and utility before and after (:mod:`streamanon.risk`: sample
-        uniques, groups under k, l and t, record linkage, interval disclosure, IL per
-        attribute, moments and correlations): ``result.risk`` and the report.
+    privacy
+        Beyond k-anonymity (:class:`BeyondK`, :mod:`streamanon.privacy`): the sensitive answers
+        (confidential columns; a schema marks them ``sensitive = true``), and the distinct
+        l-diversity and the t-closeness (Earth Mover's Distance of each cell's answers to the
+        whole release's) every cell must have. Cells are merged where needed (Soria-Comas et
+        al. 2015), or the ``tclose_*`` engines build them so; the gate checks the release.
+    two_stage
+        A two-stage release (:class:`TwoStage`, paper 001): row order is arrival order, the
+        first ``1 - nu`` of the rows are the base snapshot microaggregated by ``engine``, the
+        rest join through the incremental stage (``streamanon.incremental``). ``distortion``
+        is then D_T over the whole release; ``compare_one_shot`` also runs the one-shot
+        reference for delta and the relative times.
+    output
+        What comes back (:class:`Output`). A DataFrame comes back in a random row order
+        (``seed``) with a fresh index, so that neither order nor index (which may be a
+        respondent id) tells anything; ``shuffle=False`` keeps the input order,
+        ``keep_index=True`` the index. A matrix is not shuffled by default (it is the
+        quasi-identifiers only; ``labels`` follow its rows). ``risk`` (default true) measures
+        disclosure risk and utility before and after (:mod:`streamanon.risk`: sample uniques,
+        groups under k, l and t, record linkage, interval disclosure, IL per attribute,
+        moments and correlations): ``result.risk`` and the report.
     progress
         Optional progress counter the engine advances.
-    incremental, nu, incremental_params, compare_one_shot
-        Two-stage release (paper 001): row order is arrival order, the first ``1 - nu`` of the
-        rows are the base snapshot microaggregated by ``engine``, the rest join through the
-        incremental stage ``incremental`` (``streamanon.incremental``). ``distortion`` is then
-        D_T over the whole release; ``compare_one_shot`` also runs the one-shot reference for
-        delta and the relative times.
     engine_params, **params
         Engine parameters (a dict for names that clash with this function's own, such as
-        ``dependence``'s ``engine``). Per-record parameters (``streamanon engines`` shows them
+        ``dependence``'s ``engine``, or with the options' names, such as the ``tclose_*``
+        engines' ``l`` and ``t``). Per-record parameters (``streamanon engines`` shows them
         as ``COLUMN``) may name DataFrame columns: ``labels="smoker"``, ``Y="a,b"``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamanon import Output, microaggregate
+    >>> X = np.array([[1.0, 10.0], [2.0, 11.0], [9.0, 50.0], [10.0, 52.0]])
+    >>> microaggregate(X, 2, output=Output(risk=False)).risk is None
+    True
 
     Notes
     -----
@@ -212,9 +295,13 @@ def microaggregate(
     InputError, ParameterError, KAnonymityError
         With a message naming the problem (unknown column, a column without a role,
         non-numeric quasi-identifier in the quick form, a value outside its levels, a missing
-        value in a required field, fewer than ``k`` rows, bad ``k`` or engine).
+        value in a required field, fewer than ``k`` rows, bad ``k`` or engine, an option
+        outside its value: ``seed=`` is ``output=Output(seed=...)``).
     """
-    engine = default_engine(l, t) if engine is None else engine
+    _check_options(params, privacy=(privacy, BeyondK), two_stage=(two_stage, TwoStage),
+                   output=(output, Output))
+    output = Output() if output is None else output
+    engine = default_engine(privacy) if engine is None else engine
     info = get_engine(engine)
     params = {**(engine_params or {}), **params}
     report_params = {key: value for key, value in params.items()  # a runner is no setting
@@ -240,13 +327,13 @@ def microaggregate(
         params = _resolve_per_record(info, params, frame)
     _enter(progress, "prepare the quasi-identifiers")
     prepared = prepare(frame, spec, k, engine)
-    privacy = _privacy_of(frame, spec, sensitive, l, t)
-    if privacy is not None and "S" in info.per_record:
-        params.update(S=privacy.S, kinds=list(privacy.kinds), t=privacy.t, l=privacy.l)
-    two_stage = None
+    gate = _privacy_of(frame, spec, privacy or BeyondK())
+    if gate is not None and "S" in info.per_record:
+        params.update(S=gate.S, kinds=list(gate.kinds), t=gate.t, l=gate.l)
+    staged = None  # the two-stage report
     started = time.perf_counter()
     _enter(progress, f"engine {engine}")
-    if incremental is None:
+    if two_stage is None:
         if prepared.groups is None:
             labels = run_engine(engine, prepared.Z, k, progress=progress, **params)
         else:
@@ -256,31 +343,33 @@ def microaggregate(
     else:
         from streamanon.incremental.run import TwoStageRun, split_by_ratio
 
-        if prepared.groups is not None and compare_one_shot:
+        if prepared.groups is not None and two_stage.compare_one_shot:
             raise ParameterError("compare_one_shot works on data without strata or "
                                  "missing-value groups")
-        run = TwoStageRun(k, engine, incremental, engine_params=params,
-                          incremental_params=incremental_params)
+        run = TwoStageRun(k, engine, two_stage.incremental, engine_params=params,
+                          incremental_params=two_stage.incremental_params)
+        nu = two_stage.nu
         n_base = split_by_ratio(len(prepared.Z), nu)
         if prepared.groups is None:
-            result = run.run(prepared.Z, n_base, compare_one_shot=compare_one_shot)
-            labels, two_stage = result.labels, result.report()
+            result = run.run(prepared.Z, n_base, compare_one_shot=two_stage.compare_one_shot)
+            labels, staged = result.labels, result.report()
         else:
             labels = partition_groups(
                 prepared.Z, prepared.groups, prepared.encoding,
                 lambda rows, Zg: run.partition(Zg, int(np.sum(rows < n_base))).labels)
-            two_stage = {"nu": nu, "n_0": n_base, "n_plus": len(prepared.Z) - n_base}
-    if privacy is not None:
+            staged = {"nu": nu, "n_0": n_base, "n_plus": len(prepared.Z) - n_base}
+    if gate is not None:
         _enter(progress, "l-diversity and t-closeness")
-        labels = privacy.enforce(prepared.Z, labels)
+        labels = gate.enforce(prepared.Z, labels)
     seconds = time.perf_counter() - started
     _enter(progress, "release table, gate and measures")
 
-    shuffle = frame_input if shuffle is None else shuffle
-    released = release_prepared(frame, prepared, labels, k, seed=seed, shuffle=shuffle,
-                                keep_index=keep_index, privacy=privacy, risk=risk)
-    if two_stage is not None and "distortion_two_stage" in two_stage:
-        two_stage["distortion_two_stage"] = released.distortion
+    shuffle = frame_input if output.shuffle is None else output.shuffle
+    released = release_prepared(frame, prepared, labels, k, seed=output.seed, shuffle=shuffle,
+                                keep_index=output.keep_index, privacy=gate,
+                                risk=output.risk)
+    if staged is not None and "distortion_two_stage" in staged:
+        staged["distortion_two_stage"] = released.distortion
     return Microaggregation(
         data=released.table if frame_input else released.table.to_numpy(dtype=np.float64),
         labels=labels,
@@ -291,8 +380,8 @@ def microaggregate(
         distortion=released.distortion,
         seconds=seconds,
         dropped=list(spec.dropped),
-        incremental=incremental,
-        two_stage=two_stage,
+        incremental=None if two_stage is None else two_stage.incremental,
+        two_stage=staged,
         columns={name: {"role": f.role, "type": f.type or
                         ("float" if f.role == "quasi_identifier" else None)}
                  for name, f in spec.fields.items()},
@@ -300,8 +389,8 @@ def microaggregate(
         strata=list(spec.strata),
         strata_merged=[] if prepared.groups is None else prepared.groups.merged_strata,
         weight=spec.weight,
-        privacy=None if privacy is None else {
-            "l": privacy.l, "t": privacy.t, "sensitive": released.privacy},
+        privacy=None if gate is None else {
+            "l": gate.l, "t": gate.t, "sensitive": released.privacy},
         risk=released.risk,
     )
 
@@ -311,16 +400,33 @@ def _enter(progress: Progress | None, phase: str) -> None:
         progress.enter(phase)
 
 
-def default_engine(l: int | None, t: float | None) -> str:  # noqa: E741
+def _check_options(params: dict[str, Any], **given: tuple[Any, type]) -> None:
+    """Refuse a keyword of an option value given to :func:`microaggregate` itself (where
+    it would pass for an engine parameter), and an option value of the wrong kind."""
+    moved = [name for name in MOVED if name in params]
+    if moved:
+        raise ParameterError(
+            "; ".join(f"{name}= is {MOVED[name]}" for name in moved)
+            + ": microaggregate's options are grouped (an engine's own parameter of that name "
+            "goes in engine_params=)")
+    for name, (value, kind) in given.items():
+        if value is not None and not isinstance(value, kind):
+            raise ParameterError(f"{name}= takes {kind.__name__}(...) from streamanon, "
+                                 f"got {value!r}")
+
+
+def default_engine(privacy: BeyondK | None = None) -> str:
     """The engine when none is named: ``tclose_kfirst`` for l-diversity or t-closeness (it
     takes both, on several sensitive columns; compiled when only ``t`` is asked), ``mdav``
     otherwise."""
-    return "mdav" if l is None and t is None else "tclose_kfirst"
+    if privacy is None or (privacy.l is None and privacy.t is None):
+        return "mdav"
+    return "tclose_kfirst"
 
 
-def _privacy_of(frame: Any, spec: Schema, sensitive: Sequence[str] | str, l: int | None,  # noqa: E741
-                t: float | None) -> Privacy | None:
+def _privacy_of(frame: Any, spec: Schema, asked: BeyondK) -> Privacy | None:
     """The sensitive answers and the l and t asked for, or None when there are none."""
+    sensitive, l, t = asked.sensitive, asked.l, asked.t  # noqa: E741
     extra = [sensitive] if isinstance(sensitive, str) else list(sensitive)
     names = spec.sensitive + [s for s in extra if s not in spec.sensitive]
     if l is not None and (isinstance(l, (bool, np.bool_)) or not isinstance(l, numbers.Integral)

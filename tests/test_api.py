@@ -4,7 +4,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streamanon import InputError, microaggregate, shuffle_rows
+from streamanon import (
+    BeyondK,
+    InputError,
+    Output,
+    ParameterError,
+    TwoStage,
+    microaggregate,
+    shuffle_rows,
+)
 from streamanon.metrics import check_k_anonymity
 
 
@@ -21,7 +29,7 @@ def _frame(n=60, seed=0):
 def test_dataframe_release_keeps_confidential_and_drops_identifiers():
     frame = _frame()
     result = microaggregate(frame, 5, qi=["age", "income"], confidential="answer", drop=["id"],
-                            shuffle=False)
+                            output=Output(shuffle=False))
     out = result.data
     assert list(out.columns) == ["age", "income", "answer"]
     assert (out["answer"] == frame["answer"]).all()  # same row order, unchanged
@@ -101,3 +109,58 @@ def test_a_matrix_with_missing_values_is_released_under_missing_policy(policy):
     assert result.data.shape == (30, 2)
     if policy == "impute":
         assert not np.isnan(result.data).any()
+
+
+@pytest.mark.parametrize("given,place", [
+    ({"seed": 1}, r"seed= is output=Output\(seed=\.\.\.\)"),
+    ({"shuffle": False, "risk": False}, r"shuffle= is output=Output\(shuffle=\.\.\.\); "
+                                        r"risk= is output=Output\(risk=\.\.\.\)"),
+    ({"sensitive": "x0", "t": 0.2}, r"sensitive= is privacy=BeyondK\(sensitive=\.\.\.\)"),
+    ({"incremental": "nn", "nu": 0.5}, r"incremental= is two_stage=TwoStage\(incremental="),
+])
+def test_an_option_given_outside_its_value_is_refused_with_its_place(given, place):
+    """An option of a grouped value given to ``microaggregate`` itself would otherwise pass
+    for an engine parameter (``t`` and ``l`` are the ``tclose_*`` engines' own): refused,
+    naming the value it belongs to."""
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    with pytest.raises(ParameterError, match=place):
+        microaggregate(X, 5, **given)
+    with pytest.raises(ParameterError, match="t= is privacy=BeyondK"):
+        microaggregate(X, 5, "tclose_kfirst", t=0.2)
+
+
+def test_an_option_value_of_the_wrong_kind_or_with_an_unknown_option_is_refused():
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    with pytest.raises(ParameterError, match=r"output= takes Output\(\.\.\.\).*'seed': 1"):
+        microaggregate(X, 5, output={"seed": 1})
+    with pytest.raises(ParameterError, match=r"privacy= takes BeyondK\(\.\.\.\)"):
+        microaggregate(X, 5, privacy=Output(seed=1))
+    with pytest.raises(ParameterError, match=r"two_stage= takes TwoStage\(\.\.\.\)"):
+        microaggregate(X, 5, two_stage="nn")
+    with pytest.raises(TypeError, match="'sed'"):
+        Output(sed=1)
+    with pytest.raises(TypeError, match="'l'"):
+        Output(l=2)  # an option of BeyondK
+    with pytest.raises(TypeError):
+        Output(False)  # by name only: which option a bare value is is not guessed
+    with pytest.raises(TypeError, match="incremental"):
+        TwoStage(nu=0.2)  # the stage is what makes it two-stage
+
+
+def test_the_grouped_options_release_what_the_keywords_did():
+    """The options reach the release: the seed and the shuffle, the risk measures, the
+    two-stage split and the l and t of the sensitive answers."""
+    frame = pd.DataFrame({"a": np.arange(40.0), "b": np.arange(40.0) % 7,
+                          "s": np.arange(40) % 4})
+    shuffled = [microaggregate(frame, 5, qi=["a", "b"], confidential="s",
+                               output=Output(seed=3, risk=False)) for _ in range(2)]
+    assert shuffled[0].data.equals(shuffled[1].data) and shuffled[0].risk is None
+    kept = microaggregate(frame, 5, qi=["a", "b"], confidential="s",
+                          output=Output(shuffle=False, keep_index=True))
+    assert list(kept.data.index) == list(frame.index) and kept.risk is not None
+    staged = microaggregate(frame, 5, qi=["a", "b"], confidential="s",
+                            two_stage=TwoStage(incremental="nn", nu=0.25))
+    assert staged.incremental == "nn" and staged.report()["n_plus"] == 10
+    private = microaggregate(frame, 5, qi=["a", "b"], confidential="s",
+                             privacy=BeyondK(sensitive="s", l=2))
+    assert private.engine == "tclose_kfirst" and private.report()["privacy"]["l"] == 2

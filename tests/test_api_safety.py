@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from simulations.survey_data import SURVEY_SCHEMA, SURVEY_STRATA, make_survey, write_schema_toml
-from streamanon import microaggregate
+from streamanon import Output, microaggregate
 from streamanon.errors import InputError, ParameterError, StreamanonError
 from streamanon.metrics import check_table_k_anonymity
 from streamanon.schema import Schema, load_schema
@@ -44,7 +44,8 @@ def _values(frame: pd.DataFrame) -> set[str]:
 
 
 def test_the_index_is_dropped_by_default(indexed):
-    data = microaggregate(indexed, K, qi=["age", "income"], confidential="answer", seed=1).data
+    data = microaggregate(indexed, K, qi=["age", "income"], confidential="answer",
+                          output=Output(seed=1)).data
     assert isinstance(data.index, pd.RangeIndex)
     assert list(data.index) == list(range(len(indexed)))
     assert data.index.name is None
@@ -54,14 +55,14 @@ def test_the_index_is_dropped_by_default(indexed):
 def test_the_index_is_dropped_with_a_schema_too(survey):
     frame = survey.set_index("respondent_id")
     schema = {name: spec for name, spec in SURVEY_SCHEMA.items() if name != "respondent_id"}
-    data = microaggregate(frame, K, schema=schema, seed=1).data
+    data = microaggregate(frame, K, schema=schema, output=Output(seed=1)).data
     assert isinstance(data.index, pd.RangeIndex) and data.index.name is None
     assert not set(frame.index) & {str(i) for i in data.index}
 
 
 def test_keep_index_keeps_it_and_it_moves_with_its_row(indexed):
-    data = microaggregate(indexed, K, qi=["age", "income"], confidential="answer", seed=1,
-                          keep_index=True).data
+    data = microaggregate(indexed, K, qi=["age", "income"], confidential="answer",
+                          output=Output(seed=1, keep_index=True)).data
     assert data.index.name == "respondent_id"
     assert sorted(data.index) == IDS
     assert list(data.index) != IDS  # still shuffled
@@ -71,7 +72,7 @@ def test_keep_index_keeps_it_and_it_moves_with_its_row(indexed):
 
 def test_keep_index_without_shuffle_is_the_input_index(indexed):
     data = microaggregate(indexed, K, qi=["age", "income"], confidential="answer",
-                          shuffle=False, keep_index=True).data
+                          output=Output(shuffle=False, keep_index=True)).data
     assert list(data.index) == IDS
     assert list(data["answer"]) == list(indexed["answer"])
 
@@ -94,7 +95,7 @@ def test_schema_refuses_a_column_without_a_role(survey):
 def test_an_identifier_named_in_drop_is_removed(indexed):
     frame = indexed.reset_index()
     data = microaggregate(frame, K, qi=["age", "income"], confidential="answer",
-                          drop="respondent_id", seed=1).data
+                          drop="respondent_id", output=Output(seed=1)).data
     assert list(data.columns) == ["age", "income", "answer"]
     assert not set(IDS) & _values(data)
 
@@ -103,7 +104,8 @@ def test_an_identifier_named_in_drop_is_removed(indexed):
 
 
 def test_a_dataframe_is_shuffled_by_default(indexed):
-    data = microaggregate(indexed, K, qi=["age", "income"], confidential="answer", seed=1).data
+    data = microaggregate(indexed, K, qi=["age", "income"], confidential="answer",
+                          output=Output(seed=1)).data
     assert sorted(data["answer"]) == list(indexed["answer"])
     assert list(data["answer"]) != list(indexed["answer"])
 
@@ -111,16 +113,17 @@ def test_a_dataframe_is_shuffled_by_default(indexed):
 def test_the_same_seed_gives_the_same_order_and_another_seed_another(indexed):
     def order(seed: int) -> list[int]:
         return list(microaggregate(indexed, K, qi=["age", "income"], confidential="answer",
-                                   seed=seed).data["answer"])
+                                   output=Output(seed=seed)).data["answer"])
 
     assert order(7) == order(7)
     assert order(7) != order(8)
 
 
 def test_shuffle_false_keeps_the_input_order_and_labels_follow_the_input(indexed):
-    shuffled = microaggregate(indexed, K, qi=["age", "income"], confidential="answer", seed=1)
+    shuffled = microaggregate(indexed, K, qi=["age", "income"], confidential="answer",
+                              output=Output(seed=1))
     kept = microaggregate(indexed, K, qi=["age", "income"], confidential="answer",
-                          shuffle=False)
+                          output=Output(shuffle=False))
     assert list(kept.data["answer"]) == list(indexed["answer"])
     np.testing.assert_array_equal(shuffled.labels, kept.labels)
     # Row i of the unshuffled release is record i, so it carries the mean of record i's cell.
@@ -146,7 +149,7 @@ def test_a_matrix_is_not_shuffled(indexed):
 def test_a_single_qi_name_is_one_column_not_its_letters(indexed):
     frame = indexed.reset_index()
     result = microaggregate(frame, K, qi="age", confidential=["income", "answer"],
-                            drop="respondent_id", seed=1)
+                            drop="respondent_id", output=Output(seed=1))
     assert result.qi == ["age"]
     assert result.m == 1
     assert result.report()["quasi_identifiers"] == ["age"]
@@ -167,7 +170,7 @@ def schema_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def reference(survey) -> pd.DataFrame:
     return microaggregate(survey, K, schema={"schema": SURVEY_SCHEMA, "strata": SURVEY_STRATA},
-                          seed=2).data
+                          output=Output(seed=2)).data
 
 
 @pytest.mark.parametrize("form", ["dict", "dict with strata=", "str path", "Path",
@@ -182,14 +185,14 @@ def test_schema_accepts_a_dict_a_path_and_a_schema(survey, schema_file, referenc
     }[form]
     if form == "Schema":
         assert isinstance(given["schema"], Schema)
-    result = microaggregate(survey, K, seed=2, **given)
+    result = microaggregate(survey, K, output=Output(seed=2), **given)
     assert result.strata == SURVEY_STRATA
     assert result.qi == [n for n, s in SURVEY_SCHEMA.items() if s["role"] == "quasi_identifier"]
     pd.testing.assert_frame_equal(result.data, reference)
 
 
 def test_the_field_mapping_alone_is_a_schema_without_strata(survey):
-    result = microaggregate(survey, K, schema=SURVEY_SCHEMA, seed=2)
+    result = microaggregate(survey, K, schema=SURVEY_SCHEMA, output=Output(seed=2))
     assert result.strata == []
     assert check_table_k_anonymity(result.data, result.qi, K).ok
 
@@ -211,7 +214,7 @@ def test_report_does_not_name_a_stratum_value_of_fewer_than_k_records():
     schema = {"age": {"role": "quasi_identifier", "type": "int"},
               "region": {"role": "quasi_identifier", "type": "category"},
               "q": {"role": "confidential", "type": "int"}}
-    result = microaggregate(frame, 5, schema=schema, strata="region", seed=0)
+    result = microaggregate(frame, 5, schema=schema, strata="region", output=Output(seed=0))
     assert "Atlantis" not in set(result.data["region"])  # the release hides it ...
     assert "Atlantis" not in json.dumps(result.report())  # ... so must the report
 

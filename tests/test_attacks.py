@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from simulations.survey_data import SURVEY_SCHEMA, make_survey
-from streamanon import microaggregate
+from streamanon import Output, microaggregate
 from streamanon.attacks import (
     HOLDOUT_SHARE,
     INSTALL,
@@ -33,13 +33,14 @@ def releaser(k: int):
     def release(rest: pd.DataFrame) -> pd.DataFrame:
         if k == 1:
             return rest.drop(columns=["respondent_id", "email"])
-        return microaggregate(rest, k, "mdav", schema=SCHEMA, risk=False, seed=0).data
+        return microaggregate(rest, k, "mdav", schema=SCHEMA,
+                              output=Output(risk=False, seed=0)).data
     return release
 
 
 def page_of(attacks, n: int = 60) -> str:
     frame = make_survey(n, seed=2)
-    release = microaggregate(frame, 3, schema=SCHEMA, risk=False, seed=0).data
+    release = microaggregate(frame, 3, schema=SCHEMA, output=Output(risk=False, seed=0)).data
     measures = measure(frame, release, SCHEMA, 3, aligned=False).to_json()
     measures["attacks"] = attacks.to_json()
     return render(measures, frame, release, SCHEMA, {"k": 3})

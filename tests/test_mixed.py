@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streamanon import microaggregate
+from streamanon import Output, TwoStage, microaggregate
 from streamanon.engines import run_engine, validate_input
 from streamanon.errors import InputError, ParameterError
 from streamanon.metrics import aggregate, check_table_k_anonymity, distortion, fit_standardisation
@@ -97,9 +97,9 @@ def mixed_release(seed: int, kind: str, k: int, incremental: str | None = None) 
     """(input, policies, result) of one random mixed release, in input order."""
     frame = survey(seed, n=300 if incremental else 150)
     policies = policies_for(kind, seed)
-    extra = {"incremental": incremental, "nu": 0.2} if incremental else {}
+    two_stage = TwoStage(incremental=incremental, nu=0.2) if incremental else None
     result = microaggregate(frame, k, schema=survey_schema(policies, declare_regions=seed % 2 == 0),
-                            strata=["site"], shuffle=False, **extra)
+                            strata=["site"], output=Output(shuffle=False), two_stage=two_stage)
     return frame, policies, result
 
 
@@ -218,7 +218,8 @@ def test_numeric_data_gives_the_legacy_partition_values_and_distortion_bit_for_b
     frame["count"] = rng.integers(0, 6, n)  # integer-valued, with many ties
     frame["note"] = rng.integers(0, 1000, n)
     qi = [*frame.columns[:m], "count"]
-    result = microaggregate(frame, k, engine, qi=qi, confidential=["note"], shuffle=False)
+    result = microaggregate(frame, k, engine, qi=qi, confidential=["note"],
+                            output=Output(shuffle=False))
 
     X = validate_input(frame[qi].to_numpy(dtype=np.float64), k)  # C order, as before issue 15
     Z = fit_standardisation(X).apply(X)
@@ -368,8 +369,9 @@ def test_withheld_and_imputed_counts_are_those_of_the_release(seed, kind, k, inc
 def test_same_input_and_seed_give_the_same_release(incremental):
     frame = survey(7, n=300)
     schema = survey_schema(policies_for("mixed", 7))
-    extra = {"incremental": incremental, "nu": 0.2} if incremental else {}
-    runs = [microaggregate(frame.copy(), 3, schema=schema, strata=["site"], seed=11, **extra)
+    two_stage = TwoStage(incremental=incremental, nu=0.2) if incremental else None
+    runs = [microaggregate(frame.copy(), 3, schema=schema, strata=["site"],
+                           output=Output(seed=11), two_stage=two_stage)
             for _ in range(2)]
     assert np.array_equal(runs[0].labels, runs[1].labels)
     pd.testing.assert_frame_equal(runs[0].data, runs[1].data)
@@ -388,7 +390,8 @@ def test_a_quasi_identifier_stratum_is_released_unchanged_when_no_stratum_is_mer
     frame = survey(3, missing_rate=0.0)
     schema = survey_schema({})
     assert frame["region"].value_counts().min() >= 3
-    result = microaggregate(frame, 3, schema=schema, strata=["region"], shuffle=False)
+    result = microaggregate(frame, 3, schema=schema, strata=["region"],
+                            output=Output(shuffle=False))
     assert result.data["region"].tolist() == frame["region"].tolist()
     assert (frame["region"].groupby(result.labels).nunique() == 1).all()
 
@@ -398,7 +401,7 @@ def test_a_stratum_under_k_joins_the_stratum_with_the_nearest_centroid():
     x = np.concatenate([rng.normal(0, 1, 10), rng.normal(100, 1, 10), [99.0, 101.0]])
     frame = pd.DataFrame({"x": x, "s": ["far"] * 10 + ["near"] * 10 + ["small"] * 2})
     schema = {"x": {"role": "quasi_identifier"}, "s": {"role": "confidential"}}
-    result = microaggregate(frame, 3, schema=schema, strata=["s"], shuffle=False)
+    result = microaggregate(frame, 3, schema=schema, strata=["s"], output=Output(shuffle=False))
     # strata in order of first appearance: far 1, near 2, small 3; named by number, since
     # their values are responses (no declared levels) and the small one's is hidden
     assert result.report()["strata_merged"] == [
@@ -435,7 +438,7 @@ PATTERN_SCHEMA = {
 def test_a_small_pattern_joins_the_larger_of_equally_near_patterns_and_is_withheld():
     # complete (2 records) differs by one field from both {income} (10) and {edu} (5)
     frame = pattern_frame({(True, False): 10, (False, True): 5, (False, False): 2})
-    result = microaggregate(frame, 3, schema=PATTERN_SCHEMA, shuffle=False)
+    result = microaggregate(frame, 3, schema=PATTERN_SCHEMA, output=Output(shuffle=False))
     moved = (frame["pattern"] == "00").to_numpy()
     assert result.data["income"][moved].isna().all()  # withheld: {income} lacks it
     assert result.data["edu"][moved].notna().all()
@@ -448,7 +451,7 @@ def test_a_small_pattern_joins_the_larger_of_equally_near_patterns_and_is_withhe
 def test_a_small_pattern_joins_the_pattern_with_fewest_differing_fields_and_is_imputed():
     # {income, edu} (2 records) differs by one field from {income} (6), by two from {} (10)
     frame = pattern_frame({(False, False): 10, (True, False): 6, (True, True): 2})
-    result = microaggregate(frame, 3, schema=PATTERN_SCHEMA, shuffle=False)
+    result = microaggregate(frame, 3, schema=PATTERN_SCHEMA, output=Output(shuffle=False))
     moved = (frame["pattern"] == "11").to_numpy()
     assert result.data["income"][moved].isna().all()
     assert result.data["edu"][moved].notna().all()  # imputed: {income} has it
@@ -462,7 +465,7 @@ def test_quick_form_missing_group_keeps_the_gaps_of_a_large_pattern():
     rng = np.random.default_rng(8)
     frame = pd.DataFrame({"a": rng.normal(size=30), "b": rng.normal(size=30)})
     frame.loc[:5, "a"] = np.nan
-    result = microaggregate(frame, 3, missing="group", shuffle=False)
+    result = microaggregate(frame, 3, missing="group", output=Output(shuffle=False))
     assert result.data["a"].isna().tolist() == frame["a"].isna().tolist()
     assert not result.data["b"].isna().any()
 
@@ -474,7 +477,7 @@ def test_a_boolean_with_missing_values_is_released_as_levels_and_gaps():
     frame.loc[:5, "b"] = pd.NA
     schema = {"b": {"role": "quasi_identifier", "type": "bool", "required": False},
               "x": {"role": "quasi_identifier"}}
-    result = microaggregate(frame, 3, schema=schema, shuffle=False)
+    result = microaggregate(frame, 3, schema=schema, output=Output(shuffle=False))
     assert result.data["b"].isna().tolist() == frame["b"].isna().tolist()
     assert set(result.data["b"].dropna()) <= {True, False}
 
@@ -486,7 +489,7 @@ def test_an_ordinal_categorical_column_without_every_declared_level_is_released(
                           "x": rng.normal(size=40)})
     schema = {"edu": {"role": "quasi_identifier", "type": "ordinal", "levels": list(LEVELS)},
               "x": {"role": "quasi_identifier"}}
-    result = microaggregate(frame, 3, schema=schema, shuffle=False)
+    result = microaggregate(frame, 3, schema=schema, output=Output(shuffle=False))
     assert set(result.data["edu"]) <= set(LEVELS[:3])
     assert check_table_k_anonymity(result.data, ["edu", "x"], 3).ok
 
@@ -599,7 +602,7 @@ def test_a_mixed_engine_is_accepted_on_nominal_data(engine):
     """(The t-closeness engines need sensitive answers: tests/test_privacy_releases.py runs
     them on nominal keys.)"""
     frame, schema = nominal_frame()
-    result = microaggregate(frame, 3, engine, schema=schema, shuffle=False)
+    result = microaggregate(frame, 3, engine, schema=schema, output=Output(shuffle=False))
     assert np.bincount(result.labels).min() >= 3
     assert check_table_k_anonymity(result.data, list(QI), 3).ok
 
@@ -608,7 +611,8 @@ def test_mondrian_is_accepted_on_ordinal_and_numeric_data():
     frame, schema = nominal_frame()
     keep = ["income", "age", "edu"]
     result = microaggregate(frame[keep], 3, "mondrian",
-                            schema={name: schema[name] for name in keep}, shuffle=False)
+                            schema={name: schema[name] for name in keep},
+                            output=Output(shuffle=False))
     assert check_table_k_anonymity(result.data, keep, 3).ok
 
 

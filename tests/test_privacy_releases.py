@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from simulations.survey_data import EDUCATION, SURVEY_SCHEMA, make_survey
-from streamanon import microaggregate
+from streamanon import BeyondK, Output, TwoStage, microaggregate
 from streamanon.cli import main
 from streamanon.errors import ParameterError
 from tests import privacy_oracle as oracle
@@ -53,9 +53,9 @@ def survey() -> pd.DataFrame:
 
 
 def anonymize_census(census: pd.DataFrame, qi: list[str], k: int, engine: str,
-                     **kwargs: Any) -> Any:
-    return microaggregate(census, k, engine, qi=qi, confidential=["FICA"], sensitive=["FICA"],
-                          **kwargs)
+                     l: Any = None, t: Any = None, **kwargs: Any) -> Any:  # noqa: E741
+    return microaggregate(census, k, engine, qi=qi, confidential=["FICA"],
+                          privacy=BeyondK(sensitive=["FICA"], l=l, t=t), **kwargs)
 
 
 def assert_private(result: Any, key: list[str], sensitive: dict[str, str], k: int,
@@ -92,7 +92,8 @@ def assert_private(result: Any, key: list[str], sensitive: dict[str, str], k: in
 @pytest.mark.parametrize("k,t,l", GRID)
 def test_every_census_release_is_k_anonymous_l_diverse_and_t_close(census, census_qi, engine,
                                                                    k, t, l):  # noqa: E741
-    result = anonymize_census(census, census_qi, k, engine, t=t, l=l, seed=k, risk=False)
+    result = anonymize_census(census, census_qi, k, engine, t=t, l=l,
+                              output=Output(seed=k, risk=False))
     assert len(result.data) == len(census)
     assert sorted(result.data["FICA"]) == sorted(census["FICA"])  # published unchanged
     assert_private(result, census_qi, {"FICA": "ordered"}, k, t, l)
@@ -103,8 +104,8 @@ def test_every_survey_release_is_k_anonymous_l_diverse_and_t_close(survey, k, t,
     """Plain ``mdav`` on the mixed survey (categories, an ordinal, missing incomes, weights):
     the gate merges its cells until both Likert answers (a skipped answer a value of its own)
     are t-close and l-diverse."""
-    result = microaggregate(survey, k, "mdav", schema=SURVEY_SCHEMA, sensitive=LIKERT, t=t, l=l,
-                            seed=k)
+    result = microaggregate(survey, k, "mdav", schema=SURVEY_SCHEMA,
+                            privacy=BeyondK(sensitive=LIKERT, t=t, l=l), output=Output(seed=k))
     assert len(result.data) == len(survey)
     assert_private(result, result.qi, dict.fromkeys(LIKERT, "ordered"), k, t, l)
 
@@ -114,7 +115,8 @@ def test_every_survey_release_is_k_anonymous_l_diverse_and_t_close(survey, k, t,
 def test_t_closeness_engines_on_the_survey_s_numeric_and_ordinal_keys(survey, engine, t,
                                                                       l):  # noqa: E741
     result = microaggregate(survey, 5, engine, schema=SURVEY_WITHOUT_NOMINAL_KEYS,
-                            sensitive=LIKERT, t=t, l=l, seed=1, risk=False)
+                            privacy=BeyondK(sensitive=LIKERT, t=t, l=l),
+                            output=Output(seed=1, risk=False))
     assert "gender" not in result.qi and "education" in result.qi
     assert_private(result, result.qi, dict.fromkeys(LIKERT, "ordered"), 5, t, l)
 
@@ -122,8 +124,9 @@ def test_t_closeness_engines_on_the_survey_s_numeric_and_ordinal_keys(survey, en
 @pytest.mark.parametrize("engine", T_CLOSE_ENGINES)
 def test_t_closeness_engines_work_on_nominal_keys(survey, engine):
     """The engines run on the embedding of mixed data (gender and region categorical)."""
-    result = microaggregate(survey, 5, engine, schema=SURVEY_SCHEMA, sensitive=LIKERT, t=0.2,
-                            seed=1, risk=False)
+    result = microaggregate(survey, 5, engine, schema=SURVEY_SCHEMA,
+                            privacy=BeyondK(sensitive=LIKERT, t=0.2),
+                            output=Output(seed=1, risk=False))
     assert {"gender", "region"} <= set(result.qi)
     assert_private(result, result.qi, dict.fromkeys(LIKERT, "ordered"), 5, 0.2, None)
 
@@ -136,7 +139,8 @@ def test_several_sensitive_answers_one_nominal_are_each_t_close(census, engine):
     key = [c for c in census.columns if c not in ("FICA", "FEDTAX")]
     sensitive = {"band": "equal", "FICA": "ordered", "FEDTAX": "ordered"}
     result = microaggregate(frame, 5, engine, qi=key, confidential=list(sensitive),
-                            sensitive=list(sensitive), t=0.25, l=2, seed=3, risk=False)
+                            privacy=BeyondK(sensitive=list(sensitive), t=0.25, l=2),
+                            output=Output(seed=3, risk=False))
     assert_private(result, key, sensitive, 5, 0.25, 2)
 
 
@@ -151,7 +155,7 @@ def test_missing_keys_and_skipped_answers_stay_t_close(census, census_qi, engine
     for name, share in (("FICA", 0.1), ("AGI", 0.15), ("STATETAX", 0.05)):
         frame.loc[rng.random(len(frame)) < share, name] = np.nan
     result = anonymize_census(frame, census_qi, 5, engine, t=0.2, l=3, missing=missing,
-                              seed=1, risk=False)
+                              output=Output(seed=1, risk=False))
     assert int(result.data["FICA"].isna().sum()) == int(frame["FICA"].isna().sum())
     assert_private(result, census_qi, {"FICA": "ordered"}, 5, 0.2, 3)
 
@@ -161,8 +165,9 @@ def test_missing_keys_and_skipped_answers_stay_t_close(census, census_qi, engine
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_two_stage_census_release_is_t_close(census, census_qi, engine):
-    result = anonymize_census(census, census_qi, 5, engine, t=0.2, l=2, seed=2, risk=False,
-                              incremental="nn_split_end", nu=0.1)
+    result = anonymize_census(census, census_qi, 5, engine, t=0.2, l=2,
+                              output=Output(seed=2, risk=False),
+                              two_stage=TwoStage(incremental="nn_split_end", nu=0.1))
     report = result.report()
     assert report["incremental"] == "nn_split_end"
     assert (report["n_0"], report["n_plus"]) == (972, 108)
@@ -172,8 +177,10 @@ def test_a_two_stage_census_release_is_t_close(census, census_qi, engine):
 @pytest.mark.parametrize("engine,schema", [("mdav", SURVEY_SCHEMA)] + [
     (engine, SURVEY_WITHOUT_NOMINAL_KEYS) for engine in T_CLOSE_ENGINES])
 def test_a_two_stage_survey_release_is_t_close(survey, engine, schema):
-    result = microaggregate(survey, 5, engine, schema=schema, sensitive=LIKERT, t=0.2, l=2,
-                            seed=2, risk=False, incremental="nn_split_end", nu=0.1)
+    result = microaggregate(survey, 5, engine, schema=schema,
+                            privacy=BeyondK(sensitive=LIKERT, t=0.2, l=2),
+                            output=Output(seed=2, risk=False),
+                            two_stage=TwoStage(incremental="nn_split_end", nu=0.1))
     report = result.report()
     assert report["incremental"] == "nn_split_end"
     assert (report["n_0"], report["n_plus"]) == (1350, 150)
@@ -188,9 +195,9 @@ def test_a_two_stage_survey_release_is_t_close(survey, engine, schema):
 def test_census_record_linkage_is_the_oracle_s_on_the_aligned_release(census, census_qi,
                                                                        engine, incremental):
     original = census.sample(300, random_state=4).reset_index(drop=True)
-    two_stage = {} if incremental is None else {"incremental": incremental, "nu": 0.1}
-    result = anonymize_census(original, census_qi, 5, engine, t=0.2, l=2, shuffle=False,
-                              **two_stage)
+    two_stage = None if incremental is None else TwoStage(incremental=incremental, nu=0.1)
+    result = anonymize_census(original, census_qi, 5, engine, t=0.2, l=2,
+                              output=Output(shuffle=False), two_stage=two_stage)
     assert result.data["FICA"].tolist() == original["FICA"].tolist()  # aligned, row by row
     assert_private(result, census_qi, {"FICA": "ordered"}, 5, 0.2, 2)
     linkage = result.report()["risk"]["risk"]["record_linkage"]
@@ -199,8 +206,9 @@ def test_census_record_linkage_is_the_oracle_s_on_the_aligned_release(census, ce
 
 def test_survey_record_linkage_is_the_oracle_s_on_the_aligned_release():
     original = make_survey(n=300, seed=5)
-    result = microaggregate(original, 5, "mdav", schema=SURVEY_SCHEMA, sensitive=LIKERT, t=0.2,
-                            l=2, shuffle=False)
+    result = microaggregate(original, 5, "mdav", schema=SURVEY_SCHEMA,
+                            privacy=BeyondK(sensitive=LIKERT, t=0.2, l=2),
+                            output=Output(shuffle=False))
     assert result.data["weight"].tolist() == original["weight"].tolist()  # aligned
     assert_private(result, result.qi, dict.fromkeys(LIKERT, "ordered"), 5, 0.2, 2)
     expected = oracle.dbrl(original, result.data, result.qi, ordinal={"education": EDUCATION},
@@ -257,8 +265,8 @@ def test_l_above_the_distinct_answers_is_refused_naming_the_column(census, censu
         anonymize_census(census, census_qi, 5, "mdav", l=376)
     distinct = survey["q2"].nunique() + 1  # five levels and the skipped answer
     with pytest.raises(ParameterError, match=rf"q2 has {distinct} distinct") as exc:
-        microaggregate(survey, 5, "mdav", schema=SURVEY_SCHEMA, sensitive=LIKERT,
-                       l=distinct + 1)
+        microaggregate(survey, 5, "mdav", schema=SURVEY_SCHEMA,
+                       privacy=BeyondK(sensitive=LIKERT, l=distinct + 1))
     assert "q1" in str(exc.value)  # both columns fall short, and both are named
     for engine in T_CLOSE_ENGINES:
         with pytest.raises(ParameterError, match="FICA has 375"):
@@ -268,7 +276,8 @@ def test_l_above_the_distinct_answers_is_refused_naming_the_column(census, censu
 @pytest.mark.parametrize("asked", [{"t": 0.2}, {"l": 2}, {"t": 0.2, "l": 2}])
 def test_l_or_t_without_a_sensitive_answer_is_refused(census, census_qi, asked):
     with pytest.raises(ParameterError, match="l and t are about sensitive answers"):
-        microaggregate(census, 5, "mdav", qi=census_qi, confidential=["FICA"], **asked)
+        microaggregate(census, 5, "mdav", qi=census_qi, confidential=["FICA"],
+                       privacy=BeyondK(**asked))
 
 
 @pytest.mark.parametrize("t", [-0.1, 1.5, math.nan, math.inf, "0.2"])
@@ -286,11 +295,12 @@ def test_l_that_is_not_a_positive_integer_is_refused(census, census_qi, l):  # n
 def test_t_at_its_bounds(census, census_qi):
     """t = 0: every group has the whole release's distribution (one group here); t = 1 asks
     nothing of an ordered answer, so the plain release stands."""
-    strict = anonymize_census(census, census_qi, 5, "mdav", t=0.0, risk=False)
+    strict = anonymize_census(census, census_qi, 5, "mdav", t=0.0, output=Output(risk=False))
     assert oracle.t_of(strict.data, census_qi, "FICA", "ordered") <= SLACK
-    loose = anonymize_census(census, census_qi, 5, "mdav", t=1.0, risk=False, seed=1)
-    plain = microaggregate(census, 5, "mdav", qi=census_qi, confidential=["FICA"], risk=False,
-                           seed=1)
+    loose = anonymize_census(census, census_qi, 5, "mdav", t=1.0,
+                             output=Output(risk=False, seed=1))
+    plain = microaggregate(census, 5, "mdav", qi=census_qi, confidential=["FICA"],
+                           output=Output(risk=False, seed=1))
     assert loose.report()["cells"] == plain.report()["cells"]
     assert_private(loose, census_qi, {"FICA": "ordered"}, 5, 1.0, None)
 
@@ -309,7 +319,8 @@ def test_a_boolean_t_is_refused_as_a_boolean_l_is(census, census_qi):
 def test_numpy_scalars_are_accepted_for_l_and_t(census, census_qi, asked):
     """``for l in np.arange(2, 4)`` gives numpy integers; the engines accept any
     ``numbers.Integral`` / ``numbers.Real``, the API refuses them."""
-    result = anonymize_census(census, census_qi, 5, "tclose_kfirst", risk=False, **asked)
+    result = anonymize_census(census, census_qi, 5, "tclose_kfirst", output=Output(risk=False),
+                              **asked)
     assert_private(result, census_qi, {"FICA": "ordered"}, 5,
                    asked.get("t"), asked.get("l"))
 
@@ -347,6 +358,6 @@ def test_releases_of_duplicated_keys_are_k_anonymous_l_diverse_and_t_close(
     assert military[key].drop_duplicates().shape[0] < 300
     if engine != "mdav" and t is None:
         t = 0.4  # the t-closeness engines need a t
-    result = microaggregate(military, 5, engine, schema=MILITARY_SCHEMA, t=t, l=l, seed=1,
-                            risk=False)
+    result = microaggregate(military, 5, engine, schema=MILITARY_SCHEMA,
+                            privacy=BeyondK(t=t, l=l), output=Output(seed=1, risk=False))
     assert_private(result, key, {"rank": "ordered"}, 5, t, l)

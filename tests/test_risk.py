@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streamanon import microaggregate
+from streamanon import Output, microaggregate
 from streamanon.errors import InputError, ParameterError
 from streamanon.metrics import check_table_k_anonymity, sample_unique_share
 from streamanon.risk import measure
@@ -56,7 +56,7 @@ def test_groups_before_and_after_by_hand():
 @pytest.mark.parametrize("seed", range(3))
 def test_groups_agree_with_the_k_anonymity_check(seed):
     original, schema, key = survey(seed)
-    release = microaggregate(original, 3, schema=schema, shuffle=False).data
+    release = microaggregate(original, 3, schema=schema, output=Output(shuffle=False)).data
     for table, side in ((original, "before"), (release, "after")):
         got = measure(original, release, schema, 4, aligned=True).to_json()["risk"][side]
         report = check_table_k_anonymity(table, key, 4)
@@ -219,7 +219,7 @@ def test_an_undefined_correlation_is_null():
 
 def test_the_report_form_has_exactly_its_keys_and_plain_json():
     original, schema, key = survey(0)
-    release = microaggregate(original, 3, schema=schema, shuffle=False).data
+    release = microaggregate(original, 3, schema=schema, output=Output(shuffle=False)).data
     got = measure(original, release, schema, 3, aligned=True).to_json()
     json.dumps(got, allow_nan=False)
     assert set(got) == {"n_original", "n_release", "key", "risk", "utility"}
@@ -238,7 +238,7 @@ def test_the_report_form_has_exactly_its_keys_and_plain_json():
 
 def test_without_the_row_link_only_what_needs_none_is_measured():
     original, schema, _ = survey(1)
-    release = microaggregate(original, 3, schema=schema, seed=1).data  # shuffled
+    release = microaggregate(original, 3, schema=schema, output=Output(seed=1)).data  # shuffled
     got = measure(original, release, schema, 3, aligned=False).to_json()
     assert got["risk"]["record_linkage"] is None
     assert got["risk"]["interval_disclosure"] is None
@@ -327,7 +327,8 @@ def noisy(frame: pd.DataFrame, seed: int, flat: bool = False) -> pd.DataFrame:
 @pytest.mark.parametrize("make", ["microaggregated", "noisy", "flat"])
 def test_agrees_with_the_oracle_on_random_mixed_releases(seed, make):
     original, schema, key = survey(seed)
-    release = (microaggregate(original, 3 + seed % 3, schema=schema, shuffle=False).data
+    release = (microaggregate(original, 3 + seed % 3, schema=schema,
+                              output=Output(shuffle=False)).data
                if make == "microaggregated" else noisy(original, seed, flat=make == "flat"))
     got = measure(original, release, schema, 3, aligned=True, sensitive=list(SENSITIVE))
     assert got.before.smallest_group == oracle.k_of(original, key)

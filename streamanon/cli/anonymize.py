@@ -190,7 +190,7 @@ def _report_file(args: argparse.Namespace) -> Path:
 
 
 def _anonymize(args: argparse.Namespace, described: dict[str, Any], progress: Progress) -> int:
-    from streamanon.api import microaggregate
+    from streamanon.api import BeyondK, Output, TwoStage, default_engine, microaggregate
     from streamanon.cluster import check_cluster, part_runner
     from streamanon.io import read_table, table_format, write_json, write_table
 
@@ -224,16 +224,15 @@ def _anonymize(args: argparse.Namespace, described: dict[str, Any], progress: Pr
         raise ParameterError("--incremental and --nu go together")
     if args.compare_one_shot and args.incremental is None:
         raise ParameterError("--compare-one-shot needs --incremental and --nu")
-    two_stage = {}
+    two_stage = None
     if args.incremental is not None:
-        two_stage = {"incremental": args.incremental, "nu": args.nu,
-                     "incremental_params": dict(args.incremental_param),
-                     "compare_one_shot": args.compare_one_shot}
+        two_stage = TwoStage(incremental=args.incremental, nu=args.nu,
+                             incremental_params=dict(args.incremental_param),
+                             compare_one_shot=args.compare_one_shot)
+    privacy = BeyondK(sensitive=args.sensitive, l=args.l, t=args.t)
     engine_named = args.engine is not None or bool(params)
     if args.engine is None:
-        from streamanon.api import default_engine
-
-        args.engine = default_engine(args.l, args.t)
+        args.engine = default_engine(privacy)
     engine_name = args.engine
     where = None
     if args.cluster is not None or args.part_size is not None:
@@ -245,9 +244,9 @@ def _anonymize(args: argparse.Namespace, described: dict[str, Any], progress: Pr
         if runner is not None:
             params["runner"] = runner
         result = microaggregate(frame, args.k, args.engine, **described,
-                                strata=args.strata, seed=args.seed,
-                                sensitive=args.sensitive, l=args.l, t=args.t,
-                                progress=progress, engine_params=params, **two_stage)
+                                strata=args.strata, privacy=privacy, two_stage=two_stage,
+                                output=Output(seed=args.seed), progress=progress,
+                                engine_params=params)
     report = result.report()
     if where is not None:
         report["cluster"] = where

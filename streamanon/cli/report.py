@@ -176,14 +176,16 @@ def _attacks(args: argparse.Namespace, original: Any, release: Any, schema: Any,
                                         "not released")
 
     def made_again(rest: Any) -> Any:
-        from streamanon import dp, microaggregate
+        from streamanon import BeyondK, Output, dp, microaggregate
 
         private = made.get("differential_privacy")
         if private:  # drawn again as the release was (its budget: pure or zCDP; fresh noise)
             return dp.release_as(rest, schema, private).table
         return microaggregate(rest, args.k, made.get("engine"), schema=schema,
-                              sensitive=sensitive, l=settings["l"], t=settings["t"],
-                              risk=False, seed=0, engine_params=made.get("params")).data
+                              privacy=BeyondK(sensitive=sensitive, l=settings["l"],
+                                              t=settings["t"]),
+                              output=Output(risk=False, seed=0),
+                              engine_params=made.get("params")).data
 
     try:
         return holdout_attack_risk(original, schema, args.k, made_again, secrets=secrets)

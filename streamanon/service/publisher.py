@@ -201,7 +201,7 @@ def release_risk(frame: pd.DataFrame, release: pd.DataFrame, survey: SurveyConfi
                           if spec.role not in DROPPED_ROLES}, strata=survey.schema.strata)
 
     def made_again(rest: pd.DataFrame) -> pd.DataFrame:
-        from streamanon import microaggregate
+        from streamanon import BeyondK, Output, microaggregate
 
         if survey.epsilon is not None:  # drawn again as the release was (its noise fresh)
             from streamanon import dp
@@ -210,8 +210,9 @@ def release_risk(frame: pd.DataFrame, release: pd.DataFrame, survey: SurveyConfi
                               survey.dp_scope, delta=survey.delta).table
         return microaggregate(
             rest, survey.k, None if engine == "auto" else engine, schema=kept,
-            sensitive=list(survey.schema.sensitive), l=survey.l, t=survey.t, risk=False,
-            seed=0, engine_params=survey.engine_params if engine == survey.engine else None
+            privacy=BeyondK(sensitive=list(survey.schema.sensitive), l=survey.l, t=survey.t),
+            output=Output(risk=False, seed=0),
+            engine_params=survey.engine_params if engine == survey.engine else None
         ).data
 
     try:

@@ -77,10 +77,10 @@ def test_release_rows_are_shuffled(survey, tmp_path):
     out = tmp_path / "release.csv"
     main(["anonymize", str(survey), *ARGS, "--out", str(out), "--seed", "4"])
     release = pd.read_csv(out)
-    from streamanon import microaggregate
+    from streamanon import Output, microaggregate
 
     ordered = microaggregate(pd.read_csv(survey), 5, qi=["age", "income"], confidential="answer",
-                             drop=["respondent_id"], shuffle=False)
+                             drop=["respondent_id"], output=Output(shuffle=False))
     assert not np.array_equal(release["income"].to_numpy(), ordered.data["income"].to_numpy())
 
 

@@ -233,9 +233,9 @@ def test_names_and_file_names_are_escaped():
     schema = parse_schema({age: {"role": "quasi_identifier", "type": "int"},
                            "size": {"role": "quasi_identifier", "type": "int"},
                            answer: {"role": "confidential", "type": "int"}})
-    from streamanon.api import microaggregate
+    from streamanon.api import Output, microaggregate
 
-    release = microaggregate(frame, 3, schema=schema, seed=0).data
+    release = microaggregate(frame, 3, schema=schema, output=Output(seed=0)).data
     m = measure(frame, release, schema, 3, aligned=False, sensitive=[answer]).to_json()
     page = render(m, frame, release, schema, {"k": 3, "release": "<script>x</script>.csv"})
     assert "<b>" not in page and "<script>" not in page and 'q&"1' not in page

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streamanon import microaggregate
+from streamanon import Output, microaggregate
 from streamanon.engines import run_engine, validate_input
 from streamanon.metrics import information_loss, standardise
 from tests.engines.test_mdav import PUBLISHED_IL
@@ -25,7 +25,7 @@ def frames(datasets_dir: Path) -> dict[str, pd.DataFrame]:
 
 
 def frame_il(frame: pd.DataFrame, k: int, engine: str = "mdav") -> float:
-    result = microaggregate(frame, k, engine, qi=list(frame.columns), shuffle=False)
+    result = microaggregate(frame, k, engine, qi=list(frame.columns), output=Output(shuffle=False))
     return result.information_loss
 
 

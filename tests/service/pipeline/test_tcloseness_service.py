@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streamanon import microaggregate
+from streamanon import Output, microaggregate
 from streamanon.service.config import ConfigError, parse_config
 from tests import privacy_oracle as oracle
 from tests.service.kafka_helpers import base_run, produce, read_release, toml_schema
@@ -111,7 +111,7 @@ def test_plain_microaggregation_of_these_answers_is_not_t_close():
     answers away."""
     frame = pd.DataFrame(responses(400))
     plain = microaggregate(frame, K, "mdav", qi=QI, confidential=["satisfaction"],
-                           drop=["respondent_id"], risk=False)
+                           drop=["respondent_id"], output=Output(risk=False))
     assert oracle.k_of(plain.data, QI) >= K
     assert oracle.t_of(plain.data, QI, "satisfaction", "ordered") > T
     assert oracle.l_of(plain.data, QI, "satisfaction") < L

@@ -14,7 +14,7 @@ import pyreadstat
 import pytest
 
 import streamanon.service.publisher as publisher
-from streamanon.api import microaggregate
+from streamanon.api import Output, microaggregate
 from streamanon.metrics import check_table_k_anonymity
 from streamanon.service.config import ConfigError, parse_config
 from streamanon.service.publisher import (
@@ -93,7 +93,7 @@ def release() -> pd.DataFrame:
                            dtype="Int64"),
     })
     raw["answer"] = raw["answer"].mask(raw["answer"] < 0)
-    return microaggregate(raw, K, schema=config().surveys[0].schema, seed=1).data
+    return microaggregate(raw, K, schema=config().surveys[0].schema, output=Output(seed=1)).data
 
 
 def mode(path) -> int:
