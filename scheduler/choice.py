@@ -3,10 +3,11 @@
 A survey configured with ``engine = "auto"`` leaves the choice of the base engine to the
 planner (among the engines whose traits say ``auto``, :func:`scheduler.traits.auto_engines`:
 ONA* when it fits, else MDAV), and one with ``incremental = "auto"`` (the default)
-the choice of the incremental stage (NN-split-end, the better quality, while its cost grows
+the choice of the incremental stage (among the stages whose traits give an ``auto_rank``,
+:func:`scheduler.traits.auto_stages`: NN-split-end, the better quality, while its cost grows
 with base cells times late records; 2MDAV, which costs only the late records, when that is
-what keeps the release early: a million records, say). Each candidate (an engine and a stage)
-has its own cost models; :func:`choose` plans the survey with each
+what keeps the release early: a million records, say). Each candidate (an engine and a stage,
+each as its traits) has its own cost models; :func:`choose` plans the survey with each
 (:func:`scheduler.live.plan`, same forecast, deadline and refinement), estimates each
 plan's information loss (:func:`expected_delta`), and takes the one with the least expected
 loss among those that *fit*:
@@ -46,10 +47,7 @@ from scheduler.quality import (
     delta_against_one_shot,
     expected_delta,
 )
-from scheduler.traits import EngineTraits
-
-#: What ``incremental = "auto"`` chooses from, quality first.
-AUTO_STAGES = ("nn_split_end", "two_stage")
+from scheduler.traits import EngineTraits, StageTraits
 
 #: Without a deadline, a plan fits when its release after close is within this factor of the
 #: earliest candidate's, or within :data:`SLACK_SECONDS` more.
@@ -59,13 +57,13 @@ SLACK_SECONDS = 5.0
 
 @dataclass(frozen=True)
 class Option:
-    """A candidate base engine (its traits; and incremental stage: None for the survey's)
-    with its cost models."""
+    """A candidate base engine (its traits; and incremental stage, its traits: None for the
+    survey's) with its cost models."""
 
     engine: EngineTraits
     base_cost: BaseCost
     incremental_cost: IncrementalCost
-    stage: str | None = None
+    stage: StageTraits | None = None
 
 
 @dataclass(frozen=True)
@@ -86,8 +84,9 @@ class Choice:
 @dataclass(frozen=True)
 class PlanRequest:
     """What a survey asks of the planner, from its configuration: its ``k``, its base
-    ``engine`` and incremental ``stage`` (a name, or ``"auto"`` for the planner's choice), its
-    ``deadline`` after close (seconds), its ``refine`` budget, the quality bound
+    ``engine`` and incremental ``stage`` (a name, or ``"auto"`` for the planner's choice) with
+    that stage's traits ``stage_traits`` (None with ``"auto"``: each candidate names its own),
+    its ``deadline`` after close (seconds), its ``refine`` budget, the quality bound
     ``max_delta`` of its objective (None: ``objective = "earliest"``, the earliest release
     whatever the loss), its floor on the ratio ``min_nu``; whether the release steps after
     close are priced (``overhead``) and the deadline's ``quantile``. Built once by one
@@ -97,12 +96,22 @@ class PlanRequest:
     k: int
     engine: str
     stage: str
+    stage_traits: StageTraits | None = None
     deadline: float | None = None
     refine: str | float = "off"
     max_delta: float | None = DEFAULT_MAX_DELTA
     min_nu: float = 0.0
     overhead: bool = True
     quantile: float | None = DEADLINE_QUANTILE
+
+    def __post_init__(self) -> None:
+        if self.stage == "auto":
+            if self.stage_traits is not None:
+                raise ValueError('stage "auto" takes no stage_traits: each candidate names '
+                                 "its own")
+        elif self.stage_traits is None or self.stage_traits.name != self.stage:
+            raise ValueError(f"stage {self.stage!r} needs its traits (stage_traits), got "
+                             f"{self.stage_traits!r}")
 
 
 def plan_survey(request: PlanRequest, arrivals: Forecast, options: Sequence[Option], *,
@@ -125,7 +134,7 @@ def plan_survey(request: PlanRequest, arrivals: Forecast, options: Sequence[Opti
     if not options:
         raise ValueError(f"no candidate for engine {request.engine!r} to plan with")
     if request.engine == "auto" or request.stage == "auto":
-        choice = choose(arrivals, options, k=request.k, stage=request.stage,
+        choice = choose(arrivals, options, k=request.k, stage=request.stage_traits,
                         deadline=request.deadline, seconds_to_close=seconds_to_close,
                         overhead=request.overhead, overhead_model=overhead_model,
                         quantile=request.quantile, refine=request.refine,
@@ -133,7 +142,7 @@ def plan_survey(request: PlanRequest, arrivals: Forecast, options: Sequence[Opti
         return choice.plan, choice
     option = options[0]
     quality = None if request.max_delta is None else QualityBound(
-        option.engine, option.stage or request.stage, request.max_delta)
+        option.engine, _own_stage(option, request.stage_traits), request.max_delta)
     return plan(arrivals, option.base_cost, option.incremental_cost, k=request.k,
                 deadline=request.deadline, seconds_to_close=seconds_to_close,
                 overhead=request.overhead, overhead_model=overhead_model,
@@ -154,7 +163,8 @@ def _fits(plans: Sequence[Plan], deadline: float | None) -> list[bool]:
     return [after_close(p) <= bound for p in plans]
 
 
-def choose(arrivals: Forecast, options: Sequence[Option], *, k: int, stage: str,
+def choose(arrivals: Forecast, options: Sequence[Option], *, k: int,
+           stage: StageTraits | None,
            deadline: float | None = None, seconds_to_close: float | None = None,
            overhead: bool = True, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
            quantile: float | None = DEADLINE_QUANTILE, refine: str | float = "off",
@@ -163,23 +173,25 @@ def choose(arrivals: Forecast, options: Sequence[Option], *, k: int, stage: str,
     """Plan with each of ``options`` (in order of preference) and choose one (module doc).
 
     The keyword arguments are :func:`scheduler.live.plan`'s; ``stage`` is the survey's
-    incremental stage, for the quality model, unless an option names its own. ``max_delta`` is
-    the quality bound of each candidate's plan (:class:`scheduler.quality.QualityBound` with
-    its own engine and stage), None for the earliest release whatever the loss. The plan
-    returned names its engine and stage.
+    incremental stage (its traits), for the quality model, unless an option names its own
+    (None: every option must). ``max_delta`` is the quality bound of each candidate's plan
+    (:class:`scheduler.quality.QualityBound` with its own engine and stage), None for the
+    earliest release whatever the loss. The plan returned names its engine, and its stage
+    when the option named one.
     """
     if not options:
         raise ValueError("no candidate engine to choose from")
     plans = []
     for option in options:
-        own = option.stage or stage
+        own = _own_stage(option, stage)
         p = plan(arrivals, option.base_cost, option.incremental_cost, k=k, deadline=deadline,
                  seconds_to_close=seconds_to_close, overhead=overhead,
                  overhead_model=overhead_model, quantile=quantile, refine=refine,
                  slowdown=slowdown, min_nu=min_nu,
                  quality=None if max_delta is None else QualityBound(option.engine, own,
                                                                      max_delta))
-        plans.append(replace(p, engine=option.engine.name, stage=option.stage,
+        plans.append(replace(p, engine=option.engine.name,
+                             stage=None if option.stage is None else option.stage.name,
                              expected_delta=expected_delta(option.engine, own, p.nu)))
     fits = _fits(plans, deadline)
     if any(fits):
@@ -190,7 +202,7 @@ def choose(arrivals: Forecast, options: Sequence[Option], *, k: int, stage: str,
                   f"({plans[best].expected_delta:+.1%} against one-shot MDAV)")
     else:
         best = min(range(len(plans)), key=lambda i: (plans[i].latest_finish, i))
-        noun = "candidate" if any(o.stage for o in options) else "engine"
+        noun = "candidate" if any(o.stage is not None for o in options) else "engine"
         reason = (f"no {noun} meets the deadline: {_name(plans[best])} releases earliest "
                   f"({plans[best].latest_finish:.3g} s after close)")
     others = "; ".join(
@@ -202,19 +214,28 @@ def choose(arrivals: Forecast, options: Sequence[Option], *, k: int, stage: str,
     return Choice(plan=plans[best], candidates=tuple(plans), fits=tuple(fits), reason=reason)
 
 
+def _own_stage(option: Option, stage: StageTraits | None) -> StageTraits:
+    """The stage ``option`` is planned with: its own, else the survey's ``stage``."""
+    own = option.stage or stage
+    if own is None:
+        raise ValueError(f"no incremental stage for the candidate {option.engine.name}: the "
+                         "request names none (stage \"auto\") and neither does the option")
+    return own
+
+
 def _name(p: Plan) -> str:
     return str(p.engine) if p.stage is None else f"{p.engine} + {p.stage}"
 
 
-def choose_stage(n_base: float, n_late: float, options: Mapping[str, IncrementalCost], *,
-                 engine: EngineTraits, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
+def choose_stage(n_base: float, n_late: float, options: Mapping[StageTraits, IncrementalCost],
+                 *, engine: EngineTraits, overhead_model: ReleaseOverhead = DEFAULT_OVERHEAD,
                  max_delta: float | None = DEFAULT_MAX_DELTA) -> tuple[str, str]:
     """The incremental stage for ``n_late`` records after a base run on ``n_base``, at close:
-    the candidates (stage -> cost model, in order of preference) are timed by their models
-    with the release steps the late records add, and the one with the least expected loss
-    among those within the slack of the earliest (:data:`SLACK_FACTOR`,
+    the candidates (each stage's traits -> its cost model, in order of preference) are timed
+    by their models with the release steps the late records add, and the one with the least
+    expected loss among those within the slack of the earliest (:data:`SLACK_FACTOR`,
     :data:`SLACK_SECONDS`, but at most a second more: at close the seconds are the
-    release's own) is taken. Returns the stage and why.
+    release's own) is taken. Returns the stage's name and why.
 
     ``max_delta`` is the plan's quality bound (:class:`scheduler.quality.QualityBound`): the
     stages whose expected loss at this ratio is within it are the candidates when there are
@@ -223,6 +244,9 @@ def choose_stage(n_base: float, n_late: float, options: Mapping[str, Incremental
     (``objective = "earliest"``)."""
     if not options:
         raise ValueError("no candidate stage to choose from")
+    if not all(isinstance(stage, StageTraits) for stage in options):
+        raise TypeError("the candidate stages are keyed by their traits (StageTraits), not by "
+                        f"name: {list(options)!r}")
     nu = n_late / (n_base + n_late) if n_base + n_late > 0 else 0.0
     seconds = {stage: float(cost(n_base, n_late)) + overhead_model.late_part(
         n_late, spanned=spanned_records(cost, n_base, n_late)) for stage, cost in options.items()}
@@ -234,10 +258,12 @@ def choose_stage(n_base: float, n_late: float, options: Mapping[str, Incremental
     fits = [stage for stage in candidates if seconds[stage] <= bound]
     best = min(fits, key=lambda stage: (expected_delta(engine, stage, nu),
                                         list(options).index(stage)))
-    others = ", ".join(f"{stage} {t:.3g} s" for stage, t in seconds.items() if stage != best)
+    others = ", ".join(f"{stage.name} {t:.3g} s" for stage, t in seconds.items()
+                       if stage != best)
     bound_note = "" if max_delta is None else (
         f", within the {max_delta:+.0%} bound" if within else
         f" (no stage within the {max_delta:+.0%} bound at nu {nu:.3g})")
-    return best, (f"{best}: {seconds[best]:.3g} s predicted for {n_late:,.0f} late records, "
-                  f"the least expected loss ({expected_delta(engine, best, nu):+.1%} against "
-                  f"one-shot MDAV) within the time of the earliest{bound_note}; {others}")
+    return best.name, (
+        f"{best.name}: {seconds[best]:.3g} s predicted for {n_late:,.0f} late records, "
+        f"the least expected loss ({expected_delta(engine, best, nu):+.1%} against "
+        f"one-shot MDAV) within the time of the earliest{bound_note}; {others}")

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from scipy import stats
@@ -36,6 +36,14 @@ from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead
 
 #: The entry of :class:`CostModelStore` that keeps the recent releases' close steps.
 RELEASES_KEY = "release_steps"
+
+#: How an incremental stage is priced (its trait ``cost``, :class:`scheduler.traits.StageTraits`):
+#: ``engine_on_increment`` is :class:`TwoStageCost` (an engine on the increment alone, 2MDAV);
+#: ``nearest_neighbour`` is :class:`NearestNeighbourCost` (``c n_0 n_+ / k``) and
+#: ``nearest_neighbour_split`` the same with the splitting engine's term. The core's copy, which
+#: the stages declare, is ``streamanon.registry.STAGE_COSTS`` (neither floor imports the other;
+#: ``tests/test_stage_traits.py`` checks that the two are equal).
+STAGE_COSTS = ("engine_on_increment", "nearest_neighbour", "nearest_neighbour_split")
 
 #: :meth:`PowerLaw.fit_upper`: the sizes within this factor of the largest are fitted.
 UPPER_SPAN = 4.0
@@ -264,19 +272,31 @@ class NearestNeighbourCost:
 
 
 
-def stage_cost_model(stage: str, base: PowerLaw, k: int, c: float,
+class PricedStage(Protocol):
+    """What the cost models read of an incremental stage: how it is priced, one of
+    :data:`STAGE_COSTS` (:class:`scheduler.traits.StageTraits` is one; it imports this
+    module, so this one names it only here)."""
+
+    @property
+    def cost(self) -> str: ...
+
+
+def stage_cost_model(stage: PricedStage, base: PowerLaw, k: int, c: float,
                      split: PowerLaw | None = None) -> TwoStageCost | NearestNeighbourCost:
-    """The cost model of incremental ``stage`` after ``base`` with the nearest-neighbour
-    coefficient ``c`` (seconds, ``c n_0 n_+ / k``; unused by ``two_stage``). ``split`` as in
-    :func:`incremental_cost_model`."""
-    if stage == "two_stage":  # the increment's engine: MDAV by default, whatever the base's
+    """The cost model of incremental ``stage`` (its traits) after ``base`` with the
+    nearest-neighbour coefficient ``c`` (seconds, ``c n_0 n_+ / k``; unused by a stage priced
+    ``engine_on_increment``). ``split`` as in :func:`incremental_cost_model`."""
+    if stage.cost not in STAGE_COSTS:
+        raise ValueError(f"unknown stage cost {stage.cost!r}; known: {', '.join(STAGE_COSTS)}")
+    if stage.cost == "engine_on_increment":
+        # the increment's engine: MDAV by default, whatever the base's
         return TwoStageCost(split or base)
     return NearestNeighbourCost(c=c, k=k, split=(split or base)
-                                if stage in ("nn_split_mid", "nn_split_end") else None)
+                                if stage.cost == "nearest_neighbour_split" else None)
 
 
 def incremental_cost_model(
-    stage: str,
+    stage: PricedStage,
     base: PowerLaw,
     m: int,
     k: int,
@@ -286,11 +306,13 @@ def incremental_cost_model(
     clock: Callable[[], float] = time.perf_counter,
     split: PowerLaw | None = None,
 ) -> TwoStageCost | NearestNeighbourCost:
-    """The cost model of incremental ``stage`` with ``base`` the base engine's model.
+    """The cost model of incremental ``stage`` (its traits: how it is priced, ``stage.cost``)
+    with ``base`` the base engine's model.
 
-    ``two_stage`` (2MDAV) costs the base engine on the increment: :class:`TwoStageCost`. The
-    nearest-neighbour stages cost ``c n_0 n_+ / k`` (:class:`NearestNeighbourCost`, with the
-    splitting term for ``nn_split_mid`` and ``nn_split_end``), ``c`` timed here on one
+    A stage priced ``engine_on_increment`` (``two_stage``, 2MDAV) costs the base engine on the
+    increment: :class:`TwoStageCost`. The nearest-neighbour stages cost ``c n_0 n_+ / k``
+    (:class:`NearestNeighbourCost`, with the splitting term for those priced
+    ``nearest_neighbour_split``: ``nn_split_mid`` and ``nn_split_end``), ``c`` timed here on one
     synthetic run and multiplied by the contention measured on the base engine's real runs
     (``base.contention``): ``partition(X, k)`` (MDAV) labels a Gaussian base of ``max(20 k, 20000)``
     records and ``run_stage(base, base_labels, increment, k)`` adjoins ``max(k, 2000)`` more.
@@ -299,7 +321,7 @@ def incremental_cost_model(
     runs on the increment (the stage's ``engine`` parameter, MDAV by default); None takes
     ``base``.
     """
-    if stage == "two_stage":
+    if stage.cost == "engine_on_increment":
         return stage_cost_model(stage, base, k, 0.0, split)
     rng = np.random.default_rng(1)
     n0, n_plus = max(20 * k, 20_000), max(k, 2_000)

@@ -1,10 +1,12 @@
-"""What the planner knows of a base engine, as plain data.
+"""What the planner knows of a base engine and of an incremental stage, as plain data.
 
-The engines' facts belong to the engines: each declares them where it registers
-(``streamanon.registry.Entry``). The scheduler imports nothing of streamanon, so the service
-reads them from the registry and hands them here as :class:`EngineTraits`; the planner's
-quality model (:mod:`scheduler.quality`), its choice of engine (:mod:`scheduler.choice`) and
-the provisional cost models read them from these values and from no table of their own.
+The engines' and the stages' facts belong to them: each declares them where it registers
+(``streamanon.registry.Entry``: an engine's ``EngineTags``, a stage's ``StageTags``). The
+scheduler imports nothing of streamanon, so the service reads them from the registries and
+hands them here as :class:`EngineTraits` and :class:`StageTraits`; the planner's quality model
+(:mod:`scheduler.quality`), its choice of engine and stage (:mod:`scheduler.choice`), the
+stages' cost models (:mod:`scheduler.cost_model`) and the provisional cost models read them
+from these values and from no table of their own.
 
 Everything here is pure: numbers in, numbers out.
 """
@@ -12,10 +14,12 @@ Everything here is pure: numbers in, numbers out.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from scheduler.cost_model import PowerLaw
+from scheduler.cost_model import STAGE_COSTS, PowerLaw
 
 #: The width and anonymity parameter the provisional cost models are stated at.
 PROVISIONAL_M, PROVISIONAL_K = 15, 10
@@ -53,3 +57,43 @@ def auto_engines(engines: Iterable[EngineTraits]) -> tuple[EngineTraits, ...]:
     """The engines ``engine = "auto"`` chooses from, quality first (the least one-shot loss,
     then by name): the planner's order of preference among plans of equal loss."""
     return tuple(sorted((e for e in engines if e.auto), key=lambda e: (e.one_shot_loss, e.name)))
+
+
+@dataclass(frozen=True)
+class StageTraits:
+    """An incremental stage as the planner sees it; ``name`` is the stage's name, the one
+    configurations, plans and reports give.
+
+    ``nu_grid`` and ``added_loss`` are its loss curve: the information loss it adds over its
+    base engine's one-shot loss at each ratio nu of the grid, linear in between
+    (:func:`scheduler.quality.expected_delta`). ``cost`` is how the planner prices it, one of
+    :data:`scheduler.cost_model.STAGE_COSTS` (:func:`scheduler.cost_model.stage_cost_model`).
+    ``auto_rank`` says that ``incremental = "auto"`` may pick it and in which order of
+    preference (lower first; None: never)."""
+
+    name: str
+    nu_grid: tuple[float, ...]
+    added_loss: tuple[float, ...]
+    cost: str
+    auto_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        nu, loss = self.nu_grid, self.added_loss
+        if len(nu) < 2 or len(nu) != len(loss):
+            raise ValueError(f"{self.name}: nu_grid and added_loss must have the same length, "
+                             "two or more")
+        if not (0.0 <= nu[0] and nu[-1] <= 1.0
+                and all(a < b for a, b in itertools.pairwise(nu))):
+            raise ValueError(f"{self.name}: nu_grid must increase within [0, 1]")
+        if not all(math.isfinite(x) for x in loss):
+            raise ValueError(f"{self.name}: added_loss must be finite")
+        if self.cost not in STAGE_COSTS:
+            raise ValueError(f"{self.name}: cost must be one of {', '.join(STAGE_COSTS)}, got "
+                             f"{self.cost!r}")
+
+
+def auto_stages(stages: Iterable[StageTraits]) -> tuple[StageTraits, ...]:
+    """The stages ``incremental = "auto"`` chooses from, in their order of preference (their
+    ``auto_rank``, then by name): the planner's order among plans of equal loss."""
+    return tuple(sorted((s for s in stages if s.auto_rank is not None),
+                        key=lambda s: (s.auto_rank, s.name)))

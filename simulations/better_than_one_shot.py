@@ -71,18 +71,19 @@ def planned_nus(n: int, m: int, k: int, arrival_coefficient: float, deadline: fl
     from scheduler.choice import Option, choose
     from scheduler.cost_model import calibrate, incremental_cost_model
     from streamanon.engines import get_engine
-    from streamanon.service.engine_traits import engine_traits
+    from streamanon.service.engine_traits import engine_traits, stage_traits
 
     models = {engine: calibrate(get_engine(engine).function, m, k,
                                 budget_seconds=calibration_seconds).model
               for engine in ("mdav", "ona_star")}
+    nn_split_end = stage_traits("nn_split_end")
     options = [Option(engine_traits(engine), models[engine], incremental_cost_model(
-        "nn_split_end", models[engine], m, k, partition=lambda X, k: run_engine("mdav", X, k),
+        nn_split_end, models[engine], m, k, partition=lambda X, k: run_engine("mdav", X, k),
         run_stage=lambda b, bl, inc, k: run_stage("nn_split_end", b, bl, inc, k),
         split=models["mdav"])) for engine in ("ona_star", "mdav")]  # MDAV splits after both
     forecast = UniformForecast.from_arrival_coefficient(n, arrival_coefficient,
                                                         options[1].base_cost(n))
-    choice = choose(forecast, options, k=k, stage="nn_split_end", deadline=deadline,
+    choice = choose(forecast, options, k=k, stage=nn_split_end, deadline=deadline,
                     overhead=False)
     return {p.engine: p.nu for p in choice.candidates}, choice.reason
 

@@ -104,6 +104,7 @@ from streamanon.engines import get_engine, run_engine
 from streamanon.incremental import run_stage
 from streamanon.incremental.run import TwoStageRun
 from streamanon.metrics import distortion
+from streamanon.service.engine_traits import stage_traits
 
 COMMAND = "python -m simulations.sweep"
 SURVEY_SECONDS = 10 * 3600.0
@@ -178,7 +179,7 @@ def cost_models(calibration_seconds: float, stage: str = "nn_split_end",
         samples = [(int(n), float(t)) for n, t in saved["calibration"]]
     factor = SLOW_T_REF / base(SLOW_AT)
     slow_base = replace(base, a=base.a * factor)  # the same fit, interval and all
-    if stage == "two_stage":
+    if stage_traits(stage).cost == "engine_on_increment":  # 2MDAV
         incremental: IncrementalCost = TwoStageCost(base)
         slow_incremental: IncrementalCost = TwoStageCost(slow_base)
     elif saved is not None and saved.get("c") is not None:
@@ -186,7 +187,7 @@ def cost_models(calibration_seconds: float, stage: str = "nn_split_end",
         slow_incremental = NearestNeighbourCost(c=incremental.c * factor, k=K, split=slow_base)
     else:
         incremental = incremental_cost_model(  # as the service fits it
-            stage, base, M, K, partition=functools.partial(run_engine, "mdav"),
+            stage_traits(stage), base, M, K, partition=functools.partial(run_engine, "mdav"),
             run_stage=functools.partial(run_stage, stage))
         slow_incremental = NearestNeighbourCost(c=incremental.c * factor, k=K, split=slow_base)
     return {

@@ -1,7 +1,15 @@
-"""A name -> function registry, shared by the engines and the incremental stages."""
+"""A name -> function registry, shared by the engines and the incremental stages.
+
+Each entry carries the traits of its kind in a group of its own, as scikit-learn's ``Tags``
+carry ``classifier_tags`` or ``transformer_tags``: an engine's on :class:`EngineTags`
+(``Entry.engine``), a stage's on :class:`StageTags` (``Entry.stage``). An engine entry has no
+stage group and a stage entry no engine group.
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,19 +18,19 @@ from streamanon.errors import ParameterError
 
 Function = Callable[..., Any]
 
+#: How the planner prices an incremental stage (:attr:`StageTags.cost`): ``engine_on_increment``
+#: runs an engine on the increment alone (2MDAV: ``t(n_+)``); ``nearest_neighbour`` adjoins
+#: each late record to a base cell (``c n_0 n_+ / k``); ``nearest_neighbour_split`` adjoins and
+#: then splits the cells that grew to 2k with an engine (that engine's cost on the grown cells
+#: added). The scheduler's copy is ``scheduler.cost_model.STAGE_COSTS`` (neither floor imports
+#: the other; ``tests/test_stage_traits.py`` checks that the two are equal).
+STAGE_COSTS = ("engine_on_increment", "nearest_neighbour", "nearest_neighbour_split")
+
 
 @dataclass(frozen=True)
-class Entry:
-    """A registered function: its name, one-line summary, source and parameters.
-
-    ``per_record`` names the parameters that hold one value per record (a class label, the
-    confidential attributes): callers pass them as data columns and slice them with the rows.
-    ``runtime`` names those that say how to run, not what to compute (where the parts of a
-    partitioned run go): they never select a cost model, and they are Python objects that
-    the caller passes in, not settings of a configuration file.
-
-    An engine's traits, what the service and the planner know of it without running it (the
-    defaults are the cautious ones; a stage leaves them unset):
+class EngineTags:
+    """An engine's traits, what the service and the planner know of it without running it (the
+    defaults are the cautious ones):
 
     - ``mixed``: it works on the Euclidean embedding of nominal data
       (:mod:`streamanon.mixed`), using distances and centroids only; an engine that cuts
@@ -38,6 +46,71 @@ class Entry:
       that run's records (:mod:`streamanon.warmup`); None runs it with its defaults.
     """
 
+    mixed: bool = False
+    one_shot_loss: float = 1.0
+    cost_model: tuple[float, float] | None = None
+    auto: bool = False
+    warmup: Callable[[Any], dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.one_shot_loss > 0:
+            raise ValueError("one_shot_loss must be > 0")
+        if self.cost_model is not None and not (self.cost_model[0] > 0
+                                                and self.cost_model[1] > 0):
+            raise ValueError("cost_model (a, b) must be positive")
+
+
+@dataclass(frozen=True)
+class StageTags:
+    """An incremental stage's traits, what the planner knows of it without running it:
+
+    - ``nu_grid`` and ``added_loss``: its loss curve, the information loss it adds over its
+      base engine's one-shot loss at each ratio nu of the grid (linear in between), as
+      measured (the planner's quality model, :mod:`scheduler.quality`).
+    - ``cost``: how the planner prices it, one of :data:`STAGE_COSTS`.
+    - ``auto_rank``: ``incremental = "auto"`` may pick it, in this order of preference
+      among the stages that declare one (lower first: the better quality, which the choice
+      keeps among plans of equal loss); None: it never picks it.
+    """
+
+    nu_grid: tuple[float, ...]
+    added_loss: tuple[float, ...]
+    cost: str
+    auto_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        nu, loss = self.nu_grid, self.added_loss
+        if len(nu) < 2 or len(nu) != len(loss):
+            raise ValueError("nu_grid and added_loss must have the same length, two or more")
+        if not (0.0 <= nu[0] and nu[-1] <= 1.0
+                and all(a < b for a, b in itertools.pairwise(nu))):
+            raise ValueError("nu_grid must increase within [0, 1]")
+        if not all(math.isfinite(x) for x in loss):
+            raise ValueError("added_loss must be finite")
+        if self.cost not in STAGE_COSTS:
+            raise ValueError(f"cost must be one of {', '.join(STAGE_COSTS)}, got {self.cost!r}")
+        if self.auto_rank is not None and not (isinstance(self.auto_rank, int)
+                                               and self.auto_rank >= 0):
+            raise ValueError(f"auto_rank must be None or an integer >= 0, got "
+                             f"{self.auto_rank!r}")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registered function: its name, one-line summary, source and parameters, and the
+    traits of its kind (``engine`` for an engine, ``stage`` for a stage; the other is None).
+
+    ``per_record`` names the parameters that hold one value per record (a class label, the
+    confidential attributes): callers pass them as data columns and slice them with the rows.
+    ``runtime`` names those that say how to run, not what to compute (where the parts of a
+    partitioned run go): they never select a cost model, and they are Python objects that
+    the caller passes in, not settings of a configuration file.
+
+    An engine's traits are also read on the entry itself (``entry.one_shot_loss`` is
+    ``entry.engine.one_shot_loss``), as they were before they were grouped; on a stage's entry
+    they raise :class:`AttributeError`.
+    """
+
     name: str
     function: Function
     summary: str
@@ -45,49 +118,71 @@ class Entry:
     parameters: dict[str, str] = field(default_factory=dict)
     per_record: frozenset[str] = frozenset()
     runtime: frozenset[str] = frozenset()
-    mixed: bool = False
-    one_shot_loss: float = 1.0
-    cost_model: tuple[float, float] | None = None
-    auto: bool = False
-    warmup: Callable[[Any], dict[str, Any]] | None = None
+    engine: EngineTags | None = None
+    stage: StageTags | None = None
+
+    def _engine_tags(self, trait: str) -> EngineTags:
+        if self.engine is None:
+            raise AttributeError(f"{self.name!r} is not an engine: it has no trait {trait!r}")
+        return self.engine
+
+    @property
+    def mixed(self) -> bool:
+        return self._engine_tags("mixed").mixed
+
+    @property
+    def one_shot_loss(self) -> float:
+        return self._engine_tags("one_shot_loss").one_shot_loss
+
+    @property
+    def cost_model(self) -> tuple[float, float] | None:
+        return self._engine_tags("cost_model").cost_model
+
+    @property
+    def auto(self) -> bool:
+        return self._engine_tags("auto").auto
+
+    @property
+    def warmup(self) -> Callable[[Any], dict[str, Any]] | None:
+        return self._engine_tags("warmup").warmup
 
 
 class Registry:
-    """Functions registered by name; ``kind`` names them in error messages."""
+    """Functions registered by name; ``kind`` names them in error messages, ``group`` is
+    the traits group its entries carry (``"engine"`` or ``"stage"``)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, group: str) -> None:
+        if group not in ("engine", "stage"):
+            raise ValueError(f"group must be 'engine' or 'stage', got {group!r}")
         self.kind = kind
+        self.group = group
         self._entries: dict[str, Entry] = {}
 
     def register(self, name: str, *, summary: str, source: str,
                  parameters: dict[str, str] | None = None,
                  per_record: tuple[str, ...] = (),
-                 runtime: tuple[str, ...] = (), mixed: bool = False,
-                 one_shot_loss: float = 1.0, cost_model: tuple[float, float] | None = None,
-                 auto: bool = False,
-                 warmup: Callable[[Any], dict[str, Any]] | None = None,
+                 runtime: tuple[str, ...] = (),
+                 traits: EngineTags | StageTags,
                  ) -> Callable[[Function], Function]:
-        """Decorator that adds a function under ``name``, with its traits (:class:`Entry`)."""
-        if not one_shot_loss > 0:
-            raise ValueError(f"{self.kind} {name!r}: one_shot_loss must be > 0")
-        if cost_model is not None and not (cost_model[0] > 0 and cost_model[1] > 0):
-            raise ValueError(f"{self.kind} {name!r}: cost_model (a, b) must be positive")
+        """Decorator that adds a function under ``name``, with the ``traits`` of this
+        registry's group (:class:`EngineTags` or :class:`StageTags`)."""
+        expected = EngineTags if self.group == "engine" else StageTags
+        if not isinstance(traits, expected):
+            raise TypeError(f"{self.kind} {name!r}: its traits must be {expected.__name__}, "
+                            f"got {type(traits).__name__}")
 
         def decorate(function: Function) -> Function:
             if name in self._entries:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._entries[name] = Entry(
                 name, function, summary, source, dict(parameters or {}), frozenset(per_record),
-                frozenset(runtime), mixed=mixed, one_shot_loss=float(one_shot_loss),
-                cost_model=None if cost_model is None else (float(cost_model[0]),
-                                                            float(cost_model[1])),
-                auto=auto, warmup=warmup)
+                frozenset(runtime), **{self.group: traits})
             return function
 
         return decorate
 
     def unregister(self, name: str) -> None:
-        """Remove ``name`` (a test's engine, registered for the test alone)."""
+        """Remove ``name`` (a test's engine or stage, registered for the test alone)."""
         del self._entries[name]
 
     def all(self) -> list[Entry]:

@@ -243,8 +243,10 @@ def _request(args: argparse.Namespace, engine: str) -> PlanRequest:
     incremental run, the earliest release (nu*) and the compute alone, as the closed forms;
     the default plan, the deadline's and ``--engine auto``'s choice are this request with
     their bound, deadline or engine."""
-    return PlanRequest(k=args.k, engine=engine, stage="two_stage", max_delta=None,
-                       overhead=False)
+    from streamanon.service.engine_traits import stage_traits
+
+    return PlanRequest(k=args.k, engine=engine, stage="two_stage",
+                       stage_traits=stage_traits("two_stage"), max_delta=None, overhead=False)
 
 
 def _chosen(planned: tuple[Plan, Choice | None]) -> Choice:

@@ -15,16 +15,34 @@ import numpy as np
 
 from streamanon.errors import InputError, ParameterError
 from streamanon.metrics import check_partition
-from streamanon.registry import Entry, Registry
+from streamanon.registry import EngineTags, Entry, Function, Registry
 
 EngineFunction = Callable[..., np.ndarray]
 EngineInfo = Entry
 
-_ENGINES = Registry("engine")
-register = _ENGINES.register
+_ENGINES = Registry("engine", "engine")
 available_engines = _ENGINES.all
 get_engine = _ENGINES.get
 unregister = _ENGINES.unregister
+
+
+def register(name: str, *, summary: str, source: str,
+             parameters: dict[str, str] | None = None, per_record: tuple[str, ...] = (),
+             runtime: tuple[str, ...] = (), mixed: bool = False, one_shot_loss: float = 1.0,
+             cost_model: tuple[float, float] | None = None, auto: bool = False,
+             warmup: Callable[[Any], dict[str, Any]] | None = None,
+             ) -> Callable[[Function], Function]:
+    """Decorator that registers an engine under ``name`` with its traits, kept on its entry as
+    :class:`~streamanon.registry.EngineTags` (``entry.engine``: what each trait means)."""
+    try:
+        traits = EngineTags(mixed=mixed, one_shot_loss=float(one_shot_loss),
+                            cost_model=None if cost_model is None else (float(cost_model[0]),
+                                                                        float(cost_model[1])),
+                            auto=auto, warmup=warmup)
+    except ValueError as exc:
+        raise ValueError(f"engine {name!r}: {exc}") from None
+    return _ENGINES.register(name, summary=summary, source=source, parameters=parameters,
+                             per_record=per_record, runtime=runtime, traits=traits)
 
 
 def validate_input(X: np.ndarray, k: int) -> np.ndarray:

@@ -23,6 +23,7 @@ own, so ``two_stage`` adjoins it (``nn``).
 from streamanon.incremental import nn as _nn  # noqa: F401
 from streamanon.incremental import two_stage as _two_stage  # noqa: F401
 from streamanon.incremental.base import (
+    LOSS_NU,
     StageFunction,
     StageInfo,
     available_stages,
@@ -31,9 +32,11 @@ from streamanon.incremental.base import (
     register_stage,
     run_stage,
     union_one_shot,
+    unregister_stage,
 )
 
 __all__ = [
+    "LOSS_NU",
     "StageFunction",
     "StageInfo",
     "available_stages",
@@ -42,4 +45,5 @@ __all__ = [
     "register_stage",
     "run_stage",
     "union_one_shot",
+    "unregister_stage",
 ]

@@ -1,27 +1,51 @@
 """The incremental-stage registry, the small-base rule and the one-shot fallback.
 
-Each stage module registers itself here (:func:`register_stage`); :mod:`streamanon.incremental`
-imports them all and re-exports this module's names. Imports the core's leaves and the engine
-registry, never a stage module.
+Each stage module registers itself here (:func:`register_stage`), with its traits (its loss
+curve, how the planner prices it, whether ``incremental = "auto"`` may pick it);
+:mod:`streamanon.incremental` imports them all and re-exports this module's names. Imports the
+core's leaves and the engine registry, never a stage module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from streamanon.errors import InputError
 from streamanon.metrics import check_partition
-from streamanon.registry import Entry, Registry
+from streamanon.registry import Entry, Function, Registry, StageTags
 
 StageFunction = Callable[..., np.ndarray]
 StageInfo = Entry
 
-_STAGES = Registry("incremental stage")
-register_stage = _STAGES.register
+_STAGES = Registry("incremental stage", "stage")
 available_stages = _STAGES.all
 get_stage = _STAGES.get
+unregister_stage = _STAGES.unregister
+
+#: The ratios nu at which the stages' added loss was measured (each stage's ``nu_grid``):
+#: over an MDAV base, m = 15, k = 10, 50,000 Gaussian records (the "engines and incremental
+#: stages" page of the documentation).
+LOSS_NU = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 0.9, 1.0)
+
+
+def register_stage(name: str, *, summary: str, source: str,
+                   parameters: dict[str, str] | None = None,
+                   nu_grid: Sequence[float], added_loss: Sequence[float], cost: str,
+                   auto_rank: int | None = None) -> Callable[[Function], Function]:
+    """Decorator that registers a stage under ``name`` with its traits, kept on its entry as
+    :class:`~streamanon.registry.StageTags` (``entry.stage``: what each trait means): its
+    loss curve (``added_loss`` at the ratios ``nu_grid``), how the planner prices it
+    (``cost``) and whether ``incremental = "auto"`` may pick it (``auto_rank``)."""
+    try:
+        traits = StageTags(nu_grid=tuple(float(x) for x in nu_grid),
+                           added_loss=tuple(float(x) for x in added_loss), cost=cost,
+                           auto_rank=auto_rank)
+    except ValueError as exc:
+        raise ValueError(f"incremental stage {name!r}: {exc}") from None
+    return _STAGES.register(name, summary=summary, source=source, parameters=parameters,
+                            traits=traits)
 
 
 def run_stage(name: str, base: np.ndarray, base_labels: np.ndarray, increment: np.ndarray,

@@ -95,7 +95,8 @@ class SurveyConfig(PrivateSettings, _Strict):
     # "auto": the planner chooses ONA* when its base run fits, else MDAV (scheduler.choice)
     engine: str = "auto"
     engine_params: dict[str, Any] = Field(default_factory=dict)
-    # "auto": the planner chooses NN-split-end or 2MDAV (scheduler.choice.AUTO_STAGES) by the
+    # "auto": the planner chooses NN-split-end or 2MDAV (the stages whose traits give an
+    # auto_rank: streamanon.service.engine_traits.auto_stage_names) by the
     # same objective as nu, and the stage is fixed at close from the real counts.
     incremental: str = "auto"
     incremental_params: dict[str, Any] = Field(default_factory=dict)
@@ -469,11 +470,10 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
 def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
                  source: str = "configuration", require_secrets: bool = True) -> Config:
     """Validate a parsed TOML document with environment overrides and secrets."""
-    from scheduler.choice import AUTO_STAGES
     from streamanon.engines import available_engines
     from streamanon.incremental import available_stages
     from streamanon.mixed import mixed_engines
-    from streamanon.service.engine_traits import auto_engine_names
+    from streamanon.service.engine_traits import auto_engine_names, auto_stage_names
 
     env = os.environ if env is None else env
     raw = {key: (dict(value) if isinstance(value, dict) else value) for key, value in raw.items()}
@@ -539,7 +539,8 @@ def parse_config(raw: dict[str, Any], env: Mapping[str, str] | None = None, *,
                 if survey.incremental_params:
                     problems.append(f"{where}.incremental_params: incremental \"auto\" takes "
                                     f"no parameters (it chooses between "
-                                    f"{' and '.join(AUTO_STAGES)} with their defaults)")
+                                    f"{' and '.join(auto_stage_names())} with their "
+                                    "defaults)")
             elif survey.incremental not in stages:
                 problems.append(f"{where}.incremental: unknown stage {survey.incremental!r}; "
                                 f"available: auto, {', '.join(sorted(stages))}")

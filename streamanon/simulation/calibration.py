@@ -15,11 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scheduler.choice import AUTO_STAGES, Option
+from scheduler.choice import Option
 from scheduler.cost_model import CostModelStore, calibrate, incremental_cost_model, time_engine
 from streamanon.engines import get_engine, run_engine
 from streamanon.incremental import run_stage
-from streamanon.service.engine_traits import engine_traits
+from streamanon.service.engine_traits import auto_stage_traits, engine_traits, stage_traits
 from streamanon.service.machine import load_meter
 from streamanon.service.planning import EXTEND_REACH
 
@@ -79,19 +79,21 @@ def extend_calibration(out: Path, engine: str, m: int, k: int, target: float,
 
 def stage_model(incremental: str, base: Any, m: int, k: int, split: Any = None) -> Any:
     """The cost model of the ``incremental`` stage after a base engine whose model is
-    ``base`` (:func:`scheduler.cost_model.incremental_cost_model`; timed here, a second or
-    two)."""
+    ``base`` (:func:`scheduler.cost_model.incremental_cost_model`, priced by the stage's
+    traits; timed here, a second or two)."""
     return incremental_cost_model(
-        incremental, base, m, k, partition=functools.partial(run_engine, "mdav"),
+        stage_traits(incremental), base, m, k, partition=functools.partial(run_engine, "mdav"),
         run_stage=functools.partial(run_stage, incremental), split=split)
 
 
 def candidates(models: dict[str, Any], incremental: str, m: int, k: int,
                split: Any = None) -> list[Option]:
     """The planner's candidates (:func:`scheduler.choice.choose`): every engine of ``models``
-    with the ``incremental`` stage, or with each of :data:`~scheduler.choice.AUTO_STAGES`
-    when it is ``"auto"``."""
-    stages = AUTO_STAGES if incremental == "auto" else (None,)
+    with the ``incremental`` stage, or with each of the stages ``incremental = "auto"`` picks
+    from (:func:`~streamanon.service.engine_traits.auto_stage_traits`) when it is
+    ``"auto"``."""
+    stages = auto_stage_traits() if incremental == "auto" else (None,)
     return [Option(engine_traits(engine), model,
-                   stage_model(stage or incremental, model, m, k, split), stage)
+                   stage_model(incremental if stage is None else stage.name, model, m, k,
+                               split), stage)
             for engine, model in models.items() for stage in stages]

@@ -13,11 +13,14 @@ from scheduler.cost_model import PowerLaw, TwoStageCost
 from streamanon.engines import run_engine
 from streamanon.incremental import run_stage
 from streamanon.metrics import distortion, standardise
-from streamanon.service.engine_traits import engine_traits
+from streamanon.service.engine_traits import engine_traits, stage_traits
 
 #: The engines as the planner sees them: their traits from the engine registry.
 MDAV_T = engine_traits("mdav")
 ONA_T = engine_traits("ona_star")
+#: The stages as the planner sees them: their traits from the stage registry.
+NNSE_T = stage_traits("nn_split_end")
+TWO_T = stage_traits("two_stage")
 
 K = 10
 MDAV = PowerLaw(a=4e-7, b=1.45)       # about 19 s at 200,000
@@ -34,7 +37,7 @@ def survey(n: int, hours: float) -> UniformForecast:
 
 
 def test_the_quality_engine_is_chosen_when_its_base_run_fits_in_the_survey():
-    choice = choose(survey(200_000, 2), options(FAST_ONA), k=K, stage="nn_split_end")
+    choice = choose(survey(200_000, 2), options(FAST_ONA), k=K, stage=NNSE_T)
     assert choice.engine == "ona_star" and choice.plan.engine == "ona_star"
     assert choice.fits == (True, True)
     assert choice.plan.expected_delta < choice.candidates[1].expected_delta
@@ -43,14 +46,14 @@ def test_the_quality_engine_is_chosen_when_its_base_run_fits_in_the_survey():
 
 def test_mdav_is_chosen_when_ona_would_leave_the_release_waiting():
     # a 20-minute survey cannot hold a 1,200 s base run: ONA*'s plan keeps most records late
-    choice = choose(survey(200_000, 1 / 3), options(SLOW_ONA), k=K, stage="nn_split_end")
+    choice = choose(survey(200_000, 1 / 3), options(SLOW_ONA), k=K, stage=NNSE_T)
     assert choice.engine == "mdav" and choice.fits == (False, True)
     assert "does not fit" in choice.reason
 
 
 def test_under_a_deadline_the_plan_that_meets_it_with_less_loss_wins():
     # one-shot at close (the close has passed): ONA* alone meets a 10-minute deadline
-    now = dict(k=K, stage="nn_split_end", seconds_to_close=0.0)
+    now = dict(k=K, stage=NNSE_T, seconds_to_close=0.0)
     roomy = choose(survey(200_000, 1), options(FAST_ONA), deadline=600.0, **now)
     assert roomy.engine == "ona_star" and roomy.plan.meets_deadline
     tight = choose(survey(200_000, 1), options(FAST_ONA), deadline=30.0, **now)
@@ -59,7 +62,7 @@ def test_under_a_deadline_the_plan_that_meets_it_with_less_loss_wins():
 
 
 def test_when_nothing_meets_the_deadline_the_earliest_release_wins():
-    choice = choose(survey(200_000, 1), options(SLOW_ONA), k=K, stage="nn_split_end",
+    choice = choose(survey(200_000, 1), options(SLOW_ONA), k=K, stage=NNSE_T,
                     deadline=0.5, seconds_to_close=0.0)
     assert choice.fits == (False, False) and choice.engine == "mdav"
     assert choice.reason.startswith("no engine meets the deadline")
@@ -67,7 +70,7 @@ def test_when_nothing_meets_the_deadline_the_earliest_release_wins():
 
 def test_the_refinement_does_not_widen_the_slack_without_a_deadline():
     # the 20-minute survey again: 10 minutes of refinement are the same for both candidates
-    choice = choose(survey(200_000, 1 / 3), options(SLOW_ONA), k=K, stage="nn_split_end",
+    choice = choose(survey(200_000, 1 / 3), options(SLOW_ONA), k=K, stage=NNSE_T,
                     refine=600.0)
     assert choice.engine == "mdav" and choice.fits == (False, True)
     assert choice.plan.refine_seconds == 600.0
@@ -75,18 +78,18 @@ def test_the_refinement_does_not_widen_the_slack_without_a_deadline():
 
 def test_no_candidates_is_an_error():
     with pytest.raises(ValueError, match="no candidate"):
-        choose(survey(1000, 1), [], k=K, stage="nn")
+        choose(survey(1000, 1), [], k=K, stage=stage_traits("nn"))
 
 
 def test_the_expected_delta_follows_the_measured_tables():
-    assert expected_delta(MDAV_T, "nn_split_end", 0.0) == 0.0
-    assert expected_delta(MDAV_T, "nn_split_end", 0.1) == pytest.approx(0.021)
-    assert expected_delta(MDAV_T, "two_stage", 0.1) == pytest.approx(0.0485)
-    assert expected_delta(ONA_T, "nn_split_end", 0.0) == pytest.approx(-0.14)
+    assert expected_delta(MDAV_T, NNSE_T, 0.0) == 0.0
+    assert expected_delta(MDAV_T, NNSE_T, 0.1) == pytest.approx(0.021)
+    assert expected_delta(MDAV_T, TWO_T, 0.1) == pytest.approx(0.0485)
+    assert expected_delta(ONA_T, NNSE_T, 0.0) == pytest.approx(-0.14)
     # docs/benchmarks/refinement.md: ONA* base + NN-split-end at nu = 0.1 measured -10.3 %
     # (Gaussian), -11.0 % (census)
-    assert -0.12 < expected_delta(ONA_T, "nn_split_end", 0.1) < -0.10
-    deltas = [expected_delta(ONA_T, "nn_split_end", nu) for nu in (0.01, 0.1, 0.2, 0.3)]
+    assert -0.12 < expected_delta(ONA_T, NNSE_T, 0.1) < -0.10
+    deltas = [expected_delta(ONA_T, NNSE_T, nu) for nu in (0.01, 0.1, 0.2, 0.3)]
     assert deltas == sorted(deltas)
 
 
@@ -103,9 +106,9 @@ def test_the_quality_model_ranks_the_engines_as_a_measurement_does(nu):
         base = run_engine(engine, X[:n0], K)
         labels = run_stage("nn_split_end", X[:n0], base, X[n0:], K)
         measured[engine] = distortion(X, labels) / reference - 1
-        model = expected_delta(engine_traits(engine), "nn_split_end", nu)
+        model = expected_delta(engine_traits(engine), NNSE_T, nu)
         assert measured[engine] == pytest.approx(model, abs=0.03), engine
-    model = {e: expected_delta(engine_traits(e), "nn_split_end", nu) for e in measured}
+    model = {e: expected_delta(engine_traits(e), NNSE_T, nu) for e in measured}
     assert (measured["ona_star"] < measured["mdav"]) == (model["ona_star"] < model["mdav"])
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from scheduler.cost_model import PRIOR_DOF, Calibration, CostModelStore, PowerLaw, calibrate
+from streamanon.service.engine_traits import stage_traits
 
 
 def test_power_law_fit_recovers_exponent():
@@ -148,7 +149,8 @@ def test_two_stage_costs_the_base_engine_on_the_increment_and_times_nothing():
         raise AssertionError("two_stage needs no timing run")
 
     engine = PowerLaw(a=1e-6, b=1.5)
-    model = incremental_cost_model("two_stage", engine, 5, 10, partition=fail, run_stage=fail)
+    model = incremental_cost_model(stage_traits("two_stage"), engine, 5, 10, partition=fail,
+                                   run_stage=fail)
     assert model == TwoStageCost(engine)
 
 
@@ -170,7 +172,7 @@ def test_nearest_neighbour_stage_is_timed_once_on_synthetic_data(stage, splits):
     def run_stage(base, labels, increment, k):
         calls.append(("stage", base.shape, labels.shape, increment.shape, k))
 
-    model = incremental_cost_model(stage, engine, 4, 10, partition=partition,
+    model = incremental_cost_model(stage_traits(stage), engine, 4, 10, partition=partition,
                                    run_stage=run_stage, clock=lambda: next(ticks))
     assert calls == [("partition", (20_000, 4), 10)] + [
         ("stage", (20_000, 4), (20_000,), (2_000, 4), 10)] * 2
@@ -319,7 +321,8 @@ def test_the_contention_measured_on_the_base_engine_applies_to_a_nearest_neighbo
 
     def stage(engine: PowerLaw) -> object:
         ticks = iter([0.0, 5.0, 10.0, 12.0])
-        return incremental_cost_model("nn", engine, 4, 10, partition=lambda X, k: None,
+        return incremental_cost_model(stage_traits("nn"), engine, 4, 10,
+                                      partition=lambda X, k: None,
                                       run_stage=lambda *args: None, clock=lambda: next(ticks))
 
     engine = PowerLaw.fit(CALIBRATION_NS, 2e-8 * CALIBRATION_NS**1.5)

@@ -9,15 +9,18 @@ import pytest
 
 from scheduler import live
 from scheduler.arrivals import ArrivalEstimator, UniformForecast
-from scheduler.choice import AUTO_STAGES, Option, choose, choose_stage
+from scheduler.choice import Option, choose, choose_stage
 from scheduler.cost_model import NearestNeighbourCost, PowerLaw, TwoStageCost
 from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead, StepCost
 from scheduler.quality import DEFAULT_MAX_DELTA, QualityBound, delta_against_one_shot
-from streamanon.service.engine_traits import engine_traits
+from streamanon.service.engine_traits import auto_stage_traits, engine_traits, stage_traits
 
 #: The engines as the planner sees them: their traits from the engine registry.
 MDAV_T = engine_traits("mdav")
 ONA_T = engine_traits("ona_star")
+#: The stages as the planner sees them: their traits from the stage registry.
+NNSE_T = stage_traits("nn_split_end")
+TWO_T = stage_traits("two_stage")
 
 K = 10
 N = 1_000_000
@@ -30,18 +33,17 @@ UNIFORM = UniformForecast(total=N, pace=N / OPEN)
 
 
 def test_the_quality_bound_is_the_largest_ratio_within_the_loss_bound():
-    for engine, stage in [(MDAV_T, "nn_split_end"), (ONA_T, "nn_split_end"),
-                          (MDAV_T, "two_stage")]:
+    for engine, stage in [(MDAV_T, NNSE_T), (ONA_T, NNSE_T), (MDAV_T, TWO_T)]:
         bound = QualityBound(engine, stage)
         nu = bound.max_ratio()
         assert 0 < nu < 1
         assert bound.delta(nu) == pytest.approx(DEFAULT_MAX_DELTA, abs=1e-6)
         assert bound.delta(0.9 * nu) < DEFAULT_MAX_DELTA < bound.delta(1.1 * nu)
     # against the same engine's one-shot: nothing late, nothing lost
-    assert delta_against_one_shot(ONA_T, "nn_split_end", 0.0) == pytest.approx(0.0)
-    assert QualityBound(MDAV_T, "nn_split_end", max_delta=1.0).max_ratio() == 1.0
+    assert delta_against_one_shot(ONA_T, NNSE_T, 0.0) == pytest.approx(0.0)
+    assert QualityBound(MDAV_T, NNSE_T, max_delta=1.0).max_ratio() == 1.0
     with pytest.raises(ValueError):
-        QualityBound(MDAV_T, "nn_split_end", max_delta=-0.1)
+        QualityBound(MDAV_T, NNSE_T, max_delta=-0.1)
 
 
 def test_at_a_million_the_default_plan_leaves_a_small_increment_where_the_earliest_one_did_not():
@@ -51,9 +53,9 @@ def test_at_a_million_the_default_plan_leaves_a_small_increment_where_the_earlie
     assert earliest.nu > 0.9  # the degenerate plan is still what time alone chooses
     stage = TwoStageCost(MDAV)
     default = live.plan(UNIFORM, MDAV, stage, k=K, seconds_to_close=OPEN,
-                        quality=QualityBound(MDAV_T, "two_stage"))
+                        quality=QualityBound(MDAV_T, TWO_T))
     assert 0 < default.nu <= default.nu_limit < 0.25
-    assert delta_against_one_shot(MDAV_T, "two_stage", default.nu) <= DEFAULT_MAX_DELTA
+    assert delta_against_one_shot(MDAV_T, TWO_T, default.nu) <= DEFAULT_MAX_DELTA
     # the late records' loading and gate are in the plan's time after close
     assert default.overhead_seconds == pytest.approx(
         DEFAULT_OVERHEAD.late_part(default.nu * N))
@@ -68,9 +70,9 @@ def test_at_a_million_the_default_plan_leaves_a_small_increment_where_the_earlie
 
 
 def test_the_default_chooses_2mdav_at_a_million_and_nn_split_end_where_it_is_cheap():
-    options = [Option(MDAV_T, MDAV, NN, "nn_split_end"),
-               Option(MDAV_T, MDAV, TwoStageCost(MDAV), "two_stage")]
-    big = choose(UNIFORM, options, k=K, stage="auto", seconds_to_close=OPEN)
+    options = [Option(MDAV_T, MDAV, NN, NNSE_T),
+               Option(MDAV_T, MDAV, TwoStageCost(MDAV), TWO_T)]
+    big = choose(UNIFORM, options, k=K, stage=None, seconds_to_close=OPEN)
     assert big.plan.stage == "two_stage"
     # the fixed release steps of a million records (4.2 s, publishing most) bound the gain
     assert big.plan.finish_after_close + live.release_overhead(N) < (
@@ -78,18 +80,18 @@ def test_the_default_chooses_2mdav_at_a_million_and_nn_split_end_where_it_is_che
     small_n = 50_000
     small = choose(UniformForecast(total=small_n, pace=small_n / OPEN),
                    [Option(MDAV_T, PowerLaw.quadratic(20.0, small_n), o.incremental_cost,
-                           o.stage) for o in options], k=K, stage="auto",
+                           o.stage) for o in options], k=K, stage=None,
                    seconds_to_close=OPEN)
     assert small.plan.stage == "nn_split_end"  # cheap enough there: the better quality
 
 
 def test_at_close_the_stage_is_chosen_for_the_real_counts():
-    stages = {"nn_split_end": NN, "two_stage": TwoStageCost(MDAV)}
+    stages = {NNSE_T: NN, TWO_T: TwoStageCost(MDAV)}
     stage, why = choose_stage(950_000, 50_000, stages, engine=MDAV_T)
     assert stage == "two_stage" and "50,000 late records" in why
     stage, _ = choose_stage(9_000, 1_000, stages, engine=MDAV_T)
     assert stage == "nn_split_end"
-    assert list(stages) == list(AUTO_STAGES)
+    assert list(stages) == list(auto_stage_traits())
 
 
 def test_at_close_the_stage_keeps_the_quality_bound_the_ratio_was_planned_under():
@@ -97,12 +99,12 @@ def test_at_close_the_stage_keeps_the_quality_bound_the_ratio_was_planned_under(
     was planned with NN-split-end (+4.2 % expected), and at close 2MDAV, faster, was taken at
     +6.9 % expected; the release came out +6.8 % against its one-shot, over the +5 % bound."""
     mdav = PowerLaw.quadratic(4.8, 200_000)
-    stages = {"nn_split_end": NearestNeighbourCost(c=6.5e-9, k=K, split=mdav),
-              "two_stage": TwoStageCost(mdav)}
+    stages = {NNSE_T: NearestNeighbourCost(c=6.5e-9, k=K, split=mdav),
+              TWO_T: TwoStageCost(mdav)}
     n_base, n_late = 164_113, 35_887
     nu = n_late / (n_base + n_late)
-    assert delta_against_one_shot(MDAV_T, "two_stage", nu) > DEFAULT_MAX_DELTA
-    assert delta_against_one_shot(MDAV_T, "nn_split_end", nu) <= DEFAULT_MAX_DELTA
+    assert delta_against_one_shot(MDAV_T, TWO_T, nu) > DEFAULT_MAX_DELTA
+    assert delta_against_one_shot(MDAV_T, NNSE_T, nu) <= DEFAULT_MAX_DELTA
     stage, why = choose_stage(n_base, n_late, stages, engine=MDAV_T)
     assert stage == "nn_split_end" and "within the +5% bound" in why
     # objective = "earliest": no bound, the faster stage as before
@@ -117,7 +119,7 @@ def test_a_short_one_shot_is_not_beaten_by_a_slower_two_stage_plan():
     fast = PowerLaw.quadratic(0.5, n)
     slow_stage = NearestNeighbourCost(c=6.5e-9, k=K, split=fast)
     plan = live.plan(UniformForecast(total=n, pace=n / 60.0), fast, slow_stage, k=K,
-                     seconds_to_close=60.0, quality=QualityBound(MDAV_T, "nn_split_end"))
+                     seconds_to_close=60.0, quality=QualityBound(MDAV_T, NNSE_T))
     one_shot = fast(n) + DEFAULT_OVERHEAD.late_part(n)
     assert plan.finish_after_close <= one_shot + 1e-9
 
@@ -222,9 +224,9 @@ def replace_nu(plan, nu, **changes):
 def test_at_close_many_late_records_after_a_rush_go_to_2mdav():
     """The counts of a run with a rush before the close: 78,546 late records after a base of
     121,454; NN-split-end's adjoining would cost seconds more than 2MDAV."""
-    stages = {"nn_split_end": NearestNeighbourCost(c=6.5e-9, k=K,
-                                                   split=PowerLaw.quadratic(2.6, 200_000)),
-              "two_stage": TwoStageCost(PowerLaw.quadratic(2.6, 200_000))}
+    stages = {NNSE_T: NearestNeighbourCost(c=6.5e-9, k=K,
+                                           split=PowerLaw.quadratic(2.6, 200_000)),
+              TWO_T: TwoStageCost(PowerLaw.quadratic(2.6, 200_000))}
     stage, _ = choose_stage(121_454, 78_546, stages, engine=MDAV_T)
     assert stage == "two_stage"
 
@@ -294,23 +296,23 @@ def test_a_floor_on_the_ratio_keeps_the_increment_on_a_faster_machine():
     stage = TwoStageCost(MDAV)
     fast = PowerLaw.quadratic(35.58 / 4.4, N)
     free = live.plan(UNIFORM, fast, TwoStageCost(fast), k=K, seconds_to_close=OPEN,
-                     quality=QualityBound(MDAV_T, "two_stage"))
+                     quality=QualityBound(MDAV_T, TWO_T))
     floor = 2 * free.nu
     held = live.plan(UNIFORM, fast, TwoStageCost(fast), k=K, seconds_to_close=OPEN,
-                     quality=QualityBound(MDAV_T, "two_stage"), min_nu=floor)
+                     quality=QualityBound(MDAV_T, TWO_T), min_nu=floor)
     assert held.nu == pytest.approx(floor)
     assert any("min_nu" in w for w in held.warnings)
     # a floor below the plan's own ratio changes nothing
     slow = live.plan(UNIFORM, MDAV, stage, k=K, seconds_to_close=OPEN,
-                     quality=QualityBound(MDAV_T, "two_stage"))
+                     quality=QualityBound(MDAV_T, TWO_T))
     assert live.plan(UNIFORM, MDAV, stage, k=K, seconds_to_close=OPEN,
-                     quality=QualityBound(MDAV_T, "two_stage"),
+                     quality=QualityBound(MDAV_T, TWO_T),
                      min_nu=slow.nu / 2).nu == pytest.approx(slow.nu)
-    options = [Option(MDAV_T, fast, TwoStageCost(fast), "two_stage")]
-    chosen = choose(UNIFORM, options, k=K, stage="auto", seconds_to_close=OPEN, min_nu=floor)
+    options = [Option(MDAV_T, fast, TwoStageCost(fast), TWO_T)]
+    chosen = choose(UNIFORM, options, k=K, stage=None, seconds_to_close=OPEN, min_nu=floor)
     assert chosen.plan.nu == pytest.approx(floor)
     over = live.plan(UNIFORM, fast, TwoStageCost(fast), k=K, seconds_to_close=OPEN,
-                     quality=QualityBound(MDAV_T, "two_stage"), min_nu=0.9)
+                     quality=QualityBound(MDAV_T, TWO_T), min_nu=0.9)
     assert over.nu == pytest.approx(over.nu_limit) and over.nu_limit < 0.9
     assert any("cut to" in w for w in over.warnings)
     with pytest.raises(ValueError, match="min_nu"):

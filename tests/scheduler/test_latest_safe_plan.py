@@ -10,7 +10,7 @@ from scheduler import live
 from scheduler.arrivals import UniformForecast
 from scheduler.overhead import DEFAULT_OVERHEAD
 from scheduler.quality import QualityBound
-from streamanon.service.engine_traits import engine_traits
+from streamanon.service.engine_traits import engine_traits, stage_traits
 
 #: The engines as the planner sees them: their traits from the engine registry.
 MDAV_T = engine_traits("mdav")
@@ -19,7 +19,7 @@ K = 10
 N = 200_000
 OPEN = 120.0
 FORECAST = UniformForecast(total=N, pace=N / OPEN)
-BOUND = QualityBound(MDAV_T, "nn_split_end")
+BOUND = QualityBound(MDAV_T, stage_traits("nn_split_end"))
 
 
 class Linear:
