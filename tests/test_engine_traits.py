@@ -5,9 +5,7 @@ choose it, the warm-up parameters). The toy engine here is registered for each t
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime, timedelta, timezone
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,10 +20,11 @@ from streamanon.service.engine_traits import (
     auto_engine_names,
     engine_traits,
     provisional_model,
+    stage_traits,
 )
 from streamanon.service.planning import SurveyPlanner
-from streamanon.service.runtime import PlanState
 from streamanon.simulation.simulate import service_config
+from tests.service.lifecycle_helpers import running_survey
 
 TOY = "toy_quality"
 #: The toy's traits: better than ONA* (0.86) and its own cost model, far from MDAV's.
@@ -71,7 +70,8 @@ def test_a_new_engine_is_read_with_its_own_traits(toy):
     assert toy in mixed_engines()
     assert auto_engine_names() == (toy, "ona_star", "mdav")  # quality first
     # its own loss, not MDAV's (an engine missing from the old table counted as MDAV: 0)
-    assert expected_delta(traits, "nn_split_end", 0.0) == pytest.approx(TOY_LOSS - 1)
+    assert expected_delta(traits, stage_traits("nn_split_end"), 0.0) == pytest.approx(
+        TOY_LOSS - 1)
     model = provisional_model(toy, 30, 5)
     assert (model.a, model.b) == pytest.approx((TOY_COST[0] * 2 * 2, TOY_COST[1]))
     assert model != provisional_model("mdav", 30, 5)
@@ -87,23 +87,22 @@ def test_the_planner_plans_a_new_engine_with_its_own_traits(toy, tmp_path):
                          http="127.0.0.1:0", engine="auto", incremental="nn_split_end")
     config = parse_config(raw, {}, require_secrets=False)
     sc = config.surveys[0]
-    survey = SimpleNamespace(config=sc, auto_engine=True, lock=threading.Lock(),
-                             plans=PlanState())
-    planner = SurveyPlanner(config, {sc.id: survey}, lambda sid, here: here)
+    survey = running_survey(config, sc)
+    planner = SurveyPlanner(config, lambda sid, here: here)
     models, options = planner.models_for(sc, measure=False)
     assert options is not None
     by_name = {o.engine.name: o for o in options}
     assert set(by_name) == {toy, "ona_star", "mdav"}
     assert by_name[toy].engine.one_shot_loss == TOY_LOSS
     assert (by_name[toy].base_cost.a, by_name[toy].base_cost.b) == pytest.approx(TOY_COST)
-    planner.adopt(sc.id, models, options, measured=False)
+    planner.adopt(survey, models, options, measured=False)
 
-    plan, choice = planner._plan_for(sc.id, live.forecast(2_000, 5.0, 3600.0, 20_000), 3600.0)
+    plan, choice = planner._plan_for(survey, live.forecast(2_000, 5.0, 3600.0, 20_000), 3600.0)
     assert choice is not None and plan.engine == toy, choice.reason
     # priced by its traits: a stand-in with MDAV's loss would be priced 0.3 higher
     assert plan.expected_delta == pytest.approx(
-        expected_delta(EngineTraits(toy, TOY_LOSS), "nn_split_end", plan.nu))
-    assert plan.expected_delta < expected_delta(EngineTraits(toy), "nn_split_end",
+        expected_delta(EngineTraits(toy, TOY_LOSS), stage_traits("nn_split_end"), plan.nu))
+    assert plan.expected_delta < expected_delta(EngineTraits(toy), stage_traits("nn_split_end"),
                                                 plan.nu) - 0.29
 
 

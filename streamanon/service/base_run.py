@@ -151,24 +151,25 @@ async def run_base(survey: RunningSurvey, snapshot_seq: int, started: float, *, 
         work = await asyncio.to_thread(engine_rows, prepared.Z, sc.k)
         steps["prepare"] = time.perf_counter() - step
         step = time.perf_counter()
+        run = release_run(sc, engine=survey.engine, stage=survey.stage)
         if compute.cluster == "local":  # its values kept there
             labels, seconds = await loop.run_in_executor(
-                pool, kept_base_partition, sid, snapshot_seq, release_run(sc), prepared)
+                pool, kept_base_partition, sid, snapshot_seq, run, prepared)
         else:  # the compute process cuts the snapshot and is the cluster's client
             from streamanon.cluster import partitioned_base
 
             labels, seconds = await loop.run_in_executor(
-                pool, partitioned_base, release_run(sc), prepared, compute.cluster,
+                pool, partitioned_base, run, prepared, compute.cluster,
                 compute.part_size, survey.auto_engine and not sc.engine_params)
         steps["engine"] = time.perf_counter() - step
         step = time.perf_counter()
         scaling = prepared.scaling
         cp = Checkpoint(snapshot_seq=snapshot_seq, n_base=len(records), labels=labels,
-                        mean=scaling.mean, scale=scaling.scale, engine=sc.engine,
+                        mean=scaling.mean, scale=scaling.scale, engine=run.engine,
                         seconds=seconds, started_at=started)
         await in_store(store.save_checkpoint, sid, cp)
         if compute.cluster == "local":  # a cluster's time is its parts' and workers'
-            await in_store(planner.observe_base, sc, len(records), seconds, work)
+            await in_store(planner.observe_base, survey, len(records), seconds, work)
         await survey.move(BASE_DONE, f"base run took {seconds:.2f} s")
         steps["checkpoint"] = time.perf_counter() - step
         result.seconds = seconds
@@ -188,5 +189,5 @@ async def run_base(survey: RunningSurvey, snapshot_seq: int, started: float, *, 
         await in_store(store.set_error, sid, f"base run failed: {describe_error(exc)}")
         with contextlib.suppress(StoreError):
             await survey.move(OPEN, "base run failed")
-        planner.unresolve_engine(sid)
+        planner.unresolve_engine(survey)
     return result

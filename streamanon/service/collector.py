@@ -89,19 +89,19 @@ class KafkaCollector:
     retried, nothing is committed, and :attr:`store_paused` reports the store down.
     """
 
-    def __init__(self, config: Config, surveys: dict[str, SurveyIngest],
+    def __init__(self, config: Config, ingests: dict[str, SurveyIngest],
                  dead_letters: DeadLetterSink, *, on_stored: Callable[[str, list[float]], None],
                  consumer_factory: Callable[..., Any] | None = None,
                  on_control: Callable[[bytes | None], Awaitable[Any] | None] | None = None,
                  worker_pool_factory: Callable[[], concurrent.futures.Executor] | None = None,
                  on_restart: Callable[[str], None] | None = None) -> None:
         self.config = config
-        self.surveys = surveys
+        self.ingests = ingests
         self.dead_letters = dead_letters
         self.on_stored = on_stored
         self.on_control = on_control
         self._consumer_factory = consumer_factory
-        self._topics = {config.topic(sid, "responses"): sid for sid in surveys}
+        self._topics = {config.topic(sid, "responses"): sid for sid in ingests}
         self._consumer: Any = None
         self._task: asyncio.Task | None = None
         self._positions: dict[Any, int] = {}
@@ -388,14 +388,13 @@ class KafkaCollector:
         survey_id = self._topics.get(tp.topic)
         if survey_id is None:  # the control topic has no dead letters
             return
-        ingest = self.surveys[survey_id]
+        ingest = self.ingests[survey_id]
         sent = self.dead_letters.send(self.config.topic(survey_id, "deadletter"), Rejection(
             Message(tp.topic, tp.partition, offset, None, b"", None), "unprocessable",
             f"the record could not be read from the broker ({type(exc).__name__}); "
             "its bytes are unknown"))
         ingest.watch_dead_letter(sent, asyncio.get_running_loop())
-        ingest.rejected["unprocessable"] = ingest.rejected.get("unprocessable", 0) + 1
-        ingest.received += 1
+        ingest.count_rejected("unprocessable")
         await asyncio.wait({asyncio.wrap_future(sent)}, timeout=DEAD_LETTER_WAIT)
 
     async def _store_refused(self, exc: BaseException) -> None:
@@ -464,7 +463,7 @@ class KafkaCollector:
         retrying and counts what it gives up)."""
         deliveries: list[concurrent.futures.Future[bool]] = []
         for survey_id, stored, redelivered, rejections, arrived in results:
-            ingest = self.surveys[survey_id]
+            ingest = self.ingests[survey_id]
             if rejections:
                 by_position = {(m.partition, m.offset): m for m in work[survey_id]}
                 dead_topic = self.config.topic(survey_id, "deadletter")
@@ -475,12 +474,10 @@ class KafkaCollector:
                     sent = self.dead_letters.send(dead_topic, rejection)
                     ingest.watch_dead_letter(sent, asyncio.get_running_loop())
                     deliveries.append(sent)
-                    ingest.rejected[reason] = ingest.rejected.get(reason, 0) + 1
+                    ingest.count_rejected(reason)
                 log.info("survey %s: %d message(s) dead-lettered", survey_id, len(rejections))
-            ingest.stored += stored
-            ingest.received += stored + redelivered + len(rejections)
+            ingest.count_batch(stored, redelivered)
             if redelivered:
-                ingest.redelivered += redelivered
                 log.info("survey %s: %d response(s) already stored (redelivered), skipped",
                          survey_id, redelivered)
             if stored:
@@ -496,7 +493,7 @@ class KafkaCollector:
         """The worker's jobs for one batch, each with its survey's closure as it is now. A
         close mark being taken holds them back until it is set (see :meth:`take_close`)."""
         async with self._marking:
-            return [(sid, _columns(msgs), self.surveys[sid].closure)
+            return [(sid, _columns(msgs), self.ingests[sid].closure)
                     for sid, msgs in work.items()]
 
     async def take_close(self, survey_id: str, closed_at: float,
@@ -512,7 +509,7 @@ class KafkaCollector:
         async with self._marking:
             marks = await keep(await self.offsets.ends(self.config.topic(survey_id,
                                                                          "responses")))
-            self.surveys[survey_id].closure = Closure(closed_at, marks)
+            self.ingests[survey_id].close_at_marks(Closure(closed_at, marks))
         return marks
 
     async def drain(self, survey_id: str, marks: dict[int, int]) -> None:

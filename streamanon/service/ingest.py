@@ -215,6 +215,23 @@ class SurveyIngest:
     def _count_unsent(self) -> None:
         self.dead_letters_unsent += 1
 
+    def count_rejected(self, reason: str) -> None:
+        """A message dead-lettered for ``reason`` (received, not stored)."""
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        self.received += 1
+
+    def count_batch(self, stored: int, redelivered: int) -> None:
+        """A batch's responses stored, and those read again and recognised (its dead letters
+        are counted by :meth:`count_rejected`)."""
+        self.stored += stored
+        self.received += stored + redelivered
+        self.redelivered += redelivered
+
+    def close_at_marks(self, closure: Closure) -> None:
+        """This instance's closure: the close and the end offsets taken as its marks
+        (:meth:`~.collector.KafkaCollector.take_close`)."""
+        self.closure = closure
+
 
 # -- the ingest worker process ------------------------------------------------------------------
 

@@ -60,7 +60,6 @@ from streamanon.errors import describe_error
 from streamanon.service.runtime import RunningSurvey
 from streamanon.service.states import CLOSING, RELEASED
 from streamanon.service.store import StoreError, StoreUnavailable
-from streamanon.service.validation import Closure
 
 if TYPE_CHECKING:
     from scheduler.planner import Plan
@@ -529,20 +528,12 @@ class Coordinator:
             st = await service.survey_state(sid)
             if st.close_requested_at is None:
                 continue
-            survey.ingest.closed_at = st.close_requested_at
             marks = await service.close_marks(sid)
-            final = st.state in (CLOSING, RELEASED)
-            closure = survey.ingest.closure
-            if marks is not None:
-                if closure is None or closure.marks != marks or closure.final != final:
-                    survey.ingest.closure = Closure(st.close_requested_at, marks, final=final)
-            elif closure is None:
+            if not survey.closed_as_stored(st, marks, final=st.state in (CLOSING, RELEASED)):
                 ends = await service.take_closure(sid, st.close_requested_at)
                 log.info("survey %s: closed on this instance at end offsets %s; waiting for "
                          "the leader's close marks", sid, ends)
             await self._call(self.coordination.ack_closure, sid, st.close_requested_at)
-            if st.state == RELEASED:
-                survey.closed_event.set()
 
     async def followers_closed(self, sid: str, closed_at: float) -> None:
         """Wait until every other live instance has set its closure of the close at

@@ -151,7 +151,7 @@ class Service:
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="store")
         self._pool = compute_pool or worker_pool(compute_workers)
         self.surveys: dict[str, Survey] = {}
-        self.survey_planner = SurveyPlanner(config, self.surveys, self.counted)
+        self.survey_planner = SurveyPlanner(config, self.counted)
         #: what every survey's moves use of the service (the releaser and the collector
         #: join it in start())
         self.parts = ServiceParts(config, self.store, self._in_store, self._pool,
@@ -218,9 +218,9 @@ class Service:
                 sc, cfg.hmac_key, max_message_bytes=cfg.kafka.max_message_bytes))
             estimator = ArrivalEstimator(cfg.planner.arrival_bin_seconds,
                                          cfg.planner.arrival_bins)
-            self.surveys[sc.id] = Survey(sc, ingest, estimator, self.parts)
+            survey = self.surveys[sc.id] = Survey(sc, ingest, estimator, self.parts)
             # stored models or provisional ones: calibrating is not on the start path
-            self.survey_planner.load_models(sc, measure=False)
+            self.survey_planner.load_models(survey, measure=False)
         # The collector exists before recovery: a close taken up again reads the partitions'
         # offsets through it at once, while its consumer is still joining the group.
         self.collector = self.parts.collector = KafkaCollector(
@@ -233,7 +233,7 @@ class Service:
         await self.collector.start()
         for sc in cfg.surveys:
             self._measuring[sc.id] = self._background(
-                self.survey_planner.measure(sc, self._pool),
+                self.survey_planner.measure(self.surveys[sc.id], self._pool),
                 f"survey {sc.id}: measuring its cost models")
         self.scheduler = BackgroundScheduler(timezone=timezone.utc)
         self.scheduler.start()
@@ -262,18 +262,18 @@ class Service:
             state = (await self._in_store(self.store.survey_state, sid)).state
             if state == RELEASED or survey.ingest.closed_at is not None:
                 continue
-            survey.planner = PlanningJob(
+            survey.start_planning(PlanningJob(
                 self.scheduler, survey_id=sid, close_at=survey.config.close_at,
-                plan=lambda now, sid=sid: self.survey_planner.plan(sid, now),
+                plan=lambda now, survey=survey: self.survey_planner.plan(survey, now),
                 on_base_start=lambda plan, survey=survey: self._threadsafe(
                     survey.planned_base(plan)),
                 on_close=lambda sid=sid: self._threadsafe(self.close(sid)),
                 interval_seconds=cfg.planner.interval_seconds,
-                ready=lambda now, sid=sid: self.survey_planner.forecast_ready(sid, now),
-                on_base_soon=lambda plan, survey=survey: self._threadsafe(survey.read_ahead_soon()),
-                soon_seconds=read_ahead_seconds(cfg.planner.interval_seconds))
-            survey.planner.base_started = state != OPEN
-            survey.planner.start()
+                ready=lambda now, survey=survey: self.survey_planner.forecast_ready(survey, now),
+                on_base_soon=lambda plan, survey=survey: self._threadsafe(
+                    survey.read_ahead_soon()),
+                soon_seconds=read_ahead_seconds(cfg.planner.interval_seconds)),
+                base_started=state != OPEN)
 
     async def stop(self) -> None:
         if self.coordinator is not None:
@@ -341,7 +341,7 @@ class Service:
         """Wait until survey ``sid`` is planned with cost models measured on this machine."""
         task = self._measuring.get(sid)
         if task is not None:
-            await self.survey_planner.wait_measured(sid, task)
+            await self.survey_planner.wait_measured(self.surveys[sid], task)
 
     def _background(self, coro: Any, what: str) -> asyncio.Task:
         """Run ``coro`` beside the service; if it fails, the failure is logged with ``what``
@@ -406,20 +406,14 @@ class Service:
             times = await self._in_store(self.store.arrival_times, sid)
             estimator = ArrivalEstimator(cfg.arrival_bin_seconds, cfg.arrival_bins)
             estimator.observe(times)
-            with survey.lock:
-                survey.estimator = estimator
-            await survey.resume()
+            await survey.take_lead(estimator)
         await self._start_planners()
 
     async def step_down(self) -> None:
         """The lease was lost (its connection cut): stop every lifecycle task at once; the
         new leader carries them on from the store."""
         for survey in self.surveys.values():
-            if survey.planner is not None:
-                survey.planner.stop()
-                survey.planner = None
-            await survey.stop_tasks()
-            survey.base_task = survey.close_task = None
+            await survey.step_down()
 
     def observe_shared(self, sid: str, new_records: int) -> None:
         """Records stored by every instance since the last count (the leader's view of the

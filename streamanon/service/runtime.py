@@ -77,6 +77,43 @@ class ArrivalHistory:
             self.spacing *= 2
 
 
+@dataclass(frozen=True)
+class Settled:
+    """An ``auto`` setting settled: the ``name`` chosen (an engine or a stage), why, and the
+    expected loss against one-shot MDAV when the planner gave one."""
+
+    name: str
+    reason: str
+    expected_delta: float | None = None
+
+    def report(self) -> dict[str, Any]:
+        """What the release report keeps of it: ``incremental_choice``; ``engine_choice`` adds
+        the expected delta (:meth:`Chosen.engine_report`)."""
+        return {"configured": "auto", "chosen": self.name, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """What a survey's ``auto`` settings became: the base engine of ``engine = "auto"`` (when
+    the base run starts, or at close without one) and the incremental stage of
+    ``incremental = "auto"`` (at close, for the real counts). The configuration keeps
+    ``"auto"``; the survey's :attr:`~.survey.Survey.engine` and
+    :attr:`~.survey.Survey.stage` read the chosen value first."""
+
+    engine: Settled | None = None
+    stage: Settled | None = None
+
+    def engine_report(self) -> dict[str, Any] | None:
+        """The report's ``engine_choice``: what was chosen, why, the expected delta."""
+        if self.engine is None:
+            return None
+        return self.engine.report() | {"expected_delta": self.engine.expected_delta}
+
+    def stage_report(self) -> dict[str, Any] | None:
+        """The report's ``incremental_choice``."""
+        return None if self.stage is None else self.stage.report()
+
+
 @dataclass
 class PlanState:
     """What the planner keeps of one survey (:class:`~.planning.SurveyPlanner`): the cost
@@ -98,7 +135,9 @@ class PlanState:
 class RunningSurvey(Protocol):
     """What the steps (the base run, the close, the release), the planner, the status and the
     lease see of a survey: :class:`~.survey.Survey` is the one there is. The steps read its
-    fields, and change its state only through its methods."""
+    fields, and change its state only through its methods: no module but ``survey.py``
+    assigns a survey's field at any depth (``tests/test_architecture.py``,
+    ``survey_writers``)."""
 
     config: SurveyConfig
     ingest: SurveyIngest
@@ -116,14 +155,41 @@ class RunningSurvey(Protocol):
     read_ahead: ReadAhead
     base_release: tuple[int, Any] | None
     history: ArrivalHistory
-    auto_engine: bool
     choice: Any
+    chosen: Chosen
     window_warning: str | None
-    engine_choice: dict[str, Any] | None
     plans: PlanState
 
     @property
     def id(self) -> str: ...
+
+    @property
+    def auto_engine(self) -> bool: ...
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def stage(self) -> str: ...
+
+    @property
+    def engine_choice(self) -> dict[str, Any] | None: ...
+
+    def settle_engine(self, engine: str, why: str, expected: float | None = None,
+                      models: tuple[Any, Any] | None = None) -> None: ...
+
+    def unsettle_engine(self, models: tuple[Any, Any]) -> None: ...
+
+    def settle_stage(self, stage: str, why: str) -> None: ...
+
+    def adopt_models(self, models: tuple[Any, Any], options: list[Any] | None, *,
+                     provisional: bool) -> None: ...
+
+    def keep_plan(self, plan: Plan, choice: Any, at: float) -> float: ...
+
+    def warn_of_window(self, warning: str) -> bool: ...
+
+    def observe_work_share(self, share: float) -> None: ...
 
     async def stored_state(self) -> SurveyState: ...
 

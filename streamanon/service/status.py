@@ -52,7 +52,7 @@ def survey_status(survey: RunningSurvey, st: SurveyState, release: ReleaseRow | 
     published = release is not None and release.status == "published"
     return SurveyStatus(
         id=sid, state=st.state, error=st.error, k=sc.k,
-        engine=sc.engine, incremental=sc.incremental,
+        engine=survey.engine, incremental=sc.incremental,
         received=survey.ingest.received,
         stored=survey.ingest.stored if stored is None else stored, stored_here=survey.ingest.stored,
         redelivered=survey.ingest.redelivered,
@@ -67,7 +67,7 @@ def survey_status(survey: RunningSurvey, st: SurveyState, release: ReleaseRow | 
         arrival_coefficient=_finite(plan.arrival_coefficient) if plan else None,
         nu=plan.nu if plan else None,
         cost_model=None if model is None else (
-            "mdav" if sc.engine == "auto" else sc.engine, model.a, model.b),
+            "mdav" if survey.engine == "auto" else survey.engine, model.a, model.b),
         cost_model_measured=measured,
         arrivals=arrivals,
         forecast=forecast_points(survey, now, close_at),

@@ -12,7 +12,15 @@ Every change of the stored state goes through :meth:`Survey.move`, which refuses
 :data:`~.states.TRANSITIONS` does not allow (:class:`~.store.IllegalMove`, checked by the
 store in the transaction that moves it). The steps themselves are
 :mod:`.base_run`, :mod:`.closing` and :mod:`.releasing`: they take a survey and return their
-results (or record them through its methods), and never assign its fields.
+results (or record them through its methods).
+
+This module is the only one that writes a survey (``tests/test_survey_writes.py``): the
+planner (:class:`~.planning.SurveyPlanner`), the steps and the lease hand what they decided
+to its methods (:meth:`Survey.settle_engine`, :meth:`Survey.adopt_models`,
+:meth:`Survey.keep_plan`, :meth:`Survey.closed_as_stored`, ...), which write what the planner
+job's thread shares with the event loop under :attr:`Survey.lock`. The configuration is not
+rewritten when an ``auto`` setting is settled: :attr:`Survey.chosen` keeps what was chosen,
+and :attr:`Survey.engine` and :attr:`Survey.stage` read it first.
 
 What every survey shares (the store and its thread, the compute pool, the planner's cost
 models, the releaser, the collector, the lease) is the service's :class:`ServiceParts`, made
@@ -28,7 +36,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +50,14 @@ from streamanon.service.base_run import BaseRunResult, read_ahead, run_base
 from streamanon.service.closing import close_survey
 from streamanon.service.config import Config, SurveyConfig
 from streamanon.service.ingest import SurveyIngest
-from streamanon.service.runtime import ArrivalHistory, PlanState, ReadAhead, StoreCall
+from streamanon.service.runtime import (
+    ArrivalHistory,
+    Chosen,
+    PlanState,
+    ReadAhead,
+    Settled,
+    StoreCall,
+)
 from streamanon.service.states import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
 from streamanon.service.store import IllegalMove as IllegalMove  # raised by move
 from streamanon.service.store import Store, SurveyState
@@ -103,19 +118,102 @@ class Survey:
         #: (snapshot seq, streamanon.splicing.BaseRelease): the base release made before close
         self.base_release: tuple[int, Any] | None = None
         self.history = ArrivalHistory()
-        #: engine = "auto": the planner's latest choice (scheduler.choice.Choice);
-        #: ``config.engine`` becomes the chosen engine when the base run starts (or at close
-        #: without one)
-        self.auto_engine = False
+        #: engine = "auto": the planner's latest choice (scheduler.choice.Choice), until
+        #: :meth:`settle_engine` settles it
         self.choice: Any = None
+        #: what the ``auto`` settings became (the configuration keeps "auto"): :attr:`engine`
+        #: and :attr:`stage` read it first
+        self.chosen = Chosen()
         #: said once when a plan shows the release will be late (scheduler.live.window_warning)
         self.window_warning: str | None = None
-        self.engine_choice: dict[str, Any] | None = None  # what was chosen, why (the report)
         self.plans = PlanState()  # what the planner keeps of it (planning.SurveyPlanner)
 
     @property
     def id(self) -> str:
         return self.config.id
+
+    @property
+    def auto_engine(self) -> bool:
+        """``engine = "auto"``: the planner chooses the base engine."""
+        return self.config.engine == "auto"
+
+    @property
+    def engine(self) -> str:
+        """The base engine: the configured one, or the one ``engine = "auto"`` settled on
+        (``"auto"`` until then)."""
+        return self.chosen.engine.name if self.chosen.engine is not None else self.config.engine
+
+    @property
+    def stage(self) -> str:
+        """The incremental stage: the configured one, or the one ``incremental = "auto"``
+        settled on at close (``"auto"`` until then)."""
+        return (self.chosen.stage.name if self.chosen.stage is not None
+                else self.config.incremental)
+
+    @property
+    def engine_choice(self) -> dict[str, Any] | None:
+        """What ``engine = "auto"`` chose and why, for the report (None until it chose)."""
+        return self.chosen.engine_report()
+
+    def settle_engine(self, engine: str, why: str, expected: float | None = None,
+                      models: tuple[Any, Any] | None = None) -> None:
+        """``engine = "auto"`` runs ``engine`` from now on, planned with ``models`` when
+        given (the candidate's own cost models)."""
+        with self.lock:
+            self.chosen = replace(self.chosen, engine=Settled(engine, why, expected))
+            if models is not None:
+                self.plans.models = models
+
+    def unsettle_engine(self, models: tuple[Any, Any]) -> None:
+        """``engine = "auto"`` with no stored base run: the choice is open again, planned
+        with ``models`` meanwhile."""
+        with self.lock:
+            self.chosen = replace(self.chosen, engine=None)
+            self.plans.models = models
+
+    def settle_stage(self, stage: str, why: str) -> None:
+        """``incremental = "auto"`` runs ``stage`` at close (chosen for the real counts)."""
+        with self.lock:
+            self.chosen = replace(self.chosen, stage=Settled(stage, why))
+
+    # -- what the planner hands over (planning.SurveyPlanner), kept under the lock ------------
+    def adopt_models(self, models: tuple[Any, Any], options: list[Any] | None, *,
+                     provisional: bool) -> None:
+        """Plan with ``models`` (and the candidates ``options``, when given) from now on; an
+        engine ``engine = "auto"`` has settled on keeps its own candidate's models."""
+        with self.lock:
+            if options is not None:
+                self.plans.options = options
+            settled = self.chosen.engine
+            own = None if settled is None else next(
+                (o for o in options or [] if o.engine.name == settled.name), None)
+            self.plans.models = models if own is None else (own.base_cost, own.incremental_cost)
+            self.plans.provisional = provisional
+
+    def keep_plan(self, plan: Plan, choice: Any, at: float) -> float:
+        """The planner's latest ``plan`` made at ``at`` (and its engine ``choice``, if any),
+        kept together; returns when the survey was first planned here."""
+        with self.lock:
+            self.last_plan = plan
+            if choice is not None:
+                self.choice = choice
+            if self.plans.first_plan is None:
+                self.plans.first_plan = at
+            return self.plans.first_plan
+
+    def warn_of_window(self, warning: str) -> bool:
+        """Keep the warning that the release will be late; False when one is kept already
+        (it is said once)."""
+        with self.lock:
+            if self.window_warning is not None:
+                return False
+            self.window_warning = warning
+            return True
+
+    def observe_work_share(self, share: float) -> None:
+        """The share of the records the base engine runs on (repeated keys collapsed)."""
+        with self.lock:
+            self.plans.work_share = share
 
     def _parts(self) -> ServiceParts:
         if self.parts is None:
@@ -156,7 +254,8 @@ class Survey:
 
     def closing(self, closed_at: float) -> None:
         """The close is stored: responses after it are dead-lettered; no more plans."""
-        self.ingest.closed_at = closed_at
+        with self.lock:
+            self.ingest.closed_at = closed_at
         self.record("closed_at", closed_at)
         if self.planner is not None:
             self.planner.closed = True
@@ -189,13 +288,51 @@ class Survey:
         self.ingest.stored = self.ingest.received = len(times)
         if len(times):
             self.history.add(float(np.max(times)), len(times))
-        self.ingest.closed_at = st.close_requested_at
         marks = await p.in_store(p.store.close_marks, self.id)
-        if st.state == RELEASED or marks is not None:  # before the collector reads a message
-            self.ingest.closure = Closure(st.close_requested_at or 0.0, marks,
-                                          final=st.state == RELEASED)
+        # before the collector reads a message; a released survey is closed for good
+        self.closed_as_stored(st, marks, final=st.state == RELEASED, at_start=True)
+
+    def closed_as_stored(self, st: SurveyState, marks: Any, *, final: bool,
+                         at_start: bool = False) -> bool:
+        """The close as the store has it (``st``, the close ``marks``): the close time, and the
+        closure of the stored marks (``final`` once the leader closes for good; at a start,
+        a released survey's even without marks); the release published. Returns whether the
+        survey holds a closure now: a follower without one takes its own
+        (:meth:`~.leadership.Coordinator.follow`). Shared by :meth:`recover` and a
+        follower's part of the close."""
+        with self.lock:
+            self.ingest.closed_at = st.close_requested_at
+            closure = self.ingest.closure
+            if (marks is not None or (at_start and st.state == RELEASED)) and (
+                    closure is None or closure.marks != marks or closure.final != final):
+                self.ingest.closure = Closure(st.close_requested_at or 0.0, marks, final=final)
+            held = self.ingest.closure is not None
         if st.state == RELEASED:
             self.closed_event.set()
+        return held
+
+    # -- the lease (several instances: leadership.Coordinator) --------------------------------
+    def start_planning(self, job: PlanningJob, *, base_started: bool) -> None:
+        """Plan the survey with ``job`` (the leader's planner job) from now on."""
+        self.planner = job
+        job.base_started = base_started
+        job.start()
+
+    async def take_lead(self, estimator: ArrivalEstimator) -> None:
+        """This instance took the lifecycle lease: the arrivals as every instance stored them
+        (``estimator``), then the lifecycle from the stored state (:meth:`resume`)."""
+        with self.lock:
+            self.estimator = estimator
+        await self.resume()
+
+    async def step_down(self) -> None:
+        """The lease was lost: no more plans, every lifecycle task stopped (the new leader
+        carries them on from the store)."""
+        if self.planner is not None:
+            self.planner.stop()
+            self.planner = None
+        await self.stop_tasks()
+        self.base_task = self.close_task = None
 
     async def resume(self) -> None:
         """The lifecycle from the stored state (at a start, or when a follower takes the
@@ -205,7 +342,7 @@ class Survey:
         if self.auto_engine:  # the base run made before the restart chose its engine
             cp = await p.in_store(p.store.load_checkpoint, self.id)
             if cp is not None:
-                p.planner.resolve_engine(self.id, cp.engine, "the engine of the stored base run")
+                p.planner.resolve_engine(self, cp.engine, "the engine of the stored base run")
         st = await self.stored_state()
         if st.state == BASE_RUNNING:
             cp = await p.in_store(p.store.load_checkpoint, self.id)
@@ -263,17 +400,18 @@ class Survey:
                      self.id, n_base)
             return False
         started = time.time()
-        p.planner.choose_now(self.id, plan)
+        p.planner.choose_now(self, plan)
         try:
             await self.move(BASE_RUNNING, f"snapshot of {n_base} records",
                             base_started_at=started)
         except BaseException:
-            p.planner.unresolve_engine(self.id)
+            p.planner.unresolve_engine(self)
             raise
         if self.planner is not None:
             self.planner.base_started = True
-        self.last_plan = plan or self.last_plan
-        self.base_plan = plan  # None for a base run started by command: no plan started it
+        with self.lock:
+            self.last_plan = plan or self.last_plan
+            self.base_plan = plan  # None for a base run started by command: no plan started it
         self.base_task = asyncio.create_task(self._base(snapshot_seq, started),
                                              name=f"base-{self.id}")
         return True
@@ -309,7 +447,7 @@ class Survey:
 
         await read_ahead(self, clean_cut=self.clean_cut, still_open=still_open,
                          store=p.store, in_store=p.in_store, once=p.coordinator is not None,
-                         measured=lambda share: p.planner.observe_work_share(self.id, share))
+                         measured=lambda share: p.planner.observe_work_share(self, share))
 
     async def request_close(self) -> None:
         """Close the survey (idempotent); returns once the close request is stored (a restart
@@ -341,20 +479,20 @@ class Survey:
         cp = await p.in_store(p.store.load_checkpoint, self.id)
         row = await p.in_store(p.store.load_release, self.id)
         if row is not None:  # written before a restart: its engine, whatever comes next
-            planner.resolve_engine(self.id, row.report["engine"],
+            planner.resolve_engine(self, row.report["engine"],
                                    "the engine of the written release",
                                    (row.report.get("engine_choice") or {}).get("expected_delta"))
         elif cp is not None:
-            planner.resolve_engine(self.id, cp.engine, "the engine of the base run")
+            planner.resolve_engine(self, cp.engine, "the engine of the base run")
         elif self.auto_engine:  # between the one-shot runs, on every instance's records
-            planner.unresolve_engine(self.id)
-            planner.choose_now(self.id,
+            planner.unresolve_engine(self)
+            planner.choose_now(self,
                                one_shot_records=await p.in_store(p.store.count, self.id))
         try:
             await close_survey(
                 self, store=p.store, in_store=p.in_store, collector=p.collector,
                 release=lambda: releaser.release(self, self.plans.models[0],
-                                                 planner.stage_models(self.id)),
+                                                 planner.stage_models(self)),
                 before_marks=None if p.coordinator is None
                 else p.coordinator.followers_closed)
         finally:

@@ -49,13 +49,13 @@ from streamanon.engines import run_engine
 from streamanon.io import atomic_write, write_json
 from streamanon.metrics import distortion, standardise
 from streamanon.service.broker import EmbeddedBroker, free_port, wait_for_kafka
-from streamanon.simulation.calibration import calibrated_model, candidates
 from streamanon.service.config import parse_config
-from streamanon.service.engine_traits import auto_engine_names
+from streamanon.service.engine_traits import auto_engine_names, stage_traits
 from streamanon.service.lifecycle import serve
 from streamanon.service.planning import plan_request
-from streamanon.simulation.respondents import PRODUCER_LINGER_MS, start_respondents
 from streamanon.service.web import snapshot_html
+from streamanon.simulation.calibration import calibrated_model, candidates
+from streamanon.simulation.respondents import PRODUCER_LINGER_MS, start_respondents
 
 SURVEY = "sim"
 DATA_KINDS = ("gaussian", "census-like")
@@ -371,7 +371,8 @@ def predict(profile: Any, n: int, duration: float, request: PlanRequest,
     warning = live.window_warning(same_engine, model, plan, duration, others)
     return {"nu": plan.nu, "engine": plan.engine, "stage": plan.stage,
             "expected_delta": plan.expected_delta,
-            "expected_delta_same_engine": delta_against_one_shot(option.engine, stage, plan.nu),
+            "expected_delta_same_engine": delta_against_one_shot(option.engine,
+                                                                 stage_traits(stage), plan.nu),
             "choice": None if choice is None else choice.reason,
             "refine_seconds": plan.refine_seconds, "head_start_seconds": plan.head_start,
             "base_seconds": plan.base_seconds,

@@ -5,9 +5,7 @@ and ``engine = "auto"`` included."""
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime, timedelta, timezone
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,8 +17,8 @@ from scheduler.profiles import resolve
 from streamanon.service.config import parse_config
 from streamanon.service.engine_traits import engine_traits
 from streamanon.service.planning import SurveyPlanner, plan_request
-from streamanon.service.runtime import PlanState
 from streamanon.simulation.simulate import predict, service_config, simulated_request
+from tests.service.lifecycle_helpers import running_survey
 
 N, M, K = 40_000, 15, 10
 OPEN = 600.0  # seconds the survey is open
@@ -49,15 +47,14 @@ def test_the_service_and_the_simulation_plan_a_survey_alike(settings, tmp_path, 
 
     # the service's planner, on provisional models (nothing timed), on an idle machine
     monkeypatch.setattr(planning, "machine_load", lambda: (0.0, 2))
-    survey = SimpleNamespace(config=sc, auto_engine=sc.engine == "auto",
-                             lock=threading.Lock(), plans=PlanState())
-    planner = SurveyPlanner(config, {sc.id: survey}, lambda sid, here: here)
+    survey = running_survey(config, sc)
+    planner = SurveyPlanner(config, lambda sid, here: here)
     models, options = planner.models_for(sc, measure=False)
-    planner.adopt(sc.id, models, options, measured=False)
+    planner.adopt(survey, models, options, measured=False)
     profile = resolve("uniform", OPEN)
     grid = np.linspace(0.0, 1.0, 2001)  # the prediction's forecast: the profile, exact
     forecast = CumulativeForecast.piecewise(grid * OPEN - OPEN, profile.cumulative(grid) * N)
-    plan, _ = planner._plan_for(sc.id, forecast, OPEN)
+    plan, _ = planner._plan_for(survey, forecast, OPEN)
 
     # the simulation's prediction, with the same candidates (or the survey's one engine)
     candidates = options if options is not None else [

@@ -44,8 +44,33 @@ def put_model(path: Path, engine: str, m: int, k: int,
         PowerLaw.fit(*zip(*samples, strict=True)), list(samples)), params=params)
 
 
-def planner_for(tmp_path: Path, survey: dict[str, Any], m: int, close_in: float) -> Any:
-    """A :class:`SurveyPlanner` of one survey ``s`` (``survey``: its settings besides id,
+def running_survey(config: Any, sc: Any) -> Any:
+    """A :class:`~streamanon.service.survey.Survey` of ``sc`` not attached to a service: what
+    the planner plans (nothing runs)."""
+    from scheduler.arrivals import ArrivalEstimator
+    from streamanon.service.ingest import SurveyIngest
+    from streamanon.service.survey import Survey
+    from streamanon.service.validation import Validator
+
+    return Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key or b"k" * 32)),
+                  ArrivalEstimator(1.0, 10))
+
+
+def one_survey(m: int = 2, **settings: Any) -> Any:
+    """A :class:`~streamanon.service.survey.Survey` ``s`` of m float quasi-identifiers (and
+    ``settings``), not attached to a service (:func:`running_survey`)."""
+    from streamanon.service.config import parse_config
+
+    config = parse_config({"surveys": [{"id": "s", "k": 3, **settings, "schema": {
+        "rid": {"role": "identifier"},
+        **{f"q{i}": {"role": "quasi_identifier", "type": "float"} for i in range(m)}}}]},
+        {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
+    return running_survey(config, config.surveys[0])
+
+
+def planner_for(tmp_path: Path, survey: dict[str, Any], m: int, close_in: float,
+                ) -> tuple[Any, Any]:
+    """A :class:`SurveyPlanner` and its one survey ``s`` (``survey``: its settings besides id,
     close and schema; m float quasi-identifiers), closing ``close_in`` seconds from now,
     with the models stored in ``tmp_path/cost_models.json`` (nothing timed)."""
     from datetime import datetime, timedelta, timezone
@@ -67,9 +92,9 @@ def planner_for(tmp_path: Path, survey: dict[str, Any], m: int, close_in: float)
     sc = config.surveys[0]
     running = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
                      ArrivalEstimator(1.0, 10))
-    planner = SurveyPlanner(config, {"s": running}, lambda sid, here: here)
-    planner.load_models(sc, measure=False)  # the stored models; nothing timed
-    return planner
+    planner = SurveyPlanner(config, lambda sid, here: here)
+    planner.load_models(running, measure=False)  # the stored models; nothing timed
+    return planner, running
 
 
 async def until(predicate: Any, what: str, timeout: float = 60) -> None:

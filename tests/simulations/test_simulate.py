@@ -183,8 +183,8 @@ def test_the_demo_times_its_engine_up_to_near_the_base_runs_size(tmp_path):
     scenario the engine is timed at doubling sizes up to within EXTEND_REACH of the base run
     (each timing a calibration sample), within the budget; with nothing stored, nothing."""
     from scheduler.cost_model import CostModelStore
-    from streamanon.simulation.calibration import extend_calibration
     from streamanon.service.planning import EXTEND_REACH
+    from streamanon.simulation.calibration import extend_calibration
     from tests.service.lifecycle_helpers import put_model
 
     put_model(tmp_path / "cost_models.json", "mdav", 3, 5, [(1_000, 0.002), (2_000, 0.006)])

@@ -39,6 +39,7 @@ from tests.service.kafka_helpers import (
     release_kind,
     response,
 )
+from tests.service.lifecycle_helpers import one_survey
 from tests.service.restart_helpers import helper_processes
 from tests.service.store.test_store import rows
 
@@ -215,14 +216,13 @@ class StandIn:
 
     def __init__(self) -> None:
         self.state = {"state": "OPEN", "close": None, "marks": None}
-        self.survey = SimpleNamespace(ingest=SimpleNamespace(closed_at=None, closure=None),
-                                  closed_event=asyncio.Event(), close_task=None)
+        self.survey = one_survey()  # a survey of the service, not attached to one
         self.surveys = {"s": self.survey}
         self.calls: list[tuple[str, str]] = []
 
     async def take_closure(self, sid, closed_at):
         marks = {0: 7, 1: 9}  # the end offsets now
-        self.survey.ingest.closure = Closure(closed_at, marks)
+        self.survey.ingest.close_at_marks(Closure(closed_at, marks))
         return marks
 
     async def survey_state(self, sid):

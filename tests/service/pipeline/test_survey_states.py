@@ -61,8 +61,7 @@ class StandInReleaser:
 
 @pytest.fixture
 def survey(tmp_path):
-    planner = planner_for(tmp_path, {"k": K}, M, close_in=3600)
-    sv = planner.surveys["s"]
+    planner, sv = planner_for(tmp_path, {"k": K}, M, close_in=3600)
     store = SQLiteStore(str(tmp_path / "s.db"))
     store.ensure_survey("s")
     store.insert_records("s", rows(40))
@@ -152,13 +151,12 @@ def test_a_follower_hands_its_moves_to_the_leader(tmp_path):
     the coordination's clean cut: the survey sees the service's lease."""
     from streamanon.service.lifecycle import Service
 
-    planner = planner_for(tmp_path, {"k": K}, M, close_in=3600)
+    planner, sv = planner_for(tmp_path, {"k": K}, M, close_in=3600)
     store = SQLiteStore(str(tmp_path / "s.db"))
     store.ensure_survey("s")
     store.insert_records("s", rows(40))
     pool = ThreadPoolExecutor(1)
     service = Service(planner.config, store=store, compute_pool=pool)
-    sv = planner.surveys["s"]
     sv.parts = service.parts
     service.surveys["s"] = sv
     follower = Follower()

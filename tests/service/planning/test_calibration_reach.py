@@ -39,10 +39,10 @@ def planner(tmp_path, samples, *, close_in: float, base_of: int, head_start: flo
         {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
     sc = config.surveys[0]
     survey = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)),
-                       ArrivalEstimator(1.0, 10))
+                    ArrivalEstimator(1.0, 10))
     survey.last_plan = Plan(mode="optimal", nu=0.1, n_total=base_of / 0.9, t_ref=1.0,
-                        head_start=head_start, base_seconds=1.0, incremental_seconds=0.1)
-    return SurveyPlanner(config, {"s": survey}, lambda sid, here: here), sc, survey
+                            head_start=head_start, base_seconds=1.0, incremental_seconds=0.1)
+    return SurveyPlanner(config, lambda sid, here: here), survey
 
 
 def calibrated(planner) -> list[int]:
@@ -52,29 +52,29 @@ def calibrated(planner) -> list[int]:
 
 @pytest.mark.heavy
 def test_the_engine_is_timed_at_doubling_sizes_up_to_the_planned_base_run(tmp_path):
-    plan, sc, _ = planner(tmp_path, [(1000, 0.01), (2000, 0.03)], close_in=3600,
+    plan, survey = planner(tmp_path, [(1000, 0.01), (2000, 0.03)], close_in=3600,
                           base_of=18_000)
     with ThreadPoolExecutor(1) as pool:
-        asyncio.run(plan.extend(sc, pool))
+        asyncio.run(plan.extend(survey, pool))
     assert calibrated(plan) == [1000, 2000, 4000, 8000, 16000]  # 32,000 >= 18,000 / 2
     stored = CostModelStore(plan.config.planner.cost_models).get("mdav", M, K)
     # the planner plans with it
-    assert plan.surveys["s"].plans.models[0].a == pytest.approx(stored.a)
+    assert survey.plans.models[0].a == pytest.approx(stored.a)
 
 
 def test_no_timing_without_the_time_or_after_the_base_run_started(tmp_path):
     # a model this slow predicts 16 s at 4,000 records: more than a quarter of 5 s
-    slow, sc, _ = planner(tmp_path, [(1000, 1.0), (2000, 4.0)], close_in=5, base_of=18_000,
+    slow, survey = planner(tmp_path, [(1000, 1.0), (2000, 4.0)], close_in=5, base_of=18_000,
                           head_start=0.0)
     with ThreadPoolExecutor(1) as pool:
-        asyncio.run(slow.extend(sc, pool))
+        asyncio.run(slow.extend(survey, pool))
         assert calibrated(slow) == [1000, 2000]
-        fast, sc, survey = planner(tmp_path / "b", [(1000, 0.01), (2000, 0.03)], close_in=3600,
+        fast, survey = planner(tmp_path / "b", [(1000, 0.01), (2000, 0.03)], close_in=3600,
                                base_of=18_000)
         survey.base_task = object()  # the base run started: the compute process is taken
-        asyncio.run(fast.extend(sc, pool))
+        asyncio.run(fast.extend(survey, pool))
         assert calibrated(fast) == [1000, 2000]
         survey.base_task = None
         survey.last_plan = None  # no plan yet: nothing to aim at
-        asyncio.run(fast.extend(sc, pool))
+        asyncio.run(fast.extend(survey, pool))
         assert calibrated(fast) == [1000, 2000]

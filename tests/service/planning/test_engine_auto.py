@@ -65,7 +65,7 @@ async def _collect_and_base(service: Service, bootstrap: str, config: Any, n: in
             await until(failed, "the failing base run did not fail")
         await until(lambda: asyncio.sleep(0, service.surveys[SURVEY].base_task is None),
                     "the failed base run is still running")
-        assert service.surveys[SURVEY].config.engine == "auto"  # chosen again next time
+        assert service.surveys[SURVEY].engine == "auto"  # chosen again next time
         assert service.surveys[SURVEY].engine_choice is None
     await run_base(service, SURVEY, plan)
 
@@ -137,7 +137,8 @@ def test_a_restart_keeps_the_engine_of_the_stored_base_run(broker, tmp_path):
         await service.start()  # (the release path with a chosen engine: the test above)
         try:
             survey = service.surveys[SURVEY]
-            return survey.config.engine, survey.engine_choice, release_run(survey.config).engine
+            return (survey.engine, survey.engine_choice,
+                    release_run(survey.config, engine=survey.engine).engine)
         finally:
             await service.stop()
 

@@ -30,7 +30,8 @@ def test_the_plan_keeps_the_base_run_before_close_at_the_measured_load(tmp_path,
     plans = {}
     for load in (0.1, 6.0):
         monkeypatch.setattr(planning, "machine_load", lambda load=load: (load, 2))
-        plans[load] = survey_planner(tmp_path / str(load), stage).plan("s", now)
+        planner, survey = survey_planner(tmp_path / str(load), stage)
+        plans[load] = planner.plan(survey, now)
     quiet, loaded = plans[0.1], plans[6.0]
     assert live.BUSY_FACTOR * quiet.base_seconds <= quiet.head_start * (1 + 1e-6)
     assert quiet.nu < loaded.nu
@@ -58,18 +59,18 @@ def test_the_plan_weighs_the_release_steps_as_this_machine_ran_them(tmp_path):
     from scheduler.cost_model import CostModelStore
     from scheduler.overhead import DEFAULT_OVERHEAD
 
-    default = survey_planner(tmp_path / "default", "nn_split_end")
+    default, _ = survey_planner(tmp_path / "default", "nn_split_end")
     assert default.overhead == DEFAULT_OVERHEAD
     models = tmp_path / "here" / "cost_models.json"
     models.parent.mkdir()
     halved = {name: 0.5 * DEFAULT_OVERHEAD.step(name, N, 5_000)
               for name in DEFAULT_OVERHEAD.steps}
     CostModelStore(models).observe_release(N, 5_000, halved)
-    here = survey_planner(tmp_path / "here", "nn_split_end")
+    here, survey = survey_planner(tmp_path / "here", "nn_split_end")
     now = datetime.now(timezone.utc)
-    plan = here.plan("s", now)
+    plan = here.plan(survey, now)
     assert here.overhead(N, 5_000) == pytest.approx(0.5 * DEFAULT_OVERHEAD(N, 5_000))
-    stage = here.surveys["s"].plans.models[1]  # NN-split-end's late records span base cells
+    stage = survey.plans.models[1]  # NN-split-end's late records span base cells
     assert plan.overhead_seconds == pytest.approx(0.5 * DEFAULT_OVERHEAD.late_part(
         plan.nu * N, spanned=stage.spanned(plan.n_total - plan.nu * N, plan.nu * N)), rel=1e-6)
 
@@ -83,15 +84,14 @@ def test_a_survey_of_repeated_keys_is_planned_as_the_small_problem_its_base_run_
     from scheduler.cost_model import CostModelStore
 
     monkeypatch.setattr(planning, "machine_load", lambda: (0.1, 2))
-    planner = survey_planner(tmp_path, "two_stage")
+    planner, survey = survey_planner(tmp_path, "two_stage")
     now = datetime.now(timezone.utc)
-    before = planner.plan("s", now)
-    sc = planner.surveys["s"].config
-    planner.observe_base(sc, 50_000, 0.004, work=1_000)  # quadratic: 0.4 ms at 1,000
-    assert planner.surveys["s"].plans.work_share == pytest.approx(0.02)
+    before = planner.plan(survey, now)
+    planner.observe_base(survey, 50_000, 0.004, work=1_000)  # quadratic: 0.4 ms at 1,000
+    assert survey.plans.work_share == pytest.approx(0.02)
     samples = CostModelStore(tmp_path / "cost_models.json").samples("mdav", M, K)
     assert [(n, src) for n, _, src in samples if src == "run"] == [(1_000, "run")]
-    after = planner.plan("s", now)
+    after = planner.plan(survey, now)
     # what is left is the base run's own steps (loading, preparing: per record)
     overhead = live.BASE_OVERHEAD(after.n_total * (1 - after.nu))
     assert after.base_seconds - overhead < (before.base_seconds - overhead) / 100
@@ -101,11 +101,11 @@ def test_the_share_read_ahead_prices_the_base_run_before_it_starts(tmp_path, mon
     """The read ahead found that the engine would run on 2 % of the records: the plan
     before any base run prices it at that share, and postpones the snapshot accordingly."""
     monkeypatch.setattr(planning, "machine_load", lambda: (0.1, 2))
-    planner = survey_planner(tmp_path, "two_stage")
+    planner, survey = survey_planner(tmp_path, "two_stage")
     now = datetime.now(timezone.utc)
-    before = planner.plan("s", now)
-    planner.observe_work_share("s", 0.02)
-    after = planner.plan("s", now)
+    before = planner.plan(survey, now)
+    planner.observe_work_share(survey, 0.02)
+    after = planner.plan(survey, now)
     overhead = live.BASE_OVERHEAD(after.n_total * (1 - after.nu))
     assert after.base_seconds - overhead < (before.base_seconds - overhead) / 100
     assert after.nu < before.nu  # a later snapshot: fewer late records

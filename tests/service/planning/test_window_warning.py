@@ -22,36 +22,37 @@ def survey_planner(tmp_path, ona_seconds_at_40k: float):
 
 
 def test_a_window_shorter_than_the_engines_one_shot_run_is_logged_once(tmp_path, caplog):
-    planner = survey_planner(tmp_path, 16.0)  # ONA*: 100 s at 100,000 records, 90 s window
+    # ONA*: 100 s at 100,000 records, 90 s window
+    planner, survey = survey_planner(tmp_path, 16.0)
     now = datetime.now(timezone.utc)
     with caplog.at_level(logging.WARNING, logger="streamanon.service.planning"):
-        planner.plan("s", now)
-        planner.plan("s", now + timedelta(seconds=2))
+        planner.plan(survey, now)
+        planner.plan(survey, now + timedelta(seconds=2))
     warned = [r.getMessage() for r in caplog.records if "longer than" in r.getMessage()]
     assert len(warned) == 1
     assert "ona_star's one-shot run" in warned[0] and 'engine = "mdav"' in warned[0]
-    assert planner.surveys["s"].window_warning == warned[0].split(": ", 1)[1]
+    assert survey.window_warning == warned[0].split(": ", 1)[1]
 
 
 def test_nothing_is_said_when_the_release_will_be_in_time(tmp_path, caplog):
-    planner = survey_planner(tmp_path, 0.64)  # ONA* as fast as MDAV: 4 s
+    planner, survey = survey_planner(tmp_path, 0.64)  # ONA* as fast as MDAV: 4 s
     with caplog.at_level(logging.WARNING, logger="streamanon.service.planning"):
-        planner.plan("s", datetime.now(timezone.utc))
+        planner.plan(survey, datetime.now(timezone.utc))
     assert not [r for r in caplog.records if "longer than" in r.getMessage()
                 or "after close" in r.getMessage()]
-    assert planner.surveys["s"].window_warning is None
+    assert survey.window_warning is None
 
 
 def test_near_the_close_the_time_left_is_not_taken_for_the_window(tmp_path, caplog):
     """Plans go on until the base run starts: with 3 s left every engine's one-shot run is
     longer than the time left, which is not what the warning is about (the window is)."""
-    planner = survey_planner(tmp_path, 0.64)  # ONA* 4 s in a 90 s window
+    planner, survey = survey_planner(tmp_path, 0.64)  # ONA* 4 s in a 90 s window
     now = datetime.now(timezone.utc)
     with caplog.at_level(logging.WARNING, logger="streamanon.service.planning"):
-        planner.plan("s", now)
-        planner.plan("s", now + timedelta(seconds=87))
+        planner.plan(survey, now)
+        planner.plan(survey, now + timedelta(seconds=87))
     assert not [r for r in caplog.records if "longer than" in r.getMessage()]
-    assert planner.surveys["s"].window_warning is None
+    assert survey.window_warning is None
 
 
 def test_only_a_faster_engine_is_named():
@@ -75,18 +76,17 @@ def test_without_an_expected_total_the_warning_waits_for_a_measured_pace(tmp_pat
     t = 16.0  # ONA*: 100 s at 100,000 records, in a 90 s window
     put_model(models, "mdav", M, K, [(10_000, 0.04), (20_000, 0.16), (40_000, 0.64)])
     put_model(models, "ona_star", M, K, [(10_000, t / 16), (20_000, t / 4), (40_000, t)])
-    planner = planner_for(tmp_path, {"k": K, "engine": "ona_star",
-                                     "incremental": "nn_split_end"}, M, 90)
-    survey = planner.surveys["s"]
+    planner, survey = planner_for(tmp_path, {"k": K, "engine": "ona_star",
+                                             "incremental": "nn_split_end"}, M, 90)
     now = datetime.now(timezone.utc)
     start = now.timestamp()
     survey.ingest.stored = 5_000
     survey.estimator.observe([start + 0.5] * 5_000)  # one bin's arrivals
     with caplog.at_level(logging.WARNING, logger="streamanon.service.planning"):
-        planner.plan("s", now + timedelta(seconds=1))
+        planner.plan(survey, now + timedelta(seconds=1))
         assert survey.window_warning is None  # one bin: not measured yet
         survey.ingest.stored = 20_000
         survey.estimator.observe([start + 1.5] * 5_000 + [start + 2.5] * 5_000
                              + [start + 3.5] * 5_000)
-        planner.plan("s", now + timedelta(seconds=4.2))
+        planner.plan(survey, now + timedelta(seconds=4.2))
     assert survey.window_warning is not None and "longer than the 89 s" in survey.window_warning
