@@ -33,12 +33,7 @@ import pandas as pd
 from streamanon import dp
 from streamanon.errors import DomainRefusedError
 from streamanon.release import decoded_original, prepare_stored
-from streamanon.service.publisher import (
-    record_messages,
-    release_columns,
-    risk_page_path,
-    write_release_files,
-)
+from streamanon.service.publisher import record_messages, release_columns
 from streamanon.service.reports import ReleaseReport
 from streamanon.service.runtime import RunningSurvey
 from streamanon.service.store import ReleaseRow
@@ -52,15 +47,17 @@ async def write_private(releaser: Any, survey: RunningSurvey, frame: pd.DataFram
     """Charge the budget, draw the release of the stored records ``frame``, write its files
     and note it as written (the steps above). Returns the row, the shuffled table, its
     messages (one per row, in row order) and its order (row i is record ``order[i]``).
-    ``releaser``: the service's :class:`~streamanon.service.releasing.Releaser` (its store,
-    store thread, output settings and file modes)."""
+    ``releaser``: the service's :class:`~streamanon.service.releasing.Releaser`, of which only
+    the public parts are used: its ``store`` through ``in_store`` (the store thread),
+    ``in_thread``, and its steps ``write_files`` and ``save_written``, as a k-anonymous
+    release's; ``ahead``: the records read ahead of the close."""
     sc = survey.config
     sid = sc.id
     n = len(frame)
     release_id = uuid.uuid4().hex
     budget = sc.privacy_budget  # None: not differentially private, charged nothing
-    assert sc.epsilon is not None
-    if sc.out_of_domain == "refuse" and await releaser._in_store(releaser.store.refused, sid):
+    assert sc.private, "a private release only"
+    if sc.out_of_domain == "refuse" and await releaser.in_store(releaser.store.refused, sid):
         # no count in the message: the survey's error is on the public status
         raise DomainRefusedError(
             "answers outside the declared domain were refused (out_of_domain = \"refuse\"; "
@@ -76,12 +73,12 @@ async def write_private(releaser: Any, survey: RunningSurvey, frame: pd.DataFram
                           delta=sc.delta)
         return made, record_messages(made.table)
 
-    made, messages = await releaser._in_thread(draw)
+    made, messages = await releaser.in_thread(draw)
     # charged before any value leaves the process (files, the topic): a release that cannot
     # be drawn spends nothing, one drawn and lost in a crash after this counts as spent
     if budget is not None:
-        spent = await releaser._in_store(releaser.store.spend_privacy, sid, release_id,
-                                         sc.epsilon, budget)
+        spent = await releaser.in_store(releaser.store.spend_privacy, sid, release_id,
+                                        sc.epsilon, budget)
         charge = {"spent": spent, "total": budget, "this_release": sc.epsilon}
         if sc.delta is not None:  # zCDP calibrated to (epsilon, delta): its one release
             charge["delta"] = sc.delta
@@ -97,18 +94,11 @@ async def write_private(releaser: Any, survey: RunningSurvey, frame: pd.DataFram
     for warning in made.report["warnings"]:  # from the settings alone: no answer in them
         log.warning("survey %s: %s", sid, warning)
     survey.record("compute", time.perf_counter() - step)
-    step = time.perf_counter()
-    files = await releaser._in_thread(lambda: write_release_files(
-        made.table, releaser.config.output.directory, sid, releaser.config.output.formats,
-        schema=sc.schema, later=True, modes=releaser.modes,
-            reports=releaser.config.output.reports))
-    survey.record("files", time.perf_counter() - step)
-    files["html"] = risk_page_path(files)
-    closed_at = (await releaser._in_store(releaser.store.survey_state, sid)).close_requested_at
+    files = await releaser.write_files(survey, made.table)
+    closed_at = (await releaser.in_store(releaser.store.survey_state, sid)).close_requested_at
     guarantee = {**made.report, "budget": charge}
     report = private_report(survey, n, release_id, files, guarantee, closed_at, started, ahead)
-    row = ReleaseRow(release_id, "written", 0, report.to_json())
-    await releaser._in_store(releaser.store.save_release, sid, row)
+    row = await releaser.save_written(survey, report, 0)  # its generator is never stored
     return row, made.table, messages, made.order
 
 

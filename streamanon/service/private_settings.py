@@ -83,6 +83,14 @@ class PrivateSettings(BaseModel):
         return self
 
     @property
+    def private(self) -> bool:
+        """The survey's release kind, decided here once: a private release (``epsilon`` set),
+        drawn at close from every stored record with noise (streamanon.dp: one sort and one
+        draw, no base run, no incremental stage), or else a k-anonymous microaggregated one.
+        Whether it is also differentially private is :attr:`privacy_budget`'s question."""
+        return self.epsilon is not None
+
+    @property
     def privacy_budget(self) -> float | None:
         """What the survey's releases may spend in all (None: not a differentially private
         release, which spends nothing)."""

@@ -159,7 +159,7 @@ def write_risk_page(risk: dict[str, Any], frame: pd.DataFrame, release: pd.DataF
     settings = {"k": survey.k, "l": survey.l, "t": survey.t, "engine": survey.engine,
                 "original": f"the survey's {len(frame)} stored records",
                 "release": Path(files["parquet"]).name}
-    if survey.epsilon is not None:
+    if survey.private:
         from streamanon.dp import budget_of, engine_name, guarantee
 
         budget = budget_of(survey.epsilon, survey.delta)
@@ -203,7 +203,7 @@ def release_risk(frame: pd.DataFrame, release: pd.DataFrame, survey: SurveyConfi
     def made_again(rest: pd.DataFrame) -> pd.DataFrame:
         from streamanon import BeyondK, Output, microaggregate
 
-        if survey.epsilon is not None:  # drawn again as the release was (its noise fresh)
+        if survey.private:  # drawn again as the release was (its noise fresh)
             from streamanon import dp
 
             return dp.release(rest, kept, survey.k, survey.epsilon, survey.dp_mechanism,

@@ -4,6 +4,9 @@
 (the checkpointed base cells plus the incremental stage, or one engine run on everything when
 there is no usable base or when the deadline leaves time for it), applies the k-anonymity gate,
 writes the files and notes the release as written: from then on it is the survey's release.
+It reads as its steps: load, decide (the decision at close is a value the scheduler makes,
+:func:`scheduler.at_close.decide_at_close`), compute, gate and table, files, report; a private
+release has its own writer (:mod:`.private_release`), which uses the same public steps.
 :meth:`Releaser.publish` sends the written file to the release topic, record by record, then
 its manifest, until it is through. A release written before (a restart, a failed publish) is
 published again from its files as written, never computed again (:meth:`Releaser.release`).
@@ -24,11 +27,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scheduler import live
-from scheduler.choice import AUTO_STAGES, choose_stage
+from scheduler.at_close import AutoStage, decide_at_close
 from scheduler.cost_model import CostModelStore, PowerLaw
 from scheduler.overhead import DEFAULT_OVERHEAD, READ_AHEAD_STEPS, ReleaseOverhead
-from scheduler.planner import Plan
 from streamanon.errors import PublishError, describe_error, withheld
 from streamanon.incremental import base_is_usable
 from streamanon.incremental.run import TwoStageRun
@@ -47,17 +48,17 @@ from streamanon.release import (
 )
 from streamanon.service.broker import ensure_topics
 from streamanon.service.config import Config, SurveyConfig
-from streamanon.service.engine_traits import engine_traits
+from streamanon.service.engine_traits import auto_stage_names, engine_traits
 from streamanon.service.kafka_clients import KafkaSettings
 from streamanon.service.kept import forget, kept_release_partition
 from streamanon.service.offsets import broker_errors
+from streamanon.service.planning import plan_request
 from streamanon.service.private_release import write_private
 from streamanon.service.publisher import (
     FileModes,
     read_written_release,
     record_messages,
     records_frame,
-    release_columns,
     release_is_complete,
     release_manifest,
     release_risk,
@@ -68,12 +69,20 @@ from streamanon.service.publisher import (
     write_report,
     write_risk_page,
 )
+from streamanon.service.release_steps import (
+    Computed,
+    Computing,
+    Loaded,
+    Made,
+    Planned,
+    release_report,
+)
 from streamanon.service.reports import Publication, ReleaseReport
 from streamanon.service.runtime import RunningSurvey, StoreCall
 from streamanon.service.states import RELEASED
 from streamanon.service.store import Records, ReleaseRow, Store, StoreError
 from streamanon.service.telemetry import Telemetry
-from streamanon.splicing import BaseRelease, Messages, prepare_base, splice
+from streamanon.splicing import BaseRelease, prepare_base, splice
 
 log = logging.getLogger(__name__)
 
@@ -123,23 +132,19 @@ async def stored_records(survey: RunningSurvey, upto_seq: int | None = None, *, 
     return await asyncio.to_thread(Records.join, parts), ahead
 
 
-def base_plan_summary(plan: Plan) -> dict[str, float]:
-    """What the report keeps of the plan a base run was started on (``base_plan``)."""
-    return {"nu": round(plan.nu, 6), "n_base": plan.n_base,
-            "head_start_seconds": round(plan.head_start, 3),
-            "base_seconds": round(plan.base_seconds, 3),
-            "incremental_seconds": round(plan.incremental_seconds, 3),
-            "nu_limit": round(plan.nu_limit, 6), "safety": round(plan.safety, 3)}
-
-
-def release_run(survey: SurveyConfig, refine_until: float | None = None) -> TwoStageRun:
+def release_run(survey: SurveyConfig, refine_until: float | None = None, *,
+                engine: str | None = None, stage: str | None = None) -> TwoStageRun:
     """The survey's base engine and incremental stage with their parameters and refinement
     (ended by ``refine_until`` on the :func:`time.time` clock, when given); its methods run
-    in the compute process. ``incremental = "auto"`` is resolved by the release for the real
-    counts (:meth:`Releaser.write`); a base run or a one-shot release runs no stage, so the
-    first candidate stands in."""
-    stage = AUTO_STAGES[0] if survey.incremental == "auto" else survey.incremental
-    return TwoStageRun(survey.k, survey.engine, stage,
+    in the compute process. ``engine`` and ``stage`` are those the survey runs (its
+    configured ones, or those its ``auto`` settings settled on; default the configured
+    ones). ``incremental = "auto"`` is resolved by the release for the real counts
+    (:meth:`Releaser.write`); a base run or a one-shot release runs no stage, so the first
+    candidate stands in."""
+    engine = engine or survey.engine
+    stage = stage or survey.incremental
+    stage = auto_stage_names()[0] if stage == "auto" else stage
+    return TwoStageRun(survey.k, engine, stage,
                        engine_params=survey.engine_params,
                        incremental_params=survey.incremental_params,
                        refine=survey.refine, refine_until=refine_until)
@@ -148,14 +153,15 @@ def release_run(survey: SurveyConfig, refine_until: float | None = None) -> TwoS
 class Releaser:
     """Computes, writes and publishes the surveys' releases.
 
-    Store calls go through ``in_store`` (the service's one store thread), the engines run in
-    ``compute_pool``, and the release topic is written with ``producer`` (aiokafka)."""
+    Store calls go through ``in_store`` (the service's one store thread), other blocking work
+    through :meth:`in_thread`, the engines run in ``compute_pool``, and the release topic is
+    written with ``producer`` (aiokafka)."""
 
     def __init__(self, config: Config, store: Store, in_store: StoreCall,
                  compute_pool: Executor, producer: Any, telemetry: Telemetry) -> None:
         self.config = config
         self.store = store
-        self._in_store = in_store
+        self.in_store = in_store
         self.compute_pool = compute_pool
         self.producer = producer
         self.telemetry = telemetry
@@ -169,9 +175,9 @@ class Releaser:
         files as written, never computed again. ``base_model`` is the survey's base cost model;
         ``stages`` the candidate stages' cost models of ``incremental = "auto"``."""
         sid = survey.config.id
-        row = await self._in_store(self.store.load_release, sid)
+        row = await self.in_store(self.store.load_release, sid)
         if row is not None and row.status == "published":
-            if (await self._in_store(self.store.survey_state, sid)).state != RELEASED:
+            if (await self.in_store(self.store.survey_state, sid)).state != RELEASED:
                 await survey.move(RELEASED, "already published")
             survey.released()
             return
@@ -186,84 +192,156 @@ class Releaser:
         await self.publish(survey, row, resumed, fresh)
 
     async def write(self, survey: RunningSurvey, base_model: PowerLaw,
-                    stages: Mapping[str, Any] | None = None) -> tuple[ReleaseRow, Fresh]:
+                    stages: Mapping[Any, Any] | None = None) -> tuple[ReleaseRow, Fresh]:
         """Compute the release, apply the k-anonymity gate, write its Parquet file, and note
         it as written: from then on it is the survey's release, whatever happens.
+
+        The steps, each timed as a close step: :meth:`load` the records, :meth:`decide` how
+        the release is made (:func:`scheduler.at_close.decide_at_close`), :meth:`compute` its
+        cells, :meth:`gate_and_table`, :meth:`write_files`; then its report
+        (:func:`.release_steps.release_report`) is noted with it (:meth:`save_written`). A
+        private release (:attr:`~.private_settings.PrivateSettings.private`) is drawn by its
+        own writer after the load (:func:`.private_release.write_private`).
 
         With the base release made before close (:meth:`prepare_base`) only the records after
         the base snapshot are read from the store, and the messages of the base cells the
         incremental stage left as they were are reused (:func:`streamanon.splicing.splice`);
         the compute process gets only those records when it kept the snapshot's values from
         the base run (:mod:`streamanon.service.kept`)."""
+        loaded = await self.load(survey)
+        if survey.config.private:  # one sort and one draw: no base run, no stage
+            row, table, messages, order = await write_private(self, survey, loaded.frame,
+                                                              loaded.ahead)
+            return row, Fresh(loaded.frame, table, messages, order)
+        planned = await self.decide(survey, loaded, base_model, stages)
+        computed = await self.compute(survey, loaded, planned)
+        made = await self.gate_and_table(survey, loaded, computed)
+        log.info("survey %s: writing the files of release %s (%s)", survey.config.id,
+                 made.release_id, "spliced into the base release made before close"
+                 if made.spliced else "made at close")
+        files = await self.write_files(survey, made.release.table)
+        report = release_report(survey, loaded, planned, computed, made, files, base_model)
+        row = await self.save_written(survey, report, made.seed)
+        return row, Fresh(loaded.frame, made.release.table, made.messages, made.order)
+
+    async def load(self, survey: RunningSurvey) -> Loaded:
+        """The load step: the survey's stored records, with the base run's checkpoint. With
+        the base release made before close from that checkpoint's snapshot, only the records
+        after it are read; else those read ahead of the close and the rest
+        (:func:`stored_records`). Records read ahead of a base run the release does not use
+        are dropped. Under k records: :class:`StoreError`, no release exists."""
         sc = survey.config
         sid = sc.id
         m = len(sc.quasi_identifiers)
-        overhead = await self._overhead(sid)
         step = time.perf_counter()
-        cp = await self._in_store(self.store.load_checkpoint, sid)
+        cp = await self.in_store(self.store.load_checkpoint, sid)
         held = survey.base_release
         if held is not None and (cp is None or held[0] != cp.snapshot_seq):
             held = None  # made from another snapshot: not this release's base
         ahead = 0
         if held is not None:
-            late = await self._in_store(
+            late = await self.in_store(
                 lambda: self.store.load_records(sid, m, after_seq=held[0]))
-            frame = held[1].frame if not len(late) else await self._in_thread(  # an empty
+            frame = held[1].frame if not len(late) else await self.in_thread(  # an empty
                 lambda: pd.concat([held[1].frame, records_frame(late, sc)],  # frame's dtypes
                                   ignore_index=True))  # would change the base's JSON kinds
         else:
-            records, ahead = await stored_records(survey, store=self.store, in_store=self._in_store)
+            records, ahead = await stored_records(survey, store=self.store, in_store=self.in_store)
             if ahead:
                 log.info("survey %s: %d of the %d records read ahead of the close", sid, ahead,
                          len(records))
-            frame = await self._in_thread(records_frame, records, sc)
+            frame = await self.in_thread(records_frame, records, sc)
         survey.read_ahead.drop()  # read ahead of a base run the release does not use
         survey.record("load", time.perf_counter() - step)
-        n = len(frame)
-        if n < sc.k:
-            raise StoreError(f"{n} valid records: no {sc.k}-anonymous release exists")
-        if sc.epsilon is not None:  # one sort and one draw: no base run, no stage
-            row, table, messages, order = await write_private(self, survey, frame, ahead)
-            return row, Fresh(frame, table, messages, order)
-        fits_deadline = (sc.deadline is not None
-                         and base_model(n) <= 0.8 * live.compute_budget(sc.deadline, n))
+        if len(frame) < sc.k:
+            raise StoreError(f"{len(frame)} valid records: no {sc.k}-anonymous release exists")
+        return Loaded(frame, cp, held, ahead)
+
+    async def decide(self, survey: RunningSurvey, loaded: Loaded, base_model: PowerLaw,
+                     stages: Mapping[Any, Any] | None) -> Planned:
+        """How the release is made at close (:func:`scheduler.at_close.decide_at_close`), for
+        the records loaded, the base run's checkpoint, the survey's deadline and close time,
+        ``base_model`` and, for ``incremental = "auto"``, the candidate ``stages``' cost models
+        with the steps after close as this machine ran them. A stage chosen is settled on the
+        survey (:meth:`~.survey.Survey.settle_stage`). The compute's clock starts here."""
+        sc = survey.config
+        n, cp = len(loaded.frame), loaded.checkpoint
+        overhead = await self._overhead(sc.id)
+        closed_at = (await self.in_store(self.store.survey_state, sc.id)).close_requested_at
+        auto = None
+        if survey.stage == "auto":  # the stage for the real counts (scheduler.choice)
+            auto = AutoStage(auto_stage_names(), stages or {},
+                             engine_traits(survey.engine) if stages else None,
+                             plan_request(sc).max_delta, overhead)
+        started = time.time()
+        decision = decide_at_close(
+            n, None if cp is None else cp.n_base,
+            base_usable=cp is not None and base_is_usable(cp.n_base, sc.k, n),
+            stage=survey.stage, deadline=sc.deadline, closed_at=closed_at, now=started,
+            base_model=base_model, refine=sc.refine != "off", auto=auto)
         base = None
-        stage_choice = None
-        if cp is not None and not fits_deadline and base_is_usable(cp.n_base, sc.k, n):
+        if decision.two_stage:
+            assert cp is not None and decision.stage is not None
             base = BaseSnapshot(cp.n_base, cp.labels, cp.mean, cp.scale, cp.seconds)
-            if sc.incremental == "auto":  # the stage for the real counts (scheduler.choice)
-                bound = None if sc.objective == "earliest" else sc.max_delta
-                stage, why = (choose_stage(cp.n_base, n - cp.n_base, stages,
-                                           engine=engine_traits(sc.engine),
-                                           max_delta=bound,
-                                           overhead_model=overhead)
-                              if stages else (AUTO_STAGES[0], "no cost models to choose by"))
-                stage_choice = {"configured": "auto", "chosen": stage, "reason": why}
-                sc = sc.model_copy(update={"incremental": stage})
+            if decision.stage_reason is not None:  # incremental = "auto" chose it now
+                survey.settle_stage(decision.stage, decision.stage_reason)
             log.info("survey %s: computing the release: %s on %d records after a base of %d",
-                     sid, sc.incremental, n - cp.n_base, cp.n_base)
+                     sc.id, survey.stage, n - cp.n_base, cp.n_base)
         else:
-            log.info("survey %s: computing the release: %s on %d records", sid, sc.engine, n)
-        stage_started = time.time()
-        refine_until = None  # the refinement ends where the deadline less the overhead is
-        if sc.refine != "off" and sc.deadline is not None:
-            closed = (await self._in_store(self.store.survey_state, sid)).close_requested_at
-            late = n - base.n_base if base is not None else n
-            refine_until = ((closed or stage_started) + sc.deadline
-                            - live.deadline_reserve(n, late=late))
-        qi = sc.quasi_identifiers
+            log.info("survey %s: computing the release: %s on %d records", sc.id,
+                     survey.engine, n)
+        return Planned(decision, base, closed_at, started, overhead)
+
+    async def compute(self, survey: RunningSurvey, loaded: Loaded, planned: Planned) -> Computed:
+        """The compute step: the release's cells as :meth:`decide` said, in the compute process
+        (:meth:`_start_compute`), the records prepared beside them; every record is sent
+        when the compute process did not keep the base snapshot's values after all."""
+        sid, qi = survey.config.id, survey.config.quasi_identifiers
+        n, base, started = len(loaded.frame), planned.base, planned.started
+        run = release_run(survey.config, planned.decision.refine_until, engine=survey.engine,
+                          stage=survey.stage)
+        computing = await self._start_compute(survey, loaded, base, run)
+        partition = await computing.partition
+        if computing.kept and partition is not None:
+            assert base is not None and computing.prepared_at is not None
+            log.info("survey %s: %d records after the base snapshot sent to the compute "
+                     "process, the snapshot's %d kept there since the base run; the partition "
+                     "back after %.2f s (its stage %.2f s), the records prepared beside it "
+                     "after %.2f s", sid, n - base.n_base, base.n_base,
+                     time.time() - started, partition.incremental_seconds,
+                     computing.prepared_at - started)
+        if partition is None:  # the compute process did not keep the base values: send all
+            log.info("survey %s: the base snapshot's values were not kept in the compute "
+                     "process; sending all %d records", sid, n)
+            partition = await asyncio.get_running_loop().run_in_executor(
+                self.compute_pool, release_partition, run,
+                await self.in_thread(qi_values, loaded.frame, qi), base, None)
+        done = time.time()
+        if partition.refinement is not None:
+            r = partition.refinement
+            log.info("survey %s: refinement: %d moves, %d dissolves, %d splits in %d rounds, "
+                     "%.2f s (%s)", sid, r.moves, r.dissolves, r.splits, r.rounds, r.seconds,
+                     r.stopped)
+        survey.record("compute", done - started)
+        return Computed(partition, computing.own, computing.prepared, done)
+
+    async def _start_compute(self, survey: RunningSurvey, loaded: Loaded,
+                             base: BaseSnapshot | None, run: TwoStageRun) -> Computing:
+        """Send the partition to the compute process (not awaited) and prepare the records
+        for the table: beside it for plain numbers, before it otherwise (it needs them)."""
+        sc = survey.config
+        sid, qi, frame, cp = sc.id, sc.quasi_identifiers, loaded.frame, loaded.checkpoint
         # numbers only, none missing, no strata: the plain numeric partition, from the values
         # alone; the preparation (for the release and its loss) then runs beside it
         plain_numeric = (encoding_for(frame, sc.schema).numeric_only and not sc.schema.strata
                          and not any_missing(frame, qi))
         loop = asyncio.get_running_loop()
-        run = release_run(sc, refine_until)
         kept = (plain_numeric and base is not None and cp is not None
                 and self.config.compute.cluster == "local")  # a cluster's base keeps nothing
         # the values sent to the compute process: the late records' only when it keeps the
         # base snapshot's
         X = (qi_values(frame, qi, start=base.n_base) if kept
-             else await self._in_thread(qi_values, frame, qi))
+             else await self.in_thread(qi_values, frame, qi))
         if not kept:  # what the compute process may keep of the base run is not needed
             self.compute_pool.submit(forget, sid)  # queued before the compute: not awaited
         if plain_numeric:
@@ -274,101 +352,60 @@ class Releaser:
             else:
                 computing = loop.run_in_executor(self.compute_pool, release_partition, run, X,
                                                  base, None)
-            own = prepared = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
-            prepared_after = time.time() - stage_started
-        else:
-            own = await self._in_thread(prepare_stored, frame, sc.schema, sc.k)
-            prepared = own if base is None else await self._in_thread(
-                prepare_stored, frame, sc.schema, sc.k, Standardisation(base.mean, base.scale))
-            computing = loop.run_in_executor(self.compute_pool, release_partition, run, X, base,
-                                             prepared)
-        partition = await computing
-        if kept and partition is not None:
-            log.info("survey %s: %d records after the base snapshot sent to the compute "
-                     "process, the snapshot's %d kept there since the base run; the partition "
-                     "back after %.2f s (its stage %.2f s), the records prepared beside it "
-                     "after %.2f s", sid, n - base.n_base, base.n_base,
-                     time.time() - stage_started, partition.incremental_seconds,
-                     prepared_after)
-        if partition is None:  # the compute process did not keep the base values: send all
-            log.info("survey %s: the base snapshot's values were not kept in the compute "
-                     "process; sending all %d records", sid, n)
-            partition = await loop.run_in_executor(self.compute_pool, release_partition, run,
-                                                   await self._in_thread(qi_values, frame, qi),
-                                                   base, None)
-        compute_done = time.time()
-        if partition.refinement is not None:
-            r = partition.refinement
-            log.info("survey %s: refinement: %d moves, %d dissolves, %d splits in %d rounds, "
-                     "%.2f s (%s)", sid, r.moves, r.dissolves, r.splits, r.rounds, r.seconds,
-                     r.stopped)
-        survey.record("compute", compute_done - stage_started)
+            own = await self.in_thread(prepare_stored, frame, sc.schema, sc.k)
+            return Computing(computing, own, own, kept, prepared_at=time.time())
+        own = await self.in_thread(prepare_stored, frame, sc.schema, sc.k)
+        prepared = own if base is None else await self.in_thread(
+            prepare_stored, frame, sc.schema, sc.k, Standardisation(base.mean, base.scale))
+        return Computing(loop.run_in_executor(self.compute_pool, release_partition, run, X,
+                                              base, prepared), own, prepared, kept)
+
+    async def gate_and_table(self, survey: RunningSurvey, loaded: Loaded,
+                             computed: Computed) -> Made:
+        """The gate and table step: the cells merged until l and t hold (sensitive fields),
+        then the table with the k-anonymity gate and its messages, spliced into the base
+        release made before close where it can be, else made whole; its id and seed."""
+        sc = survey.config
+        frame, held, own, partition = loaded.frame, loaded.held, computed.own, computed.partition
         step = time.perf_counter()
         seed = secrets.randbits(62)
         release_id = uuid.uuid4().hex
         privacy = survey_privacy(frame, sc)
-        labels = partition.labels if privacy is None else await self._in_thread(
-            privacy.enforce, prepared.Z, partition.labels)  # cells merged until l, t hold
+        labels = partition.labels if privacy is None else await self.in_thread(
+            privacy.enforce, computed.prepared.Z, partition.labels)  # cells merged until l, t hold
         spliced = (held is not None and privacy is None and partition.mode == "two-stage"
                    and own.groups is None and held[1].n_base == partition.n_base
                    and not np.isnan(own.C).any())
         if spliced:  # the gate is in both
-            release, messages, order = await self._in_thread(
+            release, messages, order = await self.in_thread(
                 splice, held[1], frame, own, labels, sc.k, seed)
         else:
-            release, messages, order = await self._in_thread(
+            release, messages, order = await self.in_thread(
                 fresh_release, frame, own, labels, sc.k, seed, privacy)
         survey.record("gate_and_table", time.perf_counter() - step)
-        closed_at = (await self._in_store(self.store.survey_state, sid)).close_requested_at
-        plan = survey.last_plan
-        log.info("survey %s: writing the files of release %s (%s)", sid, release_id,
-                 "spliced into the base release made before close" if spliced
-                 else "made at close")
+        return Made(release, messages, order, release_id, seed, privacy, spliced)
+
+    async def write_files(self, survey: RunningSurvey, table: pd.DataFrame) -> dict[str, str]:
+        """The files step: the release ``table``'s files in ``[output] directory`` (its
+        Parquet file; the other formats once it is out), and the path ``report.html`` will
+        have (``html``, written once the release is out: :meth:`publish`)."""
+        sc = survey.config
         step = time.perf_counter()
-        files = await self._in_thread(lambda: write_release_files(
-            release.table, self.config.output.directory, sid, self.config.output.formats,
+        files = await self.in_thread(lambda: write_release_files(
+            table, self.config.output.directory, sc.id, self.config.output.formats,
             schema=sc.schema, later=True, modes=self.modes,
             reports=self.config.output.reports))
         survey.record("files", time.perf_counter() - step)
         files["html"] = risk_page_path(files)  # written once the release is out (publish)
-        two_stage = partition.mode == "two-stage"
-        report = ReleaseReport(
-            survey=sid, release_id=release_id, n=n, m=m, k=sc.k,
-            quasi_identifiers=list(sc.quasi_identifiers), columns=release_columns(sc),
-            engine=sc.engine, incremental=sc.incremental if two_stage else None,
-            mode=partition.mode, nu=partition.nu, n_base=partition.n_base,
-            n_increment=partition.n_increment,
-            arrival_coefficient=plan.arrival_coefficient if plan else None,
-            planned_nu=plan.nu if plan else None,
-            predicted_seconds_after_close=plan.finish_after_close if plan else None,
-            one_shot_estimate_seconds=base_model(n),
-            base_started_at=cp.started_at if cp is not None and two_stage else None,
-            closed_at=closed_at, base_seconds=partition.base_seconds,
-            incremental_seconds=partition.incremental_seconds,
-            compute_seconds_after_close=compute_done - (closed_at or stage_started),
-            distortion=release.distortion, information_loss=release.information_loss,
-            rejected=dict(survey.ingest.rejected), files=files,
-            information_loss_by_type={
-                kind: (None if release.loss.get(kind) is None else 100.0 * release.loss[kind])
-                for kind in ("numeric", "ordinal", "nominal")},
-            values_withheld=release.loss.get("withheld", 0),
-            values_imputed=release.loss.get("imputed", 0),
-            strata_merged=[] if prepared.groups is None else prepared.groups.merged_strata,
-            privacy=None if privacy is None else {"l": sc.l, "t": sc.t,
-                                                  "sensitive": release.privacy},
-            risk=None, spliced=spliced,  # the risk is measured once the release is out
-            engine_choice=survey.engine_choice, incremental_choice=stage_choice,
-            predicted_release_seconds=(plan.finish_after_close + live.release_overhead(
-                n, overhead) if plan else None),
-            base_steps_seconds=({key: round(value, 3) for key, value in survey.base_steps.items()}
-                                if two_stage and survey.base_steps else None),
-            base_plan=(base_plan_summary(survey.base_plan)
-                       if two_stage and survey.base_steps and survey.base_plan else None),
-            read_ahead=ahead if not two_stage else 0,
-            n_spanned=len(messages.new) if isinstance(messages, Messages) else n)
-        row = ReleaseRow(release_id, "written", seed, report.to_json())
-        await self._in_store(self.store.save_release, sid, row)
-        return row, Fresh(frame, release.table, messages, order)
+        return files
+
+    async def save_written(self, survey: RunningSurvey, report: ReleaseReport,
+                           seed: int) -> ReleaseRow:
+        """Note the release of ``report`` (drawn with ``seed``) as written: from now on it is
+        the survey's release, published from its files after a restart."""
+        row = ReleaseRow(report.release_id, "written", seed, report.to_json())
+        await self.in_store(self.store.save_release, survey.config.id, row)
+        return row
 
     async def publish(self, survey: RunningSurvey, row: ReleaseRow, resumed: bool,
                       fresh: Fresh | None = None) -> None:
@@ -381,8 +418,8 @@ class Releaser:
         sid = survey.config.id
         report = ReleaseReport.from_json(row.report)
         if fresh is None:
-            table = await self._in_thread(read_written_release, report.files)
-            messages = await self._in_thread(record_messages, table)
+            table = await self.in_thread(read_written_release, report.files)
+            messages = await self.in_thread(record_messages, table)
         else:
             table, messages = fresh.table, fresh.messages
         manifest = release_manifest(report)
@@ -411,7 +448,7 @@ class Releaser:
                 delay = min(2.0 ** failures, 60.0)
                 log.warning("survey %s: publishing release %s failed (%s); sending it again "
                             "in %.0f s", sid, row.release_id, describe_error(exc), delay)
-                await self._in_store(self.store.set_error, sid,
+                await self.in_store(self.store.set_error, sid,
                                      f"publishing failed ({describe_error(exc)}); retrying")
                 resumed = True
                 await asyncio.sleep(delay)
@@ -426,12 +463,12 @@ class Releaser:
                 "drain", "wait_for_base", "load", "compute", "gate_and_table", "files",
                 "publish") if key in survey.timings})
         report = report.published(published)
-        await self._in_thread(write_report, report, self.modes)
-        await self._in_store(self.store.save_release, sid,
+        await self.in_thread(write_report, report, self.modes)
+        await self.in_store(self.store.save_release, sid,
                              ReleaseRow(row.release_id, "published", row.seed, report.to_json()))
         await survey.move(RELEASED, f"{report.n} records published")
         if failures:
-            await self._in_store(self.store.set_error, sid, None)
+            await self.in_store(self.store.set_error, sid, None)
         survey.record("released_at", released_at)
         self.telemetry.observe_release(sid, report, survey.timings["publish"])
         log.info("survey %s: released %d records (%s), %.2f s after close", sid, report.n,
@@ -444,7 +481,7 @@ class Releaser:
         ``CostModelStore.release_overhead``), read off the event loop; the default when the
         file cannot be read (it only prices the plan's prediction and the stage's choice)."""
         try:
-            return await self._in_thread(self.cost_models.release_overhead)
+            return await self.in_thread(self.cost_models.release_overhead)
         except Exception as exc:
             log.warning("survey %s: the recorded release steps in %s were not read (%s); the "
                         "default overhead is used", sid, self.cost_models.path,
@@ -459,7 +496,7 @@ class Releaser:
         if report.read_ahead:  # the load step read only the records stored since: not that
             steps = {name: s for name, s in steps.items() if name not in READ_AHEAD_STEPS}
         try:
-            await self._in_thread(self.cost_models.observe_release, report.n, late, steps,
+            await self.in_thread(self.cost_models.observe_release, report.n, late, steps,
                                   report.n_spanned)
         except Exception as exc:  # the release is out; the file is advice for later plans
             log.warning("survey %s: the release's close steps were not kept in %s (%s)",
@@ -482,18 +519,18 @@ class Releaser:
         sc = survey.config
         step = time.perf_counter()
         files = report.files
-        files = await self._in_thread(write_release_formats, table, files, sc.schema,
+        files = await self.in_thread(write_release_formats, table, files, sc.schema,
                                       self.modes)
         report = replace(report, files=files)
         try:
             frame = fresh.frame if fresh is not None else records_frame(
-                await self._in_store(lambda: self.store.load_records(
+                await self.in_store(lambda: self.store.load_records(
                     sc.id, len(sc.quasi_identifiers))), sc)
-            risk = report.risk or await self._in_thread(
+            risk = report.risk or await self.in_thread(
                 release_risk, frame, table, sc, None if fresh is None else fresh.order,
                 report.engine, self.config.output.attacks)
             report = replace(report, risk=risk)
-            await self._in_thread(write_risk_page, risk, frame, table, sc, files, self.modes)
+            await self.in_thread(write_risk_page, risk, frame, table, sc, files, self.modes)
         except Exception as exc:
             log.error("survey %s: the risk measures or report.html were not made (%s)", sc.id,
                       describe_error(exc), exc_info=withheld(exc))
@@ -515,7 +552,7 @@ class Releaser:
         if prepared.groups is not None or np.isnan(prepared.C).any():
             return None
         try:
-            base = await self._in_thread(prepare_base, frame, prepared, labels, sc.k)
+            base = await self.in_thread(prepare_base, frame, prepared, labels, sc.k)
         except Exception as exc:
             log.error("survey %s: the base release was not prepared (%s); the release will "
                       "be made whole at close", sc.id, describe_error(exc),
@@ -526,5 +563,6 @@ class Releaser:
         return base
 
     @staticmethod
-    async def _in_thread(fn: Any, *args: Any) -> Any:
+    async def in_thread(fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread, off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)

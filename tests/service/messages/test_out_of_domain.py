@@ -136,7 +136,7 @@ def test_refuse_refuses_the_release_when_an_answer_was_dead_lettered_for_its_dom
             return fn(*args)
 
         releaser = SimpleNamespace(store=store, config=cfg, modes=PRIVATE,
-                                   _in_thread=in_thread, _in_store=in_thread)
+                                   in_thread=in_thread, in_store=in_thread)
         restarted = SimpleNamespace(config=sc, record=lambda *_: None,
                                     ingest=SimpleNamespace(rejected={}))  # counts lost
         with pytest.raises(DomainRefusedError, match="outside the declared domain") as refused:

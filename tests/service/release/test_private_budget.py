@@ -2,8 +2,8 @@
 private one spends its epsilon in the store; one that is not (``individual_ranking``, or the
 ``quasi_identifiers`` scope) spends nothing, and its report says that no budget applies.
 
-``write_private`` is called directly, with the releaser's store, threads and output settings
-stood in for: no broker."""
+``write_private`` is called directly, with a releaser on the survey's store and output settings
+(its store calls made in place): no broker."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import pytest
 
 from streamanon.service.config import parse_config
 from streamanon.service.private_release import write_private
-from streamanon.service.publisher import PRIVATE, records_frame
+from streamanon.service.publisher import records_frame
+from streamanon.service.releasing import Releaser
 from streamanon.service.store import Records, SQLiteStore
 
 ENV = {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32}
@@ -47,11 +48,11 @@ def release_with(tmp_path: Path, **dp: Any) -> tuple[dict[str, Any], float]:
     store = SQLiteStore(tmp_path / "store.db")
     store.ensure_survey(sc.id)
 
-    async def in_thread(fn: Any, *args: Any) -> Any:
+    async def in_store(fn: Any, *args: Any) -> Any:
         return fn(*args)
 
-    releaser = SimpleNamespace(store=store, config=config, modes=PRIVATE,
-                               _in_thread=in_thread, _in_store=in_thread)
+    releaser = Releaser(config, store, in_store, compute_pool=None, producer=None,
+                        telemetry=None)
     survey = SimpleNamespace(config=sc, record=lambda *_: None,
                          ingest=SimpleNamespace(rejected={}))
     try:

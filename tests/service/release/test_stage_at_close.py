@@ -1,0 +1,102 @@
+"""``incremental = "auto"`` at close, through :meth:`Releaser.write` on a SQLite store without a
+broker: the stage the decision at close chose (``scheduler.at_close``) is the one the release
+runs and reports, it is settled on the survey (``Survey.stage``), and the configuration keeps
+``"auto"`` (issue 61, point 3: no step rewrites a survey's configuration)."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from scheduler.arrivals import ArrivalEstimator
+from streamanon.service.config import parse_config
+from streamanon.service.engine_traits import stage_traits
+from streamanon.service.ingest import SurveyIngest
+from streamanon.service.planning import SurveyPlanner
+from streamanon.service.releasing import Releaser
+from streamanon.service.store import RecordRow, SQLiteStore, record_digest
+from streamanon.service.survey import ServiceParts, Survey
+from streamanon.service.validation import Validator
+
+M, K, N_BASE, N_LATE = 2, 3, 40, 20
+
+
+def rows(first: int, n: int) -> list[RecordRow]:
+    rng = np.random.default_rng(first)
+    out = []
+    for i in range(first, first + n):
+        qi = rng.standard_normal(M).tobytes()
+        out.append(RecordRow(arrived_at=1000.0 + i, partition=0, offset=i,
+                             rid_hash=i.to_bytes(32, "big"),
+                             digest=record_digest(qi, "{}", None), qi=qi, confidential="{}",
+                             label=None))
+    return out
+
+
+@pytest.fixture
+def survey(tmp_path):
+    close = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+    config = parse_config({
+        "planner": {"cost_models": str(tmp_path / "cost_models.json")},
+        "output": {"directory": str(tmp_path / "releases")},
+        "surveys": [{"id": "s", "k": K, "incremental": "auto", "close": close, "schema": {
+            "rid": {"role": "identifier"},
+            **{f"q{i}": {"role": "quasi_identifier", "type": "float"} for i in range(M)}}}]},
+        {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
+    sc = config.surveys[0]
+    sv = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)), ArrivalEstimator(1.0, 10))
+    planner = SurveyPlanner(config, lambda sid, here: here)
+    planner.load_models(sv, measure=False)  # the stored models; nothing timed
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    store.ensure_survey("s")
+    store.insert_records("s", rows(0, N_BASE))
+
+    async def in_store(fn, *args):
+        return fn(*args)
+
+    pool = ThreadPoolExecutor(1)
+    releaser = Releaser(config, store, in_store, pool, producer=None, telemetry=None)
+    sv.parts = ServiceParts(config, store, in_store, pool, planner, releaser=releaser)
+    yield sv
+    pool.shutdown()
+    store.close()
+
+
+def write_after_a_base_run(survey, stages):
+    """Run the base run on the first records, store the late ones, and write the release."""
+
+    async def run():
+        assert await survey.start_base(None)
+        await survey.base_task
+        survey.parts.store.insert_records("s", rows(N_BASE, N_LATE))
+        row, _ = await survey.parts.releaser.write(survey, survey.plans.models[0], stages)
+        return row.report
+
+    return asyncio.run(run())
+
+
+def test_the_stage_chosen_at_close_is_run_reported_and_settled_on_the_survey(survey):
+    """2MDAV is the second candidate: it is taken only because its cost model is far below
+    NN-split-end's, so a release that ran the first candidate fails this."""
+    stages = {stage_traits("nn_split_end"): lambda n0, n1: 500.0,
+              stage_traits("two_stage"): lambda n0, n1: 0.01}
+    report = write_after_a_base_run(survey, stages)
+    assert report["mode"] == "two-stage" and report["n_base"] == N_BASE
+    assert report["incremental"] == "two_stage"
+    choice = report["incremental_choice"]
+    assert choice["configured"] == "auto" and choice["chosen"] == "two_stage"
+    assert choice["reason"].startswith("two_stage")
+    assert survey.stage == "two_stage"
+    assert survey.config.incremental == "auto"  # settled on the survey, not the configuration
+    assert {"load", "compute", "gate_and_table", "files"} <= set(survey.timings)
+
+
+def test_without_cost_models_the_first_candidate_is_taken_and_said_so(survey):
+    report = write_after_a_base_run(survey, {})
+    assert report["incremental"] == survey.stage == "nn_split_end"
+    assert report["incremental_choice"]["reason"] == "no cost models to choose by"
+    assert survey.config.incremental == "auto"
