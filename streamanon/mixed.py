@@ -223,7 +223,8 @@ def mixed_engines() -> frozenset[str]:
     the attribute, or take per-record inputs that assume numeric data)."""
     from streamanon.engines import available_engines
 
-    return frozenset(entry.name for entry in available_engines() if entry.mixed)
+    return frozenset(entry.name for entry in available_engines()
+                     if entry.engine is not None and entry.engine.mixed)
 
 
 def check_engine(engine: str, encoding: Encoding) -> None:

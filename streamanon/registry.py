@@ -106,9 +106,8 @@ class Entry:
     partitioned run go): they never select a cost model, and they are Python objects that
     the caller passes in, not settings of a configuration file.
 
-    An engine's traits are also read on the entry itself (``entry.one_shot_loss`` is
-    ``entry.engine.one_shot_loss``), as they were before they were grouped; on a stage's entry
-    they raise :class:`AttributeError`.
+    The traits are read in their group (``entry.engine.one_shot_loss``,
+    ``entry.stage.added_loss``), so that nothing reads an engine's trait off a stage.
     """
 
     name: str
@@ -120,31 +119,6 @@ class Entry:
     runtime: frozenset[str] = frozenset()
     engine: EngineTags | None = None
     stage: StageTags | None = None
-
-    def _engine_tags(self, trait: str) -> EngineTags:
-        if self.engine is None:
-            raise AttributeError(f"{self.name!r} is not an engine: it has no trait {trait!r}")
-        return self.engine
-
-    @property
-    def mixed(self) -> bool:
-        return self._engine_tags("mixed").mixed
-
-    @property
-    def one_shot_loss(self) -> float:
-        return self._engine_tags("one_shot_loss").one_shot_loss
-
-    @property
-    def cost_model(self) -> tuple[float, float] | None:
-        return self._engine_tags("cost_model").cost_model
-
-    @property
-    def auto(self) -> bool:
-        return self._engine_tags("auto").auto
-
-    @property
-    def warmup(self) -> Callable[[Any], dict[str, Any]] | None:
-        return self._engine_tags("warmup").warmup
 
 
 class Registry:

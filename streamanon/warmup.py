@@ -36,7 +36,8 @@ def _engines(names: tuple[str, ...]) -> None:
 
     X = _data()
     for name in names:
-        warmup = get_engine(name).warmup  # an engine's own: its per-record inputs, say
+        tags = get_engine(name).engine  # an engine's own: its per-record inputs, say
+        warmup = None if tags is None else tags.warmup
         run_engine(name, X, K, **(warmup(X) if warmup is not None else {}))
 
 

@@ -94,7 +94,7 @@ class PrivateSettings(BaseModel):
     def privacy_budget(self) -> float | None:
         """What the survey's releases may spend in all (None: not a differentially private
         release, which spends nothing)."""
-        if self.epsilon is None or not charged(self.dp_mechanism, self.dp_scope):
+        if not self.private or not charged(self.dp_mechanism, self.dp_scope):
             return None
         return self.epsilon_budget or self.epsilon
 
@@ -102,7 +102,7 @@ class PrivateSettings(BaseModel):
     def clamps(self) -> bool:
         """A differentially private survey that clamps its answers into their declared domain
         (``out_of_domain = "clamp"``, its default)."""
-        return self.epsilon is not None and (self.out_of_domain or "clamp") == "clamp"
+        return self.private and (self.out_of_domain or "clamp") == "clamp"
 
     def release_fields(self, fields: Mapping[str, FieldSpec]) -> Mapping[str, FieldSpec]:
         """The survey's fields as its release reads them: a survey that :attr:`clamps` codes

@@ -149,14 +149,16 @@ def risk_page_path(files: dict[str, str]) -> str:
 
 def write_risk_page(risk: dict[str, Any], frame: pd.DataFrame, release: pd.DataFrame,
                     survey: SurveyConfig, files: dict[str, str],
-                    modes: FileModes = PRIVATE) -> None:
+                    modes: FileModes = PRIVATE, engine: str | None = None) -> None:
     """``report.html`` (``streamanon.risk_page``) of a written release: its risk and
     utility measures (``risk``, as report.json holds them), the distributions of the stored
-    records ``frame`` (:func:`records_frame`) and of the ``release`` table, never a record."""
+    records ``frame`` (:func:`records_frame`) and of the ``release`` table, never a record.
+    ``engine`` is the engine the release ran (the report's: the one ``engine = "auto"``
+    settled on); default the configuration's."""
     from streamanon.risk_page import render
 
     prepared = prepare_stored(frame, survey.schema, survey.k)
-    settings = {"k": survey.k, "l": survey.l, "t": survey.t, "engine": survey.engine,
+    settings = {"k": survey.k, "l": survey.l, "t": survey.t, "engine": engine or survey.engine,
                 "original": f"the survey's {len(frame)} stored records",
                 "release": Path(files["parquet"]).name}
     if survey.private:

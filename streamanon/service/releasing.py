@@ -132,17 +132,14 @@ async def stored_records(survey: RunningSurvey, upto_seq: int | None = None, *, 
     return await asyncio.to_thread(Records.join, parts), ahead
 
 
-def release_run(survey: SurveyConfig, refine_until: float | None = None, *,
-                engine: str | None = None, stage: str | None = None) -> TwoStageRun:
-    """The survey's base engine and incremental stage with their parameters and refinement
-    (ended by ``refine_until`` on the :func:`time.time` clock, when given); its methods run
-    in the compute process. ``engine`` and ``stage`` are those the survey runs (its
-    configured ones, or those its ``auto`` settings settled on; default the configured
-    ones). ``incremental = "auto"`` is resolved by the release for the real counts
-    (:meth:`Releaser.write`); a base run or a one-shot release runs no stage, so the first
-    candidate stands in."""
-    engine = engine or survey.engine
-    stage = stage or survey.incremental
+def release_run(survey: SurveyConfig, refine_until: float | None = None, *, engine: str,
+                stage: str) -> TwoStageRun:
+    """The survey's base ``engine`` and incremental ``stage`` (those it runs:
+    :attr:`~.survey.Survey.engine` and :attr:`~.survey.Survey.stage`, its configured ones or
+    those its ``auto`` settings settled on) with their parameters and refinement (ended by
+    ``refine_until`` on the :func:`time.time` clock, when given); its methods run in the
+    compute process. A stage still ``"auto"`` (a base run, or a release the close decided
+    one-shot, runs no stage) takes the first candidate's place."""
     stage = auto_stage_names()[0] if stage == "auto" else stage
     return TwoStageRun(survey.k, engine, stage,
                        engine_params=survey.engine_params,
@@ -530,7 +527,8 @@ class Releaser:
                 release_risk, frame, table, sc, None if fresh is None else fresh.order,
                 report.engine, self.config.output.attacks)
             report = replace(report, risk=risk)
-            await self.in_thread(write_risk_page, risk, frame, table, sc, files, self.modes)
+            await self.in_thread(write_risk_page, risk, frame, table, sc, files, self.modes,
+                                 report.engine)
         except Exception as exc:
             log.error("survey %s: the risk measures or report.html were not made (%s)", sc.id,
                       describe_error(exc), exc_info=withheld(exc))

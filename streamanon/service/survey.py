@@ -367,7 +367,7 @@ class Survey:
 
     async def planned_base(self, plan: Plan) -> None:
         """The planner's trigger; if the snapshot is still too small, let it fire again."""
-        if self.config.epsilon is not None:
+        if self.config.private:
             return  # a differentially private release has no base run: never again
         if not await self.start_base(plan):
             st = await self.stored_state()
@@ -386,7 +386,7 @@ class Survey:
             return False
         if self.base_task is not None:
             return False
-        if self.config.epsilon is not None:
+        if self.config.private:
             log.info("survey %s: no base run: its differentially private release is one sort "
                      "and one draw at close", self.id)
             return False

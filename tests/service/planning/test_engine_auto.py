@@ -114,6 +114,9 @@ def test_mdav_is_chosen_when_onas_base_run_would_not_fit(broker, tmp_path, monke
     assert report["engine_choice"]["chosen"] == chosen
     assert "ona_star" in report["engine_choice"]["reason"]
     assert "does not fit" in report["engine_choice"]["reason"]
+    # the risk page names the engine that ran, not the configuration's "auto"
+    page = Path(report["files"]["html"]).read_text()
+    assert f"<tr><th>engine</th><td>{chosen}</td></tr>" in page
 
 
 def test_a_restart_keeps_the_engine_of_the_stored_base_run(broker, tmp_path):
@@ -138,7 +141,7 @@ def test_a_restart_keeps_the_engine_of_the_stored_base_run(broker, tmp_path):
         try:
             survey = service.surveys[SURVEY]
             return (survey.engine, survey.engine_choice,
-                    release_run(survey.config, engine=survey.engine).engine)
+                    release_run(survey.config, engine=survey.engine, stage=survey.stage).engine)
         finally:
             await service.stop()
 
