@@ -14,12 +14,10 @@ Everything here is pure: numbers in, numbers out.
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from scheduler.cost_model import STAGE_COSTS, PowerLaw
+from scheduler.cost_model import PowerLaw
 
 #: The width and anonymity parameter the provisional cost models are stated at.
 PROVISIONAL_M, PROVISIONAL_K = 15, 10
@@ -69,27 +67,14 @@ class StageTraits:
     (:func:`scheduler.quality.expected_delta`). ``cost`` is how the planner prices it, one of
     :data:`scheduler.cost_model.STAGE_COSTS` (:func:`scheduler.cost_model.stage_cost_model`).
     ``auto_rank`` says that ``incremental = "auto"`` may pick it and in which order of
-    preference (lower first; None: never)."""
+    preference (lower first; None: never). The values are checked once, where the stage
+    registers (``streamanon.registry.StageTags``), and handed here as they are."""
 
     name: str
     nu_grid: tuple[float, ...]
     added_loss: tuple[float, ...]
     cost: str
     auto_rank: int | None = None
-
-    def __post_init__(self) -> None:
-        nu, loss = self.nu_grid, self.added_loss
-        if len(nu) < 2 or len(nu) != len(loss):
-            raise ValueError(f"{self.name}: nu_grid and added_loss must have the same length, "
-                             "two or more")
-        if not (0.0 <= nu[0] and nu[-1] <= 1.0
-                and all(a < b for a, b in itertools.pairwise(nu))):
-            raise ValueError(f"{self.name}: nu_grid must increase within [0, 1]")
-        if not all(math.isfinite(x) for x in loss):
-            raise ValueError(f"{self.name}: added_loss must be finite")
-        if self.cost not in STAGE_COSTS:
-            raise ValueError(f"{self.name}: cost must be one of {', '.join(STAGE_COSTS)}, got "
-                             f"{self.cost!r}")
 
 
 def auto_stages(stages: Iterable[StageTraits]) -> tuple[StageTraits, ...]:

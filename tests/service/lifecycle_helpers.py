@@ -44,6 +44,24 @@ def put_model(path: Path, engine: str, m: int, k: int,
         PowerLaw.fit(*zip(*samples, strict=True)), list(samples)), params=params)
 
 
+def stored_rows(n: int, m: int = 2, *, first: int = 0, seed: int | None = None) -> list[Any]:
+    """``n`` store rows of m Gaussian quasi-identifiers, offsets and respondents ``first`` on
+    (drawn with ``seed``, default ``first``), as the ingest stores them."""
+    import numpy as np
+
+    from streamanon.service.store import RecordRow, record_digest
+
+    rng = np.random.default_rng(first if seed is None else seed)
+    out = []
+    for i in range(first, first + n):
+        qi = rng.standard_normal(m).tobytes()
+        out.append(RecordRow(arrived_at=1000.0 + i, partition=0, offset=i,
+                             rid_hash=i.to_bytes(32, "big"),
+                             digest=record_digest(qi, "{}", None), qi=qi, confidential="{}",
+                             label=None))
+    return out
+
+
 def running_survey(config: Any, sc: Any) -> Any:
     """A :class:`~streamanon.service.survey.Survey` of ``sc`` not attached to a service: what
     the planner plans (nothing runs)."""

@@ -8,27 +8,15 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
 from streamanon.service.states import BASE_DONE, BASE_RUNNING, CLOSING, OPEN, RELEASED
-from streamanon.service.store import RecordRow, SQLiteStore, record_digest
+from streamanon.service.store import SQLiteStore
 from streamanon.service.survey import IllegalMove, ServiceParts
-from tests.service.lifecycle_helpers import planner_for
+from tests.service.lifecycle_helpers import planner_for, stored_rows
 
 M, K = 2, 3
 
-
-def rows(n: int) -> list[RecordRow]:
-    rng = np.random.default_rng(7)
-    out = []
-    for i in range(n):
-        qi = rng.standard_normal(M).tobytes()
-        out.append(RecordRow(arrived_at=1000.0 + i, partition=0, offset=i,
-                             rid_hash=i.to_bytes(32, "big"),
-                             digest=record_digest(qi, "{}", None), qi=qi, confidential="{}",
-                             label=None))
-    return out
 
 
 class StandInCollector:
@@ -64,7 +52,7 @@ def survey(tmp_path):
     planner, sv = planner_for(tmp_path, {"k": K}, M, close_in=3600)
     store = SQLiteStore(str(tmp_path / "s.db"))
     store.ensure_survey("s")
-    store.insert_records("s", rows(40))
+    store.insert_records("s", stored_rows(40, M, seed=7))
 
     async def in_store(fn, *args):
         return fn(*args)
@@ -154,7 +142,7 @@ def test_a_follower_hands_its_moves_to_the_leader(tmp_path):
     planner, sv = planner_for(tmp_path, {"k": K}, M, close_in=3600)
     store = SQLiteStore(str(tmp_path / "s.db"))
     store.ensure_survey("s")
-    store.insert_records("s", rows(40))
+    store.insert_records("s", stored_rows(40, M, seed=7))
     pool = ThreadPoolExecutor(1)
     service = Service(planner.config, store=store, compute_pool=pool)
     sv.parts = service.parts

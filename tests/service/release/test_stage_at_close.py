@@ -9,7 +9,6 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
-import numpy as np
 import pytest
 
 from scheduler.arrivals import ArrivalEstimator
@@ -18,23 +17,13 @@ from streamanon.service.engine_traits import stage_traits
 from streamanon.service.ingest import SurveyIngest
 from streamanon.service.planning import SurveyPlanner
 from streamanon.service.releasing import Releaser
-from streamanon.service.store import RecordRow, SQLiteStore, record_digest
+from streamanon.service.store import SQLiteStore
 from streamanon.service.survey import ServiceParts, Survey
 from streamanon.service.validation import Validator
+from tests.service.lifecycle_helpers import stored_rows
 
 M, K, N_BASE, N_LATE = 2, 3, 40, 20
 
-
-def rows(first: int, n: int) -> list[RecordRow]:
-    rng = np.random.default_rng(first)
-    out = []
-    for i in range(first, first + n):
-        qi = rng.standard_normal(M).tobytes()
-        out.append(RecordRow(arrived_at=1000.0 + i, partition=0, offset=i,
-                             rid_hash=i.to_bytes(32, "big"),
-                             digest=record_digest(qi, "{}", None), qi=qi, confidential="{}",
-                             label=None))
-    return out
 
 
 @pytest.fixture
@@ -53,7 +42,7 @@ def survey(tmp_path):
     planner.load_models(sv, measure=False)  # the stored models; nothing timed
     store = SQLiteStore(str(tmp_path / "s.db"))
     store.ensure_survey("s")
-    store.insert_records("s", rows(0, N_BASE))
+    store.insert_records("s", stored_rows(N_BASE, M))
 
     async def in_store(fn, *args):
         return fn(*args)
@@ -72,7 +61,7 @@ def write_after_a_base_run(survey, stages):
     async def run():
         assert await survey.start_base(None)
         await survey.base_task
-        survey.parts.store.insert_records("s", rows(N_BASE, N_LATE))
+        survey.parts.store.insert_records("s", stored_rows(N_LATE, M, first=N_BASE))
         row, _ = await survey.parts.releaser.write(survey, survey.plans.models[0], stages)
         return row.report
 
