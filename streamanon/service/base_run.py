@@ -138,6 +138,8 @@ async def run_base(survey: RunningSurvey, snapshot_seq: int, started: float, *, 
 
     sc = survey.config
     sid = sc.id
+    # the engine it starts with, whatever a close settles meanwhile (no checkpoint yet)
+    engine, stage = survey.engine, survey.stage
     loop = asyncio.get_running_loop()
     result = BaseRunResult() if result is None else result
     steps = result.steps
@@ -151,7 +153,7 @@ async def run_base(survey: RunningSurvey, snapshot_seq: int, started: float, *, 
         work = await asyncio.to_thread(engine_rows, prepared.Z, sc.k)
         steps["prepare"] = time.perf_counter() - step
         step = time.perf_counter()
-        run = release_run(sc, engine=survey.engine, stage=survey.stage)
+        run = release_run(sc, engine=engine, stage=stage)
         if compute.cluster == "local":  # its values kept there
             labels, seconds = await loop.run_in_executor(
                 pool, kept_base_partition, sid, snapshot_seq, run, prepared)
@@ -169,7 +171,7 @@ async def run_base(survey: RunningSurvey, snapshot_seq: int, started: float, *, 
                         seconds=seconds, started_at=started)
         await in_store(store.save_checkpoint, sid, cp)
         if compute.cluster == "local":  # a cluster's time is its parts' and workers'
-            await in_store(planner.observe_base, survey, len(records), seconds, work)
+            await in_store(planner.observe_base, survey, engine, len(records), seconds, work)
         await survey.move(BASE_DONE, f"base run took {seconds:.2f} s")
         steps["checkpoint"] = time.perf_counter() - step
         result.seconds = seconds

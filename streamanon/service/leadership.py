@@ -534,6 +534,8 @@ class Coordinator:
                 log.info("survey %s: closed on this instance at end offsets %s; waiting for "
                          "the leader's close marks", sid, ends)
             await self._call(self.coordination.ack_closure, sid, st.close_requested_at)
+            if st.state == RELEASED:
+                survey.released()
 
     async def followers_closed(self, sid: str, closed_at: float) -> None:
         """Wait until every other live instance has set its closure of the close at

@@ -79,12 +79,14 @@ class SurveyPlanner:
         self.overhead = DEFAULT_OVERHEAD  # until load_models reads the recorded releases
         self._counted = counted
 
-    def observe_base(self, survey: RunningSurvey, n: int, seconds: float,
+    def observe_base(self, survey: RunningSurvey, engine: str, n: int, seconds: float,
                      work: int | None = None) -> None:
-        """A base run of ``n`` records took ``seconds``, its engine running on ``work`` of
+        """A base run of ``n`` records took ``seconds``, ``engine`` running on ``work`` of
         them (default all; fewer where repeated keys were collapsed): a sample of the
         engine's cost model at ``work`` records (with the survey's engine parameters), and
-        the survey's work share. Blocking: it writes the cost model file."""
+        the survey's work share. ``engine`` is the one the run started with (a close may
+        have settled ``engine = "auto"`` anew meanwhile). Blocking: it writes the cost
+        model file."""
         from streamanon.engines import model_parameters
 
         sc = survey.config
@@ -92,7 +94,6 @@ class SurveyPlanner:
         survey.observe_work_share(min(work / n, 1.0) if n else 1.0)
         if work < 2 * sc.k:  # the engine hardly ran: no sample of its cost
             return
-        engine = survey.engine
         self.cost_models.observe(engine, len(sc.quasi_identifiers), sc.k, work, seconds,
                                  model_parameters(engine, sc.engine_params))
 
@@ -354,14 +355,15 @@ class SurveyPlanner:
         """The plan for the forecast ``arrivals``; with ``engine = "auto"`` not chosen yet,
         the planner's choice of engine too."""
         sc = survey.config
-        engine = survey.engine
+        with survey.lock:  # the engine and its models as one settle left them
+            engine, models = survey.engine, survey.plans.models
+            candidates, share = survey.plans.options or [], survey.plans.work_share
         slowdown = live.load_slowdown(*machine_load())
         if engine == "auto" or sc.incremental == "auto":  # the planner's: the candidates
-            options = _at_work_share(survey, survey.plans.options or [])
+            options = _at_work_share(candidates, share)
         else:
-            base, incremental = survey.plans.models
-            options = [Option(engine_traits(engine),
-                              base.on_work_share(survey.plans.work_share), incremental)]
+            base, incremental = models
+            options = [Option(engine_traits(engine), base.on_work_share(share), incremental)]
         plan, choice = plan_survey(plan_request(sc, engine), arrivals, options,
                                    seconds_to_close=seconds_to_close, slowdown=slowdown,
                                    overhead_model=self.overhead)
@@ -412,9 +414,8 @@ def _base_size(survey: RunningSurvey) -> int:
     return 0 if plan is None else int(plan.n_total * (1.0 - plan.nu))
 
 
-def _at_work_share(survey: RunningSurvey, options: list[Option]) -> list[Option]:
-    """The candidates with their base engines priced at the survey's work share."""
-    share = survey.plans.work_share
+def _at_work_share(options: list[Option], share: float) -> list[Option]:
+    """The candidates with their base engines priced at the survey's work ``share``."""
     return [dataclasses.replace(o, base_cost=o.base_cost.on_work_share(share))
             if share < 1 and isinstance(o.base_cost, PowerLaw) else o for o in options]
 

@@ -266,7 +266,8 @@ class Releaser:
         overhead = await self._overhead(sc.id)
         closed_at = (await self.in_store(self.store.survey_state, sc.id)).close_requested_at
         auto = None
-        if survey.stage == "auto":  # the stage for the real counts (scheduler.choice)
+        # the stage for the real counts (scheduler.choice), chosen anew at each attempt
+        if sc.incremental == "auto":
             auto = AutoStage(auto_stage_names(), stages or {},
                              engine_traits(survey.engine) if stages else None,
                              plan_request(sc).max_delta, overhead)
@@ -274,7 +275,7 @@ class Releaser:
         decision = decide_at_close(
             n, None if cp is None else cp.n_base,
             base_usable=cp is not None and base_is_usable(cp.n_base, sc.k, n),
-            stage=survey.stage, deadline=sc.deadline, closed_at=closed_at, now=started,
+            stage=sc.incremental, deadline=sc.deadline, closed_at=closed_at, now=started,
             base_model=base_model, refine=sc.refine != "off", auto=auto)
         base = None
         if decision.two_stage:

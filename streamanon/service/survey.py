@@ -141,14 +141,15 @@ class Survey:
     def engine(self) -> str:
         """The base engine: the configured one, or the one ``engine = "auto"`` settled on
         (``"auto"`` until then)."""
-        return self.chosen.engine.name if self.chosen.engine is not None else self.config.engine
+        settled = self.chosen.engine  # one read: another thread may replace ``chosen``
+        return settled.name if settled is not None else self.config.engine
 
     @property
     def stage(self) -> str:
         """The incremental stage: the configured one, or the one ``incremental = "auto"``
         settled on at close (``"auto"`` until then)."""
-        return (self.chosen.stage.name if self.chosen.stage is not None
-                else self.config.incremental)
+        settled = self.chosen.stage  # one read: another thread may replace ``chosen``
+        return settled.name if settled is not None else self.config.incremental
 
     @property
     def engine_choice(self) -> dict[str, Any] | None:
@@ -291,25 +292,24 @@ class Survey:
         marks = await p.in_store(p.store.close_marks, self.id)
         # before the collector reads a message; a released survey is closed for good
         self.closed_as_stored(st, marks, final=st.state == RELEASED, at_start=True)
+        if st.state == RELEASED:
+            self.released()
 
     def closed_as_stored(self, st: SurveyState, marks: Any, *, final: bool,
                          at_start: bool = False) -> bool:
         """The close as the store has it (``st``, the close ``marks``): the close time, and the
         closure of the stored marks (``final`` once the leader closes for good; at a start,
-        a released survey's even without marks); the release published. Returns whether the
-        survey holds a closure now: a follower without one takes its own
-        (:meth:`~.leadership.Coordinator.follow`). Shared by :meth:`recover` and a
-        follower's part of the close."""
+        a released survey's even without marks). Returns whether the survey holds a closure
+        now: a follower without one takes its own (:meth:`~.leadership.Coordinator.follow`).
+        Shared by :meth:`recover` and a follower's part of the close, each of which says
+        :meth:`released` once it is done with a released survey."""
         with self.lock:
             self.ingest.closed_at = st.close_requested_at
             closure = self.ingest.closure
             if (marks is not None or (at_start and st.state == RELEASED)) and (
                     closure is None or closure.marks != marks or closure.final != final):
                 self.ingest.closure = Closure(st.close_requested_at or 0.0, marks, final=final)
-            held = self.ingest.closure is not None
-        if st.state == RELEASED:
-            self.closed_event.set()
-        return held
+            return self.ingest.closure is not None
 
     # -- the lease (several instances: leadership.Coordinator) --------------------------------
     def start_planning(self, job: PlanningJob, *, base_started: bool) -> None:

@@ -5,6 +5,7 @@ with a stand-in collector and releaser; a move its stored state does not allow i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
@@ -47,9 +48,11 @@ class StandInReleaser:
         survey.released()
 
 
-@pytest.fixture
-def survey(tmp_path):
-    planner, sv = planner_for(tmp_path, {"k": K}, M, close_in=3600)
+@contextlib.contextmanager
+def attached_survey(tmp_path, **settings):
+    """Survey ``s`` (k = K, ``settings``) with 40 stored records, attached to stand-in parts:
+    a SQLite store, a thread as the compute pool, the stand-in collector and releaser."""
+    planner, sv = planner_for(tmp_path, {"k": K, **settings}, M, close_in=3600)
     store = SQLiteStore(str(tmp_path / "s.db"))
     store.ensure_survey("s")
     store.insert_records("s", stored_rows(40, M, seed=7))
@@ -60,9 +63,49 @@ def survey(tmp_path):
     pool = ThreadPoolExecutor(1)
     sv.parts = ServiceParts(planner.config, store, in_store, pool, planner,
                             releaser=StandInReleaser(), collector=StandInCollector())
-    yield sv
-    pool.shutdown()
-    store.close()
+    try:
+        yield sv
+    finally:
+        pool.shutdown()
+        store.close()
+
+
+@pytest.fixture
+def survey(tmp_path):
+    with attached_survey(tmp_path) as sv:
+        yield sv
+
+
+def test_the_base_run_keeps_the_engine_it_started_with(tmp_path, monkeypatch):
+    """``engine = "auto"``: a close during the base run finds no checkpoint and settles the
+    choice anew; the base run goes on with the engine it started with, and its checkpoint and
+    its timing sample name that engine, not the new one (a timing filed under another
+    engine's cost model skews every later plan)."""
+    import streamanon.service.base_run as base_run_module
+
+    with attached_survey(tmp_path, engine="auto") as survey:
+        observed: list[str] = []
+        monkeypatch.setattr(survey.parts.planner.cost_models, "observe",
+                            lambda engine, *args, **kwargs: observed.append(engine))
+        engine_run = base_run_module.kept_base_partition
+
+        def chosen_anew_meanwhile(*args):
+            survey.settle_engine("mdav" if survey.engine != "mdav" else "ona_star",
+                                 "a close during the base run chose anew")
+            return engine_run(*args)
+
+        monkeypatch.setattr(base_run_module, "kept_base_partition", chosen_anew_meanwhile)
+
+        async def drive() -> str:
+            assert await survey.start_base(None)
+            started = survey.engine
+            await survey.base_task
+            return started
+
+        started = asyncio.run(drive())
+        assert started != "auto" and survey.engine != started  # chosen anew meanwhile
+        assert survey.parts.store.load_checkpoint("s").engine == started
+        assert observed == [started]
 
 
 def test_a_survey_goes_through_its_states_without_a_broker(survey):

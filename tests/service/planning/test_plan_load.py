@@ -87,7 +87,7 @@ def test_a_survey_of_repeated_keys_is_planned_as_the_small_problem_its_base_run_
     planner, survey = survey_planner(tmp_path, "two_stage")
     now = datetime.now(timezone.utc)
     before = planner.plan(survey, now)
-    planner.observe_base(survey, 50_000, 0.004, work=1_000)  # quadratic: 0.4 ms at 1,000
+    planner.observe_base(survey, "mdav", 50_000, 0.004, work=1_000)  # quadratic: 0.4 ms at 1,000
     assert survey.plans.work_share == pytest.approx(0.02)
     samples = CostModelStore(tmp_path / "cost_models.json").samples("mdav", M, K)
     assert [(n, src) for n, _, src in samples if src == "run"] == [(1_000, "run")]
