@@ -529,6 +529,7 @@ def test_a_poison_message_is_dead_lettered_alone_and_the_rest_stored_once(tmp_pa
 
 # -- store faults --------------------------------------------------------------------------------
 
+@pytest.mark.heavy  # seconds: make test runs it, make check leaves it out
 def test_a_store_that_cannot_write_pauses_ingest_until_it_can(tmp_path, caplog):
     config = make_config(tmp_path)
     consumer = fake_consumer(config)

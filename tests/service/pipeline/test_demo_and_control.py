@@ -222,6 +222,7 @@ def test_the_demo_leaves_the_base_run_room_to_run_slower_than_predicted(slower):
     assert DEMO_ROOM * p["base_seconds"] <= p["head_start_seconds"] * (1 + 1e-6)
 
 
+@pytest.mark.heavy  # seconds each: make test runs them, make check leaves them out
 @pytest.mark.parametrize("faster", [1.0, 4.4, 10.0])
 def test_the_demo_keeps_its_increment_when_the_machine_is_faster_during_the_survey(faster):
     """A loaded suite: the demo calibrated ONA* while the machine was at its busiest (a base
@@ -256,6 +257,7 @@ def test_the_demo_keeps_its_increment_when_the_machine_is_faster_during_the_surv
     assert live["nu"] == pytest.approx(max(free["nu"], scenario.min_nu), rel=1e-6)
 
 
+@pytest.mark.heavy  # seconds: make test runs it, make check leaves it out
 def test_the_demo_survey_is_planned_with_the_demos_floor(tmp_path, monkeypatch):
     """``run_demo`` hands its scenario's floor to the survey as ``min_nu``."""
     from scheduler.cost_model import PowerLaw
