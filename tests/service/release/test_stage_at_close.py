@@ -89,3 +89,23 @@ def test_without_cost_models_the_first_candidate_is_taken_and_said_so(survey):
     assert report["incremental"] == survey.stage == "nn_split_end"
     assert report["incremental_choice"]["reason"] == "no cost models to choose by"
     assert survey.config.incremental == "auto"
+
+
+def test_a_second_attempt_at_the_release_chooses_the_stage_anew(survey):
+    """A close that failed after its decision is tried again: the stage is chosen again for
+    that attempt's counts and cost models, not kept from the first (the survey's settled
+    stage is what the attempt ran)."""
+    cheap_2mdav = {stage_traits("nn_split_end"): lambda n0, n1: 500.0,
+                   stage_traits("two_stage"): lambda n0, n1: 0.01}
+    cheap_split = {stage_traits("nn_split_end"): lambda n0, n1: 0.01,
+                   stage_traits("two_stage"): lambda n0, n1: 500.0}
+    first = write_after_a_base_run(survey, cheap_2mdav)
+
+    async def again():
+        row, _ = await survey.parts.releaser.write(survey, survey.plans.models[0], cheap_split)
+        return row.report
+
+    second = asyncio.run(again())
+    assert first["incremental"] == "two_stage"
+    assert second["incremental"] == survey.stage == "nn_split_end"
+    assert second["incremental_choice"]["chosen"] == "nn_split_end"
