@@ -19,6 +19,15 @@ from streamanon.progress import Progress
 
 LINE = re.compile(r"^streamanon: \d+ s: (?P<phase>[^:]+)(: (?P<done>[\d,]+) of "
                   r"(?P<total>[\d,]+) records \((?P<rate>[\d,]+)/s\))?$")
+#: The line after a run that compiled numba kernels (streamanon.cli._compiling).
+COMPILED = re.compile(r"^streamanon: compiled \d+ numba kernels? in \d+ s, once: later runs "
+                      r"load them cached$")
+
+
+def progress_lines(text: str) -> list[str]:
+    """The progress lines of a command's standard error (the compile summary aside)."""
+    return [x for x in text.splitlines() if x.startswith("streamanon: ")
+            and not COMPILED.match(x)]
 
 
 def test_lines_follow_the_phases_into_a_file(monkeypatch):
@@ -60,9 +69,10 @@ def test_anonymize_into_a_pipe_prints_progress_lines(subprocesses, tmp_path: Pat
          "a,b,c,d,e", "--k", "5", "--out", str(tmp_path / "r.csv"), "--seed", "1"],
         capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
-    lines = [x for x in done.stderr.splitlines() if x.startswith("streamanon: ")]
+    lines = progress_lines(done.stderr)
     assert lines and all(LINE.match(x) for x in lines), lines
-    engine = [LINE.match(x) for x in lines if LINE.match(x)["phase"] == "engine mdav"]
+    engine = [LINE.match(x) for x in lines
+              if LINE.match(x)["phase"].startswith("engine mdav")]  # (compiling ...) or not
     assert engine, lines  # MDAV on 60,000 records takes most of a second at least
     counted = [m for m in engine if m["total"]]
     assert counted and all(m["total"] == "60,000" for m in counted)
@@ -92,3 +102,38 @@ def test_report_into_a_pipe_prints_its_phases(subprocesses, tmp_path: Path):
     assert lines and all(LINE.match(x) for x in lines), lines
     phases = {LINE.match(x)["phase"] for x in lines}
     assert phases & {"measure risk and utility", "anonymeter's attacks"}, phases
+
+
+def test_a_run_that_compiles_says_so_while_and_after_it_compiles(monkeypatch):
+    """numba compiles a new kernel within the shown work: the phase says so while it
+    compiles, and a last line how many kernels and how long; work that compiles nothing
+    (the same kernel again) prints no such line."""
+    import numba
+
+    monkeypatch.setenv("STREAMANON_PROGRESS_SECONDS", "0.05")
+
+    def kernel(x):
+        total = 0.0
+        for i in range(x.size):
+            total += x[i] * x[i]
+        return total
+
+    compiled = numba.njit(kernel)  # not cached: it compiles at its first call here
+    out = io.StringIO()
+    with shown(Progress(), "work", stream=out) as progress:
+        progress.enter("engine toy")
+        time.sleep(0.3)  # the watch attaches (numba is loaded)
+        assert compiled(np.ones(4)) == 4.0
+        time.sleep(0.3)  # a line while it compiled, or within a second after
+    text = out.getvalue()
+    assert COMPILED.match(text.splitlines()[-1]), text
+    assert "streamanon: compiled 1 numba kernel in" in text
+    phases = [LINE.match(x)["phase"] for x in progress_lines(text)]
+    assert "engine toy (compiling numba kernels, once after an install)" in phases, text
+
+    again = io.StringIO()
+    with shown(Progress(), "work", stream=again) as progress:
+        progress.enter("engine toy")
+        time.sleep(0.2)
+        assert compiled(np.ones(4)) == 4.0  # compiled: nothing to say
+    assert "compil" not in again.getvalue()
