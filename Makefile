@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	@echo "[set-up] the risk extra (anonymeter's attacks in the report): anonymeter without its numpy < 1.27 and pyarrow < 22 pins, which would take numpy back to 1.26 (it runs on numpy 2: tests/test_attacks.py)"
 	$(BIN)/python -m pip install --progress-bar on 'polars>=1.8'
 	$(BIN)/python -m pip install --progress-bar on --no-deps 'anonymeter>=1.1'
+	@echo "[set-up] compiling the numba kernels into numba's cache (about a minute once), so that the first run loads them instead of compiling them (python -m streamanon.warmup)"
+	$(BIN)/python -m streamanon.warmup
 	touch $(STAMP)
 	@echo "[set-up] done: $(VENV) is ready"
 
@@ -60,7 +62,7 @@ test: $(STAMP) system-deps
 	$(BIN)/ruff check streamanon scheduler tests simulations
 	@echo "[test 2/4] Apache Kafka's broker, from Maven Central into .cache/ (once: seconds to a minute; nothing after)"
 	$(BIN)/python -m simulations.apache_kafka fetch
-	@echo "[test 3/4] compiling the numba kernels once, into numba's cache (about two minutes on a fresh clone, seconds after), so that the test workers load them instead of each compiling them"
+	@echo "[test 3/4] the numba kernels into numba's cache (seconds: the set-up compiled them; again only what changed since), so that the test workers load them instead of each compiling them"
 	$(BIN)/python -m streamanon.warmup
 	@echo "[test 4/4] pytest: every test, the docs build and the doctests, $(TEST_WORKERS) workers (about 11 minutes on two cores)"
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
@@ -86,7 +88,7 @@ BENCH_OUT ?= simulations/results/bench_mdav.json
 BENCH_ARGS ?=
 
 demo: $(STAMP)
-	@echo "[demo] streamanon demo: calibration first (about a minute the first time: the numba kernels compile), then about three minutes of survey"
+	@echo "[demo] streamanon demo: calibration first (seconds; the numba kernels were compiled at set-up), then about three minutes of survey"
 	$(BIN)/streamanon demo --out $(DEMO_OUT) $(DEMO_ARGS)
 
 bench: $(STAMP)
