@@ -6,9 +6,11 @@ an install or an upgrade compiles those it uses (tens of seconds for an engine's
 run loads them in milliseconds. :class:`CompileWatch` listens to numba's ``"numba:compile"``
 events (``numba.core.event``, which numba triggers for a compilation and not for a load from
 its cache) and counts them; the progress shows "compiling" while they happen and says at the
-end how many were compiled and for how long. It attaches once numba is imported by the
-command, never importing numba itself: a command that runs no kernel does not load numba for
-it.
+end how many were compiled and for how long. It attaches once the command has imported numba
+whole, and never imports anything of numba itself: a command that runs no kernel does not load
+numba for it, and a watcher that imported numba while the command's own thread was importing
+it would wait on numba's locks for ever (it did: a run that ended while numba was still being
+imported waited for the watcher at its exit).
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ LINGER_SECONDS = 1.0
 NOTE = "compiling numba kernels, once after an install"
 
 
+def imported(name: str) -> Any:
+    """Module ``name`` if it is imported whole (not being imported right now), else None."""
+    module = sys.modules.get(name)
+    spec = getattr(module, "__spec__", None)
+    if module is None or getattr(spec, "_initializing", False):
+        return None
+    return module
+
+
 class CompileWatch:
     """The numba compilations seen since :meth:`attach` (see the module)."""
 
@@ -37,12 +48,13 @@ class CompileWatch:
         self._last_end = float("-inf")
 
     def attach(self) -> bool:
-        """Listen to numba's compilations, if numba is loaded (True once listening)."""
+        """Listen to numba's compilations, once numba and its event module are imported whole
+        (True once listening); nothing is imported here."""
         if self._listener is not None:
             return True
-        if "numba" not in sys.modules:
+        event = imported("numba.core.event")
+        if event is None or imported("numba") is None:
             return False
-        from numba.core import event
 
         watch = self
 
@@ -66,11 +78,10 @@ class CompileWatch:
         return True
 
     def detach(self) -> None:
-        if self._listener is not None:
-            from numba.core import event
-
+        event = imported("numba.core.event")
+        if self._listener is not None and event is not None:
             event.unregister("numba:compile", self._listener)
-            self._listener = None
+        self._listener = None
 
     @property
     def compiling(self) -> bool:

@@ -72,7 +72,9 @@ def phase(progress: Progress, compiling: bool) -> str:
 @contextmanager
 def watching_compiles(stop: threading.Event) -> Iterator[CompileWatch]:
     """A :class:`CompileWatch` attached as soon as the command has imported numba (checked
-    every tenth of a second until ``stop``), detached at the end."""
+    every tenth of a second until ``stop``), detached at the end. The watcher imports
+    nothing, and the end waits for it a second at most: the progress never holds a command
+    back."""
     watch = CompileWatch()
 
     def attach() -> None:
@@ -85,7 +87,7 @@ def watching_compiles(stop: threading.Event) -> Iterator[CompileWatch]:
         yield watch
     finally:
         stop.set()
-        attacher.join()
+        attacher.join(timeout=1.0)
         watch.detach()
 
 

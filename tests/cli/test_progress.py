@@ -137,3 +137,23 @@ def test_a_run_that_compiles_says_so_while_and_after_it_compiles(monkeypatch):
         time.sleep(0.2)
         assert compiled(np.ones(4)) == 4.0  # compiled: nothing to say
     assert "compil" not in again.getvalue()
+
+
+def test_the_watch_attaches_only_to_numba_imported_whole(monkeypatch):
+    """While the command's thread is importing numba, the watcher neither attaches nor
+    imports: an import of numba from the watcher's thread then waited on numba's locks for
+    ever, and a run that ended meanwhile waited for the watcher at its exit."""
+    import types
+
+    import numba
+
+    from streamanon.cli._compiling import CompileWatch
+
+    being_imported = types.ModuleType("numba")
+    being_imported.__spec__ = types.SimpleNamespace(_initializing=True)
+    monkeypatch.setitem(sys.modules, "numba", being_imported)
+    watch = CompileWatch()
+    assert not watch.attach()
+    monkeypatch.setitem(sys.modules, "numba", numba)  # imported whole
+    assert watch.attach()
+    watch.detach()
