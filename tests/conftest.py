@@ -58,11 +58,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     order): they wait on brokers, servers and processes, and one that starts last would keep
     the whole run waiting while the other workers have nothing left to do. The slowest tests
     of a recent run start first on every worker (:func:`tests.durations.spread`)."""
+    from tests.durations import MEASURING
+
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         for marker, fixtures in RESOURCES.items():
             if used & fixtures:
                 item.add_marker(marker)
+        if item.nodeid in MEASURING:  # make test runs it alone, after the others
+            item.add_marker("measuring")
     items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in SLOW_MARKERS))
     # and the slowest of all at the fronts of the workers' shares (tests/durations.py)
     from tests.durations import known, spread

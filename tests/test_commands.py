@@ -41,25 +41,31 @@ def test_every_make_target_the_readme_names_exists():
     assert named <= targets, named - targets
 
 
-def _pytest_arguments(target: str) -> list[str]:
-    """What ``make TARGET`` passes to pytest, after checking that it runs the linter first."""
+def _pytest_runs(target: str) -> list[list[str]]:
+    """What ``make TARGET`` passes to pytest, each run in its order, after checking that it
+    runs the linter first."""
     dry = _make("-n", target, "STAMP=")
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
     assert any(line.endswith("ruff check streamanon scheduler tests simulations")
                for line in lines)
-    return shlex.split(lines[-1].split("python -m pytest")[1])
+    return [shlex.split(line.split("python -m pytest")[1]) for line in lines
+            if "python -m pytest" in line and not line.lstrip().startswith("@echo")
+            and not line.lstrip().startswith("echo")]
 
 
 def test_make_test_runs_the_linter_and_the_whole_suite(subprocesses):
+    """Every test: those that measure a speed claim alone, after the others (a claim measured
+    beside other tests on two cores measures them too)."""
     workers = 2 * len(os.sched_getaffinity(0))  # the usable cores, whatever OMP_NUM_THREADS says
-    assert _pytest_arguments("test") == ["-n", str(workers), "--dist", "worksteal"]
+    assert _pytest_runs("test") == [["-n", str(workers), "--dist", "worksteal",
+                                     "-m", "not measuring"], ["-m", "measuring"]]
 
 
 def test_make_check_leaves_out_exactly_the_marked_tests(subprocesses):
     from tests.conftest import SLOW_MARKERS
 
-    arguments = _pytest_arguments("check")
+    [arguments] = _pytest_runs("check")
     assert arguments[:4] == ["-n", "auto", "--dist", "worksteal"]
     assert arguments[4:6] == ["-m", f"not ({' or '.join(SLOW_MARKERS)})"]
 
