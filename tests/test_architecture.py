@@ -267,6 +267,15 @@ def test_importing_the_package_or_the_ingest_path_loads_no_numerical_core(subpro
     assert not {m for m in loaded if m.startswith("streamanon.engines")}
 
 
+def test_the_command_line_loads_no_scheduler_before_a_command_needs_it(subprocesses):
+    """Building the parser is what every command pays first: scipy (the scheduler's
+    optimisers: 1.2 s of imports), pandas and numba load only when a command runs that needs
+    them."""
+    loaded = loaded_after("import streamanon.cli\nstreamanon.cli.build_parser()")
+    heavy = ("scipy", "pandas", "numba", "scheduler.live")
+    assert not {m for m in loaded if m in heavy or m.startswith(tuple(f"{h}." for h in heavy))}
+
+
 def test_the_lazy_exports_still_work(subprocesses):
     loaded = loaded_after("from streamanon import microaggregate, Microaggregation")
     assert "streamanon.api" in loaded

@@ -13,7 +13,7 @@ from streamanon.errors import StreamanonError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from streamanon.simulation import demo
+    from streamanon.simulation import demo_defaults as demo
 
     se = sub.add_parser(
         "serve",

@@ -51,14 +51,10 @@ from scheduler.overhead import DEFAULT_OVERHEAD
 from scheduler.profiles import resolve
 from scheduler.quality import DEFAULT_MAX_DELTA
 from streamanon.service.planning import EXTEND_REACH
+from streamanon.simulation.demo_defaults import BUDGET_SECONDS, ENGINE, INCREMENTAL, K, M
 
 SURVEY = "demo"
 
-M, K, ENGINE, INCREMENTAL = 15, 10, "ona_star", "auto"
-
-#: Seconds the demo aims to take after set-up: the survey open, its release, the one-shot
-#: release of the same records.
-BUDGET_SECONDS = 180.0
 
 #: The arrival coefficients tried, smallest first (paper 001: the schedule matters most
 #: around s = 2 to 5; its running example has s = 5). The quality bound caps nu near 0.12
