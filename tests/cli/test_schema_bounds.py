@@ -199,3 +199,40 @@ def test_the_option_needs_a_schema(tmp_path, survey):
                              "--drop", "respondent_id,email", "--out-of-bounds", "drop",
                              "--out", str(tmp_path / "release.csv")])
     assert status == EXIT_USAGE and "--schema" in stderr and stderr.count("\n") == 1
+
+
+def test_levels_are_checked_per_distinct_value_as_value_by_value():
+    """The level check looks at each distinct value once; it flags exactly the rows a check of
+    every value finds, with numbers, booleans as text, missing values and an unhashable value
+    in one column."""
+    from streamanon.schema import parse_schema, violations
+
+    values = ["a", "b", None, "c", 1, 1.0, True, "true", float("nan"), "a", ["a"], "B"] * 50
+    frame = pd.DataFrame({"level": pd.Series(values, dtype=object),
+                          "flag": pd.Series(["true", "False", "yes", None, True, 0] * 100,
+                                            dtype=object)})
+    schema = parse_schema({"level": {"role": "quasi_identifier", "type": "category",
+                                     "levels": ["a", "b", 1]},
+                           "flag": {"role": "quasi_identifier", "type": "bool"}})
+
+    def value_by_value(column: str, known: set, boolean: bool) -> list[int]:
+        out = []
+        for i, value in enumerate(frame[column]):
+            if value is None or (isinstance(value, float) and np.isnan(value)):
+                continue
+            if boolean and isinstance(value, str):
+                value = {"true": True, "false": False}.get(value.strip().lower(), value)
+            try:
+                if value not in known:
+                    out.append(i)
+            except TypeError:
+                out.append(i)
+        return out
+
+    found = {v.column: v.rows.tolist() for v in violations(frame, schema)}
+    assert found["level"] == value_by_value("level", {"a", "b", 1}, False)
+    assert found["flag"] == value_by_value("flag", {False, True}, True)
+    hashable = frame.drop(index=[i for i, v in enumerate(values) if isinstance(v, list)])
+    found = {v.column: v.rows.tolist()
+             for v in violations(hashable.reset_index(drop=True), schema)}
+    assert len(found["level"]) == len(value_by_value("level", {"a", "b", 1}, False)) - 50
