@@ -335,7 +335,8 @@ def microaggregate(
     _enter(progress, f"engine {engine}")
     if two_stage is None:
         if prepared.groups is None:
-            labels = run_engine(engine, prepared.Z, k, progress=progress, **params)
+            labels = run_engine(engine, prepared.Z, k, progress=progress,
+                                tuples=prepared.embedded_tuples(), **params)
         else:
             labels = partition_groups(
                 prepared.Z, prepared.groups, prepared.encoding,

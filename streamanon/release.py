@@ -39,6 +39,7 @@ from streamanon.metrics import (
     require_k_anonymous_table,
 )
 from streamanon.mixed import (
+    DISTINCT_WORK,
     Encoding,
     check_engine,
     embed,
@@ -48,6 +49,7 @@ from streamanon.mixed import (
 from streamanon.released_values import release_codes
 from streamanon.schema import Schema
 from streamanon.strata import Groups, make_groups, partition_groups, stratum_ids
+from streamanon.tuples import Tuples, coarsen, collapse_codes
 from streamanon.type_loss import loss_by_type
 
 
@@ -181,7 +183,9 @@ def release_table(records: pd.DataFrame, labels: np.ndarray, quasi_identifiers: 
 class Prepared:
     """A table's quasi-identifiers ready for the engines (:func:`prepare`): their encoding
     and codes, the embedding and its scaling, the groups (None: one group, as for complete
-    data without strata) and the weights."""
+    data without strata), the weights, and the distinct code tuples where the keys repeat
+    (:func:`repeated_tuples`; None otherwise), which the embedding, the engine, the gate and
+    the loss then work on instead of every record."""
 
     schema: Schema
     encoding: Encoding
@@ -190,6 +194,12 @@ class Prepared:
     Z: np.ndarray
     groups: Groups | None
     weights: np.ndarray | None
+    tuples: Tuples | None = None
+
+    def embedded_tuples(self) -> Tuples | None:
+        """The distinct rows of ``Z`` (:func:`streamanon.tuples.collapse` of it, found from
+        the code tuples on one row each), or None where the keys do not repeat."""
+        return None if self.tuples is None else coarsen(self.tuples, self.Z)
 
     @property
     def plain_numeric(self) -> bool:
@@ -204,7 +214,8 @@ class Prepared:
         if self.groups is not None:
             raise InputError("a preparation with groups cannot be cut into a subset")
         return replace(self, C=self.C[rows], Z=self.Z[rows],
-                       weights=None if self.weights is None else self.weights[rows])
+                       weights=None if self.weights is None else self.weights[rows],
+                       tuples=None)
 
     @property
     def numeric_complete(self) -> bool:
@@ -249,17 +260,28 @@ def prepare_codes(C: np.ndarray, schema: Schema, encoding: Encoding, k: int,
     # numbers and ranks, none missing: the standardisation and the standardised matrix in
     # one go (the same values; the general way otherwise)
     fitted = fit_and_standardise(C) if scaling is None and not encoding.has_nominal else None
+    tuples = repeated_tuples(C)
     if fitted is not None:
         scaling, Z = fitted
     else:
         scaling = fit_embedding(C, encoding) if scaling is None else scaling
-        Z = embed(C, encoding, scaling)
+        Z = embed(C, encoding, scaling, tuples)
     grouped = [j for j, c in enumerate(encoding.columns) if c.missing == "group"]
     groups = None
     if strata is not None or np.isnan(C[:, grouped]).any():
         ids, names = strata if strata is not None else (None, [])
         groups = make_groups(C, Z, encoding, k, ids, names)
-    return Prepared(schema, encoding, C, scaling, Z, groups, weights)
+    return Prepared(schema, encoding, C, scaling, Z, groups, weights, tuples)
+
+
+def repeated_tuples(C: np.ndarray) -> Tuples | None:
+    """The distinct tuples of the codes ``C`` where the keys repeat (:data:`DISTINCT_WORK`),
+    else None."""
+    n = C.shape[0]
+    if n < DISTINCT_WORK[0] or C.shape[1] == 0:
+        return None
+    tuples = collapse_codes(C)
+    return tuples if tuples.n_distinct <= DISTINCT_WORK[1] * n else None
 
 
 def qi_values(frame: pd.DataFrame, names: Sequence[str], start: int = 0) -> np.ndarray:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from streamanon.errors import InputError, ParameterError
 from streamanon.metrics import check_partition
 from streamanon.registry import EngineTags, Entry, Function, Registry
+
+if TYPE_CHECKING:
+    from streamanon.tuples import Tuples
 
 EngineFunction = Callable[..., np.ndarray]
 EngineInfo = Entry
@@ -108,7 +111,7 @@ def _plain(value: Any) -> Any:
 
 
 def run_engine(name: str, X: np.ndarray, k: int, *, collapse: bool = True,
-               **params: object) -> np.ndarray:
+               tuples: Tuples | None = None, **params: object) -> np.ndarray:
     """Validate ``X`` and ``k``, run engine ``name`` and check its partition.
 
     With ``collapse`` (the default) identical rows are collapsed first
@@ -116,7 +119,8 @@ def run_engine(name: str, X: np.ndarray, k: int, *, collapse: bool = True,
     own and the engine runs on the records of the smaller tuples only. Where no tuple is held
     by k records, or the engine takes per-record inputs (a class label, sensitive answers:
     such an engine collapses what it hands to its inner engine), the engine runs on every
-    record, as it does with ``collapse=False``.
+    record, as it does with ``collapse=False``. ``tuples``: the distinct rows of ``X``
+    (:func:`streamanon.tuples.collapse` of it) when the caller has them.
 
     Raises
     ------
@@ -137,7 +141,7 @@ def run_engine(name: str, X: np.ndarray, k: int, *, collapse: bool = True,
             ran.append(len(rows))
             return info.function(rows, k, **params)
 
-        labels = distinct_labels(X, k, engine)
+        labels = distinct_labels(X, k, engine, tuples)
         if labels is not None and not ran:  # every tuple held by k or more: the engine
             info.function(X[:k], k, **params)  # still refuses bad parameters
     if labels is None:
