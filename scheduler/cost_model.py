@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from scipy import stats
 
 from scheduler.overhead import DEFAULT_OVERHEAD, ReleaseOverhead
 
@@ -200,6 +199,8 @@ class PowerLaw:
         if spread <= 0:
             return self(n)
         dof = self.degrees_of_freedom
+        from scipy import stats  # here: 0.7 s to import, and recording a run's time needs none
+
         q = stats.norm.ppf(quantile) if not dof else stats.t.ppf(quantile, dof)
         return self(n) * math.exp(float(q) * spread)
 

@@ -276,6 +276,13 @@ def test_the_command_line_loads_no_scheduler_before_a_command_needs_it(subproces
     assert not {m for m in loaded if m in heavy or m.startswith(tuple(f"{h}." for h in heavy))}
 
 
+def test_recording_a_runs_time_loads_no_scipy(subprocesses):
+    """``anonymize`` adds its run to the cost model (``scheduler.cost_model``) after every
+    release: scipy's statistics (0.7 s to import) load only for a plan's upper bound."""
+    assert not {m for m in loaded_after("import scheduler.cost_model")
+                if m == "scipy" or m.startswith("scipy.")}
+
+
 def test_the_lazy_exports_still_work(subprocesses):
     loaded = loaded_after("from streamanon import microaggregate, Microaggregation")
     assert "streamanon.api" in loaded
