@@ -50,7 +50,7 @@ from streamanon.released_values import release_codes
 from streamanon.schema import Schema
 from streamanon.strata import Groups, make_groups, partition_groups, stratum_ids
 from streamanon.tuples import Tuples, coarsen, collapse_codes
-from streamanon.type_loss import loss_by_type
+from streamanon.type_loss import loss_by_type, loss_of_pairs
 
 
 def shuffle_rows(data: Any, seed: int | None = None, *, keep_index: bool = False) -> Any:
@@ -358,9 +358,10 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
     if risk:
         from streamanon.risk import measure
 
-        measured = measure(decoded_original(frame, prepared), table, prepared.schema, k,
+        measured = measure(frame.reset_index(drop=True), table, prepared.schema, k,
                            aligned=True,
-                           sensitive=[] if privacy is None else list(privacy.names)).to_json()
+                           sensitive=[] if privacy is None else list(privacy.names),
+                           codes=(enc, C, R)).to_json()
     if shuffle:
         table = shuffle_rows(table, seed, keep_index=keep_index)
     return Release(table=table, distortion=d, loss=loss, privacy=achieved, risk=measured)
@@ -390,8 +391,14 @@ def release_loss(prepared: Prepared, labels: np.ndarray,
         d = distortion(prepared.Z, labels)
         return d, {"distortion": d, "numeric": d, "ordinal": None, "nominal": None,
                    "withheld": 0, "imputed": 0}
-    loss = loss_by_type(prepared.C, R, prepared.encoding, prepared.scaling, prepared.weights,
-                        prepared.Z)
+    if prepared.tuples is not None:  # keys repeat: once per (original, released) pair
+        cells = int(labels.max()) + 1 if labels.size else 0
+        pairs, _ = pd.factorize(prepared.tuples.inverse * cells + labels)
+        loss = loss_of_pairs(prepared.C, R, prepared.encoding, prepared.scaling, pairs,
+                             prepared.weights, prepared.Z)
+    else:
+        loss = loss_by_type(prepared.C, R, prepared.encoding, prepared.scaling,
+                            prepared.weights, prepared.Z)
     return loss["distortion"], loss
 
 

@@ -71,6 +71,7 @@ from streamanon.errors import InputError, ParameterError
 from streamanon.metrics import _qi_group_keys
 from streamanon.mixed import Encoding, embed, encoding_for, fit_embedding, sensitive_codes
 from streamanon.schema import Schema
+from streamanon.tuples import collapse_codes
 
 #: ``p`` of interval disclosure: the interval is +-p % of the attribute's range.
 INTERVAL_PERCENT = 10.0
@@ -155,7 +156,8 @@ class Measures:
 def measure(original: pd.DataFrame, release: pd.DataFrame, schema: Schema, k: int, *,
             aligned: bool, sensitive: Sequence[str] = (),
             kinds: Mapping[str, str] | None = None,
-            interval_percent: float = INTERVAL_PERCENT) -> Measures:
+            interval_percent: float = INTERVAL_PERCENT,
+            codes: tuple[Encoding, np.ndarray, np.ndarray] | None = None) -> Measures:
     """The disclosure risk and utility of ``release`` against ``original`` (module docstring).
 
     Parameters
@@ -176,6 +178,11 @@ def measure(original: pd.DataFrame, release: pd.DataFrame, schema: Schema, k: in
         the type's.
     interval_percent
         ``p`` of interval disclosure.
+    codes
+        The key's encoding and its codes in ``original`` and in ``release``
+        (:meth:`streamanon.mixed.Encoding.codes` of each), when the caller has them (a
+        release has: :func:`streamanon.release.release_prepared`): the key columns of the
+        tables are then not read, and the groups of equal keys are found on the codes.
 
     Raises
     ------
@@ -199,11 +206,16 @@ def measure(original: pd.DataFrame, release: pd.DataFrame, schema: Schema, k: in
         raise InputError(f"aligned tables need one released row per original row: "
                          f"{len(release)} released, {len(original)} original")
     key = schema.quasi_identifiers
-    enc = encoding_for(original, schema)
-    groups_before = _qi_group_keys(original, key)
-    groups_after = _qi_group_keys(release, key)
-    C = enc.codes(original)
-    R = enc.codes(release)
+    if codes is None:
+        enc = encoding_for(original, schema)
+        groups_before = _qi_group_keys(original, key)
+        groups_after = _qi_group_keys(release, key)
+        C = enc.codes(original)
+        R = enc.codes(release)
+    else:  # a code stands for one value: equal codes are equal values
+        enc, C, R = codes
+        groups_before = collapse_codes(C).inverse
+        groups_after = collapse_codes(R).inverse
     linkage = interval = None
     if aligned:
         linkage = record_linkage(C, R, groups_after, enc)
