@@ -150,10 +150,31 @@ class Encoding:
                     out[col.name] = pd.Series(pd.Categorical.from_codes(mapped, dtype=dtype))
                 elif col.kind == "bool" and not missing.any():
                     out[col.name] = pd.Series(codes.astype(bool))
+                elif _arrow_text(original, col.levels):  # text kept as the table keeps it
+                    out[col.name] = _take_text(col.levels, codes, original.dtype)
                 else:
                     levels = np.array([*col.levels, None], dtype=object)
                     out[col.name] = pd.Series(levels[codes])
         return out
+
+
+def _arrow_text(original: pd.Series | None, levels: tuple[Any, ...]) -> bool:
+    """Whether ``original`` is text stored by Arrow (pandas' ``str``, what a CSV read gives)
+    and every level is text: the released column is then built by Arrow, without a Python
+    string per record."""
+    return (original is not None and isinstance(original.dtype, pd.StringDtype)
+            and original.dtype.storage == "pyarrow"
+            and all(isinstance(level, str) for level in levels))
+
+
+def _take_text(levels: tuple[Any, ...], codes: np.ndarray, dtype: Any) -> pd.Series:
+    """Each code's level (-1: missing) as a text column of ``dtype``, taken by Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    taken = pc.take(pa.array([*levels, None], type=pa.large_string()),
+                    pa.array(np.where(codes < 0, len(levels), codes)))
+    return pd.Series(pd.array(taken, dtype=dtype))
 
 
 def _levels_seen(series: pd.Series) -> tuple[Any, ...]:

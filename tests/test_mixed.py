@@ -681,3 +681,18 @@ def test_ties_do_not_all_move_a_margin_the_same_way():
     assert kept >= np.mean(first == codes[:, 0])
     assert 0.5 * np.abs(after - before).sum() / 1000 < 0.5 * np.abs(
         np.bincount(first.astype(int), minlength=50) - before).sum() / 1000
+
+
+@pytest.mark.parametrize("kind", ["category", "ordinal"])
+def test_text_read_by_arrow_is_released_as_the_same_text(kind):
+    """A CSV's text column (pandas' Arrow-backed ``str``) is decoded by Arrow's take: the
+    same values, missing ones included, and the same type as decoding through Python
+    strings gives."""
+    enc = Encoding((Column("g", kind, ("low", "mid", "high"), missing="impute"),))
+    like = pd.DataFrame({"g": pd.Series(["low", "mid", None, "high"] * 5, dtype="str")})
+    C = np.array([[0.0], [1.0], [np.nan], [2.0]] * 5)
+    decoded = enc.decode(C, like=like)["g"]
+    as_python = pd.Series(np.array(["low", "mid", "high", None], dtype=object)[
+        np.where(np.isnan(C[:, 0]), -1, C[:, 0]).astype(np.int64)], dtype="str")
+    pd.testing.assert_series_equal(decoded, as_python)
+    assert decoded.isna().sum() == 5
