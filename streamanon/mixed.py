@@ -115,6 +115,8 @@ class Encoding:
         if not bad:
             return
         cols = [j for j, _ in bad]
+        if not missing_columns(C)[cols].any():
+            return
         miss = np.isnan(C[:, cols])
         if miss.any():
             rows, which = np.nonzero(miss)
@@ -156,6 +158,18 @@ class Encoding:
                     levels = np.array([*col.levels, None], dtype=object)
                     out[col.name] = pd.Series(levels[codes])
         return out
+
+
+def missing_columns(C: np.ndarray) -> np.ndarray:
+    """Per column of the codes ``C``, whether a value is missing (NaN), found by a sum over
+    each column (a NaN makes it NaN) without a copy of the matrix; only where a sum is NaN
+    are the values looked at."""
+    C = np.asarray(C, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        maybe = np.isnan(C.sum(axis=0))
+    if maybe.any():  # a NaN, or infinities of both signs: look
+        maybe[maybe] = np.isnan(C[:, maybe]).any(axis=0)
+    return maybe
 
 
 def _arrow_text(original: pd.Series | None, levels: tuple[Any, ...]) -> bool:

@@ -45,6 +45,7 @@ from streamanon.mixed import (
     embed,
     encoding_for,
     fit_embedding,
+    missing_columns,
 )
 from streamanon.released_values import release_codes
 from streamanon.schema import Schema
@@ -206,7 +207,7 @@ class Prepared:
         """Floats only, none missing, no weights: the literature's case, where the release's
         gate and D are exactly the literature's (:func:`release_prepared`)."""
         return (all(c.kind == "float" for c in self.encoding.columns)
-                and not np.isnan(self.C).any() and self.weights is None)
+                and not missing_columns(self.C).any() and self.weights is None)
 
     def subset(self, rows: np.ndarray) -> Prepared:
         """The same preparation of the records ``rows`` alone (one group: only for a
@@ -222,7 +223,7 @@ class Prepared:
         """Numbers only, none missing, one group: the partition is the plain numeric one
         (standardised values, no groups)."""
         return (self.groups is None and self.encoding.numeric_only
-                and not np.isnan(self.C).any())
+                and not missing_columns(self.C).any())
 
 
 def prepare(frame: pd.DataFrame, schema: Schema, k: int, engine: str = "mdav") -> Prepared:
@@ -268,7 +269,7 @@ def prepare_codes(C: np.ndarray, schema: Schema, encoding: Encoding, k: int,
         Z = embed(C, encoding, scaling, tuples)
     grouped = [j for j, c in enumerate(encoding.columns) if c.missing == "group"]
     groups = None
-    if strata is not None or np.isnan(C[:, grouped]).any():
+    if strata is not None or missing_columns(C)[grouped].any():
         ids, names = strata if strata is not None else (None, [])
         groups = make_groups(C, Z, encoding, k, ids, names)
     return Prepared(schema, encoding, C, scaling, Z, groups, weights, tuples)
@@ -338,15 +339,17 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
     withholds it), the gate (k-anonymity, a missing value being a value of its own; with
     ``privacy``, also its l-diversity and t-closeness), the rows shuffled unless told not to,
     and the loss per type; with ``risk``, the disclosure risk and utility measures of
-    :func:`streamanon.risk.measure` (before and after, record linkage included: measured
-    before the shuffle, when the rows still correspond)."""
+    :func:`streamanon.risk.measure` (before and after, record linkage included: measured on
+    the codes, row by row beside the original, whatever the release's order)."""
     labels = np.asarray(labels)
     if labels.shape != (len(frame),):
         raise InputError(f"{labels.shape} labels for {len(frame)} records; one per record")
     enc, C, groups = prepared.encoding, prepared.C, prepared.groups
     withheld = None if groups is None else _cell_union(groups.withheld[groups.ids], labels)
     R = release_codes(C, labels, enc, withheld, prepared.weights)
-    table = released_table(frame, prepared, R, keep_index=keep_index)
+    # shuffled as it is built: the same rows, in the order shuffle_rows gives them
+    order = np.random.default_rng(seed).permutation(len(frame)) if shuffle else None
+    table = released_table(frame, prepared, R, keep_index=keep_index, order=order)
     qi = enc.names
     if prepared.plain_numeric:  # complete numeric data: exactly the literature's D and gate
         require_k_anonymous(table[qi].to_numpy(), k)
@@ -355,26 +358,27 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
     achieved = None if privacy is None else privacy.gate(table, qi)
     d, loss = release_loss(prepared, labels, R)
     measured = None
-    if risk:
+    if risk:  # on the codes, row by row beside the original (the release's other columns
+        # are the original's: a release changes the quasi-identifiers only)
         from streamanon.risk import measure
 
-        measured = measure(frame.reset_index(drop=True), table, prepared.schema, k,
-                           aligned=True,
+        original = frame.reset_index(drop=True)
+        measured = measure(original, original, prepared.schema, k, aligned=True,
                            sensitive=[] if privacy is None else list(privacy.names),
                            codes=(enc, C, R)).to_json()
-    if shuffle:
-        table = shuffle_rows(table, seed, keep_index=keep_index)
     return Release(table=table, distortion=d, loss=loss, privacy=achieved, risk=measured)
 
 
 def released_table(frame: pd.DataFrame, prepared: Prepared, R: np.ndarray, *,
-                   keep_index: bool = False) -> pd.DataFrame:
+                   keep_index: bool = False, order: np.ndarray | None = None) -> pd.DataFrame:
     """``frame`` with its dropped roles removed and its quasi-identifiers replaced by the
-    released codes ``R`` (:func:`release_codes`), decoded per type; no gate, no shuffle."""
+    released codes ``R`` (:func:`release_codes`), decoded per type; no gate; the rows in
+    ``order`` when given (a shuffle: :func:`shuffle_rows`' order for the same seed)."""
     table = frame.drop(columns=[c for c in prepared.schema.dropped if c in frame.columns])
+    if order is not None:
+        table, R = table.iloc[order], R[order]
     if not keep_index:
         table = table.reset_index(drop=True)
-    table = table.copy()
     for name, values in prepared.encoding.decode(R, like=frame).items():
         table[name] = values.to_numpy() if values.dtype == object else values.array
     return table

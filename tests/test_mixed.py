@@ -696,3 +696,13 @@ def test_text_read_by_arrow_is_released_as_the_same_text(kind):
         np.where(np.isnan(C[:, 0]), -1, C[:, 0]).astype(np.int64)], dtype="str")
     pd.testing.assert_series_equal(decoded, as_python)
     assert decoded.isna().sum() == 5
+
+
+def test_missing_columns_are_found_without_looking_at_every_value_as_by_looking():
+    from streamanon.mixed import missing_columns
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        C = rng.choice([0.0, 1.0, np.nan, np.inf, -np.inf, 1e308], size=(rng.integers(0, 6), 4),
+                       p=[0.4, 0.3, 0.05, 0.1, 0.1, 0.05])
+        assert np.array_equal(missing_columns(C), np.isnan(C).any(axis=0))
