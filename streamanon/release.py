@@ -355,7 +355,7 @@ def release_prepared(frame: pd.DataFrame, prepared: Prepared, labels: np.ndarray
         require_k_anonymous(table[qi].to_numpy(), k)
     else:
         require_k_anonymous_table(table, qi, k)
-    achieved = None if privacy is None else privacy.gate(table, qi)
+    achieved = None if privacy is None else privacy.gate(table, qi, order)
     d, loss = release_loss(prepared, labels, R)
     measured = None
     if risk:  # on the codes, row by row beside the original (the release's other columns
@@ -374,13 +374,20 @@ def released_table(frame: pd.DataFrame, prepared: Prepared, R: np.ndarray, *,
     """``frame`` with its dropped roles removed and its quasi-identifiers replaced by the
     released codes ``R`` (:func:`release_codes`), decoded per type; no gate; the rows in
     ``order`` when given (a shuffle: :func:`shuffle_rows`' order for the same seed)."""
-    table = frame.drop(columns=[c for c in prepared.schema.dropped if c in frame.columns])
+    dropped = set(prepared.schema.dropped)
+    names = prepared.encoding.names
+    columns = [c for c in frame.columns if c not in dropped]
+    table = frame[[c for c in columns if c not in set(names)]]  # the answers kept as they are
     if order is not None:
         table, R = table.iloc[order], R[order]
     if not keep_index:
         table = table.reset_index(drop=True)
-    for name, values in prepared.encoding.decode(R, like=frame).items():
-        table[name] = values.to_numpy() if values.dtype == object else values.array
+    table = table.copy(deep=False)
+    decoded = prepared.encoding.decode(R, like=frame)
+    for at, name in enumerate(columns):  # each in its place among the columns
+        if name in decoded:
+            values = decoded[name]
+            table.insert(at, name, values.to_numpy() if values.dtype == object else values.array)
     return table
 
 
@@ -455,11 +462,18 @@ class Privacy:
                        "t": float(cell_emds(groups, self.S[:, j], kind).max())}
                 for j, (name, kind) in enumerate(zip(self.names, self.kinds, strict=True))}
 
-    def gate(self, table: pd.DataFrame, key: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def gate(self, table: pd.DataFrame, key: Sequence[str],
+             order: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
         """The l/t part of the gate, on the groups a reader of ``table`` sees (records with the
         same released key, a missing value a value of its own); ``table`` rows are the rows
-        of ``S``. Raises :class:`KAnonymityError` when l or t is not met."""
-        achieved = self.achieved(key_groups(table, key))
+        of ``S``, or with ``order`` the rows ``S[order]`` (a shuffled release). Raises
+        :class:`KAnonymityError` when l or t is not met."""
+        groups = key_groups(table, key)
+        if order is not None:  # each table row's group, at its record's row of S
+            aligned = np.empty_like(groups)
+            aligned[order] = groups
+            groups = aligned
+        achieved = self.achieved(groups)
         bad = [f"{name}: l = {a['l']} < {self.l}" for name, a in achieved.items()
                if self.l is not None and a["l"] < self.l]
         bad += [f"{name}: t = {a['t']:.4f} > {self.t}" for name, a in achieved.items()

@@ -200,3 +200,32 @@ def test_a_two_stage_release_of_real_repeated_keys_puts_late_repeats_in_their_tu
                 joined += 1
                 assert int(part.labels[i]) in cells, (stage, i)
         assert joined > 5_000  # most late respondents repeat a frequent tuple
+
+
+@pytest.mark.parametrize("keep_index", [False, True])
+def test_a_release_built_in_its_shuffled_order_is_the_shuffle_of_the_release(keep_index):
+    """The release table is built in the order ``shuffle_rows`` gives for the seed: the same
+    table as shuffling the unshuffled release, column order, index and types included."""
+    from streamanon.release import prepare, release_prepared, shuffle_rows
+    from streamanon.schema import parse_schema
+
+    rng = np.random.default_rng(4)
+    frame = pd.DataFrame({
+        "id": np.arange(600),
+        "region": pd.array(rng.choice(["n", "s", "e"], 600), dtype="str"),
+        "answer": rng.integers(0, 9, 600),
+        "age": rng.integers(18, 80, 600),
+        "note": np.array(rng.choice(["x", None], 600), dtype=object),
+    }, index=np.arange(600) * 3)
+    schema = parse_schema({"id": {"role": "identifier"},
+                           "region": {"role": "quasi_identifier", "type": "category"},
+                           "answer": {"role": "confidential"},
+                           "age": {"role": "quasi_identifier", "type": "int"},
+                           "note": {"role": "confidential"}})
+    prepared = prepare(frame, schema, 4)
+    labels = mdav(prepared.Z, 4)
+    plain = release_prepared(frame, prepared, labels, 4, seed=None, shuffle=False,
+                             keep_index=keep_index).table
+    shuffled = release_prepared(frame, prepared, labels, 4, seed=11, keep_index=keep_index).table
+    assert list(shuffled.columns) == ["region", "answer", "age", "note"]
+    pd.testing.assert_frame_equal(shuffled, shuffle_rows(plain, 11, keep_index=keep_index))
