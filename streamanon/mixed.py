@@ -300,23 +300,28 @@ def fit_embedding(C: np.ndarray, encoding: Encoding) -> Standardisation:
     """The affine map of the expanded codes: numeric and ordinal columns standardised over
     their observed values, a nominal block centred on its level frequencies and scaled by
     ``sqrt(1 - sum p^2)``. Complete numeric data: exactly :func:`fit_standardisation`."""
-    if not encoding.has_nominal and not np.isnan(C).any():
+    if not encoding.has_nominal and not missing_columns(C).any():
         return fit_standardisation(expand(C, encoding))
     width = sum(c.width for c in encoding.columns)
     mean = np.zeros(width)
     scale = np.ones(width)
+    missing = missing_columns(C)
     for j, (col, part) in enumerate(zip(encoding.columns, encoding.slices, strict=True)):
-        seen = ~np.isnan(C[:, j])
-        if not seen.any():
-            continue
+        if missing[j]:
+            seen = ~np.isnan(C[:, j])
+            if not seen.any():
+                continue
+            values = C[seen, j]
+        else:  # the same values, without a mask over every record
+            values = np.ascontiguousarray(C[:, j])
         if col.nominal:  # each level's share: the mean of its indicator column
-            counts = np.bincount(C[seen, j].astype(np.int64), minlength=col.width)
-            p = counts[: col.width] / float(seen.sum())
+            counts = np.bincount(values.astype(np.int64), minlength=col.width)
+            p = counts[: col.width] / float(len(values))
             mean[part] = p
             spread = float(np.sqrt(max(1.0 - float(np.sum(p * p)), 0.0)))
             scale[part] = spread if spread > 0 else 1.0
         else:
-            fit = fit_standardisation(C[seen, j][:, None])
+            fit = fit_standardisation(values[:, None])
             mean[part], scale[part] = fit.mean, fit.scale
     return Standardisation(mean=mean, scale=scale)
 

@@ -42,7 +42,8 @@ def release_codes(C: np.ndarray, labels: np.ndarray, encoding: Encoding,
             if col.kind == "int":
                 value = np.rint(value)
         else:
-            value = _level_value(x, seen, w, labels, cells, len(col.levels), col.kind)
+            value = _level_value(x, seen, None if weights is None and complete else w,
+                                 labels, cells, len(col.levels), col.kind)
         empty = np.isnan(value)
         if empty.any():  # cells with no observed value: the value over all records
             if col.kind in ("float", "int"):
@@ -66,12 +67,18 @@ def _weighted_mean(x: np.ndarray, seen: np.ndarray, w: np.ndarray, labels: np.nd
         return np.where(total > 0, sums / np.where(total > 0, total, 1.0), np.nan)
 
 
-def _level_value(x: np.ndarray, seen: np.ndarray, w: np.ndarray, labels: np.ndarray,
+def _level_value(x: np.ndarray, seen: np.ndarray, w: np.ndarray | None, labels: np.ndarray,
                  cells: int, n_levels: int, kind: str) -> np.ndarray:
-    """Per cell the weighted modal level (nominal) or the weighted lower median (ordinal)."""
-    codes = np.where(seen, x, 0).astype(np.int64)
-    table = np.bincount(labels * n_levels + codes, weights=np.where(seen, w, 0.0),
-                        minlength=cells * n_levels).reshape(cells, n_levels)
+    """Per cell the weighted modal level (nominal) or the weighted lower median (ordinal);
+    ``w`` None: every value observed and of weight 1 (the counts, counted as integers)."""
+    if w is None:
+        table = np.bincount(labels * n_levels + x.astype(np.int64),
+                            minlength=cells * n_levels).astype(np.float64)
+    else:
+        codes = np.where(seen, x, 0).astype(np.int64)
+        table = np.bincount(labels * n_levels + codes, weights=np.where(seen, w, 0.0),
+                            minlength=cells * n_levels)
+    table = table.reshape(cells, n_levels)
     total = table.sum(axis=1)
     if kind == "ordinal":
         cumulative = np.cumsum(table, axis=1)

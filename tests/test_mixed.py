@@ -706,3 +706,16 @@ def test_missing_columns_are_found_without_looking_at_every_value_as_by_looking(
         C = rng.choice([0.0, 1.0, np.nan, np.inf, -np.inf, 1e308], size=(rng.integers(0, 6), 4),
                        p=[0.4, 0.3, 0.05, 0.1, 0.1, 0.05])
         assert np.array_equal(missing_columns(C), np.isnan(C).any(axis=0))
+
+
+def test_unweighted_levels_are_counted_as_weights_of_one_count_them():
+    """Complete level columns without weights are counted as integers: the same released
+    levels, ties included, as weights of one give."""
+    rng = np.random.default_rng(8)
+    enc = Encoding((Column("o", "ordinal", ("a", "b", "c", "d")),
+                    Column("c", "category", ("r", "g", "b")), Column("t", "bool", (False, True))))
+    C = np.column_stack([rng.integers(0, 4, 3000), rng.integers(0, 3, 3000),
+                         rng.integers(0, 2, 3000)]).astype(float)
+    labels = rng.integers(0, 300, 3000)  # cells of about ten: many ties
+    assert np.array_equal(release_codes(C, labels, enc),
+                          release_codes(C, labels, enc, weights=np.ones(3000)))
