@@ -19,7 +19,10 @@ into steps by functions both checkouts have:
 - release: ``streamanon.release.release_prepared`` (the released values, the table, the gate,
   the loss, the risk measures);
 - write: ``streamanon.io.write_table`` and ``write_json``;
-- rest: what the process did besides (the cost model's record of the run, the report).
+- rest: what the process did besides (the modules a command imports when it needs them, the
+  cost model's record of the run, the report);
+- imports: the time spent importing modules, wherever it fell (in the start, in the rest or
+  in a step that imported what it needed): a part of the rows above, not a step of its own.
 
 The profiler slows Python-heavy steps more than compiled ones, so the steps add up to more than
 the median whole process; they say where the time goes, the whole process says how long it
@@ -83,6 +86,9 @@ def steps(checkout: Path, args: list[str], profile: Path) -> dict[str, float]:
         out[step] = sum(cumulative(*f) for f in functions)
     out["rest"] = total - sum(out.values())
     out["total (profiled)"] = total
+    out["imports (within the above)"] = sum(
+        row[3] for (path, _, func), row in stats.items()
+        if func == "_find_and_load" and "importlib._bootstrap" in path)
     return out
 
 
@@ -153,7 +159,7 @@ def table(results: dict[str, dict[str, Any]], sides: list[str]) -> str:
             lines.append(f"| | {step} | " + " | ".join(
                 f"{by_side[s]['steps'][step]:.2f} s" for s in sides) + " |")
         lines.append("| | information loss, cells | " + " | ".join(
-            f"{100 * by_side[s]['il']:.4f} %, {by_side[s]['cells']:,}" for s in sides) + " |")
+            f"{by_side[s]['il']:.4f} %, {by_side[s]['cells']:,}" for s in sides) + " |")
     return "\n".join(lines)
 
 
