@@ -14,6 +14,10 @@ The graph only proposes; every move is priced exactly, so a poor graph costs imp
 never validity. Every operation keeps every live cell at k records or more and never raises
 the total cost (SSE). Ties go to the lowest position in ``G``'s row; everything is sequential,
 so the result is a function of the input and the number of operations allowed.
+
+A kernel passes another ``np.int64(0)`` or ``np.bool_(True)``, never a bare ``0`` or ``True``,
+and a counter it passes on starts as ``np.int64(0)``: numba would compile the callee once
+more for the constant's own type (``streamanon.warmup``, "One signature per kernel").
 """
 
 from __future__ import annotations

@@ -145,10 +145,11 @@ def refine_partition(X: np.ndarray, labels: np.ndarray, k: int, *,
         refine_cells,
         scratch_space,
     )
+    from streamanon.engines.base import kernel_matrix
     from streamanon.metrics import check_partition
 
     started = clock()
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = kernel_matrix(X)
     n = X.shape[0]
     labels = np.asarray(labels)
     if labels.shape != (n,):

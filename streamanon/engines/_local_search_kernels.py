@@ -10,6 +10,10 @@ reference of the exact indexed search, is a test oracle (``simulations/reference
 
 Cells are kept as per-cell sums, sums of squares and sizes, priced with the identities and
 helpers of ``cells``. Ties go to the lowest index everywhere.
+
+A kernel passes another ``np.int64(0)`` or ``np.bool_(True)``, never a bare ``0`` or ``True``,
+and a counter it passes on starts as ``np.int64(0)``: numba would compile the callee once
+more for the constant's own type (``streamanon.warmup``, "One signature per kernel").
 """
 
 from __future__ import annotations
@@ -115,7 +119,7 @@ def mdav_star_labels_exhaustive(X, k):
     sums = np.zeros((n // k + 1, m))
     sizes = np.zeros(n // k + 1, np.int64)
     alive = np.ones(n // k + 1, np.bool_)  # MDAV* never dissolves a cell
-    n_cells = 0
+    n_cells = np.int64(0)
     unassigned = np.arange(n)
     n_un = n
     d = np.empty(n)
@@ -135,13 +139,13 @@ def mdav_star_labels_exhaustive(X, k):
         if n_cells > 0 and n_un - 1 >= k:
             v = n1[1] if k > 1 else -1
             if v < 0:  # k = 1: the nearest other record
-                _nearest(d, unassigned, n_un, 1, np.array([xb, -1]), n2[:1])
+                _nearest(d, unassigned, n_un, np.int64(1), np.array([xb, -1]), n2[:1])
                 v = n2[0]
             for u in range(n_un):
                 d2[unassigned[u]] = sq(X[unassigned[u]], X[v])
             n2[0] = v
             _nearest(d2, unassigned, n_un, k - 1, np.array([xb, v]), n2[1:])
-            clos, best = _nearest_cell(X[xb], sums, sizes, alive, n_cells, -1)
+            clos, best = _nearest_cell(X[xb], sums, sizes, alive, n_cells, np.int64(-1))
             cost1 = _sse(X, n1, k) / k
             cost2 = (sizes[clos] / (sizes[clos] + 1.0) * best + _sse(X, n2, k)) / (k + 1.0)
             new_cell = cost1 <= cost2
@@ -163,7 +167,7 @@ def mdav_star_labels_exhaustive(X, k):
         n_un = w
     for u in range(n_un):  # fewer than k left: each joins its closest cell
         x = unassigned[u]
-        clos, _best = _nearest_cell(X[x], sums, sizes, alive, n_cells, -1)
+        clos, _best = _nearest_cell(X[x], sums, sizes, alive, n_cells, np.int64(-1))
         labels[x] = clos
         sums[clos] += X[x]
         sizes[clos] += 1
@@ -211,7 +215,8 @@ def _scan_cells(x, centT, alive, n_cells, skip, acc):
 def _knn_sorted(X, Q, pos_idx, n_pos, removed, lo, h, margin, q, k, bufs, cell, dist, stats):
     """``cell``: ``q`` and its k-1 nearest remaining records, ordered by (distance, index) as the
     reference's repeated minimum orders them; found by the MDAV kernels' exact screening."""
-    _cell_of(X, Q, pos_idx, n_pos, removed, lo, h, margin, True, q, k, False, bufs, cell, stats)
+    _cell_of(X, Q, pos_idx, n_pos, removed, lo, h, margin, np.bool_(True), q, k, np.bool_(False),
+             bufs, cell, stats)
     for u in range(1, k):
         dist[u] = sq(X[cell[u]], X[q])
     for u in range(2, k):  # insertion sort of k-1 entries
@@ -254,10 +259,10 @@ def mdav_star_labels(X, k):
     centT = np.empty((m, cap))
     alive = np.ones(cap, np.bool_)  # MDAV* never dissolves a cell
     acc = np.empty(cap)
-    n_cells = 0
+    n_cells = np.int64(0)
     removed = np.zeros(n, np.bool_)
     Q, lo, h, margin = _quantise(X)
-    bufs = _screen_buffers(m, k, 1, max(4096, 8 * k))
+    bufs = _screen_buffers(m, k, np.int64(1), max(4096, 8 * k))
     stats = np.zeros(5, np.int64)
     pos_idx = np.arange(n)
     n_pos = n
@@ -278,7 +283,7 @@ def mdav_star_labels(X, k):
             _knn_sorted(X, Q, pos_idx, n_pos, removed, lo, h, margin, v, k, bufs, n2, dist,
                         stats)
             removed[xb] = False
-            clos, best, _second = _scan_cells(X[xb], centT, alive, n_cells, -1, acc)
+            clos, best, _second = _scan_cells(X[xb], centT, alive, n_cells, np.int64(-1), acc)
             cost1 = _sse(X, n1, k) / k
             cost2 = (sizes[clos] / (sizes[clos] + 1.0) * best + _sse(X, n2, k)) / (k + 1.0)
             new_cell = cost1 <= cost2
@@ -299,11 +304,11 @@ def mdav_star_labels(X, k):
             n_cells += 1
             n_un -= k
         if n_pos - n_un > n_un // 16 + 4 * k:
-            n_pos = _compact(Q, pos_idx, n_pos, removed, True)
+            n_pos = _compact(Q, pos_idx, n_pos, removed, np.bool_(True))
     for x in range(n):  # fewer than k left: each joins its closest cell, in index order
         if labels[x] >= 0:
             continue
-        clos, _best, _second = _scan_cells(X[x], centT, alive, n_cells, -1, acc)
+        clos, _best, _second = _scan_cells(X[x], centT, alive, n_cells, np.int64(-1), acc)
         labels[x] = clos
         sums[clos] += X[x]
         sizes[clos] += 1
@@ -348,7 +353,7 @@ def _nearest_other(X, s, skip, cent, centT, alive, n_cells, acc, cache_c, cache_
     tau = cache_tau[s]
     if cache_own[s] == skip and log_len - tau <= limit:
         lb = cache_lb[s]
-        n_top = 0
+        n_top = np.int64(0)
         for j in range(n_keep):
             c = cache_c[s, j]
             if c >= 0 and c != skip and alive[c]:
@@ -372,7 +377,7 @@ def _nearest_other(X, s, skip, cent, centT, alive, n_cells, acc, cache_c, cache_
             stats[4] += 1
             return top_c[0], top_d[0]
     _scan_cells(X[s], centT, alive, n_cells, skip, acc)
-    n_top = 0
+    n_top = np.int64(0)
     cap = top_c.shape[0]
     for c in range(n_cells):
         if alive[c] and c != skip and (n_top < cap or acc[c] <= top_d[cap - 1]):
@@ -553,7 +558,7 @@ def _refreshed_lists_py(cent, alive, n_cells, nbr, ex_head, ex_next, ex_cell, ou
             if not alive[r]:
                 continue
             mark[r] = r
-            n_top = 0
+            n_top = np.int64(0)
             for hop in range(2):  # r's candidates, then their candidates
                 j = 0
                 e = ex_head[r]
@@ -610,7 +615,7 @@ def _record_lists_py(X, labels, cent, alive, nbr, seeds, first, rec):
             for j in range(seeds):
                 start[j + 1] = nbr[own, j] if first else rec[s, j]
             mark[own] = s
-            n_top = 0
+            n_top = np.int64(0)
             for j in range(seeds + 1):
                 q = start[j]
                 if q < 0 or not alive[q]:
@@ -729,7 +734,7 @@ def _split_linked(X, norms, labels, c, k, sums, sqs, sizes, alive, n_cells, memb
     start = log_len
     n_cells, n_dead, log, log_len = _split_indexed(
         X, norms, labels, c, k, sums, sqs, sizes, alive, n_cells, members, cent, centT, dead,
-        n_dead, True, log, log_len)
+        n_dead, np.bool_(True), log, log_len)
     if restricted:  # the log is only scratch here: it names the parts
         ex_next, ex_cell, ex_len, stamp = _link_parts(log[start:log_len], log_len - start, alive,
                                                       nbr, ex_head, ex_next, ex_cell, ex_len,
@@ -739,7 +744,7 @@ def _split_linked(X, norms, labels, c, k, sums, sqs, sizes, alive, n_cells, memb
 
 
 @nb.njit(cache=True, nogil=True)
-def ona_star_labels(X, k, max_rounds, stats, candidates=0):
+def ona_star_labels(X, k, max_rounds, stats, candidates):
     """ONA*. With ``candidates`` <= 0, the exact indexed search: the labels of the exhaustive
     ONA* (``simulations/reference_kernels.py``); with ``candidates`` = C > 0, the restricted
     search.
@@ -762,7 +767,7 @@ def ona_star_labels(X, k, max_rounds, stats, candidates=0):
 
 
 @nb.njit(cache=True, nogil=True)
-def local_search_labels(X, k, start, max_rounds, stats, candidates=0):
+def local_search_labels(X, k, start, max_rounds, stats, candidates):
     """ONA*'s local search (the rounds of :func:`ona_star_labels`) from the partition ``start``
     (labels 0..c-1, every cell at least k; cells of 2k or more are split with MDAV first):
     ONA* itself from MDAV*'s labels, or from any other engine's, such as MDAV's."""
@@ -792,14 +797,14 @@ def local_search_labels(X, k, start, max_rounds, stats, candidates=0):
     for c in range(n_cells):
         _set_centroid(sums, sizes, cent, centT, c)
     dead = np.empty(cap, np.int64)
-    n_dead = 0
+    n_dead = np.int64(0)
     log = np.empty(max(1024, 4 * cap), np.int64)
-    log_len = 0
+    log_len = np.int64(0)
     for c in range(labels.max() + 1):  # MDAV* may leave large cells: MDAV splits them
         if sizes[c] >= 2 * k:
             n_cells, n_dead, log, log_len = _split_indexed(
                 X, norms, labels, c, k, sums, sqs, sizes, alive, n_cells, members, cent, centT,
-                dead, n_dead, False, log, log_len)
+                dead, n_dead, np.bool_(False), log, log_len)
             stats[3] += 1
     if members.shape[1] > 3 * k:
         members = members[:, :3 * k].copy()
@@ -818,9 +823,9 @@ def local_search_labels(X, k, start, max_rounds, stats, candidates=0):
     ex_head = np.full(cap, -1, np.int64)  # extra candidates: cells split off this round
     ex_next = np.empty(max(1024, cap), np.int64)
     ex_cell = np.empty(max(1024, cap), np.int64)
-    ex_len = 0
+    ex_len = np.int64(0)
     mark = np.zeros(cap, np.int64)
-    stamp = 0
+    stamp = np.int64(0)
     buf = np.empty(3 * k, np.int64)
     target = np.empty(3 * k, np.int64)
     gsum = np.zeros((cap, m))
@@ -837,9 +842,9 @@ def local_search_labels(X, k, start, max_rounds, stats, candidates=0):
                 nbr, spare = spare, nbr
             _record_lists(X, labels, cent, alive, nbr, min(_SEEDS, nbr.shape[1]), rnd == 0, rec)
             ex_head[:] = -1
-            ex_len = 0
+            ex_len = np.int64(0)
         # Phase 1: dissolve cells of exactly k when the cost strictly drops
-        ci = 0
+        ci = np.int64(0)
         while ci < n_cells:
             if alive[ci] and sizes[ci] == k:
                 count = k
@@ -884,7 +889,7 @@ def local_search_labels(X, k, start, max_rounds, stats, candidates=0):
                             stats[3] += 1
             ci += 1
         # Phase 2: move the best single record out of cells larger than k
-        ci = 0
+        ci = np.int64(0)
         while ci < n_cells:
             while alive[ci] and sizes[ci] > k:
                 count = sizes[ci]
@@ -892,8 +897,8 @@ def local_search_labels(X, k, start, max_rounds, stats, candidates=0):
                 ni = sizes[ci]
                 mu_i = sums[ci] / ni
                 best_gain = -np.inf
-                best_s = -1
-                best_t = -1
+                best_s = np.int64(-1)
+                best_t = np.int64(-1)
                 limit = max(32, n_cells // 4)
                 for u in range(count):
                     s = buf[u]

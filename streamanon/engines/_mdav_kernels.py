@@ -32,6 +32,10 @@ can never drop the true answer:
 
 When a filter cannot prune (massive ties, e.g. many duplicate records), the kernel falls back to
 an exact scan of all remaining records, so the result never depends on the filters.
+
+A kernel passes another ``np.int64(0)`` or ``np.bool_(True)``, never a bare ``0`` or ``True``,
+and a counter it passes on starts as ``np.int64(0)``: numba would compile the callee once
+more for the constant's own type (``streamanon.warmup``, "One signature per kernel").
 """
 
 from __future__ import annotations
@@ -291,6 +295,10 @@ def _grid_sqdist_block(Q, qv, b0, nb_, acc):
         j += 1
 
 
+_BELOW = np.bool_(True)  # _filter_candidates: keep the values at most the threshold
+_ABOVE = np.bool_(False)  # and those at least the threshold
+
+
 @nb.njit(cache=True)
 def _filter_candidates(pos, val, count, thr, below):
     """Drop candidates the tightened threshold has ruled out; return the new count."""
@@ -316,12 +324,12 @@ def _screen_py(Q, n_pos, pos_idx, removed, qv, heaps, heap_sizes, near_pos, near
         hi = min(n_pos, lo + chunk)
         acc = np.empty(_BLOCK, np.int32)
         heap = heaps[t]
-        hsize = 0
+        hsize = np.int64(0)
         near_thr = _NO_THRESHOLD
-        fmax = -1
-        far_thr = -1 if want_far else _NO_THRESHOLD
-        nn = 0
-        nf = 0
+        fmax = np.int64(-1)
+        far_thr = np.int64(-1) if want_far else _NO_THRESHOLD
+        nn = np.int64(0)
+        nf = np.int64(0)
         full = False
         for b0 in range(lo, hi, _BLOCK):
             nb_ = min(hi, b0 + _BLOCK) - b0
@@ -348,7 +356,7 @@ def _screen_py(Q, n_pos, pos_idx, removed, qv, heaps, heap_sizes, near_pos, near
                         if hsize == heap.shape[0]:
                             near_thr = _near_threshold(heap[0], margin)
                     if nn == cap:
-                        nn = _filter_candidates(near_pos[t], near_s[t], nn, near_thr, True)
+                        nn = _filter_candidates(near_pos[t], near_s[t], nn, near_thr, _BELOW)
                         if nn > cap // 2:
                             full = True
                             break
@@ -361,7 +369,7 @@ def _screen_py(Q, n_pos, pos_idx, removed, qv, heaps, heap_sizes, near_pos, near
                         fmax = s
                         far_thr = _far_threshold(fmax, margin)
                     if nf == cap:
-                        nf = _filter_candidates(far_pos[t], far_s[t], nf, far_thr, False)
+                        nf = _filter_candidates(far_pos[t], far_s[t], nf, far_thr, _ABOVE)
                         if nf > cap // 2:
                             full = True
                             break
@@ -549,16 +557,17 @@ def _nearest_screened(X, Q, pos_idx, n_pos, removed, lo, h, margin, q_i, k, want
     total = 0
     for t in range(n_threads):
         total += heap_sizes[t]
-    pooled = np.empty(total, np.int64)
+    # float64, as _kth_smallest takes the exact distances: grid distances are exact in it
+    pooled = np.empty(total)
     c = 0
     for t in range(n_threads):
         for u in range(heap_sizes[t]):
             pooled[c] = heaps[t, u]
             c += 1
-    kth = _kth_smallest(pooled, k - 1)
+    kth = np.int64(_kth_smallest(pooled, k - 1))
     thr = _near_threshold(kth, margin)
     cand = np.empty(n_threads * near_pos.shape[1], np.int64)
-    c = 0
+    c = np.int64(0)
     for t in range(n_threads):
         for u in range(n_near[t]):
             if near_s[t, u] <= thr:
@@ -576,12 +585,12 @@ def _far_from_screen(X, pos_idx, removed, bufs, margin, r):
     prove it (e.g. the grid's farthest record went into r's cell)."""
     far_pos, far_s, n_far, far_max, overflow = bufs[6], bufs[7], bufs[8], bufs[9], bufs[10]
     n_threads = far_pos.shape[0]
-    global_max = -1
+    global_max = np.int64(-1)
     for t in range(n_threads):
         if overflow[t]:
             return -1
         global_max = max(global_max, far_max[t])
-    alive_max = -1
+    alive_max = np.int64(-1)
     for t in range(n_threads):
         for u in range(n_far[t]):
             if not removed[pos_idx[far_pos[t, u]]]:
@@ -590,7 +599,7 @@ def _far_from_screen(X, pos_idx, removed, bufs, margin, r):
         return -1
     thr = _far_threshold(alive_max, margin)
     cand = np.empty(n_threads * far_pos.shape[1], np.int64)
-    c = 0
+    c = np.int64(0)
     for t in range(n_threads):
         for u in range(n_far[t]):
             if far_s[t, u] >= thr:
@@ -653,7 +662,7 @@ def mdav_labels(X, k, screen, n_threads, far_list_len, min_parallel, stats, prog
     n_pos = n
     c = np.empty(m)
     cell = np.empty(k, np.int64)
-    label = 0
+    label = np.int64(0)
 
     if screen:
         Q, lo, h, margin = _quantise(X)
@@ -661,12 +670,12 @@ def mdav_labels(X, k, screen, n_threads, far_list_len, min_parallel, stats, prog
         Q, lo, h, margin = np.empty((m, 0), np.uint8), np.zeros(m), 1.0, 0.0
     cap = max(4096, 8 * k)
     bufs_parallel = _screen_buffers(m, k, n_threads, cap)
-    bufs_serial = _screen_buffers(m, k, 1, cap)
+    bufs_serial = _screen_buffers(m, k, np.int64(1), cap)
 
     c_ref = np.full(m, np.nan)
     top_idx = np.empty(0, np.int64)
     top_d = np.empty(0)
-    head = 0
+    head = np.int64(0)
     floor_d = -np.inf
     stale = True
 
@@ -683,7 +692,7 @@ def mdav_labels(X, k, screen, n_threads, far_list_len, min_parallel, stats, prog
             alive = _alive_indices(pos_idx, n_pos, removed)
             top_idx, top_d, floor_d = _build_far_list(X, alive, c, far_list_len)
             c_ref[:] = c
-            head = 0
+            head = np.int64(0)
             r, examined, head = _walk_far_list(X, c, c_ref, top_idx, top_d, head, floor_d, removed)
             stale = False
         two_cells = n_alive >= 3 * k
@@ -702,8 +711,8 @@ def mdav_labels(X, k, screen, n_threads, far_list_len, min_parallel, stats, prog
             alive = _alive_indices(pos_idx, n_pos, removed)
             s = _select_farthest(X, alive, alive.shape[0], X[r].copy(), removed)
         bufs = bufs_parallel if n_threads > 1 and n_alive >= min_parallel else bufs_serial
-        _cell_of(X, Q, pos_idx, n_pos, removed, lo, h, margin, screen, s, k, False, bufs, cell,
-                 stats)
+        _cell_of(X, Q, pos_idx, n_pos, removed, lo, h, margin, screen, s, k, np.bool_(False), bufs,
+                 cell, stats)
         _assign(X, cell, label, labels, removed, partials, counts)
         n_alive -= k
         label += 1

@@ -3,6 +3,10 @@
 The records are never moved: ``perm`` holds their indices and every part is a segment
 ``perm[lo:hi]``. A part is cut in two by reordering its segment in place (records on the left
 side first, each side in its previous order, so the result does not depend on the sort used).
+
+A kernel passes another ``np.int64(0)`` or ``np.bool_(True)``, never a bare ``0`` or ``True``,
+and a counter it passes on starts as ``np.int64(0)``: numba would compile the callee once
+more for the constant's own type (``streamanon.warmup``, "One signature per kernel").
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ Speed comes from keeping the free records compacted (row order kept, dead slots 
 once they are a sixteenth of the slots), from reusing the distances to ``x_r`` computed for
 its cell to find ``x_s``, and from an insertion buffer for the ``k - 1`` nearest: the work per
 cell is a few passes over the free records, with no temporary arrays.
+
+A kernel passes another ``np.int64(0)`` or ``np.bool_(True)``, never a bare ``0`` or ``True``,
+and a counter it passes on starts as ``np.int64(0)``: numba would compile the callee once
+more for the constant's own type (``streamanon.warmup``, "One signature per kernel").
 """
 
 from __future__ import annotations
@@ -120,7 +124,7 @@ def _distances(Xc, n_slots, q, d, scratch):
             for j in range(m):
                 diff = Xc[j, i] - q[j]
                 scratch[j] = diff * diff
-            d[i] = _pairwise_sum(scratch, 0, m)
+            d[i] = _pairwise_sum(scratch, np.int64(0), m)
         return
     for i in range(n_slots):
         diff = Xc[0, i] - q[0]
@@ -167,12 +171,12 @@ def _cell_emd(counts, size, cumulative, share, m, equal, gap):
     if equal:
         for v in range(m):
             gap[v] = abs(counts[v] / size - share[v])
-        return 0.5 * _pairwise_sum(gap, 0, m)
+        return 0.5 * _pairwise_sum(gap, np.int64(0), m)
     running = 0.0
     for v in range(m - 1):
         running += counts[v]
         gap[v] = abs(running / size - cumulative[v])
-    return _pairwise_sum(gap, 0, m - 1) / (m - 1)
+    return _pairwise_sum(gap, np.int64(0), m - 1) / (m - 1)
 
 
 @nb.njit(cache=True)
@@ -187,7 +191,7 @@ def _emd_if_added(counts, size, cumulative, share, m, equal, gap, out):
     if equal:
         for v in range(m):
             out[v] = abs(counts[v] / grown - share[v])
-        total = _pairwise_sum(out, 0, m)
+        total = _pairwise_sum(out, np.int64(0), m)
         for v in range(m):
             gap[v] = counts[v] / grown - share[v]
         for v in range(m):
@@ -258,8 +262,8 @@ def _make_cell(Xc, Cc, rows, live, n_slots, seed, k, d, counts, cumulative, shar
                 filled += 1
             near_d[pos] = di
             near_slot[pos] = i
-    members = _take(seed, label, rows, live, Cc, counts, labels, members, 0)
-    size = 1
+    members = _take(seed, label, rows, live, Cc, counts, labels, members, np.int64(0))
+    size = np.int64(1)
     for p in range(filled):
         members = _take(near_slot[p], label, rows, live, Cc, counts, labels, members, size)
         size += 1
@@ -268,7 +272,7 @@ def _make_cell(Xc, Cc, rows, live, n_slots, seed, k, d, counts, cumulative, shar
         for c in range(n_cols):
             _emd_if_added(counts[c], float(size), cumulative[c], share[c], sizes[c],
                           equal[c], gap, scores[c])
-        best = -1
+        best = np.int64(-1)
         best_score = 0.0
         best_d = 0.0
         for i in range(n_slots):
@@ -322,7 +326,7 @@ def kfirst_labels(X, k, codes, cumulative, share, sizes, equal, limit, progress)
     members = np.empty(max(4 * k, 16), np.int64)
     centroid = np.empty(m)
     scratch = np.empty(m)
-    n_cells = 0
+    n_cells = np.int64(0)
     while n_free >= 2 * k:
         # x_r: the free record farthest from the free records' centroid (ties: lowest row)
         _free_centroid(Xc, live, n_slots, n_free, centroid)

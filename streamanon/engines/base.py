@@ -48,8 +48,24 @@ def register(name: str, *, summary: str, source: str,
                              per_record=per_record, runtime=runtime, traits=traits)
 
 
+def kernel_matrix(X: np.ndarray) -> np.ndarray:
+    """``X`` as the compiled kernels take a matrix: float64, C-contiguous and writable.
+
+    numba compiles a kernel once for each type of argument it is called with, and a read-only
+    or Fortran-ordered array is a type of its own: such a matrix (a memory map, an Arrow or a
+    pandas buffer) would compile an engine's kernels a second time, tens of seconds that
+    ``python -m streamanon.warmup`` has not done ahead. It is copied; any other matrix is
+    passed on as ``np.ascontiguousarray`` would pass it.
+
+    >>> X = np.zeros((2, 2)); X.flags.writeable = False
+    >>> kernel_matrix(X).flags.writeable
+    True
+    """
+    return np.require(X, np.float64, ("C", "W", "E"))
+
+
 def validate_input(X: np.ndarray, k: int) -> np.ndarray:
-    """``X`` as a C-contiguous float64 matrix, after the checks every engine relies on."""
+    """``X`` as :func:`kernel_matrix` makes it, after the checks every engine relies on."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise ParameterError(f"k must be an integer, got {k!r}")
     if k < 1:
@@ -66,7 +82,7 @@ def validate_input(X: np.ndarray, k: int) -> np.ndarray:
         raise InputError(
             f"{n} records cannot form a cell of k = {k}: no {k}-anonymous release exists"
         )
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = kernel_matrix(X)
     if not np.isfinite(X).all():
         raise InputError("quasi-identifiers contain NaN or infinite values")
     return X

@@ -13,6 +13,10 @@ computes the same numbers in the same order. Small helpers are compiled into the
 it has no leading underscore; its functions are numba kernels, not an API for users.
 
 Imports: NumPy, numba and ``_mdav_kernels`` (MDAV on the records of one cell).
+
+A kernel passes another ``np.int64(0)`` or ``np.bool_(True)``, never a bare ``0`` or ``True``,
+and a counter it passes on starts as ``np.int64(0)``: numba would compile the callee once
+more for the constant's own type (``streamanon.warmup``, "One signature per kernel").
 """
 
 from __future__ import annotations
@@ -121,8 +125,8 @@ def rows_of(X, rows, count):
 def mdav_split(sub, k):
     """MDAV's labels (0..s-1) of the records ``sub`` (a cell of 2k or more, sequential, no
     screening): how the kernels split a cell."""
-    return mdav_labels(sub, k, False, 1, 64, 1 << 62, np.zeros(5, np.int64),
-                       np.zeros(2, np.int64))
+    return mdav_labels(sub, k, np.bool_(False), np.int64(1), np.int64(64), np.int64(1 << 62),
+                       np.zeros(5, np.int64), np.zeros(2, np.int64))
 
 
 @nb.njit(cache=True)

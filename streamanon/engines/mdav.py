@@ -18,7 +18,7 @@ import numba
 import numpy as np
 
 from streamanon.engines._mdav_kernels import mdav_labels
-from streamanon.engines.base import register
+from streamanon.engines.base import kernel_matrix, register
 from streamanon.progress import Progress
 
 # Below this many remaining records a scan is too short to amortise waking a second thread.
@@ -90,7 +90,7 @@ def mdav(
     through microaggregation", Algorithm MDAV-generic; restated in
     Rebollo-Monedero et al. 2018, section IV, and specification section 5 (both in docs/design/).
     """
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = kernel_matrix(X)
     n, m = X.shape
     threads = max(1, int(n_threads)) if n_threads else numba.get_num_threads()
     threads = min(threads, numba.config.NUMBA_NUM_THREADS)

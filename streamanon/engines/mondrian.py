@@ -44,7 +44,7 @@ from streamanon.engines._mondrian_kernels import (
     RULE_VARIANCE_2D,
     mondrian_parts,
 )
-from streamanon.engines.base import register
+from streamanon.engines.base import kernel_matrix, register
 from streamanon.engines.ona import default_candidates
 from streamanon.errors import ParameterError
 from streamanon.progress import Progress
@@ -60,7 +60,7 @@ def _parts_to_labels(perm: np.ndarray, bounds: np.ndarray) -> np.ndarray:
 
 
 def _mondrian(X: np.ndarray, k: int, rule: int, progress: Progress | None) -> np.ndarray:
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = kernel_matrix(X)
     if progress is not None:
         progress.start(X.shape[0])
     perm, bounds = mondrian_parts(X, int(k), rule, 2 * int(k) - 1)
@@ -138,7 +138,7 @@ def _mona(X: np.ndarray, k: int, rule: int, rho: object, n_threads: object,
           progress: Progress | None) -> np.ndarray:
     rho = _check_rho(rho)
     threads = _threads(n_threads)
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = kernel_matrix(X)
     n = X.shape[0]
     k = int(k)
     if progress is not None:

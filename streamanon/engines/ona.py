@@ -56,7 +56,7 @@ from streamanon.engines._local_search_kernels import (
     mdav_star_labels,
     ona_star_labels,
 )
-from streamanon.engines.base import register
+from streamanon.engines.base import kernel_matrix, register
 from streamanon.engines.mdav import mdav
 from streamanon.errors import ParameterError
 from streamanon.progress import Progress
@@ -90,7 +90,7 @@ def mdav_star(X: np.ndarray, k: int, *, progress: Progress | None = None) -> np.
     ----------
     Thaeter & Reischuk 2021 (docs/design/references.md), Algorithm 1.
     """
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = kernel_matrix(X)
     if X.shape[0] < 2 * k:
         return np.zeros(X.shape[0], dtype=np.int64)
     return mdav_star_labels(X, int(k))
@@ -154,7 +154,7 @@ def ona_star(X: np.ndarray, k: int, *, max_rounds: int = 30, candidates: int | N
                              f"{candidates!r}")
     if start not in STARTS:
         raise ParameterError(f"start must be one of {', '.join(STARTS)}, got {start!r}")
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = kernel_matrix(X)
     if X.shape[0] < 2 * k:
         return np.zeros(X.shape[0], dtype=np.int64)
     if candidates is None:

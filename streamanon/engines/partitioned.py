@@ -35,7 +35,7 @@ from functools import partial
 import numpy as np
 
 from streamanon.engines._mondrian_kernels import RULE_VARIANCE, mondrian_parts
-from streamanon.engines.base import get_engine, register, run_engine
+from streamanon.engines.base import get_engine, kernel_matrix, register, run_engine
 from streamanon.errors import ParameterError
 from streamanon.progress import Progress
 
@@ -58,7 +58,7 @@ PartRunner = Callable[[PartFunction, Iterable[np.ndarray]], Iterator[tuple[int, 
 def cut_parts(X: np.ndarray, k: int, part_size: int) -> list[np.ndarray]:
     """The row indices of each part: Mondrian-V cuts until a part has at most
     ``max(part_size, 2k - 1)`` records; every part has at least ``k`` (when ``n >= k``)."""
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = kernel_matrix(X)
     perm, bounds = mondrian_parts(X, int(k), RULE_VARIANCE, max(int(part_size), 2 * int(k) - 1))
     return [perm[bounds[p]:bounds[p + 1]] for p in range(len(bounds) - 1)]
 
@@ -92,7 +92,7 @@ def partitioned_labels(X: np.ndarray, k: int, *, engine: str = "mdav",
                        progress: Progress | None = None) -> np.ndarray:
     """Cut ``X`` into parts (:func:`cut_parts`), run ``engine`` on each through ``runner`` and
     join the labels (:func:`join_labels`). The result does not depend on the runner."""
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = kernel_matrix(X)
     params = _check(engine, engine_params, part_size)
     if progress is not None:
         progress.start(X.shape[0])

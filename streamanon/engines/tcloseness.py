@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from streamanon.engines._tclose_kernels import kfirst_labels, tfirst_labels
-from streamanon.engines.base import get_engine, register, run_engine
+from streamanon.engines.base import get_engine, kernel_matrix, register, run_engine
 from streamanon.errors import ParameterError
 from streamanon.privacy import TOLERANCE, Domain, enforce, resolve_kinds, sensitive_columns
 from streamanon.progress import Progress
@@ -243,10 +243,10 @@ def kfirst_cells(X: np.ndarray, k: int, S: np.ndarray, kinds: Sequence[str],
     counter = progress.counter if progress is not None else np.zeros(2, dtype=np.int64)
     counter[0], counter[1] = 0, n
     labels, n_cells = kfirst_labels(
-        np.ascontiguousarray(X), int(k),
+        kernel_matrix(X), int(k),
         np.ascontiguousarray(np.stack([d.codes for d in domains], axis=1)),
         cumulative, share, np.array([d.m for d in domains], dtype=np.int64),
-        np.array([d.kind == "equal" for d in domains]), t + TOLERANCE, counter)
+        np.array([d.kind == "equal" for d in domains]), float(t) + TOLERANCE, counter)
     _finish_kfirst(X, labels, int(n_cells), k, domains, t, l)
     return labels
 
@@ -315,7 +315,7 @@ def tfirst_cells(X: np.ndarray, k: int, S: np.ndarray, kinds: Sequence[str], t: 
     stratum = np.searchsorted(bounds, place, side="right") - 1
     counter = progress.counter if progress is not None else np.zeros(2, dtype=np.int64)
     counter[0], counter[1] = 0, n
-    labels = tfirst_labels(np.ascontiguousarray(X), stratum, place - bounds[stratum], size,
+    labels = tfirst_labels(kernel_matrix(X), stratum, place - bounds[stratum], size,
                            n // size, counter)
     if (labels < 0).any():
         _attach(X, labels, np.flatnonzero(labels < 0), domains, t, l)

@@ -12,6 +12,10 @@ indexed and has moved at most ``max_drift`` since, so it cannot beat a candidate
 distance is below ``cand_d[-1] - max_drift``; cells created after the index was built are all
 checked. When that test fails, every live cell is checked. With no index (``cand`` empty) every
 record is checked against every cell: a linear scan, which beats a tree in high dimension.
+
+A kernel passes another ``np.int64(0)`` or ``np.bool_(True)``, never a bare ``0`` or ``True``,
+and a counter it passes on starts as ``np.int64(0)``: numba would compile the callee once
+more for the constant's own type (``streamanon.warmup``, "One signature per kernel").
 """
 
 from __future__ import annotations

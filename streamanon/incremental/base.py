@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from streamanon.engines.base import kernel_matrix
 from streamanon.errors import InputError
 from streamanon.metrics import check_partition
 from streamanon.registry import Entry, Function, Registry, StageTags
@@ -52,8 +53,8 @@ def run_stage(name: str, base: np.ndarray, base_labels: np.ndarray, increment: n
               k: int, **params: object) -> np.ndarray:
     """Validate, run stage ``name``, and check that the union's partition is k-anonymous."""
     info = _STAGES.check_parameters(name, params)
-    base = np.ascontiguousarray(base, dtype=np.float64)
-    increment = np.ascontiguousarray(increment, dtype=np.float64).reshape(-1, base.shape[1])
+    base = kernel_matrix(base)
+    increment = kernel_matrix(np.asarray(increment).reshape(-1, base.shape[1]))
     base_labels = np.asarray(base_labels, dtype=np.int64)
     if base_labels.shape != (base.shape[0],):
         raise InputError("base labels must have one entry per base record")

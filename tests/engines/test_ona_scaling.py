@@ -49,15 +49,15 @@ def test_indexed_ona_star_equals_the_exhaustive_one(seed, shape):
     X = data(n, m, 100 + seed, ties)
     fast = np.zeros(6, np.int64)
     slow = np.zeros(4, np.int64)
-    assert np.array_equal(ona_star_labels(X, k, 30, fast), ona_star_labels_exhaustive(X, k, 30,
-                                                                                        slow))
+    assert np.array_equal(ona_star_labels(X, k, 30, fast, 0),
+                          ona_star_labels_exhaustive(X, k, 30, slow))
     assert np.array_equal(fast[:4], slow)  # same rounds, dissolves, moves and splits
 
 
 def test_every_query_is_answered_from_the_cache_or_a_scan():
     X = data(1000, 6, 7, False)
     stats = np.zeros(6, np.int64)
-    ona_star_labels(X, 5, 30, stats)
+    ona_star_labels(X, 5, 30, stats, 0)
     assert stats[4] > 0 and stats[5] > 0  # both paths ran (and agreed with the reference above)
 
 
@@ -77,7 +77,7 @@ def test_ona_star_is_deterministic():
 def test_max_rounds_limits_the_local_search_like_the_reference():
     X = data(800, 4, 9, False)
     for rounds in (0, 1, 2):
-        assert np.array_equal(ona_star_labels(X, 4, rounds, np.zeros(4, np.int64)),
+        assert np.array_equal(ona_star_labels(X, 4, rounds, np.zeros(4, np.int64), 0),
                               ona_star_labels_exhaustive(X, 4, rounds, np.zeros(4, np.int64)))
 
 
