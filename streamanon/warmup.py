@@ -23,13 +23,36 @@ times). So a kernel passes another ``np.int64(0)`` or ``np.bool_(True)``, not ``
 float64 C-contiguous writable matrices (:func:`streamanon.engines.base.kernel_matrix`), int64
 labels and Python numbers. Every kernel then has one signature, the one compiled here
 (``tests/test_signatures.py``): a first MDAV run on the military survey compiles 118
-functions instead of 131, a first ONA* run 199 instead of 250 (the others left are numba's
+functions instead of 132, a first ONA* run 199 instead of 251 (the others left are numba's
 own, ``np.empty`` and the like, compiled once for each type they are used with).
+
+One cache for several accounts
+------------------------------
+numba reads a cache only from a directory it may write: before it uses one (in this order
+``NUMBA_CACHE_DIR``, the package's ``__pycache__``, ``~/.cache/numba``) it creates a file
+there, and skips it when that fails (``numba.core.caching._CacheLocator.ensure_cache_path``).
+So kernels compiled at install time into a package that root installed are not found by
+another account: it cannot write root's ``__pycache__`` and compiles them all again into its
+own ``~/.cache/numba`` (or, with no writable home, cannot import the engines at all: "no
+locator available"). A directory the accounts may only read cannot be shared either. What works is a
+``NUMBA_CACHE_DIR`` their group may write (numba's documentation calls sharing a cache safe; it
+checks the CPU and the sources' content, not who wrote it)::
+
+    install -d -m 2775 -g streamanon /var/cache/streamanon/numba   # setgid: files stay in group
+    NUMBA_CACHE_DIR=/var/cache/streamanon/numba python -m streamanon.warmup --shared
+
+with ``NUMBA_CACHE_DIR`` set for every account of the group. ``--shared`` compiles with umask
+002 (what numba creates stays writable by the group) and then checks the whole directory;
+the directories holding the files must not be sticky (``chmod +t``, as ``/tmp``), where an
+account that compiles a kernel anew may not replace the index another wrote and the call
+fails with a PermissionError.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -124,6 +147,23 @@ def _compile(group: str) -> tuple[str, float]:
     return group, time.perf_counter() - started
 
 
+def sharing_problems(root: str) -> list[str]:
+    """What keeps the other accounts of the group from loading the kernels cached under
+    ``root`` (see the module docstring); empty when nothing does."""
+    found: dict[str, list[str]] = {}
+    for directory, _subdirectories, files in os.walk(root):
+        mode = os.stat(directory).st_mode
+        if not (mode & stat.S_IWGRP and mode & stat.S_IXGRP):
+            found.setdefault("directories the group may not write", []).append(directory)
+        if mode & stat.S_ISVTX and files:  # where an index is replaced
+            found.setdefault("sticky directories", []).append(directory)
+        for name in files:
+            path = os.path.join(directory, name)
+            if not os.stat(path).st_mode & stat.S_IRGRP:
+                found.setdefault("files the group may not read", []).append(path)
+    return [f"{len(paths)} {what}, such as {paths[0]}" for what, paths in found.items()]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m streamanon.warmup",
@@ -132,17 +172,51 @@ def main(argv: list[str] | None = None) -> int:
                     "later load them instead of each compiling them.")
     parser.add_argument("--processes", type=int, default=len(GROUPS),
                         help=f"processes compiling at once (default {len(GROUPS)}: one a group)")
+    parser.add_argument("--shared", action="store_true",
+                        help="for the accounts of a group sharing NUMBA_CACHE_DIR (a directory "
+                             "the group may write, setgid): compile with umask 002, then check "
+                             "that they can load what is cached there")
     args = parser.parse_args(argv)
+    shared = os.environ.get("NUMBA_CACHE_DIR", "")
+    if args.shared and not shared:
+        parser.error("--shared caches into NUMBA_CACHE_DIR, which is not set: set it to the "
+                     "directory the accounts share (install -d -m 2775 -g GROUP DIR)")
     started = time.perf_counter()
-    if args.processes <= 1:
-        done = [_compile(group) for group in GROUPS]
-    else:
-        with ProcessPoolExecutor(min(args.processes, len(GROUPS))) as pool:
-            done = list(pool.map(_compile, GROUPS))
+    umask = os.umask(0o002) if args.shared else None
+    try:
+        if args.processes <= 1:
+            done = [_compile(group) for group in GROUPS]
+        else:
+            with ProcessPoolExecutor(min(args.processes, len(GROUPS))) as pool:
+                done = list(pool.map(_compile, GROUPS))
+    finally:
+        if umask is not None:
+            os.umask(umask)
     parts = ", ".join(f"{group} {seconds:.0f} s" for group, seconds in done)
     print(f"kernels compiled or loaded from the cache in {time.perf_counter() - started:.0f} s "
           f"({parts})")
+    if not args.shared:
+        return 0
+    problems = sharing_problems(shared)
+    for problem in problems:
+        print(f"not shared: {problem}", file=sys.stderr)
+    if problems:
+        print(f"the other accounts will compile the kernels again: make {shared} writable by "
+              "their group and not sticky (install -d -m 2775 -g GROUP), then run this again",
+              file=sys.stderr)
+        return 1
+    print(f"the accounts of group {_group(os.stat(shared).st_gid)} with NUMBA_CACHE_DIR={shared} "
+          "load them")
     return 0
+
+
+def _group(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 if __name__ == "__main__":
