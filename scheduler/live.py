@@ -108,7 +108,7 @@ def release_overhead(n: float, model: ReleaseOverhead = DEFAULT_OVERHEAD,
                      late: float = 0.0) -> float:
     """Seconds after close that are not compute, for a release of ``n`` records, ``late`` of
     them not in a base release made before close: the sum of ``model``'s steps (default
-    :data:`scheduler.overhead.DEFAULT_OVERHEAD`, 0.65 s + 3.5 us per record). The expected
+    :data:`scheduler.overhead.DEFAULT_OVERHEAD`, 0.7 s + 4.5 us per record). The expected
     time: what a plan predicts."""
     return model(n, late)
 

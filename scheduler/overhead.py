@@ -13,7 +13,9 @@ step for a release of ``n`` records, so that a deadline keeps that much free
 (:meth:`ReleaseOverhead.fit`, :meth:`ReleaseOverhead.from_reports`). Its per-record parts
 follow the two-stage releases of :data:`MEASURED_RELEASES` (the default-plan benchmark and
 the million-record demo, records keyed without headers: 0.65 s + 3.5 us per record in all,
-1.4 s at 200,000 and 4.2 s at 1,000,000). Its late-record parts price the records a base
+1.4 s at 200,000 and 4.2 s at 1,000,000); with ``compute_rest``, the compute step less the
+engines in it (sending the records to the compute process and the labels back, which a
+release records beside its close steps), 0.7 s + 4.5 us. Its late-record parts price the records a base
 release did not cover, which loading and the gate handle one by one: about 4.5 us each to
 load and 5 us each to gate and table (``simulations/bench_service.py`` at ``--nu 0.05`` and
 ``--nu 0.5`` and its one-shot releases, and a million-record release with 998,335 late
@@ -256,9 +258,13 @@ MEASURED_RELEASES: tuple[tuple[int, int, dict[str, float]], ...] = (
                          "publish": 2.18}),
 )
 
-#: The overhead before any fit: 0.65 s + 3.5 us per record in all, and 9.5 us per late record
-#: (see the module docstring).
+#: The overhead before any fit: 0.7 s + 4.5 us per record in all, and 9.5 us per late record
+#: (see the module docstring). ``compute_rest`` is the compute step less the engines in it
+#: (the records sent to the compute process and the labels back, the standardisation: 0.29 s
+#: of a 6.2 s one-shot compute step at 200,000 x 15 on two cores, 2026-12-08), which a release
+#: records beside its close steps (``streamanon.service.release_steps.COMPUTE_REST``).
 DEFAULT_OVERHEAD = ReleaseOverhead({
+    "compute_rest": StepCost(0.05, 1.0e-6),
     "drain": StepCost(0.1, 0.1e-6),
     "load": StepCost(0.05, 0.15e-6, 4.5e-6),
     "gate_and_table": StepCost(0.3, 0.4e-6, 5.0e-6),

@@ -12,6 +12,7 @@ steps that make them are the releaser's, which does the I/O.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,3 +151,30 @@ def base_plan_summary(plan: Plan) -> dict[str, float]:
             "base_seconds": round(plan.base_seconds, 3),
             "incremental_seconds": round(plan.incremental_seconds, 3),
             "nu_limit": round(plan.nu_limit, 6), "safety": round(plan.safety, 3)}
+
+
+#: The close step that is the compute step less the engine and the stage (and refinement) in
+#: it: sending the records to the compute process and the labels back, standardising. Kept in
+#: the cost-model file with the close steps, never in a report's: the overhead model prices
+#: it (``scheduler.overhead``), the cost models the rest of the compute.
+COMPUTE_REST = "compute_rest"
+
+
+def engine_at_close(partition: Partition) -> float:
+    """The seconds of a release's compute step that its engines ran: the whole run of a
+    one-shot release, the incremental stage of a two-stage one (its base ran before), and the
+    refinement after either."""
+    ran = partition.base_seconds if partition.mode == "one-shot" else (
+        partition.incremental_seconds)
+    return ran + partition.refine_seconds
+
+
+def steps_to_keep(steps: Mapping[str, float], engine_seconds: float | None
+                  ) -> dict[str, float]:
+    """A release's close ``steps`` as the cost-model file keeps them: with
+    :data:`COMPUTE_REST`, the compute step less ``engine_seconds`` (:func:`engine_at_close`),
+    when both are known."""
+    kept = dict(steps)
+    if engine_seconds is not None and "compute" in steps:
+        kept[COMPUTE_REST] = round(max(steps["compute"] - engine_seconds, 0.0), 3)
+    return kept

@@ -16,23 +16,27 @@ from scheduler.overhead import (
 
 
 @pytest.mark.parametrize("n", [0, 1_000, 200_000, 1_000_000])
-def test_the_default_totals_0_65_s_and_3_5_us_per_record(n):
-    assert DEFAULT_OVERHEAD(n) == pytest.approx(0.65 + 3.53e-6 * n)
-    assert set(DEFAULT_OVERHEAD.steps) == {"drain", "load", "gate_and_table", "files",
-                                           "publish"}
+def test_the_default_totals_0_7_s_and_4_5_us_per_record(n):
+    assert DEFAULT_OVERHEAD(n) == pytest.approx(0.70 + 4.53e-6 * n)
+    assert set(DEFAULT_OVERHEAD.steps) == {"compute_rest", "drain", "load", "gate_and_table",
+                                           "files", "publish"}
     assert DEFAULT_OVERHEAD.runs == 0
 
 
 @pytest.mark.parametrize("n, late, steps", MEASURED_RELEASES)
 def test_the_default_is_within_a_third_of_each_measured_release(n, late, steps):
     """The releases it follows, records keyed without headers (the default before them, fitted
-    when each record carried three headers, was 93-124 % over the million-record ones)."""
-    assert DEFAULT_OVERHEAD(n, late) == pytest.approx(sum(steps.values()), rel=1 / 3)
+    when each record carried three headers, was 93-124 % over the million-record ones), over
+    the steps they timed (they did not time the compute step's part outside the engines)."""
+    assert sum(DEFAULT_OVERHEAD.step(name, n, late) for name in steps) == pytest.approx(
+        sum(steps.values()), rel=1 / 3)
 
 
 def test_the_default_splits_the_per_record_part_as_measured_publish_first():
-    total = sum(step.per_record for step in DEFAULT_OVERHEAD.steps.values())
-    shares = {name: step.per_record / total for name, step in DEFAULT_OVERHEAD.steps.items()}
+    timed = {name: step for name, step in DEFAULT_OVERHEAD.steps.items()
+             if name != "compute_rest"}  # the measured releases' steps
+    total = sum(step.per_record for step in timed.values())
+    shares = {name: step.per_record / total for name, step in timed.items()}
     assert max(shares, key=shares.get) == "publish" and shares["publish"] > 0.55
     assert DEFAULT_OVERHEAD.step("publish", 200_000) == pytest.approx(0.2 + 2.2e-6 * 200_000)
     assert DEFAULT_OVERHEAD.step("compute", 200_000) == 0.0  # not overhead

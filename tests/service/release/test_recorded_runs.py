@@ -1,0 +1,114 @@
+"""What a release leaves for the next plans (issue 62, part 1), through
+:meth:`Releaser.write` and the record kept after publishing, on a SQLite store without a
+broker: a one-shot release's engine run on every record is a sample of the engine's cost under
+this machine's conditions, as a base run is one, and the compute step's part that is not the
+engines (sending the records to the compute process, standardising) is kept as a step of its
+own, ``compute_rest``, which the overhead model then prices."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from scheduler.arrivals import ArrivalEstimator
+from scheduler.cost_model import CostModelStore
+from streamanon.service.config import parse_config
+from streamanon.service.ingest import SurveyIngest
+from streamanon.service.planning import SurveyPlanner
+from streamanon.service.release_steps import COMPUTE_REST, engine_at_close, steps_to_keep
+from streamanon.service.releasing import Releaser
+from streamanon.service.reports import ReleaseReport
+from streamanon.service.store import SQLiteStore
+from streamanon.service.survey import ServiceParts, Survey
+from streamanon.service.validation import Validator
+from tests.service.lifecycle_helpers import put_model, stored_rows
+
+M, K, N = 2, 3, 60
+
+
+@pytest.fixture
+def survey(tmp_path):
+    close = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+    models = tmp_path / "cost_models.json"
+    put_model(models, "mdav", M, K, [(1000, 0.01), (2000, 0.04)])
+    config = parse_config({
+        "planner": {"cost_models": str(models)},
+        "output": {"directory": str(tmp_path / "releases")},
+        "surveys": [{"id": "s", "k": K, "engine": "mdav", "close": close, "schema": {
+            "rid": {"role": "identifier"},
+            **{f"q{i}": {"role": "quasi_identifier", "type": "float"} for i in range(M)}}}]},
+        {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
+    sc = config.surveys[0]
+    sv = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)), ArrivalEstimator(1.0, 10))
+    planner = SurveyPlanner(config, lambda sid, here: here)
+    planner.load_models(sv, measure=False)
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    store.ensure_survey("s")
+    store.insert_records("s", stored_rows(N, M))
+
+    async def in_store(fn, *args):
+        return fn(*args)
+
+    pool = ThreadPoolExecutor(1)
+    releaser = Releaser(config, store, in_store, pool, producer=None, telemetry=None)
+    sv.parts = ServiceParts(config, store, in_store, pool, planner, releaser=releaser)
+    yield sv, CostModelStore(models)
+    pool.shutdown()
+    store.close()
+
+
+def released_one_shot(survey) -> dict:
+    """The release written at close without a base run, then recorded as after publishing
+    (its close steps as the survey timed them)."""
+
+    async def run():
+        releaser = survey.parts.releaser
+        row, _ = await releaser.write(survey, survey.plans.models[0])
+        report = ReleaseReport.from_json(row.report)
+        steps = {name: survey.timings[name] for name in ("load", "compute", "gate_and_table",
+                                                          "files")}
+        await releaser._record_steps(survey, report, steps)
+        return row.report
+
+    return asyncio.run(run())
+
+
+def test_a_one_shot_release_is_a_sample_of_its_engines_cost(survey):
+    sv, models = survey
+    report = released_one_shot(sv)
+    assert report["mode"] == "one-shot"
+    runs = [s for s in models.samples("mdav", M, K) if s[2] == "run"]
+    assert len(runs) == 1 and runs[0][0] == N
+    assert runs[0][1] == pytest.approx(report["base_seconds"])
+
+
+def test_the_compute_step_less_its_engine_is_kept_as_a_step(survey):
+    sv, models = survey
+    released_one_shot(sv)
+    (kept,) = models._load()["release_steps"]["runs"]
+    steps = kept[2]
+    assert steps[COMPUTE_REST] == pytest.approx(
+        max(sv.timings["compute"] - sv.timings["compute_engine"], 0.0), abs=1e-3)
+    assert COMPUTE_REST not in sv.timings  # a report's close steps do not have it
+
+
+def test_the_engine_seconds_at_close_are_the_runs_that_happened_after_it():
+    from streamanon.incremental.run import Partition, Refinement
+
+    one_shot = Partition(labels=None, mode="one-shot", n_base=0, n_increment=10,
+                         base_seconds=2.0, incremental_seconds=0.0)
+    two_stage = Partition(labels=None, mode="two-stage", n_base=90, n_increment=10,
+                          base_seconds=7.0, incremental_seconds=0.5)
+    assert engine_at_close(one_shot) == 2.0 and engine_at_close(two_stage) == 0.5
+    refined = Partition(labels=None, mode="two-stage", n_base=90, n_increment=10,
+                        base_seconds=7.0, incremental_seconds=0.5,
+                        refinement=Refinement.__new__(Refinement))
+    object.__setattr__(refined.refinement, "seconds", 1.25)
+    assert engine_at_close(refined) == 1.75
+    assert steps_to_keep({"compute": 3.0, "files": 0.2}, 2.5) == {
+        "compute": 3.0, "files": 0.2, COMPUTE_REST: 0.5}
+    assert steps_to_keep({"compute": 3.0}, None) == {"compute": 3.0}
+    assert steps_to_keep({"compute": 1.0}, 1.2)[COMPUTE_REST] == 0.0
