@@ -11,17 +11,16 @@ step for a release of ``n`` records, so that a deadline keeps that much free
 
 :data:`DEFAULT_OVERHEAD` is the model until one is fitted from measured close steps
 (:meth:`ReleaseOverhead.fit`, :meth:`ReleaseOverhead.from_reports`). Its per-record parts
-follow the two-stage releases of :data:`MEASURED_RELEASES` (the default-plan benchmark and
-the million-record demo, records keyed without headers: 0.65 s + 3.5 us per record in all,
-1.4 s at 200,000 and 4.2 s at 1,000,000); with ``compute_rest``, the compute step less the
-engines in it (sending the records to the compute process and the labels back, which a
-release records beside its close steps), 0.7 s + 4.5 us. Its late-record parts price the
-records a base release did not cover, which loading and the gate handle one by one: about 4.5 us each to
-load and 5 us each to gate and table (``simulations/bench_service.py`` at ``--nu 0.05`` and
-``--nu 0.5`` and its one-shot releases, and a million-record release with 998,335 late
-records: 4.9 s to load, 5.5 s to gate). Without them a plan that leaves almost every record
-to the incremental stage looked cheap. A default to be refitted on the machine, not a
-constant.
+follow the two-stage releases of :data:`MEASURED_RELEASES` (the default-plan benchmark and the
+million-record demo, records keyed without headers: 0.65 s + 3.5 us per record in all, 1.4 s at
+200,000 and 4.2 s at 1,000,000); with ``compute_rest``, the compute step less the engines in it
+(sending the records to the compute process and the labels back, which a release records beside
+its close steps), 0.7 s + 4.5 us. Its late-record parts price the records a base release did
+not cover, which loading and the gate handle one by one: about 4.5 us each to load and 5 us
+each to gate and table (``simulations/bench_service.py`` at ``--nu 0.05`` and ``--nu 0.5`` and
+its one-shot releases, and a million-record release with 998,335 late records: 4.9 s to load,
+5.5 s to gate). Without them a plan that leaves almost every record to the incremental stage
+looked cheap. A default to be refitted on the machine, not a constant.
 
 Pure: numbers and mappings in, numbers out.
 """
