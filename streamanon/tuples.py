@@ -38,8 +38,17 @@ class Tuples:
 def row_hashes(X: np.ndarray) -> np.ndarray:
     """A 64-bit hash of each row's bytes (splitmix64 of each value, combined FNV-style; -0.0
     hashes as 0.0, every NaN as one NaN), in one compiled pass over the rows."""
+    return _row_hashes(_bits(X))
+
+
+def _bits(X: np.ndarray) -> np.ndarray:
+    """The bits of ``X``'s floats as a C-contiguous, read-only uint64 matrix: one type for
+    the kernels whatever the caller's array (a writable and a read-only one would compile
+    each kernel twice)."""
     X = np.ascontiguousarray(X, dtype=np.float64)
-    return _row_hashes(X.view(np.uint64).reshape(X.shape))
+    bits = X.view(np.uint64).reshape(X.shape)
+    bits.flags.writeable = False
+    return bits
 
 
 #: The bits of 0.0 and of numpy's NaN: -0.0 is read as 0.0 and every NaN as this one, so that
@@ -110,7 +119,7 @@ def collapse(X: np.ndarray) -> Tuples:
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return Tuples(empty, empty, empty)
-    bits = X.view(np.uint64).reshape(X.shape)
+    bits = _bits(X)
     seen, hashes = pd.factorize(row_hashes(X))  # numbered as first seen
     rank = np.empty(len(hashes), dtype=np.int64)
     rank[np.argsort(hashes, kind="stable")] = np.arange(len(hashes))
