@@ -21,6 +21,12 @@ from streamanon.errors import StreamanonError
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
 
+#: What numba says when no folder it tries may hold its compiled kernels, and what to do.
+NO_CACHE = "no locator available"
+NO_CACHE_TEXT = ("numba has no folder it may write for its compiled kernels (NUMBA_CACHE_DIR, "
+                 "the package's __pycache__, ~/.cache/numba); set NUMBA_CACHE_DIR to one this "
+                 "account may write (the getting-started page: a cache several accounts share)")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -69,3 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("streamanon: interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as exc:
+        if args.debug or NO_CACHE not in str(exc):
+            raise
+        print(f"streamanon: error: {NO_CACHE_TEXT}", file=sys.stderr)
+        return EXIT_USAGE

@@ -40,3 +40,30 @@ def test_t_outside_zero_to_one_is_refused_before_any_file_is_read(argv, capsys):
         main([*argv, "--t", "1.5"])
     assert exit_.value.code == 2
     assert "argument --t: must be between 0 and 1, got 1.5" in capsys.readouterr().err
+
+
+def test_a_numba_without_a_cache_folder_is_one_line_saying_what_to_set(monkeypatch, capsys):
+    """numba raises RuntimeError("cannot cache function ...: no locator available ...") when no
+    folder it tries may be written (an account without a home, a package installed read-only):
+    one line naming NUMBA_CACHE_DIR, not a traceback; any other RuntimeError stays one."""
+    import pytest
+
+    from streamanon import cli
+    from streamanon.cli import anonymize
+
+    def no_cache(args):
+        raise RuntimeError("cannot cache function '_canonical': no locator available for file "
+                           "'/usr/lib/python3/site-packages/streamanon/tuples.py'")
+
+    monkeypatch.setattr(anonymize, "cmd_engines", no_cache)
+    assert cli.main(["engines"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("streamanon: error: numba has no folder") and "NUMBA_CACHE_DIR" in err
+    assert "\n" not in err
+
+    def other(args):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(anonymize, "cmd_engines", other)
+    with pytest.raises(RuntimeError, match="something else"):
+        cli.main(["engines"])
