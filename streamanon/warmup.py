@@ -151,16 +151,26 @@ def sharing_problems(root: str) -> list[str]:
     """What keeps the other accounts of the group from loading the kernels cached under
     ``root`` (see the module docstring); empty when nothing does."""
     found: dict[str, list[str]] = {}
+    top = os.stat(root)
+    if not top.st_mode & stat.S_ISGID:  # else what numba creates is in the creator's group
+        found.setdefault("directories not setgid (chmod g+s)", []).append(root)
     for directory, _subdirectories, files in os.walk(root):
-        mode = os.stat(directory).st_mode
+        here = os.stat(directory)
+        mode = here.st_mode
+        if here.st_gid != top.st_gid:
+            found.setdefault("directories of another group than the cache's", []).append(
+                directory)
         if not (mode & stat.S_IWGRP and mode & stat.S_IXGRP):
             found.setdefault("directories the group may not write", []).append(directory)
         if mode & stat.S_ISVTX and files:  # where an index is replaced
             found.setdefault("sticky directories", []).append(directory)
         for name in files:
             path = os.path.join(directory, name)
-            if not os.stat(path).st_mode & stat.S_IRGRP:
+            info = os.stat(path)
+            if not info.st_mode & stat.S_IRGRP:
                 found.setdefault("files the group may not read", []).append(path)
+            if info.st_gid != top.st_gid:
+                found.setdefault("files of another group than the cache's", []).append(path)
     return [f"{len(paths)} {what}, such as {paths[0]}" for what, paths in found.items()]
 
 

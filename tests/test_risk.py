@@ -405,7 +405,8 @@ def test_a_release_measures_on_its_codes_what_the_tables_give(seed, complete):
     codes=)``), not from the decoded tables: the same report as ``measure`` of the original
     and the released tables, on mixed data with missing, imputed and withheld values and
     sensitive answers, and on a survey whose keys repeat (the distinct-tuple path)."""
-    from streamanon.release import decoded_original, prepare, release_prepared
+    from streamanon.mixed import sensitive_codes
+    from streamanon.release import Privacy, decoded_original, prepare, release_prepared
 
     frame, schema, _ = survey(seed, n=2_000, complete=complete)
     rng = np.random.default_rng(seed)
@@ -414,9 +415,14 @@ def test_a_release_measures_on_its_codes_what_the_tables_give(seed, complete):
     prepared = prepare(frame, schema, 5)
     assert prepared.tuples is not None and (prepared.tuples.counts < 5).any()
     labels = microaggregate(frame, 5, schema=schema, output=Output(shuffle=False)).labels
-    released = release_prepared(frame, prepared, labels, 5, seed=None, shuffle=False,
-                                risk=True)
-    by_tables = measure(decoded_original(frame, prepared), released.table, schema, 5,
-                        aligned=True).to_json()
+    names = list(SENSITIVE)
+    S, kinds = sensitive_codes(frame, schema, names)
+    privacy = Privacy(tuple(names), S, kinds)  # measured, not enforced (no l, no t)
+    released = release_prepared(frame, prepared, labels, 5, seed=3, risk=True,
+                                privacy=privacy)  # shuffled: the measures are on the codes
+    unshuffled = release_prepared(frame, prepared, labels, 5, seed=None, shuffle=False)
+    by_tables = measure(decoded_original(frame, prepared), unshuffled.table, schema, 5,
+                        aligned=True, sensitive=names).to_json()
+    assert set(by_tables["risk"]["sensitive"]) == set(names)
     assert by_tables["risk"]["after"] != by_tables["risk"]["before"]
     assert json.dumps(released.risk, sort_keys=True) == json.dumps(by_tables, sort_keys=True)

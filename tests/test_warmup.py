@@ -82,9 +82,10 @@ def test_a_group_writable_cache_is_shared(tmp_path):
 
 
 @pytest.mark.parametrize(("mode", "file_mode", "problem"), [
-    (0o755, 0o644, "directories the group may not write"),  # root's umask 022
-    (0o1777, 0o666, "sticky directories"),  # like /tmp: another's index cannot be replaced
-    (0o2775, 0o600, "files the group may not read")])  # a service's umask 077
+    (0o2755, 0o644, "directories the group may not write"),  # root's umask 022
+    (0o3777, 0o666, "sticky directories"),  # like /tmp: another's index cannot be replaced
+    (0o2775, 0o600, "files the group may not read"),  # a service's umask 077
+    (0o775, 0o664, "not setgid")])  # what numba creates would be in the creator's group
 def test_what_keeps_other_accounts_out_is_named(tmp_path, mode, file_mode, problem):
     problems = warmup.sharing_problems(str(_cache_dir(tmp_path / "numba", mode, file_mode)))
     assert len(problems) == 1 and problem in problems[0]

@@ -323,10 +323,17 @@ class Releaser:
                      "%.2f s (%s)", sid, r.moves, r.dissolves, r.splits, r.rounds, r.seconds,
                      r.stopped)
         survey.record("compute", done - started)
-        survey.record("compute_engine", engine_at_close(partition))
-        one_group = computing.prepared is None or computing.prepared.groups is None
-        if partition.mode == "one-shot" and one_group:  # the engine on every record: a
-            survey.record("one_shot_engine", partition.base_seconds)  # sample of its cost
+        prepared = computing.prepared
+        if prepared is not None and prepared.groups is None:  # one partition, one run
+            survey.record("compute_engine", engine_at_close(partition))
+            if partition.mode == "one-shot":  # the engine on every record: a sample of its
+                # cost, at the records it ran on (repeated keys collapsed: engine_rows)
+                from streamanon.engines.distinct import engine_rows
+
+                work = await self.in_thread(engine_rows, prepared.Z, survey.config.k,
+                                            prepared.embedded_tuples())
+                survey.record("one_shot_engine", partition.base_seconds)
+                survey.record("one_shot_work", work)
         return Computed(partition, computing.own, computing.prepared, done)
 
     async def _start_compute(self, survey: RunningSurvey, loaded: Loaded,
@@ -498,25 +505,29 @@ class Releaser:
         steps after close as this machine runs them (``CostModelStore.observe_release``),
         with the compute step's part that is not the engines (:func:`.steps_to_keep`); and
         a one-shot release's engine run on all the records as a sample of the engine's cost
-        under this machine's conditions, as a base run is one (without it a service that
-        released one-shot planned its next survey with the calibration alone: 2.6 s
-        predicted for MDAV at 200,000 records that ran 3.6 s in the release). A file that
+        under this machine's conditions, at the records it ran on, as a base run is one
+        (without it a service that released one-shot planned its next survey with the
+        calibration alone: 2.6 s predicted for MDAV at 200,000 records that ran 3.6 s in the
+        release). Both only for a release of one partition (no strata, no missing-value
+        groups: a grouped release's engines ran once per group). A file that
         cannot be written is logged; the release is out already."""
         late = report.n_increment if report.spliced else report.n
         if report.read_ahead:  # the load step read only the records stored since: not that
             steps = {name: s for name, s in steps.items() if name not in READ_AHEAD_STEPS}
         steps = steps_to_keep(steps, survey.timings.get("compute_engine"))
-        one_shot = survey.timings.get("one_shot_engine")
+        one_shot, work = survey.timings.get("one_shot_engine"), survey.timings.get("one_shot_work")
         sc = survey.config
-        try:
-            if one_shot and report.engine == survey.engine:
-                from streamanon.engines import model_parameters
+        if one_shot and work is not None and work >= 2 * sc.k:  # else the engine hardly ran
+            from streamanon.engines import model_parameters
 
-                work = max(round(report.n * survey.plans.work_share), 1)
-                if work >= 2 * sc.k:
-                    await self.in_thread(self.cost_models.observe, report.engine,
-                                         len(sc.quasi_identifiers), sc.k, work, one_shot,
-                                         model_parameters(report.engine, sc.engine_params))
+            try:
+                await self.in_thread(self.cost_models.observe, report.engine,
+                                     len(sc.quasi_identifiers), sc.k, int(work), one_shot,
+                                     model_parameters(report.engine, sc.engine_params))
+            except Exception as exc:  # advice for later plans; the close steps still go in
+                log.warning("survey %s: the one-shot run was not kept in %s (%s)",
+                            report.survey, self.cost_models.path, describe_error(exc))
+        try:
             await self.in_thread(self.cost_models.observe_release, report.n, late, steps,
                                   report.n_spanned)
         except Exception as exc:  # the release is out; the file is advice for later plans

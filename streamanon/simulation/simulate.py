@@ -42,7 +42,6 @@ import numpy as np
 from scheduler import live
 from scheduler.arrivals import CumulativeForecast
 from scheduler.choice import Option, PlanRequest, plan_survey
-from scheduler.cost_model import CostModelStore
 from scheduler.profiles import resolve
 from scheduler.quality import DEFAULT_MAX_DELTA, delta_against_one_shot
 from streamanon.engines import run_engine
@@ -276,9 +275,11 @@ def one_shot_release(data: SurveyData, *, out: Path, k: int, engine: str,
 
     The records go to a fresh store in ``out/one-shot`` on a broker of their own (or on new
     topics of the Kafka at ``bootstrap``), after the
-    survey under test has released, so the two never share the cores. Its close steps are
-    kept in ``out/cost_models.json`` too, when that file exists (a release of this machine's,
-    which the next plans made with that file weigh: ``CostModelStore.observe_release``)."""
+    survey under test has released, so the two never share the cores. What its service
+    recorded is kept in ``out/cost_models.json`` too, when that file exists (a release of this
+    machine's, which the next plans made with that file weigh: its close steps,
+    ``CostModelStore.observe_release``, and its engine run on every record, a sample of the
+    engine's cost)."""
     n, m = data.X.shape
     workdir = out / "one-shot"
     shutil.rmtree(workdir, ignore_errors=True)
@@ -315,9 +316,9 @@ def one_shot_release(data: SurveyData, *, out: Path, k: int, engine: str,
                 await service.stop()
 
         report = asyncio.run(main())
-    if (out / "cost_models.json").exists():
-        CostModelStore(out / "cost_models.json").observe_release(
-            report["n"], report["n"], report["close_steps_seconds"])
+    if (out / "cost_models.json").exists():  # what the release left for the next plans:
+        # its close steps (compute_rest with them) and its engine run on every record
+        shutil.copy(workdir / "cost_models.json", out / "cost_models.json")
     return report
 
 

@@ -94,6 +94,14 @@ def test_make_demo_runs_the_scheduled_pipeline(tmp_path, subprocesses):
     assert release["nu"] == report["nu"] and release["n"] == n
     assert summary["engine"] == "ona_star"
     _demo_claims(report, summary)
+    # what the releases left for the next plans: the one-shot reference's engine run on every
+    # record is a sample of ONA*'s cost, and the compute step's part outside the engines is
+    # kept beside each release's close steps (issue 62)
+    models = json.loads((out / "cost_models.json").read_text())
+    runs = [s for key, entry in models.items() if key.startswith("ona_star|")
+            for s in entry.get("samples", []) if s[2] == "run"]
+    assert any(s[0] == n for s in runs), runs
+    assert "compute_rest" in models["release_steps"]["runs"][-1][2]  # the reference's
     # the side-by-side shows the planned and achieved values of this release
     rows = {line.split("  ")[1].strip(): line for line in stdout.splitlines()
             if line.startswith("  ") and "  " in line[2:]}

@@ -112,3 +112,30 @@ def test_the_engine_seconds_at_close_are_the_runs_that_happened_after_it():
         "compute": 3.0, "files": 0.2, COMPUTE_REST: 0.5}
     assert steps_to_keep({"compute": 3.0}, None) == {"compute": 3.0}
     assert steps_to_keep({"compute": 1.0}, 1.2)[COMPUTE_REST] == 0.0
+
+
+def test_a_one_shot_sample_counts_the_records_the_engine_ran_on(survey, tmp_path):
+    """Repeated keys: 25,000 of the respondents share four keys, so the engine ran on the 60
+    others and what the four keys lend them (``engine_rows``): the sample is at those records,
+    where one at every record would have told the model that 25,060 records took well under
+    a second."""
+    import numpy as np
+
+    from streamanon.service.store import RecordRow, record_digest
+
+    sv, models = survey
+    store = sv.parts.store
+    store.ensure_survey("s")
+    rows = []
+    for i in range(N, N + 25_000):  # 25,000 more respondents over four keys
+        qi = np.array([float(i % 2), float(i % 4 // 2)]).tobytes()
+        rows.append(RecordRow(arrived_at=1000.0 + i, partition=0, offset=i,
+                              rid_hash=i.to_bytes(32, "big"),
+                              digest=record_digest(qi, "{}", None), qi=qi, confidential="{}",
+                              label=None))
+    store.insert_records("s", rows)
+    report = released_one_shot(sv)
+    assert report["mode"] == "one-shot" and report["n"] == N + 25_000
+    assert N <= sv.timings["one_shot_work"] < 1_000
+    runs = [s for s in models.samples("mdav", M, K) if s[2] == "run"]
+    assert [s[0] for s in runs] == [sv.timings["one_shot_work"]]
