@@ -155,3 +155,33 @@ async def release(service: Service, survey: str) -> dict:
     await service.close(survey)
     await service.closed(survey, timeout=120)
     return (await service.load_release(survey)).report
+
+
+def releasing_survey(config: Any, store_path: Path, rows: Sequence[Any]) -> tuple[Any, Any, Any]:
+    """The survey of ``config`` wired to a SQLite store at ``store_path`` holding ``rows`` and
+    to a :class:`~streamanon.service.releasing.Releaser` (no broker, no producer), its planner
+    on the stored models (nothing timed): ``(survey, store, pool)``; shut the pool down and
+    close the store after."""
+    from scheduler.arrivals import ArrivalEstimator
+    from streamanon.service.ingest import SurveyIngest
+    from streamanon.service.planning import SurveyPlanner
+    from streamanon.service.releasing import Releaser
+    from streamanon.service.store import SQLiteStore
+    from streamanon.service.survey import ServiceParts, Survey
+    from streamanon.service.validation import Validator
+
+    sc = config.surveys[0]
+    sv = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)), ArrivalEstimator(1.0, 10))
+    planner = SurveyPlanner(config, lambda sid, here: here)
+    planner.load_models(sv, measure=False)  # the stored models; nothing timed
+    store = SQLiteStore(str(store_path))
+    store.ensure_survey(sc.id)
+    store.insert_records(sc.id, list(rows))
+
+    async def in_store(fn: Any, *args: Any) -> Any:
+        return fn(*args)
+
+    pool = ThreadPoolExecutor(1)
+    releaser = Releaser(config, store, in_store, pool, producer=None, telemetry=None)
+    sv.parts = ServiceParts(config, store, in_store, pool, planner, releaser=releaser)
+    return sv, store, pool

@@ -8,23 +8,15 @@ own, ``compute_rest``, which the overhead model then prices."""
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from scheduler.arrivals import ArrivalEstimator
 from scheduler.cost_model import CostModelStore
 from streamanon.service.config import parse_config
-from streamanon.service.ingest import SurveyIngest
-from streamanon.service.planning import SurveyPlanner
 from streamanon.service.release_steps import COMPUTE_REST, engine_at_close, steps_to_keep
-from streamanon.service.releasing import Releaser
 from streamanon.service.reports import ReleaseReport
-from streamanon.service.store import SQLiteStore
-from streamanon.service.survey import ServiceParts, Survey
-from streamanon.service.validation import Validator
-from tests.service.lifecycle_helpers import put_model, stored_rows
+from tests.service.lifecycle_helpers import put_model, releasing_survey, stored_rows
 
 M, K, N = 2, 3, 60
 
@@ -41,20 +33,7 @@ def survey(tmp_path):
             "rid": {"role": "identifier"},
             **{f"q{i}": {"role": "quasi_identifier", "type": "float"} for i in range(M)}}}]},
         {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
-    sc = config.surveys[0]
-    sv = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)), ArrivalEstimator(1.0, 10))
-    planner = SurveyPlanner(config, lambda sid, here: here)
-    planner.load_models(sv, measure=False)
-    store = SQLiteStore(str(tmp_path / "s.db"))
-    store.ensure_survey("s")
-    store.insert_records("s", stored_rows(N, M))
-
-    async def in_store(fn, *args):
-        return fn(*args)
-
-    pool = ThreadPoolExecutor(1)
-    releaser = Releaser(config, store, in_store, pool, producer=None, telemetry=None)
-    sv.parts = ServiceParts(config, store, in_store, pool, planner, releaser=releaser)
+    sv, store, pool = releasing_survey(config, tmp_path / "s.db", stored_rows(N, M))
     yield sv, CostModelStore(models)
     pool.shutdown()
     store.close()

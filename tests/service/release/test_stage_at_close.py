@@ -6,21 +6,13 @@ runs and reports, it is settled on the survey (``Survey.stage``), and the config
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from scheduler.arrivals import ArrivalEstimator
 from streamanon.service.config import parse_config
 from streamanon.service.engine_traits import stage_traits
-from streamanon.service.ingest import SurveyIngest
-from streamanon.service.planning import SurveyPlanner
-from streamanon.service.releasing import Releaser
-from streamanon.service.store import SQLiteStore
-from streamanon.service.survey import ServiceParts, Survey
-from streamanon.service.validation import Validator
-from tests.service.lifecycle_helpers import stored_rows
+from tests.service.lifecycle_helpers import releasing_survey, stored_rows
 
 M, K, N_BASE, N_LATE = 2, 3, 40, 20
 
@@ -36,20 +28,7 @@ def survey(tmp_path):
             "rid": {"role": "identifier"},
             **{f"q{i}": {"role": "quasi_identifier", "type": "float"} for i in range(M)}}}]},
         {"STREAMANON_HMAC_KEY": "k" * 32, "STREAMANON_HTTP_TOKEN": "t" * 32})
-    sc = config.surveys[0]
-    sv = Survey(sc, SurveyIngest(sc, Validator(sc, config.hmac_key)), ArrivalEstimator(1.0, 10))
-    planner = SurveyPlanner(config, lambda sid, here: here)
-    planner.load_models(sv, measure=False)  # the stored models; nothing timed
-    store = SQLiteStore(str(tmp_path / "s.db"))
-    store.ensure_survey("s")
-    store.insert_records("s", stored_rows(N_BASE, M))
-
-    async def in_store(fn, *args):
-        return fn(*args)
-
-    pool = ThreadPoolExecutor(1)
-    releaser = Releaser(config, store, in_store, pool, producer=None, telemetry=None)
-    sv.parts = ServiceParts(config, store, in_store, pool, planner, releaser=releaser)
+    sv, store, pool = releasing_survey(config, tmp_path / "s.db", stored_rows(N_BASE, M))
     yield sv
     pool.shutdown()
     store.close()
