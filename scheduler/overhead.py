@@ -40,6 +40,10 @@ COMPUTE_STEPS = ("wait_for_base", "compute")
 #: every cell made or changed at close, which are gated and serialised again), not with the
 #: late records alone: a late record that joins a base cell of ten makes eleven records' work.
 SPANNED_STEPS = ("gate_and_table",)
+#: The close step that is the compute step less the engines in it (sending the records to the
+#: compute process and the labels back, standardising): overhead, priced here, not by the cost
+#: models. A release records it beside its close steps (``streamanon.service.release_steps``).
+COMPUTE_REST = "compute_rest"
 #: Close steps whose late-record part a release made whole at a scheduled close does not pay:
 #: the service reads the records from the store in the seconds before the close
 #: (``streamanon.service.base_run``), and at the close only those stored since.
@@ -261,9 +265,9 @@ MEASURED_RELEASES: tuple[tuple[int, int, dict[str, float]], ...] = (
 #: (see the module docstring). ``compute_rest`` is the compute step less the engines in it
 #: (the records sent to the compute process and the labels back, the standardisation: 0.29 s
 #: of a 6.2 s one-shot compute step at 200,000 x 15 on two cores, 2026-12-08), which a release
-#: records beside its close steps (``streamanon.service.release_steps.COMPUTE_REST``).
+#: records beside its close steps (:data:`COMPUTE_REST`).
 DEFAULT_OVERHEAD = ReleaseOverhead({
-    "compute_rest": StepCost(0.05, 1.0e-6),
+    COMPUTE_REST: StepCost(0.05, 1.0e-6),
     "drain": StepCost(0.1, 0.1e-6),
     "load": StepCost(0.05, 0.15e-6, 4.5e-6),
     "gate_and_table": StepCost(0.3, 0.4e-6, 5.0e-6),

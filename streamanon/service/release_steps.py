@@ -21,7 +21,7 @@ import pandas as pd
 from scheduler import live
 from scheduler.at_close import CloseDecision
 from scheduler.cost_model import PowerLaw
-from scheduler.overhead import ReleaseOverhead
+from scheduler.overhead import COMPUTE_REST, ReleaseOverhead
 from scheduler.planner import Plan
 from streamanon.incremental.run import Partition
 from streamanon.release import BaseSnapshot, Prepared, Privacy, Release
@@ -153,13 +153,6 @@ def base_plan_summary(plan: Plan) -> dict[str, float]:
             "nu_limit": round(plan.nu_limit, 6), "safety": round(plan.safety, 3)}
 
 
-#: The close step that is the compute step less the engine and the stage (and refinement) in
-#: it: sending the records to the compute process and the labels back, standardising. Kept in
-#: the cost-model file with the close steps, never in a report's: the overhead model prices
-#: it (``scheduler.overhead``), the cost models the rest of the compute.
-COMPUTE_REST = "compute_rest"
-
-
 def engine_at_close(partition: Partition) -> float:
     """The seconds of a release's compute step that its engines ran: the whole run of a
     one-shot release, the incremental stage of a two-stage one (its base ran before), and the
@@ -171,9 +164,9 @@ def engine_at_close(partition: Partition) -> float:
 
 def steps_to_keep(steps: Mapping[str, float], engine_seconds: float | None
                   ) -> dict[str, float]:
-    """A release's close ``steps`` as the cost-model file keeps them: with
-    :data:`COMPUTE_REST`, the compute step less ``engine_seconds`` (:func:`engine_at_close`),
-    when both are known."""
+    """A release's close ``steps`` as the cost-model file keeps them (never as a report's):
+    with :data:`~scheduler.overhead.COMPUTE_REST`, the compute step less ``engine_seconds``
+    (:func:`engine_at_close`), when both are known."""
     kept = dict(steps)
     if engine_seconds is not None and "compute" in steps:
         kept[COMPUTE_REST] = round(max(steps["compute"] - engine_seconds, 0.0), 3)

@@ -13,8 +13,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from scheduler.cost_model import CostModelStore
+from scheduler.overhead import COMPUTE_REST
 from streamanon.service.config import parse_config
-from streamanon.service.release_steps import COMPUTE_REST, engine_at_close, steps_to_keep
+from streamanon.service.release_steps import engine_at_close, steps_to_keep
 from streamanon.service.reports import ReleaseReport
 from tests.service.lifecycle_helpers import put_model, releasing_survey, stored_rows
 
