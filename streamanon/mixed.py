@@ -337,15 +337,24 @@ def embed(C: np.ndarray, encoding: Encoding, scaling: Standardisation,
           tuples: Tuples | None = None) -> np.ndarray:
     """The embedded records (n x d), missing values at the column mean (zero); each distinct
     row of ``C`` embedded once where the keys repeat (``tuples``: its distinct rows, when the
-    caller has them)."""
+    caller has them; else :func:`repeated_tuples`)."""
     C = np.asarray(C, dtype=np.float64)
-    if tuples is None and C.shape[0] >= DISTINCT_WORK[0] and C.shape[1] > 0:
-        from streamanon.tuples import collapse_codes
-
-        tuples = collapse_codes(C)
-    if tuples is not None and tuples.n_distinct <= DISTINCT_WORK[1] * C.shape[0]:
+    tuples = repeated_tuples(C) if tuples is None else tuples
+    if tuples is not None:
         return _embed(C[tuples.first], encoding, scaling)[tuples.inverse]
     return _embed(C, encoding, scaling)
+
+
+def repeated_tuples(C: np.ndarray) -> Tuples | None:
+    """The distinct tuples of the codes ``C`` where the keys repeat (:data:`DISTINCT_WORK`),
+    else None."""
+    from streamanon.tuples import collapse_codes
+
+    n = C.shape[0]
+    if n < DISTINCT_WORK[0] or C.shape[1] == 0:
+        return None
+    tuples = collapse_codes(C)
+    return tuples if tuples.n_distinct <= DISTINCT_WORK[1] * n else None
 
 
 def _embed(C: np.ndarray, encoding: Encoding, scaling: Standardisation) -> np.ndarray:

@@ -39,18 +39,18 @@ from streamanon.metrics import (
     require_k_anonymous_table,
 )
 from streamanon.mixed import (
-    DISTINCT_WORK,
     Encoding,
     check_engine,
     embed,
     encoding_for,
     fit_embedding,
     missing_columns,
+    repeated_tuples,
 )
 from streamanon.released_values import release_codes
 from streamanon.schema import Schema
 from streamanon.strata import Groups, make_groups, partition_groups, stratum_ids
-from streamanon.tuples import Tuples, coarsen, collapse_codes
+from streamanon.tuples import Tuples, coarsen
 from streamanon.type_loss import loss_by_type, loss_of_pairs
 
 
@@ -185,8 +185,8 @@ class Prepared:
     """A table's quasi-identifiers ready for the engines (:func:`prepare`): their encoding
     and codes, the embedding and its scaling, the groups (None: one group, as for complete
     data without strata), the weights, and the distinct code tuples where the keys repeat
-    (:func:`repeated_tuples`; None otherwise), which the embedding, the engine, the gate and
-    the loss then work on instead of every record."""
+    (:func:`streamanon.mixed.repeated_tuples`; None otherwise), which the embedding, the
+    engine, the gate and the loss then work on instead of every record."""
 
     schema: Schema
     encoding: Encoding
@@ -273,16 +273,6 @@ def prepare_codes(C: np.ndarray, schema: Schema, encoding: Encoding, k: int,
         ids, names = strata if strata is not None else (None, [])
         groups = make_groups(C, Z, encoding, k, ids, names)
     return Prepared(schema, encoding, C, scaling, Z, groups, weights, tuples)
-
-
-def repeated_tuples(C: np.ndarray) -> Tuples | None:
-    """The distinct tuples of the codes ``C`` where the keys repeat (:data:`DISTINCT_WORK`),
-    else None."""
-    n = C.shape[0]
-    if n < DISTINCT_WORK[0] or C.shape[1] == 0:
-        return None
-    tuples = collapse_codes(C)
-    return tuples if tuples.n_distinct <= DISTINCT_WORK[1] * n else None
 
 
 def qi_values(frame: pd.DataFrame, names: Sequence[str], start: int = 0) -> np.ndarray:
